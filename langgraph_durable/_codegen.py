@@ -1,0 +1,84 @@
+"""Generate the sync twins of the async sources (psycopg_pool's approach).
+
+The chain and the network tiers are written once, async. Their sync faces
+are produced by rewriting tokens, so no method body is ever copied by hand::
+
+    python -m langgraph_durable._codegen          # regenerate
+    python -m langgraph_durable._codegen --check  # exit 1 if out of date (CI)
+
+The rewrite is purely lexical, which keeps it predictable: the async source
+must avoid constructs with no sync spelling (``asyncio.*`` calls go through
+`concurrency.arun_all`, which maps to `run_all`).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+PACKAGE = Path(__file__).parent
+
+# source -> generated, relative to the package
+FILES = {
+    "chain_async.py": "chain.py",
+    "tiers/redis_async.py": "tiers/redis.py",
+    "tiers/postgres_async.py": "tiers/postgres.py",
+}
+
+NAMES = {
+    "AsyncTierChain": "TierChain",
+    "AsyncSqliteTier": "SqliteTier",
+    "AsyncRedisTier": "RedisTier",
+    "AsyncPostgresTier": "PostgresTier",
+    "AsyncConnectionPool": "ConnectionPool",
+    "arun_all": "run_all",
+    "aclose": "close",
+    "redis.asyncio": "redis",
+    "chain_async": "chain",
+    "redis_async": "redis",
+    "postgres_async": "postgres",
+}
+
+RULES = [
+    (re.compile(r"\basync def\b"), "def"),
+    (re.compile(r"\basync with\b"), "with"),
+    (re.compile(r"\basync for\b"), "for"),
+    (re.compile(r"\bawait\s+"), ""),
+    (re.compile(r"\b(" + "|".join(re.escape(k) for k in NAMES) + r")\b"), lambda m: NAMES[m.group(1)]),
+]
+
+
+def header(source: str) -> str:
+    return (
+        f"# WARNING: generated from {source} by langgraph_durable/_codegen.py. DO NOT EDIT.\n"
+        "# Edit the async source and run `python -m langgraph_durable._codegen`.\n"
+    )
+
+
+def generate(source: str) -> str:
+    text = (PACKAGE / source).read_text()
+    for pattern, repl in RULES:
+        text = pattern.sub(repl, text)  # type: ignore[arg-type]
+    return header(source) + text
+
+
+def main(argv: list[str]) -> int:
+    check = "--check" in argv
+    stale = []
+    for source, target in FILES.items():
+        wanted = generate(source)
+        path = PACKAGE / target
+        if path.exists() and path.read_text() == wanted:
+            continue
+        stale.append(target)
+        if not check:
+            path.write_text(wanted)
+    if check and stale:
+        print(f"out of date: {', '.join(stale)}; run python -m langgraph_durable._codegen", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,42 @@
+"""Running one operation on several tiers at once, in both faces.
+
+The chain's async source calls `arun_all`; its generated sync twin calls
+`run_all`. Both return each call's result or the exception it raised, in
+order, so the caller decides what a partial failure means.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+# Shared-tier writes are network waits; a handful of threads overlaps them.
+_POOL = ThreadPoolExecutor(max_workers=8, thread_name_prefix="langgraph-durable-io")
+
+
+async def arun_all(calls: Sequence[Callable[[], Awaitable[T]]]) -> list[T | BaseException]:
+    if len(calls) == 1:
+        try:
+            return [await calls[0]()]
+        except Exception as exc:  # reported to the caller, who decides
+            return [exc]
+    return await asyncio.gather(*(c() for c in calls), return_exceptions=True)
+
+
+def run_all(calls: Sequence[Callable[[], T]]) -> list[T | BaseException]:
+    def capture(call: Callable[[], T]) -> Any:
+        try:
+            return call()
+        except Exception as exc:  # reported to the caller, who decides
+            return exc
+
+    if len(calls) <= 1:
+        return [capture(c) for c in calls]
+    # The first call runs on this thread; the rest overlap with it.
+    futures = [_POOL.submit(capture, c) for c in calls[1:]]
+    first = capture(calls[0])
+    return [first, *(f.result() for f in futures)]

@@ -1,0 +1,188 @@
+"""Record shapes and the checksummed envelope every tier stores. No I/O here.
+
+A record is serialized once (with the saver's ``serde``) and sealed once into
+an envelope; the same bytes go to every tier. The envelope's digest covers the
+record's logical key as well as its payload, so a value copied under another
+key (another thread, another checkpoint) fails verification just like a
+flipped bit does.
+
+Envelope layout (format version 1)::
+
+    MAGIC (4) | format (1) | len(type tag) (1) | type tag | digest (16) | payload
+
+The digest is BLAKE2b-128. With a signing key it is keyed BLAKE2b, a MAC: a
+value planted by someone without the key never verifies.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+MAGIC = b"\xd7LGD"
+FORMAT_VERSION = 1
+DIGEST_SIZE = 16
+_HEADER = len(MAGIC) + 2
+
+
+class BadRecord(Exception):
+    """Internal: one tier's copy of a record is unusable. `reason` says why."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _digest(context: bytes, type_tag: bytes, payload: bytes, key: bytes) -> bytes:
+    h = hashlib.blake2b(digest_size=DIGEST_SIZE, key=key)
+    h.update(context)
+    h.update(b"\x00")
+    h.update(type_tag)
+    h.update(b"\x00")
+    h.update(payload)
+    return h.digest()
+
+
+def seal(context: str, type_tag: str, payload: bytes, *, key: bytes = b"") -> bytes:
+    """Wrap a serialized payload in an envelope bound to `context` (its key)."""
+    tag = type_tag.encode()
+    if len(tag) > 255:
+        raise ValueError(f"serializer type tag too long: {type_tag!r}")
+    digest = _digest(context.encode(), tag, payload, key)
+    return b"".join((MAGIC, bytes((FORMAT_VERSION, len(tag))), tag, digest, payload))
+
+
+def open_envelope(context: str, data: bytes, *, key: bytes = b"") -> tuple[str, bytes]:
+    """Verify an envelope and return ``(type_tag, payload)``.
+
+    Raises `BadRecord` on a wrong magic, an unknown format, truncation or a
+    digest mismatch.
+    """
+    if len(data) < _HEADER or data[: len(MAGIC)] != MAGIC:
+        raise BadRecord("not an envelope (bad magic)")
+    fmt, tag_len = data[len(MAGIC)], data[len(MAGIC) + 1]
+    if fmt != FORMAT_VERSION:
+        raise BadRecord(f"unknown envelope format {fmt}")
+    tag_end = _HEADER + tag_len
+    payload_start = tag_end + DIGEST_SIZE
+    if len(data) < payload_start:
+        raise BadRecord("truncated envelope")
+    tag = bytes(data[_HEADER:tag_end])
+    digest = bytes(data[tag_end:payload_start])
+    payload = bytes(data[payload_start:])
+    if _digest(context.encode(), tag, payload, key) != digest:
+        raise BadRecord("checksum mismatch")
+    return tag.decode(), payload
+
+
+def reseal(old_context: str, new_context: str, data: bytes, *, key: bytes = b"") -> bytes:
+    """Verify an envelope under its old key and seal it under a new one.
+
+    Used by `copy_thread`: the payload is not deserialized again.
+    """
+    tag, payload = open_envelope(old_context, data, key=key)
+    return seal(new_context, tag, payload, key=key)
+
+
+# --- logical keys -----------------------------------------------------------
+# NUL separates the parts: namespaces use "|" and ":" themselves.
+
+
+def checkpoint_context(thread_id: str, ns: str, checkpoint_id: str, parent_id: str | None) -> str:
+    return f"c\x00{thread_id}\x00{ns}\x00{checkpoint_id}\x00{parent_id or ''}"
+
+
+def blob_context(thread_id: str, ns: str, channel: str, version: str) -> str:
+    return f"b\x00{thread_id}\x00{ns}\x00{channel}\x00{version}"
+
+
+def write_context(
+    thread_id: str, ns: str, checkpoint_id: str, task_id: str, idx: int, channel: str, task_path: str
+) -> str:
+    return f"w\x00{thread_id}\x00{ns}\x00{checkpoint_id}\x00{task_id}\x00{idx}\x00{channel}\x00{task_path}"
+
+
+# --- rows: what a tier stores ------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointRow:
+    """One checkpoint (without channel values) plus its metadata.
+
+    `run_id` and `metadata_json` are plain copies kept for querying
+    (`delete_for_runs`, `list(filter=...)`); they are never trusted for
+    content: the saver re-checks filters against the verified envelope.
+    """
+
+    thread_id: str
+    checkpoint_ns: str
+    checkpoint_id: str
+    parent_id: str | None
+    run_id: str | None
+    metadata_json: str
+    envelope: bytes
+
+    @property
+    def context(self) -> str:
+        return checkpoint_context(self.thread_id, self.checkpoint_ns, self.checkpoint_id, self.parent_id)
+
+
+@dataclass(frozen=True, slots=True)
+class BlobRow:
+    """One channel value at one version. Immutable, shared by checkpoints."""
+
+    thread_id: str
+    checkpoint_ns: str
+    channel: str
+    version: str
+    envelope: bytes
+
+    @property
+    def context(self) -> str:
+        return blob_context(self.thread_id, self.checkpoint_ns, self.channel, self.version)
+
+
+@dataclass(frozen=True, slots=True)
+class WriteRow:
+    """One pending write of one task against one checkpoint."""
+
+    thread_id: str
+    checkpoint_ns: str
+    checkpoint_id: str
+    task_id: str
+    idx: int
+    channel: str
+    task_path: str
+    envelope: bytes
+
+    @property
+    def context(self) -> str:
+        return write_context(
+            self.thread_id,
+            self.checkpoint_ns,
+            self.checkpoint_id,
+            self.task_id,
+            self.idx,
+            self.channel,
+            self.task_path,
+        )
+
+
+def metadata_json(metadata: dict[str, Any]) -> str:
+    """A JSON copy of metadata for tier-side filtering.
+
+    Values JSON cannot hold are stringified: the copy only narrows queries,
+    the exact comparison happens on the decoded envelope.
+    """
+    return json.dumps(metadata, default=str, ensure_ascii=False, separators=(",", ":")).replace(
+        "\\u0000", ""
+    )
+
+
+def metadata_matches(metadata: dict[str, Any], filter: dict[str, Any] | None) -> bool:
+    """Stock `list(filter=...)` semantics: every key equals the metadata value."""
+    if not filter:
+        return True
+    return all(metadata.get(k) == v for k, v in filter.items())

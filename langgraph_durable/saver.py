@@ -1,0 +1,334 @@
+"""`DurableSaver`: one checkpointer object, sync and async, over 1-3 tiers."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import threading
+from collections.abc import AsyncIterator, Iterator, Sequence
+from types import TracebackType
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from .chain import TierChain
+from .chain_async import AsyncTierChain
+from .codec import RecordCodec
+from .errors import ConfigError
+from .tiers.postgres import PostgresTier
+from .tiers.postgres_async import DEFAULT_POOL_SIZE, AsyncPostgresTier
+from .tiers.redis import RedisTier
+from .tiers.redis_async import DEFAULT_KEY_PREFIX, AsyncRedisTier
+from .tiers.sqlite import DEFAULT_BUSY_TIMEOUT_S, AsyncSqliteTier, SqliteTier
+
+DEFAULT_SQLITE_PATH = ".langgraph_durable/checkpoints.sqlite"
+
+ENV_SQLITE = "LANGGRAPH_DURABLE_SQLITE"
+ENV_REDIS_URL = "LANGGRAPH_DURABLE_REDIS_URL"
+ENV_POSTGRES_URL = "LANGGRAPH_DURABLE_POSTGRES_URL"
+ENV_SIGNING_KEY = "LANGGRAPH_DURABLE_SIGNING_KEY"
+
+_REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
+_POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+_UNSET: Any = object()
+
+
+def _check_url(kind: str, url: str, schemes: tuple[str, ...]) -> str:
+    if not isinstance(url, str) or not url.startswith(schemes):
+        shown = url if isinstance(url, str) else type(url).__name__
+        raise ConfigError(
+            f"{kind}= got {shown!r}, which is not a {kind} URL: it must start with "
+            f"{' or '.join(schemes)} (for example {schemes[0]}127.0.0.1/...)."
+        )
+    return url
+
+
+class DurableSaver(BaseCheckpointSaver[str]):
+    """A LangGraph checkpointer that writes through SQLite -> Redis -> Postgres.
+
+    Pass any non-empty subset of tiers. The same object serves ``graph.invoke``
+    and ``graph.ainvoke``: sync methods use sync drivers, async methods use
+    async drivers, and both share the local SQLite file.
+
+    ``put`` returns only when every configured tier has the checkpoint. If a
+    tier fails, the checkpoint is withdrawn from the tiers that took it and
+    `TierUnavailable` is raised; a value that cannot be serialized raises
+    `SerializationError` before anything is written.
+
+    Args:
+        sqlite: path of the local SQLite file, ``":memory:"``, or None for no
+            local tier.
+        redis: a ``redis://`` URL, or None.
+        postgres: a ``postgresql://`` URL, or None.
+        serde: the serializer (default: LangGraph's JsonPlusSerializer).
+        signing_key: bytes or str. Makes each record's checksum an HMAC, so
+            records planted without the key are rejected.
+        redis_key_prefix: prefix of every Redis key this saver writes.
+        postgres_pool_size: maximum connections in each psycopg pool.
+        sqlite_busy_timeout: seconds to wait for another process's SQLite lock.
+    """
+
+    def __init__(
+        self,
+        *,
+        sqlite: str | None = DEFAULT_SQLITE_PATH,
+        redis: str | None = None,
+        postgres: str | None = None,
+        serde: SerializerProtocol | None = None,
+        signing_key: bytes | str | None = None,
+        redis_key_prefix: str = DEFAULT_KEY_PREFIX,
+        postgres_pool_size: int = DEFAULT_POOL_SIZE,
+        sqlite_busy_timeout: float = DEFAULT_BUSY_TIMEOUT_S,
+    ) -> None:
+        super().__init__(serde=serde)
+        if sqlite is None and redis is None and postgres is None:
+            raise ConfigError("DurableSaver needs at least one tier: pass sqlite=, redis= or postgres=.")
+        if sqlite is not None and not isinstance(sqlite, (str, os.PathLike)):
+            raise ConfigError(f"sqlite= must be a file path, ':memory:' or None, not {type(sqlite).__name__}.")
+        if redis is not None:
+            _check_url("redis", redis, _REDIS_SCHEMES)
+        if postgres is not None:
+            _check_url("postgres", postgres, _POSTGRES_SCHEMES)
+        if postgres_pool_size < 1:
+            raise ConfigError(f"postgres_pool_size must be at least 1, got {postgres_pool_size}.")
+        key = signing_key.encode() if isinstance(signing_key, str) else (signing_key or b"")
+        if len(key) > 64:
+            raise ConfigError("signing_key may be at most 64 bytes (BLAKE2b's key size).")
+        self.sqlite_path = os.fspath(sqlite) if sqlite is not None else None
+        self.redis_url = redis
+        self.postgres_url = postgres
+        self.redis_key_prefix = redis_key_prefix
+        self.postgres_pool_size = postgres_pool_size
+        self._codec = RecordCodec(self.serde, signing_key=key)
+        self._local = SqliteTier(self.sqlite_path, busy_timeout=sqlite_busy_timeout) if self.sqlite_path else None
+        self._lock = threading.Lock()
+        self._sync: TierChain | None = None
+        self._async: AsyncTierChain | None = None
+        self._async_loop: asyncio.AbstractEventLoop | None = None
+
+    # -- construction -----------------------------------------------------------
+
+    @classmethod
+    def from_urls(
+        cls,
+        *,
+        sqlite: str | None = DEFAULT_SQLITE_PATH,
+        redis: str | None = None,
+        postgres: str | None = None,
+        **options: Any,
+    ) -> DurableSaver:
+        """Same as the constructor; reads well as ``with DurableSaver.from_urls(...) as saver``."""
+        return cls(sqlite=sqlite, redis=redis, postgres=postgres, **options)
+
+    @classmethod
+    def from_env(cls, **options: Any) -> DurableSaver:
+        """Tiers from ``LANGGRAPH_DURABLE_SQLITE`` (a path, ``:memory:``, or
+        empty for no local tier; default ``.langgraph_durable/checkpoints.sqlite``),
+        ``LANGGRAPH_DURABLE_REDIS_URL``, ``LANGGRAPH_DURABLE_POSTGRES_URL`` and
+        ``LANGGRAPH_DURABLE_SIGNING_KEY``. Keyword options override them."""
+        env = os.environ
+        sqlite = env.get(ENV_SQLITE, DEFAULT_SQLITE_PATH) or None
+        kwargs: dict[str, Any] = {
+            "sqlite": sqlite,
+            "redis": env.get(ENV_REDIS_URL) or None,
+            "postgres": env.get(ENV_POSTGRES_URL) or None,
+        }
+        if env.get(ENV_SIGNING_KEY):
+            kwargs["signing_key"] = env[ENV_SIGNING_KEY]
+        kwargs.update(options)
+        return cls(**kwargs)
+
+    @property
+    def tier_names(self) -> list[str]:
+        """The configured tiers, nearest first."""
+        return [
+            name
+            for name, on in (("sqlite", self.sqlite_path), ("redis", self.redis_url), ("postgres", self.postgres_url))
+            if on
+        ]
+
+    def _sync_chain(self) -> TierChain:
+        with self._lock:
+            if self._sync is None:
+                shared: list[Any] = []
+                if self.redis_url:
+                    shared.append(RedisTier(self.redis_url, key_prefix=self.redis_key_prefix))
+                if self.postgres_url:
+                    shared.append(PostgresTier(self.postgres_url, pool_size=self.postgres_pool_size))
+                self._sync = TierChain(self._local, shared, self._codec)
+            return self._sync
+
+    def _async_chain(self) -> AsyncTierChain:
+        # Async drivers bind to the event loop that first uses them.
+        loop = asyncio.get_running_loop()
+        if self._async is not None and self._async_loop is not loop:
+            if self._async_loop is not None and not self._async_loop.is_closed():
+                raise ConfigError(
+                    "this DurableSaver's async connections belong to another running event loop; "
+                    "use one saver per event loop (or `await saver.aclose()` before switching loops)."
+                )
+            self._async = None  # its loop is gone, and its connections with it
+        if self._async is None:
+            shared: list[Any] = []
+            if self.redis_url:
+                shared.append(AsyncRedisTier(self.redis_url, key_prefix=self.redis_key_prefix))
+            if self.postgres_url:
+                shared.append(AsyncPostgresTier(self.postgres_url, pool_size=self.postgres_pool_size))
+            local = AsyncSqliteTier(self._local) if self._local is not None else None
+            self._async = AsyncTierChain(local, shared, self._codec)
+            self._async_loop = loop
+        return self._async
+
+    # -- lifecycle --------------------------------------------------------------
+
+    def setup(self) -> None:
+        """Create or migrate the schema of every tier. Idempotent; safe from
+        many replicas at once. Raises `TierUnavailable` naming the tier that
+        cannot be reached. Called on first use if you do not call it."""
+        self._sync_chain().setup()
+
+    async def asetup(self) -> None:
+        """Async `setup`."""
+        await self._async_chain().setup()
+
+    def close(self) -> None:
+        """Close the sync connections and the local file. The saver may not be
+        used afterwards. Call `aclose` instead if you used the async face."""
+        if self._sync is not None:
+            self._sync.close()
+            self._sync = None
+        if self._async is None and self._local is not None:
+            self._local.close()
+
+    async def aclose(self) -> None:
+        """Close every connection, sync and async, and the local file."""
+        if self._async is not None:
+            await self._async.close()
+            if self._async.local is not None:
+                await self._async.local.close()
+            self._async = None
+            self._async_loop = None
+        self.close()
+        if self._local is not None:
+            self._local.close()
+
+    def __enter__(self) -> DurableSaver:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+        if self._local is not None:
+            self._local.close()
+
+    async def __aenter__(self) -> DurableSaver:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    # -- BaseCheckpointSaver: sync face -------------------------------------------
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return self._sync_chain().get_tuple(config)
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        yield from self._sync_chain().list_tuples(config, filter=filter, before=before, limit=limit)
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return self._sync_chain().put(config, checkpoint, metadata, new_versions)
+
+    def put_writes(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
+    ) -> None:
+        self._sync_chain().put_writes(config, writes, task_id, task_path)
+
+    def delete_thread(self, thread_id: str) -> None:
+        self._sync_chain().delete_thread(thread_id)
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        self._sync_chain().delete_for_runs(run_ids)
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        self._sync_chain().copy_thread(source_thread_id, target_thread_id)
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        self._sync_chain().prune(thread_ids, strategy=strategy)
+
+    # -- BaseCheckpointSaver: async face ------------------------------------------
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return await self._async_chain().get_tuple(config)
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        for item in await self._async_chain().list_tuples(config, filter=filter, before=before, limit=limit):
+            yield item
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return await self._async_chain().put(config, checkpoint, metadata, new_versions)
+
+    async def aput_writes(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
+    ) -> None:
+        await self._async_chain().put_writes(config, writes, task_id, task_path)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await self._async_chain().delete_thread(thread_id)
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        await self._async_chain().delete_for_runs(run_ids)
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        await self._async_chain().copy_thread(source_thread_id, target_thread_id)
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        await self._async_chain().prune(thread_ids, strategy=strategy)
+
+    # -- versions -------------------------------------------------------------------
+
+    def get_next_version(self, current: str | None, channel: None) -> str:
+        """Same format as the stock savers: zero-padded counter + random
+        suffix, so versions compare correctly as strings."""
+        if current is None:
+            n = 0
+        elif isinstance(current, int):
+            n = current
+        else:
+            n = int(str(current).split(".")[0])
+        return f"{n + 1:032}.{random.random():016}"

@@ -1,0 +1,288 @@
+"""The Redis tier: the hot tier shared by every replica.
+
+Plain Redis 6+ or Valkey, no modules. Every key of one thread carries the
+hash tag ``{thread_id}``, so on Redis Cluster a thread lives on one slot and
+its multi-key transactions stay legal. Layout, under the key prefix ``P``::
+
+    P:{T}:cp              hash  "ns\\0id"          -> [parent, run_id, metadata json, envelope]
+    P:{T}:ids:<ns>        zset  checkpoint ids (score 0, ordered by id)
+    P:{T}:nss             set   namespaces of the thread
+    P:{T}:blob            hash  "ns\\0channel\\0ver" -> envelope
+    P:{T}:w:<ns>\\0<id>    hash  "task\\0idx"       -> [channel, task_path, envelope]
+    P:{T}:wkeys           set   the thread's write hashes (for deletes)
+    P:threads             set   thread ids            (list(None), delete_for_runs)
+    P:run:<run_id>        set   "T\\0ns\\0id" of the run's checkpoints
+
+The two global sets are the only keys outside a thread's slot.
+
+This is the async source; ``redis.py`` is generated from it by
+``tools/generate_sync.py``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import ormsgpack
+from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from ..records import BlobRow, CheckpointRow, WriteRow, metadata_matches
+from .base import BlobKey, redact, unavailable_on
+
+DEFAULT_KEY_PREFIX = "langgraph_durable"
+DEFAULT_SOCKET_TIMEOUT_S = 5.0
+_ERRORS = (RedisConnectionError, RedisTimeoutError, OSError)
+_SEP = "\x00"
+
+
+def _pack(*parts: Any) -> bytes:
+    return ormsgpack.packb(list(parts))
+
+
+def _unpack(data: bytes, n: int) -> list[Any]:
+    """A stored frame, or n Nones-but-empty-envelope if the frame is damaged:
+    the empty envelope then fails verification like any corrupt copy."""
+    try:
+        parts = ormsgpack.unpackb(data)
+        if isinstance(parts, list) and len(parts) == n:
+            return parts
+    except ormsgpack.MsgpackDecodeError:
+        pass
+    return [None] * (n - 1) + [b""]
+
+
+class AsyncRedisTier:
+    """Checkpoints in Redis, one hash-tagged key family per thread."""
+
+    name = "redis"
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        key_prefix: str = DEFAULT_KEY_PREFIX,
+        socket_timeout: float = DEFAULT_SOCKET_TIMEOUT_S,
+    ) -> None:
+        self.url = url
+        self.where = redact(url)
+        self.prefix = key_prefix
+        self.client = Redis.from_url(
+            url, socket_timeout=socket_timeout, socket_connect_timeout=socket_timeout, decode_responses=False
+        )
+
+    # -- keys -----------------------------------------------------------------
+
+    def _k(self, thread_id: str, part: str) -> str:
+        return f"{self.prefix}:{{{thread_id}}}:{part}"
+
+    def _threads(self) -> str:
+        return f"{self.prefix}:threads"
+
+    def _run(self, run_id: str) -> str:
+        return f"{self.prefix}:run:{run_id}"
+
+    def _wkey(self, thread_id: str, ns: str, checkpoint_id: str) -> str:
+        return self._k(thread_id, f"w:{ns}{_SEP}{checkpoint_id}")
+
+    # -- lifecycle --------------------------------------------------------------
+
+    async def setup(self) -> None:
+        with unavailable_on("redis", self.where, *_ERRORS):
+            await self.client.ping()
+
+    async def close(self) -> None:
+        await self.client.aclose()
+
+    # -- writes -------------------------------------------------------------------
+
+    async def write_checkpoint(self, row: CheckpointRow, blobs: Sequence[BlobRow]) -> None:
+        t, ns, cid = row.thread_id, row.checkpoint_ns, row.checkpoint_id
+        with unavailable_on("redis", self.where, *_ERRORS):
+            async with self.client.pipeline(transaction=True) as pipe:
+                pipe.hset(self._k(t, "cp"), f"{ns}{_SEP}{cid}", _pack(row.parent_id, row.run_id, row.metadata_json, row.envelope))
+                pipe.zadd(self._k(t, f"ids:{ns}"), {cid: 0})
+                pipe.sadd(self._k(t, "nss"), ns)
+                for b in blobs:
+                    pipe.hsetnx(self._k(t, "blob"), f"{b.checkpoint_ns}{_SEP}{b.channel}{_SEP}{b.version}", b.envelope)
+                pipe.sadd(self._threads(), t)
+                if row.run_id:
+                    pipe.sadd(self._run(row.run_id), f"{t}{_SEP}{ns}{_SEP}{cid}")
+                await pipe.execute()
+
+    async def write_blobs(self, blobs: Sequence[BlobRow]) -> None:
+        if not blobs:
+            return
+        with unavailable_on("redis", self.where, *_ERRORS):
+            async with self.client.pipeline(transaction=True) as pipe:
+                for b in blobs:
+                    pipe.hset(self._k(b.thread_id, "blob"), f"{b.checkpoint_ns}{_SEP}{b.channel}{_SEP}{b.version}", b.envelope)
+                await pipe.execute()
+
+    async def write_writes(self, rows: Sequence[WriteRow], upsert: bool) -> None:
+        if not rows:
+            return
+        with unavailable_on("redis", self.where, *_ERRORS):
+            async with self.client.pipeline(transaction=True) as pipe:
+                for w in rows:
+                    key = self._wkey(w.thread_id, w.checkpoint_ns, w.checkpoint_id)
+                    field = f"{w.task_id}{_SEP}{w.idx}"
+                    value = _pack(w.channel, w.task_path, w.envelope)
+                    if upsert:
+                        pipe.hset(key, field, value)
+                    else:
+                        pipe.hsetnx(key, field, value)
+                    pipe.sadd(self._k(w.thread_id, "wkeys"), key)
+                await pipe.execute()
+
+    # -- reads ----------------------------------------------------------------------
+
+    def _cp_row(self, thread_id: str, ns: str, cid: str, data: bytes) -> CheckpointRow:
+        parent, run_id, md, envelope = _unpack(data, 4)
+        return CheckpointRow(thread_id, ns, cid, parent, run_id, md or "{}", envelope)
+
+    async def read_checkpoint(self, thread_id: str, ns: str, checkpoint_id: str) -> CheckpointRow | None:
+        with unavailable_on("redis", self.where, *_ERRORS):
+            data = await self.client.hget(self._k(thread_id, "cp"), f"{ns}{_SEP}{checkpoint_id}")
+        return self._cp_row(thread_id, ns, checkpoint_id, data) if data is not None else None
+
+    async def read_blobs(self, thread_id: str, ns: str, keys: Sequence[BlobKey]) -> dict[BlobKey, BlobRow]:
+        if not keys:
+            return {}
+        with unavailable_on("redis", self.where, *_ERRORS):
+            values = await self.client.hmget(self._k(thread_id, "blob"), [f"{ns}{_SEP}{c}{_SEP}{v}" for c, v in keys])
+        return {(c, v): BlobRow(thread_id, ns, c, v, data) for (c, v), data in zip(keys, values) if data is not None}
+
+    async def read_writes(self, thread_id: str, ns: str, checkpoint_ids: Sequence[str]) -> list[WriteRow]:
+        if not checkpoint_ids:
+            return []
+        with unavailable_on("redis", self.where, *_ERRORS):
+            async with self.client.pipeline(transaction=False) as pipe:
+                for cid in checkpoint_ids:
+                    pipe.hgetall(self._wkey(thread_id, ns, cid))
+                results = await pipe.execute()
+        out = []
+        for cid, fields in zip(checkpoint_ids, results):
+            for field, data in fields.items():
+                task_id, idx = field.decode().rsplit(_SEP, 1)
+                channel, task_path, envelope = _unpack(data, 3)
+                out.append(WriteRow(thread_id, ns, cid, task_id, int(idx), channel or "", task_path or "", envelope))
+        return out
+
+    async def latest_id(self, thread_id: str, ns: str) -> str | None:
+        with unavailable_on("redis", self.where, *_ERRORS):
+            ids = await self.client.zrevrangebylex(self._k(thread_id, f"ids:{ns}"), "+", "-", start=0, num=1)
+        return ids[0].decode() if ids else None
+
+    async def list_checkpoints(
+        self,
+        thread_id: str | None,
+        ns: str | None,
+        checkpoint_id: str | None,
+        before: str | None,
+        filter: dict[str, Any] | None,
+        limit: int | None,
+    ) -> list[CheckpointRow]:
+        per_key_limit = None if filter else limit
+        rows: list[CheckpointRow] = []
+        with unavailable_on("redis", self.where, *_ERRORS):
+            if thread_id is not None:
+                threads = [thread_id]
+            else:
+                threads = sorted(t.decode() for t in await self.client.smembers(self._threads()))
+            for t in threads:
+                if ns is not None:
+                    namespaces = [ns]
+                else:
+                    namespaces = sorted(n.decode() for n in await self.client.smembers(self._k(t, "nss")))
+                for n in namespaces:
+                    if checkpoint_id is not None:
+                        if before is not None and not checkpoint_id < before:
+                            continue
+                        ids = [checkpoint_id]
+                    else:
+                        top = f"({before}" if before is not None else "+"
+                        if per_key_limit is None:
+                            raw = await self.client.zrevrangebylex(self._k(t, f"ids:{n}"), top, "-")
+                        else:
+                            raw = await self.client.zrevrangebylex(self._k(t, f"ids:{n}"), top, "-", start=0, num=per_key_limit)
+                        ids = [i.decode() for i in raw]
+                    if not ids:
+                        continue
+                    datas = await self.client.hmget(self._k(t, "cp"), [f"{n}{_SEP}{i}" for i in ids])
+                    rows.extend(self._cp_row(t, n, i, d) for i, d in zip(ids, datas) if d is not None)
+        rows.sort(key=lambda r: r.checkpoint_id, reverse=True)
+        if filter:
+            rows = [r for r in rows if metadata_matches(_loads(r.metadata_json), filter)]
+        return rows[:limit] if limit is not None else rows
+
+    # -- deletes ----------------------------------------------------------------------
+
+    async def delete_thread(self, thread_id: str) -> None:
+        t = thread_id
+        with unavailable_on("redis", self.where, *_ERRORS):
+            nss = await self.client.smembers(self._k(t, "nss"))
+            wkeys = await self.client.smembers(self._k(t, "wkeys"))
+            async with self.client.pipeline(transaction=True) as pipe:
+                keys = [self._k(t, p) for p in ("cp", "nss", "blob", "wkeys")]
+                keys += [self._k(t, f"ids:{n.decode()}") for n in nss]
+                keys += [k.decode() for k in wkeys]
+                pipe.delete(*keys)
+                pipe.srem(self._threads(), t)
+                await pipe.execute()
+
+    async def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        with unavailable_on("redis", self.where, *_ERRORS):
+            for run_id in run_ids:
+                members = await self.client.smembers(self._run(run_id))
+                async with self.client.pipeline(transaction=True) as pipe:
+                    for m in members:
+                        t, ns, cid = m.decode().split(_SEP)
+                        self._drop(pipe, t, ns, cid)
+                    pipe.delete(self._run(run_id))
+                    await pipe.execute()
+
+    def _drop(self, pipe: Any, t: str, ns: str, cid: str) -> None:
+        pipe.hdel(self._k(t, "cp"), f"{ns}{_SEP}{cid}")
+        pipe.zrem(self._k(t, f"ids:{ns}"), cid)
+        pipe.delete(self._wkey(t, ns, cid))
+        pipe.srem(self._k(t, "wkeys"), self._wkey(t, ns, cid))
+
+    async def delete_checkpoint(self, thread_id: str, ns: str, checkpoint_id: str) -> None:
+        with unavailable_on("redis", self.where, *_ERRORS):
+            async with self.client.pipeline(transaction=True) as pipe:
+                pipe.hdel(self._k(thread_id, "cp"), f"{ns}{_SEP}{checkpoint_id}")
+                pipe.zrem(self._k(thread_id, f"ids:{ns}"), checkpoint_id)
+                await pipe.execute()
+
+    async def prune(self, thread_id: str, keep: set[tuple[str, str]], keep_blobs: set[tuple[str, str, str]]) -> None:
+        t = thread_id
+        with unavailable_on("redis", self.where, *_ERRORS):
+            fields = await self.client.hkeys(self._k(t, "cp"))
+            wkeys = {k.decode() for k in await self.client.smembers(self._k(t, "wkeys"))}
+            blob_fields = await self.client.hkeys(self._k(t, "blob"))
+            kept_wkeys = {self._wkey(t, ns, cid) for ns, cid in keep}
+            async with self.client.pipeline(transaction=True) as pipe:
+                for f in fields:
+                    ns, cid = f.decode().split(_SEP)
+                    if (ns, cid) not in keep:
+                        self._drop(pipe, t, ns, cid)
+                for k in wkeys - kept_wkeys:
+                    pipe.delete(k)
+                    pipe.srem(self._k(t, "wkeys"), k)
+                for f in blob_fields:
+                    ns, ch, ver = f.decode().split(_SEP)
+                    if (ns, ch, ver) not in keep_blobs:
+                        pipe.hdel(self._k(t, "blob"), f)
+                await pipe.execute()
+
+
+def _loads(metadata_json: str) -> dict[str, Any]:
+    try:
+        value = json.loads(metadata_json)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}

@@ -1,0 +1,380 @@
+"""The local SQLite tier: the embedded default, and the cache + journal in
+front of the shared tiers.
+
+One connection per saver, guarded by a lock. SQLite serializes writers
+anyway, so a pool buys nothing inside one process; across processes WAL
+mode plus a busy timeout and ``BEGIN IMMEDIATE`` (take the write lock up
+front, so two writers never deadlock upgrading a read lock) keep
+``database is locked`` away. The async face runs these same methods on one
+worker thread, as aiosqlite does, so the SQL is written once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from typing import Any
+
+from ..errors import ConfigError
+from ..records import BlobRow, CheckpointRow, WriteRow, metadata_matches
+from .base import BlobKey, unavailable_on
+
+DEFAULT_BUSY_TIMEOUT_S = 30.0
+
+# Index = schema version. Append only; never edit a shipped entry.
+MIGRATIONS: list[str] = [
+    "",  # version 0: empty database
+    """
+    CREATE TABLE IF NOT EXISTS lgd_checkpoints (
+        thread_id TEXT NOT NULL,
+        checkpoint_ns TEXT NOT NULL,
+        checkpoint_id TEXT NOT NULL,
+        parent_id TEXT,
+        run_id TEXT,
+        metadata TEXT NOT NULL,
+        record BLOB NOT NULL,
+        PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id)
+    ) WITHOUT ROWID;
+    CREATE INDEX IF NOT EXISTS lgd_checkpoints_run ON lgd_checkpoints(run_id)
+        WHERE run_id IS NOT NULL;
+    CREATE TABLE IF NOT EXISTS lgd_blobs (
+        thread_id TEXT NOT NULL,
+        checkpoint_ns TEXT NOT NULL,
+        channel TEXT NOT NULL,
+        version TEXT NOT NULL,
+        record BLOB NOT NULL,
+        PRIMARY KEY (thread_id, checkpoint_ns, channel, version)
+    ) WITHOUT ROWID;
+    CREATE TABLE IF NOT EXISTS lgd_writes (
+        thread_id TEXT NOT NULL,
+        checkpoint_ns TEXT NOT NULL,
+        checkpoint_id TEXT NOT NULL,
+        task_id TEXT NOT NULL,
+        idx INTEGER NOT NULL,
+        channel TEXT NOT NULL,
+        task_path TEXT NOT NULL,
+        record BLOB NOT NULL,
+        PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
+    ) WITHOUT ROWID;
+    CREATE TABLE IF NOT EXISTS lgd_journal (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        kind TEXT NOT NULL,
+        thread_id TEXT NOT NULL,
+        checkpoint_ns TEXT NOT NULL,
+        checkpoint_id TEXT NOT NULL,
+        task_id TEXT,
+        created_at REAL NOT NULL
+    );
+    """,
+]
+
+_CP_COLS = "thread_id, checkpoint_ns, checkpoint_id, parent_id, run_id, metadata, record"
+
+
+def _cp(row: tuple[Any, ...]) -> CheckpointRow:
+    return CheckpointRow(row[0], row[1], row[2], row[3], row[4], row[5], bytes(row[6]))
+
+
+class SqliteTier:
+    """Local SQLite storage. Thread-safe; every method is atomic."""
+
+    name = "sqlite"
+
+    def __init__(self, path: str, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT_S) -> None:
+        self.path = path
+        self.busy_timeout = busy_timeout
+        self._lock = threading.RLock()
+        self._conn: sqlite3.Connection | None = None
+        self._ready = False
+
+    # -- connection ---------------------------------------------------------
+
+    def _connect(self) -> sqlite3.Connection:
+        if self._conn is not None:
+            return self._conn
+        if self.path != ":memory:":
+            parent = os.path.dirname(os.path.abspath(self.path))
+            try:
+                os.makedirs(parent, exist_ok=True)
+            except OSError as exc:
+                raise ConfigError(
+                    f"cannot create the folder {parent!r} for the SQLite tier ({exc}); "
+                    "pass sqlite= a writable path, ':memory:', or None for no local tier."
+                ) from exc
+        with unavailable_on("sqlite", self.path, sqlite3.OperationalError):
+            conn = sqlite3.connect(
+                self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False
+            )
+            conn.execute("PRAGMA journal_mode=WAL")
+            # NORMAL in WAL mode: a commit survives a process crash (the
+            # case we guard against); only an OS crash may lose the last ones.
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout * 1000)}")
+        self._conn = conn
+        return conn
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction holding the write lock from its first statement."""
+        with self._lock, unavailable_on("sqlite", self.path, sqlite3.OperationalError):
+            conn = self._connect()
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+    @contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        with self._lock, unavailable_on("sqlite", self.path, sqlite3.OperationalError):
+            yield self._connect()
+
+    def setup(self) -> None:
+        with self._lock:
+            if self._ready:
+                return
+            with self._tx() as conn:
+                current = conn.execute("PRAGMA user_version").fetchone()[0]
+                for version in range(current + 1, len(MIGRATIONS)):
+                    for statement in MIGRATIONS[version].split(";"):
+                        if statement.strip():
+                            conn.execute(statement)
+                    conn.execute(f"PRAGMA user_version={version}")
+            self._ready = True
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+            self._ready = False
+
+    # -- writes -------------------------------------------------------------
+
+    @staticmethod
+    def _insert_checkpoint(conn: sqlite3.Connection, row: CheckpointRow, blobs: Sequence[BlobRow]) -> None:
+        conn.execute(
+            f"INSERT OR REPLACE INTO lgd_checkpoints ({_CP_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (row.thread_id, row.checkpoint_ns, row.checkpoint_id, row.parent_id, row.run_id, row.metadata_json, row.envelope),
+        )
+        if blobs:
+            conn.executemany(
+                "INSERT OR IGNORE INTO lgd_blobs VALUES (?, ?, ?, ?, ?)",
+                [(b.thread_id, b.checkpoint_ns, b.channel, b.version, b.envelope) for b in blobs],
+            )
+
+    def write_checkpoint(self, row: CheckpointRow, blobs: Sequence[BlobRow], *, journal: bool = False) -> int | None:
+        """Store the checkpoint; with `journal`, also record it as not yet
+        acknowledged by the shared tiers, in the same transaction. Returns the
+        journal entry's id."""
+        with self._tx() as conn:
+            self._insert_checkpoint(conn, row, blobs)
+            if journal:
+                cur = conn.execute(
+                    "INSERT INTO lgd_journal (kind, thread_id, checkpoint_ns, checkpoint_id, created_at) "
+                    "VALUES ('checkpoint', ?, ?, ?, ?)",
+                    (row.thread_id, row.checkpoint_ns, row.checkpoint_id, time.time()),
+                )
+                return cur.lastrowid
+        return None
+
+    def write_blobs(self, blobs: Sequence[BlobRow]) -> None:
+        with self._tx() as conn:
+            conn.executemany(
+                "INSERT OR REPLACE INTO lgd_blobs VALUES (?, ?, ?, ?, ?)",
+                [(b.thread_id, b.checkpoint_ns, b.channel, b.version, b.envelope) for b in blobs],
+            )
+
+    def write_writes(self, rows: Sequence[WriteRow], upsert: bool, *, journal: bool = False) -> int | None:
+        verb = "INSERT OR REPLACE" if upsert else "INSERT OR IGNORE"
+        with self._tx() as conn:
+            conn.executemany(
+                f"{verb} INTO lgd_writes VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [(w.thread_id, w.checkpoint_ns, w.checkpoint_id, w.task_id, w.idx, w.channel, w.task_path, w.envelope) for w in rows],
+            )
+            if journal and rows:
+                first = rows[0]
+                cur = conn.execute(
+                    "INSERT INTO lgd_journal (kind, thread_id, checkpoint_ns, checkpoint_id, task_id, created_at) "
+                    "VALUES ('writes', ?, ?, ?, ?, ?)",
+                    (first.thread_id, first.checkpoint_ns, first.checkpoint_id, first.task_id, time.time()),
+                )
+                return cur.lastrowid
+        return None
+
+    def journal_done(self, seq: int | None) -> None:
+        if seq is None:
+            return
+        with self._tx() as conn:
+            conn.execute("DELETE FROM lgd_journal WHERE seq = ?", (seq,))
+
+    def pending_journal(self) -> list[tuple[int, str, str, str, str, str | None]]:
+        """Entries whose shared-tier writes were never acknowledged (a crash
+        between the local commit and the acknowledgement)."""
+        with self._read() as conn:
+            return conn.execute(
+                "SELECT seq, kind, thread_id, checkpoint_ns, checkpoint_id, task_id FROM lgd_journal ORDER BY seq"
+            ).fetchall()
+
+    # -- reads --------------------------------------------------------------
+
+    def read_checkpoint(self, thread_id: str, ns: str, checkpoint_id: str) -> CheckpointRow | None:
+        with self._read() as conn:
+            row = conn.execute(
+                f"SELECT {_CP_COLS} FROM lgd_checkpoints WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?",
+                (thread_id, ns, checkpoint_id),
+            ).fetchone()
+        return _cp(row) if row else None
+
+    def read_blobs(self, thread_id: str, ns: str, keys: Sequence[BlobKey]) -> dict[BlobKey, BlobRow]:
+        if not keys:
+            return {}
+        found: dict[BlobKey, BlobRow] = {}
+        with self._read() as conn:
+            for channel, version in keys:
+                r = conn.execute(
+                    "SELECT record FROM lgd_blobs WHERE thread_id = ? AND checkpoint_ns = ? AND channel = ? AND version = ?",
+                    (thread_id, ns, channel, version),
+                ).fetchone()
+                if r:
+                    found[(channel, version)] = BlobRow(thread_id, ns, channel, version, bytes(r[0]))
+        return found
+
+    def read_writes(self, thread_id: str, ns: str, checkpoint_ids: Sequence[str]) -> list[WriteRow]:
+        if not checkpoint_ids:
+            return []
+        marks = ",".join("?" * len(checkpoint_ids))
+        with self._read() as conn:
+            rows = conn.execute(
+                "SELECT thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, task_path, record "
+                f"FROM lgd_writes WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id IN ({marks})",
+                (thread_id, ns, *checkpoint_ids),
+            ).fetchall()
+        return [WriteRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], bytes(r[7])) for r in rows]
+
+    def latest_id(self, thread_id: str, ns: str) -> str | None:
+        with self._read() as conn:
+            row = conn.execute(
+                "SELECT checkpoint_id FROM lgd_checkpoints WHERE thread_id = ? AND checkpoint_ns = ? "
+                "ORDER BY checkpoint_id DESC LIMIT 1",
+                (thread_id, ns),
+            ).fetchone()
+        return row[0] if row else None
+
+    def list_checkpoints(
+        self,
+        thread_id: str | None,
+        ns: str | None,
+        checkpoint_id: str | None,
+        before: str | None,
+        filter: dict[str, Any] | None,
+        limit: int | None,
+    ) -> list[CheckpointRow]:
+        wheres, params = [], []
+        for column, value in (("thread_id", thread_id), ("checkpoint_ns", ns), ("checkpoint_id", checkpoint_id)):
+            if value is not None:
+                wheres.append(f"{column} = ?")
+                params.append(value)
+        if before is not None:
+            wheres.append("checkpoint_id < ?")
+            params.append(before)
+        sql = f"SELECT {_CP_COLS} FROM lgd_checkpoints"
+        if wheres:
+            sql += " WHERE " + " AND ".join(wheres)
+        sql += " ORDER BY checkpoint_id DESC"
+        if limit is not None and not filter:
+            sql += f" LIMIT {int(limit)}"
+        out: list[CheckpointRow] = []
+        with self._read() as conn:
+            for r in conn.execute(sql, params):
+                if filter and not metadata_matches(json.loads(r[5]), filter):
+                    continue
+                out.append(_cp(r))
+                if limit is not None and len(out) >= limit:
+                    break
+        return out
+
+    # -- deletes --------------------------------------------------------------
+
+    def delete_thread(self, thread_id: str) -> None:
+        with self._tx() as conn:
+            for table in ("lgd_checkpoints", "lgd_blobs", "lgd_writes", "lgd_journal"):
+                conn.execute(f"DELETE FROM {table} WHERE thread_id = ?", (thread_id,))
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        if not run_ids:
+            return
+        marks = ",".join("?" * len(run_ids))
+        with self._tx() as conn:
+            doomed = conn.execute(
+                f"SELECT thread_id, checkpoint_ns, checkpoint_id FROM lgd_checkpoints WHERE run_id IN ({marks})",
+                list(run_ids),
+            ).fetchall()
+            conn.executemany(
+                "DELETE FROM lgd_writes WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?", doomed
+            )
+            conn.execute(f"DELETE FROM lgd_checkpoints WHERE run_id IN ({marks})", list(run_ids))
+
+    def delete_checkpoint(self, thread_id: str, ns: str, checkpoint_id: str) -> None:
+        with self._tx() as conn:
+            conn.execute(
+                "DELETE FROM lgd_checkpoints WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?",
+                (thread_id, ns, checkpoint_id),
+            )
+
+    def prune(self, thread_id: str, keep: set[tuple[str, str]], keep_blobs: set[tuple[str, str, str]]) -> None:
+        with self._tx() as conn:
+            for table, cols in (
+                ("lgd_checkpoints", "checkpoint_ns, checkpoint_id"),
+                ("lgd_writes", "checkpoint_ns, checkpoint_id"),
+            ):
+                rows = conn.execute(f"SELECT DISTINCT {cols} FROM {table} WHERE thread_id = ?", (thread_id,)).fetchall()
+                conn.executemany(
+                    f"DELETE FROM {table} WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?",
+                    [(thread_id, ns, cid) for ns, cid in rows if (ns, cid) not in keep],
+                )
+            blobs = conn.execute(
+                "SELECT checkpoint_ns, channel, version FROM lgd_blobs WHERE thread_id = ?", (thread_id,)
+            ).fetchall()
+            conn.executemany(
+                "DELETE FROM lgd_blobs WHERE thread_id = ? AND checkpoint_ns = ? AND channel = ? AND version = ?",
+                [(thread_id, *b) for b in blobs if tuple(b) not in keep_blobs],
+            )
+
+
+class AsyncSqliteTier:
+    """The async face of a `SqliteTier`: each method runs on one worker thread.
+
+    Nothing is re-implemented: ``await tier.read_checkpoint(...)`` calls
+    `SqliteTier.read_checkpoint` off the event loop, so a busy database never
+    blocks other tasks.
+    """
+
+    name = "sqlite"
+
+    def __init__(self, tier: SqliteTier) -> None:
+        self.tier = tier
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="langgraph-durable-sqlite")
+
+    def __getattr__(self, method: str) -> Callable[..., Any]:
+        fn = getattr(self.tier, method)
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(self._pool, functools.partial(fn, *args, **kwargs))
+
+        return call
+
+    async def close(self) -> None:
+        # The shared SqliteTier is closed by its owner; only the worker goes.
+        self._pool.shutdown(wait=False)

@@ -1,0 +1,118 @@
+"""Shared fixtures: real Redis and Postgres, a fresh database / key prefix per test.
+
+Servers come from LANGGRAPH_DURABLE_TEST_POSTGRES_URL and
+LANGGRAPH_DURABLE_TEST_REDIS_URL. When one is missing, its tests skip
+locally but FAIL under CI=true: CI must never pass by skipping.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+import redis as redis_lib
+
+from langgraph_durable import DurableSaver
+
+POSTGRES_URL = os.environ.get("LANGGRAPH_DURABLE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+REDIS_URL = os.environ.get("LANGGRAPH_DURABLE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+# Every non-empty combination of tiers, nearest first.
+CONFIGS = [
+    "sqlite",
+    "redis",
+    "postgres",
+    "sqlite+redis",
+    "sqlite+postgres",
+    "redis+postgres",
+    "sqlite+redis+postgres",
+]
+
+
+def _missing(what: str, exc: Exception) -> None:
+    message = f"{what} is not reachable ({exc}); start it or set its LANGGRAPH_DURABLE_TEST_* URL"
+    if IN_CI:
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def database_url(base: str, name: str) -> str:
+    head, _, tail = base.rpartition("/")
+    query = ""
+    if "?" in tail:
+        query = "?" + tail.split("?", 1)[1]
+    return f"{head}/{name}{query}"
+
+
+@pytest.fixture
+def postgres_url() -> Iterator[str]:
+    """A URL to a fresh, empty database, dropped after the test."""
+    name = f"lgd_test_{uuid.uuid4().hex[:16]}"
+    try:
+        admin = psycopg.connect(POSTGRES_URL, autocommit=True, connect_timeout=5)
+    except psycopg.OperationalError as exc:
+        _missing("Postgres", exc)
+    with admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield database_url(POSTGRES_URL, name)
+    finally:
+        with psycopg.connect(POSTGRES_URL, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def redis_prefix() -> Iterator[str]:
+    """A key prefix no other test uses; its keys are deleted afterwards."""
+    prefix = f"lgd_test_{uuid.uuid4().hex[:16]}"
+    client = redis_lib.Redis.from_url(REDIS_URL, socket_connect_timeout=5)
+    try:
+        client.ping()
+    except redis_lib.exceptions.ConnectionError as exc:
+        client.close()
+        _missing("Redis", exc)
+    try:
+        yield prefix
+    finally:
+        keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
+        if keys:
+            client.delete(*keys)
+        client.close()
+
+
+SaverFactory = Callable[..., DurableSaver]
+
+
+@pytest.fixture
+def make_saver(request: pytest.FixtureRequest, tmp_path: Path) -> SaverFactory:
+    """make_saver("sqlite+redis", **options) -> an unopened DurableSaver.
+
+    Savers made in one test share the same storage (file, prefix, database)
+    unless `sqlite_name` differs, as replicas sharing Redis/Postgres would.
+    """
+    state: dict[str, Any] = {}
+
+    def make(tiers: str, *, sqlite_name: str = "local.sqlite", **options: Any) -> DurableSaver:
+        parts = set(tiers.split("+"))
+        unknown = parts - {"sqlite", "redis", "postgres"}
+        assert not unknown, unknown
+        kwargs: dict[str, Any] = {"sqlite": str(tmp_path / sqlite_name) if "sqlite" in parts else None}
+        if "redis" in parts:
+            if "redis_prefix" not in state:
+                state["redis_prefix"] = request.getfixturevalue("redis_prefix")
+            kwargs["redis"] = REDIS_URL
+            kwargs["redis_key_prefix"] = state["redis_prefix"]
+        if "postgres" in parts:
+            if "postgres_url" not in state:
+                state["postgres_url"] = request.getfixturevalue("postgres_url")
+            kwargs["postgres"] = state["postgres_url"]
+        kwargs.update(options)
+        return DurableSaver(**kwargs)
+
+    return make
