@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 PACKAGE = Path(__file__).parent
@@ -40,7 +41,7 @@ NAMES = {
     "postgres_async": "postgres",
 }
 
-RULES = [
+RULES: list[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]]] = [
     (re.compile(r"\basync def\b"), "def"),
     (re.compile(r"\basync with\b"), "with"),
     (re.compile(r"\basync for\b"), "for"),
@@ -59,7 +60,7 @@ def header(source: str) -> str:
 def generate(source: str) -> str:
     text = (PACKAGE / source).read_text()
     for pattern, repl in RULES:
-        text = pattern.sub(repl, text)  # type: ignore[arg-type]
+        text = pattern.sub(repl, text)
     return header(source) + text
 
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import functools
 import logging
-from dataclasses import replace
 from collections import defaultdict
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from langchain_core.runnables import RunnableConfig
@@ -83,7 +83,9 @@ class TierChain:
                     checkpoint, _ = self.codec.decode_checkpoint(row)
                     keys = [(ch, version_key(v)) for ch, v in checkpoint["channel_versions"].items()]
                     blobs = list((self.local.read_blobs(thread_id, ns, keys)).values())
-                    _raise_first(run_all([functools.partial(t.write_checkpoint, row, blobs) for t in self.shared]))
+                    _raise_first(
+                        run_all([functools.partial(t.write_checkpoint, row, blobs) for t in self.shared])
+                    )
             else:
                 rows = [w for w in self.local.read_writes(thread_id, ns, [cid]) if w.task_id == task_id]
                 _raise_first(run_all([functools.partial(t.write_writes, rows, False) for t in self.shared]))
@@ -168,7 +170,9 @@ class TierChain:
         assert last is not None
         raise last
 
-    def _checkpoint(self, thread_id: str, ns: str, cid: str) -> tuple[CheckpointRow, dict[str, Any], dict[str, Any]] | None:
+    def _checkpoint(
+        self, thread_id: str, ns: str, cid: str
+    ) -> tuple[CheckpointRow, dict[str, Any], dict[str, Any]] | None:
         """A verified checkpoint row, nearest tier first, repairing the nearer tiers."""
         lacking: list[Tier] = []
         reasons: list[str] = []
@@ -230,7 +234,9 @@ class TierChain:
                     good.append(brow)
                 except BadRecord as exc:
                     reasons.append(f"{tier.name} {key[0]}@{key[1]}: {exc.reason}")
-                    logger.error("corrupt blob %s/%s/%s@%s in %s: %s", thread_id, ns, key[0], key[1], tier.name, exc.reason)
+                    logger.error(
+                        "corrupt blob %s/%s/%s@%s in %s: %s", thread_id, ns, key[0], key[1], tier.name, exc.reason
+                    )
             if good:
                 self._repair(lacking, lambda t: t.write_blobs(good))
             missing = [k for k in missing if k not in found]
@@ -245,7 +251,9 @@ class TierChain:
             )
         return found
 
-    def _writes(self, thread_id: str, ns: str, cids: Sequence[str]) -> dict[str, list[tuple[WriteRow, PendingWrite]]]:
+    def _writes(
+        self, thread_id: str, ns: str, cids: Sequence[str]
+    ) -> dict[str, list[tuple[WriteRow, PendingWrite]]]:
         """Pending writes of these checkpoints, from the authoritative tier."""
         rows = self._authority("pending writes", lambda t: t.read_writes(thread_id, ns, cids))
         out: dict[str, list[tuple[WriteRow, PendingWrite]]] = defaultdict(list)
@@ -276,7 +284,9 @@ class TierChain:
             reasons=reasons,
         )
 
-    def _tuples(self, found: Sequence[tuple[CheckpointRow, dict[str, Any], dict[str, Any]]]) -> list[CheckpointTuple]:
+    def _tuples(
+        self, found: Sequence[tuple[CheckpointRow, dict[str, Any], dict[str, Any]]]
+    ) -> list[CheckpointTuple]:
         """Attach channel values and pending writes, batched per (thread, ns)."""
         groups: dict[tuple[str, str], list[tuple[CheckpointRow, dict[str, Any], dict[str, Any]]]] = defaultdict(list)
         for item in found:
@@ -288,7 +298,9 @@ class TierChain:
             writes = self._writes(thread_id, ns, [row.checkpoint_id for row, _, _ in items])
             for row, cp, md in items:
                 values = {ch: blobs[(ch, version_key(v))][1] for ch, v in cp["channel_versions"].items()}
-                done[(thread_id, ns, row.checkpoint_id)] = assemble_tuple(row, cp, md, values, writes.get(row.checkpoint_id, []))
+                done[(thread_id, ns, row.checkpoint_id)] = assemble_tuple(
+                    row, cp, md, values, writes.get(row.checkpoint_id, [])
+                )
         return [done[(r.thread_id, r.checkpoint_ns, r.checkpoint_id)] for r, _, _ in found]
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
@@ -409,7 +421,6 @@ class TierChain:
                 keep.add((ns, row.checkpoint_id))
                 keep_blobs.update((ns, ch, version_key(v)) for ch, v in found[1]["channel_versions"].items())
             self._everywhere(lambda t: t.prune(thread_id, keep, keep_blobs))
-
 
 
 def _write_checkpoint(row: CheckpointRow, tier: Tier) -> None:

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import functools
 import logging
-from dataclasses import replace
 from collections import defaultdict
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from langchain_core.runnables import RunnableConfig
@@ -81,7 +81,9 @@ class AsyncTierChain:
                     checkpoint, _ = self.codec.decode_checkpoint(row)
                     keys = [(ch, version_key(v)) for ch, v in checkpoint["channel_versions"].items()]
                     blobs = list((await self.local.read_blobs(thread_id, ns, keys)).values())
-                    _raise_first(await arun_all([functools.partial(t.write_checkpoint, row, blobs) for t in self.shared]))
+                    _raise_first(
+                        await arun_all([functools.partial(t.write_checkpoint, row, blobs) for t in self.shared])
+                    )
             else:
                 rows = [w for w in await self.local.read_writes(thread_id, ns, [cid]) if w.task_id == task_id]
                 _raise_first(await arun_all([functools.partial(t.write_writes, rows, False) for t in self.shared]))
@@ -166,7 +168,9 @@ class AsyncTierChain:
         assert last is not None
         raise last
 
-    async def _checkpoint(self, thread_id: str, ns: str, cid: str) -> tuple[CheckpointRow, dict[str, Any], dict[str, Any]] | None:
+    async def _checkpoint(
+        self, thread_id: str, ns: str, cid: str
+    ) -> tuple[CheckpointRow, dict[str, Any], dict[str, Any]] | None:
         """A verified checkpoint row, nearest tier first, repairing the nearer tiers."""
         lacking: list[Tier] = []
         reasons: list[str] = []
@@ -228,7 +232,9 @@ class AsyncTierChain:
                     good.append(brow)
                 except BadRecord as exc:
                     reasons.append(f"{tier.name} {key[0]}@{key[1]}: {exc.reason}")
-                    logger.error("corrupt blob %s/%s/%s@%s in %s: %s", thread_id, ns, key[0], key[1], tier.name, exc.reason)
+                    logger.error(
+                        "corrupt blob %s/%s/%s@%s in %s: %s", thread_id, ns, key[0], key[1], tier.name, exc.reason
+                    )
             if good:
                 await self._repair(lacking, lambda t: t.write_blobs(good))
             missing = [k for k in missing if k not in found]
@@ -243,7 +249,9 @@ class AsyncTierChain:
             )
         return found
 
-    async def _writes(self, thread_id: str, ns: str, cids: Sequence[str]) -> dict[str, list[tuple[WriteRow, PendingWrite]]]:
+    async def _writes(
+        self, thread_id: str, ns: str, cids: Sequence[str]
+    ) -> dict[str, list[tuple[WriteRow, PendingWrite]]]:
         """Pending writes of these checkpoints, from the authoritative tier."""
         rows = await self._authority("pending writes", lambda t: t.read_writes(thread_id, ns, cids))
         out: dict[str, list[tuple[WriteRow, PendingWrite]]] = defaultdict(list)
@@ -274,7 +282,9 @@ class AsyncTierChain:
             reasons=reasons,
         )
 
-    async def _tuples(self, found: Sequence[tuple[CheckpointRow, dict[str, Any], dict[str, Any]]]) -> list[CheckpointTuple]:
+    async def _tuples(
+        self, found: Sequence[tuple[CheckpointRow, dict[str, Any], dict[str, Any]]]
+    ) -> list[CheckpointTuple]:
         """Attach channel values and pending writes, batched per (thread, ns)."""
         groups: dict[tuple[str, str], list[tuple[CheckpointRow, dict[str, Any], dict[str, Any]]]] = defaultdict(list)
         for item in found:
@@ -286,7 +296,9 @@ class AsyncTierChain:
             writes = await self._writes(thread_id, ns, [row.checkpoint_id for row, _, _ in items])
             for row, cp, md in items:
                 values = {ch: blobs[(ch, version_key(v))][1] for ch, v in cp["channel_versions"].items()}
-                done[(thread_id, ns, row.checkpoint_id)] = assemble_tuple(row, cp, md, values, writes.get(row.checkpoint_id, []))
+                done[(thread_id, ns, row.checkpoint_id)] = assemble_tuple(
+                    row, cp, md, values, writes.get(row.checkpoint_id, [])
+                )
         return [done[(r.thread_id, r.checkpoint_ns, r.checkpoint_id)] for r, _, _ in found]
 
     async def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
@@ -407,7 +419,6 @@ class AsyncTierChain:
                 keep.add((ns, row.checkpoint_id))
                 keep_blobs.update((ns, ch, version_key(v)) for ch, v in found[1]["channel_versions"].items())
             await self._everywhere(lambda t: t.prune(thread_id, keep, keep_blobs))
-
 
 
 async def _write_checkpoint(row: CheckpointRow, tier: Tier) -> None:

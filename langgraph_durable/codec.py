@@ -97,7 +97,9 @@ class RecordCodec:
                 tag, payload = EMPTY_TAG, b""
             v = version_key(version)
             blobs.append(
-                BlobRow(thread_id, ns, channel, v, seal(blob_context(thread_id, ns, channel, v), tag, payload, key=self.key))
+                BlobRow(
+                    thread_id, ns, channel, v, seal(blob_context(thread_id, ns, channel, v), tag, payload, key=self.key)
+                )
             )
         stored = {k: v for k, v in checkpoint.items() if k != "channel_values"}
         md = cast(dict[str, Any], get_serializable_checkpoint_metadata(config, metadata))
@@ -141,7 +143,9 @@ class RecordCodec:
             idx = WRITES_IDX_MAP.get(channel, i)
             tag, payload = self._dump(value, channel=channel, what="pending write to channel")
             ctx = write_context(thread_id, ns, cid, task_id, idx, channel, task_path)
-            rows.append(WriteRow(thread_id, ns, cid, task_id, idx, channel, task_path, seal(ctx, tag, payload, key=self.key)))
+            rows.append(
+                WriteRow(thread_id, ns, cid, task_id, idx, channel, task_path, seal(ctx, tag, payload, key=self.key))
+            )
         upsert = all(ch in WRITES_IDX_MAP for ch, _ in writes)
         return rows, upsert
 

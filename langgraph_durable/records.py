@@ -176,9 +176,7 @@ def metadata_json(metadata: dict[str, Any]) -> str:
     Values JSON cannot hold are stringified: the copy only narrows queries,
     the exact comparison happens on the decoded envelope.
     """
-    return json.dumps(metadata, default=str, ensure_ascii=False, separators=(",", ":")).replace(
-        "\\u0000", ""
-    )
+    return json.dumps(metadata, default=str, ensure_ascii=False, separators=(",", ":")).replace("\\u0000", "")
 
 
 def metadata_matches(metadata: dict[str, Any], filter: dict[str, Any] | None) -> bool:

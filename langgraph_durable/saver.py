@@ -25,7 +25,7 @@ from .chain_async import AsyncTierChain
 from .codec import RecordCodec
 from .errors import ConfigError
 from .tiers.postgres import PostgresTier
-from .tiers.postgres_async import DEFAULT_POOL_SIZE, AsyncPostgresTier
+from .tiers.postgres_async import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_POOL_SIZE, AsyncPostgresTier
 from .tiers.redis import RedisTier
 from .tiers.redis_async import DEFAULT_KEY_PREFIX, AsyncRedisTier
 from .tiers.sqlite import DEFAULT_BUSY_TIMEOUT_S, AsyncSqliteTier, SqliteTier
@@ -75,6 +75,8 @@ class DurableSaver(BaseCheckpointSaver[str]):
         redis_key_prefix: prefix of every Redis key this saver writes.
         postgres_pool_size: maximum connections in each psycopg pool.
         sqlite_busy_timeout: seconds to wait for another process's SQLite lock.
+        connect_timeout: seconds before Redis or Postgres counts as unreachable
+            (connecting, and each Redis command).
     """
 
     def __init__(
@@ -88,6 +90,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         redis_key_prefix: str = DEFAULT_KEY_PREFIX,
         postgres_pool_size: int = DEFAULT_POOL_SIZE,
         sqlite_busy_timeout: float = DEFAULT_BUSY_TIMEOUT_S,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
     ) -> None:
         super().__init__(serde=serde)
         if sqlite is None and redis is None and postgres is None:
@@ -108,6 +111,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         self.postgres_url = postgres
         self.redis_key_prefix = redis_key_prefix
         self.postgres_pool_size = postgres_pool_size
+        self.connect_timeout = connect_timeout
         self._codec = RecordCodec(self.serde, signing_key=key)
         self._local = SqliteTier(self.sqlite_path, busy_timeout=sqlite_busy_timeout) if self.sqlite_path else None
         self._lock = threading.Lock()
@@ -156,15 +160,24 @@ class DurableSaver(BaseCheckpointSaver[str]):
             if on
         ]
 
+    def _shared_tiers(self, redis_tier: type[Any], postgres_tier: type[Any]) -> list[Any]:
+        shared: list[Any] = []
+        if self.redis_url:
+            shared.append(
+                redis_tier(self.redis_url, key_prefix=self.redis_key_prefix, socket_timeout=self.connect_timeout)
+            )
+        if self.postgres_url:
+            shared.append(
+                postgres_tier(
+                    self.postgres_url, pool_size=self.postgres_pool_size, connect_timeout=self.connect_timeout
+                )
+            )
+        return shared
+
     def _sync_chain(self) -> TierChain:
         with self._lock:
             if self._sync is None:
-                shared: list[Any] = []
-                if self.redis_url:
-                    shared.append(RedisTier(self.redis_url, key_prefix=self.redis_key_prefix))
-                if self.postgres_url:
-                    shared.append(PostgresTier(self.postgres_url, pool_size=self.postgres_pool_size))
-                self._sync = TierChain(self._local, shared, self._codec)
+                self._sync = TierChain(self._local, self._shared_tiers(RedisTier, PostgresTier), self._codec)
             return self._sync
 
     def _async_chain(self) -> AsyncTierChain:
@@ -178,13 +191,8 @@ class DurableSaver(BaseCheckpointSaver[str]):
                 )
             self._async = None  # its loop is gone, and its connections with it
         if self._async is None:
-            shared: list[Any] = []
-            if self.redis_url:
-                shared.append(AsyncRedisTier(self.redis_url, key_prefix=self.redis_key_prefix))
-            if self.postgres_url:
-                shared.append(AsyncPostgresTier(self.postgres_url, pool_size=self.postgres_pool_size))
             local = AsyncSqliteTier(self._local) if self._local is not None else None
-            self._async = AsyncTierChain(local, shared, self._codec)
+            self._async = AsyncTierChain(local, self._shared_tiers(AsyncRedisTier, AsyncPostgresTier), self._codec)
             self._async_loop = loop
         return self._async
 

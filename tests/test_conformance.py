@@ -93,7 +93,9 @@ async def _run_suite(make_saver: Any, tiers: str, face: str) -> None:
         detected = {c.value for c in DetectedCapabilities.from_instance(probe).detected}
     assert detected == ALL_CAPABILITIES, f"capabilities not detected: {ALL_CAPABILITIES - detected}"
     results = report.to_dict()
-    failures = {cap: r for cap, r in results.get("results", results).items() if isinstance(r, dict) and r.get("failures")}
+    failures = {
+        cap: r for cap, r in results.get("results", results).items() if isinstance(r, dict) and r.get("failures")
+    }
     assert report.passed_all(), failures or results
     assert report.passed_all_base()
     ran = sum(r.tests_passed for r in report.results.values())

@@ -138,7 +138,15 @@ class PostgresTier:
                     "ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET "
                     "parent_id = EXCLUDED.parent_id, run_id = EXCLUDED.run_id, "
                     "metadata = EXCLUDED.metadata, record = EXCLUDED.record",
-                    (row.thread_id, row.checkpoint_ns, row.checkpoint_id, row.parent_id, row.run_id, row.metadata_json, row.envelope),
+                    (
+                        row.thread_id,
+                        row.checkpoint_ns,
+                        row.checkpoint_id,
+                        row.parent_id,
+                        row.run_id,
+                        row.metadata_json,
+                        row.envelope,
+                    ),
                 )
                 if blobs:
                     with conn.cursor() as cur:
@@ -171,7 +179,19 @@ class PostgresTier:
             with self.pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
                 cur.executemany(
                     f"INSERT INTO lgd_writes VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT {conflict}",
-                    [(w.thread_id, w.checkpoint_ns, w.checkpoint_id, w.task_id, w.idx, w.channel, w.task_path, w.envelope) for w in rows],
+                    [
+                        (
+                            w.thread_id,
+                            w.checkpoint_ns,
+                            w.checkpoint_id,
+                            w.task_id,
+                            w.idx,
+                            w.channel,
+                            w.task_path,
+                            w.envelope,
+                        )
+                        for w in rows
+                    ],
                 )
 
     # -- reads ------------------------------------------------------------------------

@@ -70,7 +70,9 @@ class AsyncRedisTier:
         self.url = url
         self.where = redact(url)
         self.prefix = key_prefix
-        self.client = Redis.from_url(
+        # Typed Any: redis-py types replies as bytes | str whatever
+        # decode_responses says; with False they are always bytes.
+        self.client: Any = Redis.from_url(
             url, socket_timeout=socket_timeout, socket_connect_timeout=socket_timeout, decode_responses=False
         )
 
@@ -103,7 +105,11 @@ class AsyncRedisTier:
         t, ns, cid = row.thread_id, row.checkpoint_ns, row.checkpoint_id
         with unavailable_on("redis", self.where, *_ERRORS):
             async with self.client.pipeline(transaction=True) as pipe:
-                pipe.hset(self._k(t, "cp"), f"{ns}{_SEP}{cid}", _pack(row.parent_id, row.run_id, row.metadata_json, row.envelope))
+                pipe.hset(
+                    self._k(t, "cp"),
+                    f"{ns}{_SEP}{cid}",
+                    _pack(row.parent_id, row.run_id, row.metadata_json, row.envelope),
+                )
                 pipe.zadd(self._k(t, f"ids:{ns}"), {cid: 0})
                 pipe.sadd(self._k(t, "nss"), ns)
                 for b in blobs:
@@ -119,7 +125,9 @@ class AsyncRedisTier:
         with unavailable_on("redis", self.where, *_ERRORS):
             async with self.client.pipeline(transaction=True) as pipe:
                 for b in blobs:
-                    pipe.hset(self._k(b.thread_id, "blob"), f"{b.checkpoint_ns}{_SEP}{b.channel}{_SEP}{b.version}", b.envelope)
+                    pipe.hset(
+                        self._k(b.thread_id, "blob"), f"{b.checkpoint_ns}{_SEP}{b.channel}{_SEP}{b.version}", b.envelope
+                    )
                 await pipe.execute()
 
     async def write_writes(self, rows: Sequence[WriteRow], upsert: bool) -> None:
@@ -208,7 +216,9 @@ class AsyncRedisTier:
                         if per_key_limit is None:
                             raw = await self.client.zrevrangebylex(self._k(t, f"ids:{n}"), top, "-")
                         else:
-                            raw = await self.client.zrevrangebylex(self._k(t, f"ids:{n}"), top, "-", start=0, num=per_key_limit)
+                            raw = await self.client.zrevrangebylex(
+                                self._k(t, f"ids:{n}"), top, "-", start=0, num=per_key_limit
+                            )
                         ids = [i.decode() for i in raw]
                     if not ids:
                         continue

@@ -110,9 +110,7 @@ class SqliteTier:
                     "pass sqlite= a writable path, ':memory:', or None for no local tier."
                 ) from exc
         with unavailable_on("sqlite", self.path, sqlite3.OperationalError):
-            conn = sqlite3.connect(
-                self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False
-            )
+            conn = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False)
             conn.execute("PRAGMA journal_mode=WAL")
             # NORMAL in WAL mode: a commit survives a process crash (the
             # case we guard against); only an OS crash may lose the last ones.
@@ -165,7 +163,15 @@ class SqliteTier:
     def _insert_checkpoint(conn: sqlite3.Connection, row: CheckpointRow, blobs: Sequence[BlobRow]) -> None:
         conn.execute(
             f"INSERT OR REPLACE INTO lgd_checkpoints ({_CP_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (row.thread_id, row.checkpoint_ns, row.checkpoint_id, row.parent_id, row.run_id, row.metadata_json, row.envelope),
+            (
+                row.thread_id,
+                row.checkpoint_ns,
+                row.checkpoint_id,
+                row.parent_id,
+                row.run_id,
+                row.metadata_json,
+                row.envelope,
+            ),
         )
         if blobs:
             conn.executemany(
@@ -200,7 +206,19 @@ class SqliteTier:
         with self._tx() as conn:
             conn.executemany(
                 f"{verb} INTO lgd_writes VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                [(w.thread_id, w.checkpoint_ns, w.checkpoint_id, w.task_id, w.idx, w.channel, w.task_path, w.envelope) for w in rows],
+                [
+                    (
+                        w.thread_id,
+                        w.checkpoint_ns,
+                        w.checkpoint_id,
+                        w.task_id,
+                        w.idx,
+                        w.channel,
+                        w.task_path,
+                        w.envelope,
+                    )
+                    for w in rows
+                ],
             )
             if journal and rows:
                 first = rows[0]
