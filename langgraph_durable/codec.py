@@ -69,13 +69,31 @@ class RecordCodec:
         try:
             return self.serde.dumps_typed(value)
         except Exception as exc:  # the serializer raises TypeError, ValueError, ormsgpack errors
+            path, culprit = self._culprit(value)
+            where = f" at {path}" if path else ""
             raise SerializationError(
-                f"{what} {channel!r} holds a value of type {type(value).__name__} that the "
-                f"serializer cannot store ({exc}). Store plain data (dicts, lists, str, "
-                "numbers, pydantic models, dataclasses) in the state, or pass a serde= that "
-                "handles this type.",
+                f"{what} {channel!r}{where} holds a value of type {type(culprit).__name__} that the "
+                f"serializer cannot store ({exc}). Store plain data (dicts, lists, str, numbers, "
+                "pydantic models, dataclasses) in the state, or pass a serde= that handles this type.",
                 channel=channel,
             ) from exc
+
+    def _culprit(self, value: Any, path: str = "", depth: int = 0) -> tuple[str, Any]:
+        """The innermost part of `value` that fails to serialize, and its key
+        path. Runs only after a failure, so its cost does not matter."""
+        if depth < 8:
+            if isinstance(value, dict):
+                items: Any = value.items()
+            elif isinstance(value, (list, tuple)):
+                items = enumerate(value)
+            else:
+                items = ()
+            for key, item in items:
+                try:
+                    self.serde.dumps_typed(item)
+                except Exception:  # found the part that fails; look deeper
+                    return self._culprit(item, f"{path}[{key!r}]", depth + 1)
+        return path, value
 
     def encode_checkpoint(
         self,

@@ -1,0 +1,971 @@
+#!/usr/bin/env python
+"""Side-by-side benchmark of LangGraph checkpoint savers on one graph workload.
+
+Savers (each measured through both ``graph.invoke`` and ``graph.ainvoke``):
+
+* stock ``InMemorySaver``
+* stock ``SqliteSaver`` (sync) / ``AsyncSqliteSaver`` (async), a file in a temp dir
+* stock ``PostgresSaver`` (sync) / ``AsyncPostgresSaver`` (async)
+* ``DurableSaver`` as sqlite, sqlite+redis, sqlite+postgres, redis+postgres,
+  sqlite+redis+postgres and postgres
+
+Workload: a compiled ``StateGraph`` whose ``messages`` channel
+(``Annotated[list, operator.add]``) grows by one ~200-byte message per
+super-step, looping ``--steps`` super-steps, run once on each of ``--threads``
+fresh thread ids. Measured per (saver, sync|async):
+
+* invoke: wall time of one ``invoke``/``ainvoke`` (median over the threads)
+* put: duration of one ``put``/``aput`` call, i.e. time per checkpoint (median)
+* writes: duration of one ``put_writes``/``aput_writes`` call (median)
+* get_tuple: latency of ``get_tuple``/``aget_tuple`` on a thread's latest checkpoint (median)
+* list10: latency of materialising ``list``/``alist(config, limit=10)`` (median)
+* peak mem: tracemalloc peak of Python allocations while running the workload
+  on fresh threads (a separate pass: tracemalloc slows everything, so it is
+  never on while timing)
+
+All timings use ``time.perf_counter``. Nothing here is asserted: results are
+reported, and functional checks (message counts, re-open read-back) are
+reported as problems, never raised.
+
+Servers: Postgres from LANGGRAPH_DURABLE_TEST_POSTGRES_URL and Redis from
+LANGGRAPH_DURABLE_TEST_REDIS_URL (loopback only). Every run creates fresh
+``lgd_bench_<run id>_<config>`` databases and ``lgd_bench_<run id>_...`` Redis
+key prefixes, and removes them at the end, even on error or Ctrl-C.
+
+    .venv/bin/python benchmarks/bench_savers.py --quick
+    .venv/bin/python benchmarks/bench_savers.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import copy
+import datetime as dt
+import functools
+import gc
+import importlib.metadata
+import ipaddress
+import operator
+import os
+import platform
+import shlex
+import signal
+import statistics
+import sys
+import tempfile
+import time
+import tracemalloc
+import traceback
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any
+from urllib.parse import urlsplit
+
+from typing_extensions import TypedDict
+
+POSTGRES_URL = os.environ.get("LANGGRAPH_DURABLE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+REDIS_URL = os.environ.get("LANGGRAPH_DURABLE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+HERE = Path(__file__).resolve().parent
+
+MODES = ("sync", "async")
+
+
+# -- configurations -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Config:
+    key: str  # short slug, used in db names / key prefixes / thread ids
+    kind: str  # "memory" | "stock_sqlite" | "stock_postgres" | "durable"
+    tiers: tuple[str, ...] = ()
+    stock: str | None = None  # key of the stock config to compare against
+
+    def label(self, mode: str) -> str:
+        if self.kind == "memory":
+            return "InMemorySaver"
+        if self.kind == "stock_sqlite":
+            return "SqliteSaver" if mode == "sync" else "AsyncSqliteSaver"
+        if self.kind == "stock_postgres":
+            return "PostgresSaver" if mode == "sync" else "AsyncPostgresSaver"
+        return "Durable " + "+".join(self.tiers)
+
+    @property
+    def needs(self) -> set[str]:
+        if self.kind == "stock_postgres":
+            return {"postgres"}
+        return set(self.tiers) & {"redis", "postgres"}
+
+
+CONFIGS: list[Config] = [
+    Config("mem", "memory"),
+    Config("sqlite_stock", "stock_sqlite"),
+    Config("pg_stock", "stock_postgres"),
+    Config("d_s", "durable", ("sqlite",), stock="sqlite_stock"),
+    Config("d_sr", "durable", ("sqlite", "redis"), stock="sqlite_stock"),
+    Config("d_sp", "durable", ("sqlite", "postgres"), stock="pg_stock"),
+    Config("d_rp", "durable", ("redis", "postgres"), stock="pg_stock"),
+    Config("d_srp", "durable", ("sqlite", "redis", "postgres"), stock="pg_stock"),
+    Config("d_p", "durable", ("postgres",), stock="pg_stock"),
+]
+CONFIG_BY_KEY = {c.key: c for c in CONFIGS}
+
+
+# -- results --------------------------------------------------------------------------
+
+
+@dataclass
+class Result:
+    config: Config
+    mode: str
+    invoke_s: list[float] = field(default_factory=list)
+    put_s: list[float] = field(default_factory=list)
+    writes_s: list[float] = field(default_factory=list)
+    get_s: list[float] = field(default_factory=list)
+    list_s: list[float] = field(default_factory=list)
+    iso_put_s: list[float] = field(default_factory=list)
+    iso_writes_s: list[float] = field(default_factory=list)
+    captured: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = field(default_factory=list, repr=False)
+    capture_tid: str | None = None
+    peak_bytes: int | None = None
+    puts_per_invoke: float | None = None
+    problems: list[str] = field(default_factory=list)
+    error: str | None = None  # full traceback if the session crashed
+    skipped: str | None = None
+    elapsed_s: float = 0.0
+
+    @property
+    def label(self) -> str:
+        return self.config.label(self.mode)
+
+
+def median(xs: list[float]) -> float | None:
+    return statistics.median(xs) if xs else None
+
+
+def p90(xs: list[float]) -> float | None:
+    if len(xs) < 2:
+        return xs[0] if xs else None
+    return statistics.quantiles(xs, n=10, method="inclusive")[-1]
+
+
+# -- the graph ------------------------------------------------------------------------
+
+
+class State(TypedDict):
+    messages: Annotated[list, operator.add]
+    step: int
+
+
+def make_message(step: int, size: int) -> dict[str, Any]:
+    head = f"step {step:04d}: "
+    body = (head + "lorem ipsum dolor sit amet consectetur adipiscing elit " * ((size // 50) + 1))[:size]
+    return {"role": "assistant", "step": step, "content": body}
+
+
+def expected_messages(steps: int, size: int) -> list[dict[str, Any]]:
+    return [{"role": "user", "step": -1, "content": "start"}] + [make_message(i, size) for i in range(steps)]
+
+
+def build_graph(steps: int, size: int, *, is_async: bool, checkpointer: Any) -> Any:
+    from langgraph.graph import END, START, StateGraph
+
+    def route(state: State) -> str:
+        return "work" if state["step"] < steps else END
+
+    if is_async:
+
+        async def work(state: State) -> dict[str, Any]:
+            return {"messages": [make_message(state["step"], size)], "step": state["step"] + 1}
+
+    else:
+
+        def work(state: State) -> dict[str, Any]:  # type: ignore[misc]
+            return {"messages": [make_message(state["step"], size)], "step": state["step"] + 1}
+
+    g = StateGraph(State)
+    g.add_node("work", work)
+    g.add_edge(START, "work")
+    g.add_conditional_edges("work", route, ["work", END])
+    return g.compile(checkpointer=checkpointer)
+
+
+def graph_input() -> dict[str, Any]:
+    return {"messages": [{"role": "user", "step": -1, "content": "start"}], "step": 0}
+
+
+def thread_config(thread_id: str, steps: int) -> dict[str, Any]:
+    return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}, "recursion_limit": steps + 10}
+
+
+# -- instrumentation --------------------------------------------------------------------
+
+
+def instrument(saver: Any, mode: str, sink: Result) -> Callable[[], None]:
+    """Time put/put_writes (sync) or aput/aput_writes (async) on this instance.
+
+    Only the face used by the mode is wrapped: InMemorySaver.aput calls
+    self.put, and wrapping both would count it twice. functools.wraps keeps
+    the signature, which LangGraph inspects for ``task_path``.
+    Returns a function that resets the collected samples.
+    """
+    timing = {"on": True}
+
+    def capture(kind: str, a: tuple[Any, ...], kw: dict[str, Any]) -> None:
+        # keep the exact calls LangGraph made for one thread, to replay them in isolation
+        if sink.capture_tid is not None and a and a[0].get("configurable", {}).get("thread_id") == sink.capture_tid:
+            sink.captured.append((kind, copy.deepcopy(a), copy.deepcopy(kw)))
+
+    def wrap_sync(fn: Callable[..., Any], bucket: list[float]) -> Callable[..., Any]:
+        kind = "put" if bucket is sink.put_s else "writes"
+
+        @functools.wraps(fn)
+        def timed(*a: Any, **kw: Any) -> Any:
+            capture(kind, a, kw)
+            t0 = time.perf_counter()
+            try:
+                return fn(*a, **kw)
+            finally:
+                if timing["on"]:
+                    bucket.append(time.perf_counter() - t0)
+
+        return timed
+
+    def wrap_async(fn: Callable[..., Any], bucket: list[float]) -> Callable[..., Any]:
+        kind = "put" if bucket is sink.put_s else "writes"
+
+        @functools.wraps(fn)
+        async def timed(*a: Any, **kw: Any) -> Any:
+            capture(kind, a, kw)
+            t0 = time.perf_counter()
+            try:
+                return await fn(*a, **kw)
+            finally:
+                if timing["on"]:
+                    bucket.append(time.perf_counter() - t0)
+
+        return timed
+
+    if mode == "sync":
+        saver.put = wrap_sync(saver.put, sink.put_s)
+        saver.put_writes = wrap_sync(saver.put_writes, sink.writes_s)
+    else:
+        saver.aput = wrap_async(saver.aput, sink.put_s)
+        saver.aput_writes = wrap_async(saver.aput_writes, sink.writes_s)
+
+    def reset() -> None:
+        sink.put_s.clear()
+        sink.writes_s.clear()
+
+    return reset
+
+
+# -- environment: databases, prefixes, temp files ----------------------------------------
+
+
+def is_loopback(url: str) -> bool:
+    parts = urlsplit(url)
+    if parts.scheme == "unix":
+        return True
+    host = parts.hostname or ""
+    if host in ("", "localhost"):
+        return True  # libpq: empty host = local unix socket
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def database_url(base: str, name: str) -> str:
+    head, _, tail = base.rpartition("/")
+    query = "?" + tail.split("?", 1)[1] if "?" in tail else ""
+    return f"{head}/{name}{query}"
+
+
+class Resources:
+    """Everything a run creates outside the process, and its cleanup."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self.databases: list[str] = []
+        self.redis_prefixes: list[str] = []
+        self.tmp = tempfile.TemporaryDirectory(prefix=f"lgd_bench_{run_id}_")
+        self.tmp_path = Path(self.tmp.name)
+        self.postgres_ok: str | None = None  # None = reachable, else why not
+        self.redis_ok: str | None = None
+        self.server_versions: dict[str, str] = {}
+
+    def probe(self) -> None:
+        import psycopg
+        import redis as redis_lib
+
+        if not is_loopback(POSTGRES_URL):
+            self.postgres_ok = "LANGGRAPH_DURABLE_TEST_POSTGRES_URL is not a loopback address (refused)"
+        else:
+            try:
+                with psycopg.connect(POSTGRES_URL, autocommit=True, connect_timeout=5) as c:
+                    self.server_versions["postgres"] = str(c.execute("SHOW server_version").fetchone()[0])
+            except Exception as exc:
+                self.postgres_ok = f"Postgres unreachable: {exc}"
+        if not is_loopback(REDIS_URL):
+            self.redis_ok = "LANGGRAPH_DURABLE_TEST_REDIS_URL is not a loopback address (refused)"
+        else:
+            try:
+                client = redis_lib.Redis.from_url(REDIS_URL, socket_connect_timeout=5)
+                try:
+                    self.server_versions["redis"] = str(client.info("server").get("redis_version"))
+                finally:
+                    client.close()
+            except Exception as exc:
+                self.redis_ok = f"Redis unreachable: {exc}"
+
+    def unavailable(self, config: Config) -> str | None:
+        if "postgres" in config.needs and self.postgres_ok:
+            return self.postgres_ok
+        if "redis" in config.needs and self.redis_ok:
+            return self.redis_ok
+        return None
+
+    def new_database(self, tag: str) -> str:
+        import psycopg
+
+        name = f"lgd_bench_{self.run_id}_{tag}"
+        self.databases.append(name)  # before CREATE: cleanup uses IF EXISTS
+        with psycopg.connect(POSTGRES_URL, autocommit=True, connect_timeout=5) as admin:
+            admin.execute(f'CREATE DATABASE "{name}"')
+        return database_url(POSTGRES_URL, name)
+
+    def new_prefix(self, tag: str) -> str:
+        prefix = f"lgd_bench_{self.run_id}_{tag}"
+        self.redis_prefixes.append(prefix)
+        return prefix
+
+    def cleanup(self) -> list[str]:
+        notes: list[str] = []
+        if self.databases:
+            try:
+                import psycopg
+
+                with psycopg.connect(POSTGRES_URL, autocommit=True, connect_timeout=5) as admin:
+                    for name in self.databases:
+                        try:
+                            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+                        except Exception as exc:
+                            notes.append(f"could not drop database {name}: {exc}")
+            except Exception as exc:
+                notes.append(f"could not connect to drop databases {self.databases}: {exc}")
+        if self.redis_prefixes:
+            try:
+                import redis as redis_lib
+
+                client = redis_lib.Redis.from_url(REDIS_URL, socket_connect_timeout=5)
+                try:
+                    # every prefix of this run starts with lgd_bench_<run id>_
+                    keys = list(client.scan_iter(match=f"lgd_bench_{self.run_id}_*", count=1000))
+                    for i in range(0, len(keys), 500):
+                        client.delete(*keys[i : i + 500])
+                finally:
+                    client.close()
+            except Exception as exc:
+                notes.append(f"could not delete Redis keys lgd_bench_{self.run_id}_*: {exc}")
+        try:
+            self.tmp.cleanup()
+        except Exception as exc:
+            notes.append(f"could not remove {self.tmp_path}: {exc}")
+        return notes
+
+
+# -- saver factories ---------------------------------------------------------------------
+
+
+@dataclass
+class Storage:
+    """Where one (config, mode) keeps its data; reused to re-open the saver."""
+
+    sqlite_path: str | None = None
+    postgres_url: str | None = None
+    redis_prefix: str | None = None
+
+
+def allocate_storage(config: Config, mode: str, res: Resources, pg_cache: dict[str, str]) -> Storage:
+    st = Storage()
+    if config.kind == "stock_sqlite" or "sqlite" in config.tiers:
+        st.sqlite_path = str(res.tmp_path / f"{config.key}_{mode}.sqlite")
+    if "postgres" in config.needs:
+        # one fresh database per configuration; sync and async phases use
+        # different thread ids in it, as two processes of one app would
+        if config.key not in pg_cache:
+            pg_cache[config.key] = res.new_database(config.key)
+        st.postgres_url = pg_cache[config.key]
+    if "redis" in config.needs:
+        st.redis_prefix = res.new_prefix(f"{config.key}_{mode}")
+    return st
+
+
+def durable_kwargs(config: Config, st: Storage) -> dict[str, Any]:
+    kw: dict[str, Any] = {"sqlite": st.sqlite_path if "sqlite" in config.tiers else None}
+    if "redis" in config.tiers:
+        kw["redis"] = REDIS_URL
+        kw["redis_key_prefix"] = st.redis_prefix
+    if "postgres" in config.tiers:
+        kw["postgres"] = st.postgres_url
+    return kw
+
+
+@contextlib.contextmanager
+def open_sync(config: Config, st: Storage, shared_memory: dict[str, Any]) -> Iterator[Any]:
+    if config.kind == "memory":
+        from langgraph.checkpoint.memory import InMemorySaver
+
+        # re-opening an in-memory saver can only mean "the same object"
+        saver = shared_memory.setdefault("sync", InMemorySaver())
+        yield saver
+    elif config.kind == "stock_sqlite":
+        from langgraph.checkpoint.sqlite import SqliteSaver
+
+        with SqliteSaver.from_conn_string(st.sqlite_path) as saver:
+            saver.setup()
+            yield saver
+    elif config.kind == "stock_postgres":
+        from langgraph.checkpoint.postgres import PostgresSaver
+
+        with PostgresSaver.from_conn_string(st.postgres_url) as saver:
+            saver.setup()
+            yield saver
+    else:
+        from langgraph_durable import DurableSaver
+
+        saver = DurableSaver(**durable_kwargs(config, st))
+        try:
+            saver.setup()
+            yield saver
+        finally:
+            saver.close()
+
+
+@contextlib.asynccontextmanager
+async def open_async(config: Config, st: Storage, shared_memory: dict[str, Any]) -> AsyncIterator[Any]:
+    if config.kind == "memory":
+        from langgraph.checkpoint.memory import InMemorySaver
+
+        saver = shared_memory.setdefault("async", InMemorySaver())
+        yield saver
+    elif config.kind == "stock_sqlite":
+        from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+        async with AsyncSqliteSaver.from_conn_string(st.sqlite_path) as saver:
+            await saver.setup()
+            yield saver
+    elif config.kind == "stock_postgres":
+        from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+
+        async with AsyncPostgresSaver.from_conn_string(st.postgres_url) as saver:
+            await saver.setup()
+            yield saver
+    else:
+        from langgraph_durable import DurableSaver
+
+        saver = DurableSaver(**durable_kwargs(config, st))
+        try:
+            await saver.asetup()
+            yield saver
+        finally:
+            await saver.aclose()
+
+
+# -- checks (reported, never raised) ---------------------------------------------------------
+
+
+def check_tuple(tup: Any, params: Params, what: str) -> list[str]:
+    want = expected_messages(params.steps, params.msg_bytes)
+    if tup is None:
+        return [f"{what}: get_tuple returned None"]
+    got = tup.checkpoint.get("channel_values", {}).get("messages")
+    issues = []
+    if got != want:
+        n = len(got) if isinstance(got, list) else type(got).__name__
+        issues.append(f"{what}: latest checkpoint has {n} messages (want {len(want)}) or different content")
+    step = (tup.metadata or {}).get("step")
+    if step != params.steps:
+        issues.append(f"{what}: latest checkpoint metadata step={step!r} (want {params.steps})")
+    return issues
+
+
+def check_list(items: list[Any], params: Params, what: str) -> list[str]:
+    want = min(10, params.steps + 2)
+    issues = []
+    if len(items) != want:
+        issues.append(f"{what}: list(limit=10) returned {len(items)} tuples (want {want})")
+    ids = [t.config["configurable"]["checkpoint_id"] for t in items]
+    if ids != sorted(ids, reverse=True):
+        issues.append(f"{what}: list(limit=10) is not newest-first")
+    return issues
+
+
+def check_output(out: Any, params: Params, what: str) -> list[str]:
+    want = expected_messages(params.steps, params.msg_bytes)
+    if not isinstance(out, dict) or out.get("messages") != want:
+        n = len(out.get("messages", [])) if isinstance(out, dict) else type(out).__name__
+        return [f"{what}: invoke returned {n} messages (want {len(want)}) or different content"]
+    return []
+
+
+# -- isolated put replay -----------------------------------------------------------------------
+
+
+def retarget(kind: str, a: tuple[Any, ...], kw: dict[str, Any], tid: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    a, kw = copy.deepcopy(a), copy.deepcopy(kw)
+    a[0]["configurable"]["thread_id"] = tid
+    return a, kw
+
+
+def replay_sync(saver: Any, res: Result, params: Params, tag: str) -> None:
+    """Re-issue the captured put/put_writes calls of one graph thread into fresh
+    threads, one call at a time: the put cost without the graph running
+    concurrently (under durability=async LangGraph overlaps puts with the next step)."""
+    put, writes = saver.put.__wrapped__, saver.put_writes.__wrapped__
+    for r in range(params.replays):
+        tid = f"{tag}-replay-{r}"
+        for kind, a, kw in res.captured:
+            a, kw = retarget(kind, a, kw, tid)
+            fn = put if kind == "put" else writes
+            t0 = time.perf_counter()
+            fn(*a, **kw)
+            (res.iso_put_s if kind == "put" else res.iso_writes_s).append(time.perf_counter() - t0)
+
+
+async def replay_async(saver: Any, res: Result, params: Params, tag: str) -> None:
+    put, writes = saver.aput.__wrapped__, saver.aput_writes.__wrapped__
+    for r in range(params.replays):
+        tid = f"{tag}-replay-{r}"
+        for kind, a, kw in res.captured:
+            a, kw = retarget(kind, a, kw, tid)
+            fn = put if kind == "put" else writes
+            t0 = time.perf_counter()
+            await fn(*a, **kw)
+            (res.iso_put_s if kind == "put" else res.iso_writes_s).append(time.perf_counter() - t0)
+
+
+# -- one (config, mode) session -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Params:
+    steps: int
+    threads: int
+    msg_bytes: int
+    warmup: int
+    reads: int
+    mem_threads: int
+    durability: str
+    replays: int
+
+
+def add_problems(res: Result, issues: list[str]) -> None:
+    for issue in issues:
+        if issue not in res.problems and len(res.problems) < 20:
+            res.problems.append(issue)
+
+
+def run_sync(config: Config, st: Storage, params: Params, res: Result, shared_memory: dict[str, Any]) -> None:
+    tag = f"{config.key}-sync"
+    with open_sync(config, st, shared_memory) as saver:
+        reset = instrument(saver, "sync", res)
+        graph = build_graph(params.steps, params.msg_bytes, is_async=False, checkpointer=saver)
+
+        def invoke(tid: str) -> Any:
+            return graph.invoke(graph_input(), thread_config(tid, params.steps), durability=params.durability)
+
+        for i in range(params.warmup):
+            add_problems(res, check_output(invoke(f"{tag}-warm-{i}"), params, "warm-up invoke"))
+        reset()
+        gc.collect()
+        tids = [f"{tag}-{i}" for i in range(params.threads)]
+        res.capture_tid = tids[0]
+        for tid in tids:
+            t0 = time.perf_counter()
+            out = invoke(tid)
+            res.invoke_s.append(time.perf_counter() - t0)
+            add_problems(res, check_output(out, params, "invoke"))
+        res.puts_per_invoke = len(res.put_s) / len(tids)
+        res.capture_tid = None
+        replay_sync(saver, res, params, tag)
+        last = {"configurable": {"thread_id": f"{tag}-replay-{params.replays - 1}", "checkpoint_ns": ""}}
+        add_problems(res, check_tuple(saver.get_tuple(last), params, "get_tuple after put replay"))
+
+        cfgs = [{"configurable": {"thread_id": t, "checkpoint_ns": ""}} for t in tids]
+        for c in cfgs[:2]:  # warm the read path, and check what it returns
+            add_problems(res, check_tuple(saver.get_tuple(c), params, "get_tuple"))
+            add_problems(res, check_list(list(saver.list(c, limit=10)), params, "list"))
+        for i in range(params.reads):
+            c = cfgs[i % len(cfgs)]
+            t0 = time.perf_counter()
+            saver.get_tuple(c)
+            res.get_s.append(time.perf_counter() - t0)
+        for i in range(params.reads):
+            c = cfgs[i % len(cfgs)]
+            t0 = time.perf_counter()
+            list(saver.list(c, limit=10))
+            res.list_s.append(time.perf_counter() - t0)
+
+        # memory pass: fresh threads, tracemalloc on; its put samples are discarded
+        n_put, n_w = len(res.put_s), len(res.writes_s)
+        gc.collect()
+        tracemalloc.start()
+        try:
+            for i in range(params.mem_threads):
+                invoke(f"{tag}-mem-{i}")
+            res.peak_bytes = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        del res.put_s[n_put:], res.writes_s[n_w:]
+
+    # read back through a newly opened saver on the same storage
+    with open_sync(config, st, shared_memory) as again:
+        c = {"configurable": {"thread_id": tids[-1], "checkpoint_ns": ""}}
+        add_problems(res, check_tuple(again.get_tuple(c), params, "re-opened saver get_tuple"))
+
+
+async def run_async(config: Config, st: Storage, params: Params, res: Result, shared_memory: dict[str, Any]) -> None:
+    tag = f"{config.key}-async"
+    async with open_async(config, st, shared_memory) as saver:
+        reset = instrument(saver, "async", res)
+        graph = build_graph(params.steps, params.msg_bytes, is_async=True, checkpointer=saver)
+
+        async def invoke(tid: str) -> Any:
+            return await graph.ainvoke(graph_input(), thread_config(tid, params.steps), durability=params.durability)
+
+        for i in range(params.warmup):
+            add_problems(res, check_output(await invoke(f"{tag}-warm-{i}"), params, "warm-up ainvoke"))
+        reset()
+        gc.collect()
+        tids = [f"{tag}-{i}" for i in range(params.threads)]
+        res.capture_tid = tids[0]
+        for tid in tids:
+            t0 = time.perf_counter()
+            out = await invoke(tid)
+            res.invoke_s.append(time.perf_counter() - t0)
+            add_problems(res, check_output(out, params, "ainvoke"))
+        res.puts_per_invoke = len(res.put_s) / len(tids)
+        res.capture_tid = None
+        await replay_async(saver, res, params, tag)
+        last = {"configurable": {"thread_id": f"{tag}-replay-{params.replays - 1}", "checkpoint_ns": ""}}
+        add_problems(res, check_tuple(await saver.aget_tuple(last), params, "aget_tuple after put replay"))
+
+        cfgs = [{"configurable": {"thread_id": t, "checkpoint_ns": ""}} for t in tids]
+        for c in cfgs[:2]:
+            add_problems(res, check_tuple(await saver.aget_tuple(c), params, "aget_tuple"))
+            add_problems(res, check_list([t async for t in saver.alist(c, limit=10)], params, "alist"))
+        for i in range(params.reads):
+            c = cfgs[i % len(cfgs)]
+            t0 = time.perf_counter()
+            await saver.aget_tuple(c)
+            res.get_s.append(time.perf_counter() - t0)
+        for i in range(params.reads):
+            c = cfgs[i % len(cfgs)]
+            t0 = time.perf_counter()
+            [t async for t in saver.alist(c, limit=10)]
+            res.list_s.append(time.perf_counter() - t0)
+
+        n_put, n_w = len(res.put_s), len(res.writes_s)
+        gc.collect()
+        tracemalloc.start()
+        try:
+            for i in range(params.mem_threads):
+                await invoke(f"{tag}-mem-{i}")
+            res.peak_bytes = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        del res.put_s[n_put:], res.writes_s[n_w:]
+
+    async with open_async(config, st, shared_memory) as again:
+        c = {"configurable": {"thread_id": tids[-1], "checkpoint_ns": ""}}
+        add_problems(res, check_tuple(await again.aget_tuple(c), params, "re-opened saver aget_tuple"))
+
+
+def run_one(config: Config, mode: str, params: Params, res_env: Resources, pg_cache: dict[str, str]) -> Result:
+    res = Result(config, mode)
+    why = res_env.unavailable(config)
+    if why:
+        res.skipped = why
+        return res
+    t0 = time.perf_counter()
+    shared_memory: dict[str, Any] = {}
+    try:
+        st = allocate_storage(config, mode, res_env, pg_cache)
+        if mode == "sync":
+            run_sync(config, st, params, res, shared_memory)
+        else:
+            asyncio.run(run_async(config, st, params, res, shared_memory))
+    except Exception:
+        res.error = traceback.format_exc()
+    finally:
+        res.elapsed_s = time.perf_counter() - t0
+    return res
+
+
+# -- report -------------------------------------------------------------------------------------
+
+
+METRICS: list[tuple[str, str, Callable[[Result], float | None], float, str]] = [
+    # column, unit, value (seconds or bytes), scale, number format
+    ("invoke", "ms", lambda r: median(r.invoke_s), 1e3, "{:.2f}"),
+    ("put", "ms", lambda r: median(r.iso_put_s), 1e3, "{:.3f}"),
+    ("put_writes", "ms", lambda r: median(r.iso_writes_s), 1e3, "{:.3f}"),
+    ("put in graph", "ms", lambda r: median(r.put_s), 1e3, "{:.3f}"),
+    ("get_tuple", "ms", lambda r: median(r.get_s), 1e3, "{:.3f}"),
+    ("list10", "ms", lambda r: median(r.list_s), 1e3, "{:.3f}"),
+    ("peak mem", "KiB", lambda r: float(r.peak_bytes) if r.peak_bytes is not None else None, 1 / 1024, "{:.0f}"),
+]
+
+
+def fmt_ratio(a: float | None, b: float | None) -> str:
+    if a is None or b is None or b == 0:
+        return "–"
+    return f"{a / b:.2f}×"
+
+
+def status(r: Result) -> str:
+    if r.skipped:
+        return "skipped"
+    if r.error:
+        return "ERROR"
+    if r.problems:
+        return f"{len(r.problems)} problem(s)"
+    return "ok"
+
+
+def render(results: list[Result], params: Params) -> str:
+    by = {(r.config.key, r.mode): r for r in results}
+    lines: list[str] = []
+
+    lines.append("### Absolute figures (median)")
+    lines.append("")
+    head = ["saver", "mode"] + [f"{m[0]} ({m[1]})" for m in METRICS] + ["puts/invoke", "check"]
+    lines.append("| " + " | ".join(head) + " |")
+    lines.append("|" + "|".join(["---", "---"] + ["---:"] * (len(METRICS) + 1) + ["---"]) + "|")
+    for mode in MODES:
+        for c in CONFIGS:
+            r = by.get((c.key, mode))
+            if r is None:
+                continue
+            cells = [r.label, mode]
+            for _, _, get, scale, fmt in METRICS:
+                v = None if (r.skipped or r.error) else get(r)
+                cells.append("–" if v is None else fmt.format(v * scale))
+            cells.append("–" if r.puts_per_invoke is None else f"{r.puts_per_invoke:.1f}")
+            cells.append(status(r))
+            lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+
+    def ratio_table(title: str, ref_of: Callable[[Result], Result | None], ref_col: bool) -> None:
+        lines.append(title)
+        lines.append("")
+        head = ["saver", "mode"] + (["vs"] if ref_col else []) + [m[0] for m in METRICS]
+        lines.append("| " + " | ".join(head) + " |")
+        lines.append("|" + "|".join(["---", "---"] + (["---"] if ref_col else []) + ["---:"] * len(METRICS)) + "|")
+        for mode in MODES:
+            for c in CONFIGS:
+                r = by.get((c.key, mode))
+                if r is None:
+                    continue
+                ref = ref_of(r)
+                if ref is None:
+                    continue
+                cells = [r.label, mode] + ([ref.label] if ref_col else [])
+                ok = not (r.skipped or r.error or ref.skipped or ref.error)
+                for _, _, get, _, _ in METRICS:
+                    cells.append(fmt_ratio(get(r), get(ref)) if ok else "–")
+                lines.append("| " + " | ".join(cells) + " |")
+        lines.append("")
+
+    ratio_table(
+        "### Ratio to InMemorySaver, same mode (lower is faster / smaller; 1.00× = same)",
+        lambda r: by.get(("mem", r.mode)) if r.config.key != "mem" else None,
+        ref_col=False,
+    )
+    ratio_table(
+        "### Ratio to the matching stock saver, same mode and same run",
+        lambda r: by.get((r.config.stock, r.mode)) if r.config.stock else None,
+        ref_col=True,
+    )
+    return "\n".join(lines)
+
+
+def problems_text(results: list[Result], cleanup_notes: list[str]) -> str:
+    out: list[str] = []
+    for r in results:
+        if r.skipped:
+            out.append(f"- **{r.label} ({r.mode})** skipped: {r.skipped}")
+        for p in r.problems:
+            out.append(f"- **{r.label} ({r.mode})** check failed: {p}")
+        if r.error:
+            out.append(f"- **{r.label} ({r.mode})** raised:\n\n```\n{r.error.rstrip()}\n```")
+    for n in cleanup_notes:
+        out.append(f"- cleanup: {n}")
+    return "\n".join(out)
+
+
+def versions() -> dict[str, str]:
+    names = [
+        "langgraph",
+        "langgraph-checkpoint",
+        "langgraph-checkpoint-sqlite",
+        "langgraph-checkpoint-postgres",
+        "langgraph-durable",
+        "psycopg",
+        "redis",
+        "aiosqlite",
+        "ormsgpack",
+    ]
+    out = {}
+    for n in names:
+        try:
+            out[n] = importlib.metadata.version(n)
+        except importlib.metadata.PackageNotFoundError:
+            out[n] = "not installed"
+    return out
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def header(args: argparse.Namespace, params: Params, res_env: Resources, started: dt.datetime, wall: float) -> str:
+    cmd = "python benchmarks/bench_savers.py" + "".join(" " + shlex.quote(a) for a in sys.argv[1:])
+    vers = ", ".join(f"{k} {v}" for k, v in versions().items())
+    servers = ", ".join(f"{k} {v}" for k, v in res_env.server_versions.items()) or "none reachable"
+    return "\n".join(
+        [
+            "# Checkpoint saver benchmark results",
+            "",
+            f"- Date: {started.strftime('%Y-%m-%d %H:%M:%S %Z')} (run took {wall:.0f} s)",
+            f"- Command: `{cmd}`" + (" (quick mode)" if args.quick else ""),
+            f"- Machine: {os.cpu_count()} CPUs (nproc {len(os.sched_getaffinity(0))}), {cpu_model()}, "
+            f"{platform.system()} {platform.release()}",
+            f"- Python: {platform.python_implementation()} {platform.python_version()}",
+            f"- Packages: {vers}",
+            f"- Servers (loopback): {servers}",
+            f"- Workload: {params.steps} super-steps per invoke, one ~{params.msg_bytes}-byte message appended "
+            f"per step to `messages: Annotated[list, operator.add]`; {params.threads} timed invokes (one fresh "
+            f"thread each) after {params.warmup} warm-up; {params.reads} `get_tuple` and {params.reads} "
+            f"`list(limit=10)` calls on latest checkpoints; `put`/`put_writes` = the calls LangGraph made for "
+            f"one thread, replayed one at a time into {params.replays} fresh threads (`put in graph` = the same "
+            f"calls timed inside the running graph, where they overlap the next step); "
+            f"peak memory from a separate tracemalloc pass over "
+            f"{params.mem_threads} invokes; durability=`{params.durability}`.",
+            "- Figures are medians; they are measurements, not pass/fail thresholds. "
+            "See benchmarks/README.md for how to read them.",
+        ]
+    )
+
+
+# -- main -------------------------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="small run (a few seconds per saver) to check everything works")
+    p.add_argument("--steps", type=int, help="super-steps per invoke (default 10)")
+    p.add_argument("--threads", type=int, help="timed invokes per saver and mode, each on a fresh thread (default 40; quick 5)")
+    p.add_argument("--msg-bytes", type=int, default=200, help="size of each appended message (default 200)")
+    p.add_argument("--reads", type=int, help="get_tuple / list calls per saver and mode (default 300; quick 30)")
+    p.add_argument("--mem-threads", type=int, help="invokes in the tracemalloc pass (default 5; quick 2)")
+    p.add_argument("--replays", type=int, help="fresh threads the captured puts are replayed into (default 15; quick 3)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed invokes before timing (default 2)")
+    p.add_argument(
+        "--durability",
+        choices=["async", "sync", "exit"],
+        default="async",
+        help="LangGraph durability mode passed to invoke (default async, LangGraph's default)",
+    )
+    p.add_argument(
+        "--only",
+        help="comma-separated config keys to run (InMemorySaver always runs): " + ",".join(c.key for c in CONFIGS),
+    )
+    p.add_argument("--modes", default="sync,async", help="sync, async or sync,async (default)")
+    p.add_argument("--output", default=str(HERE / "RESULTS.md"), help="markdown file to overwrite (default benchmarks/RESULTS.md)")
+    p.add_argument("--no-write", action="store_true", help="print only; do not write the results file")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    q = args.quick
+    params = Params(
+        steps=args.steps or 10,
+        threads=args.threads or (5 if q else 40),
+        msg_bytes=args.msg_bytes,
+        warmup=args.warmup,
+        reads=args.reads or (30 if q else 300),
+        mem_threads=args.mem_threads or (2 if q else 5),
+        durability=args.durability,
+        replays=args.replays or (3 if q else 15),
+    )
+    modes = [m for m in MODES if m in args.modes.split(",")]
+    configs = CONFIGS
+    if args.only:
+        keep = {"mem", *args.only.split(",")}
+        unknown = keep - set(CONFIG_BY_KEY)
+        if unknown:
+            print(f"unknown config key(s): {sorted(unknown)}", file=sys.stderr)
+            return 2
+        configs = [c for c in CONFIGS if c.key in keep]
+
+    # SIGTERM -> SystemExit so the finally below still drops databases and keys
+    def on_term(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, on_term)
+
+    started = dt.datetime.now(dt.timezone.utc)
+    t_run = time.perf_counter()
+    run_id = uuid.uuid4().hex[:10]
+    res_env = Resources(run_id)
+    results: list[Result] = []
+    cleanup_notes: list[str] = []
+    try:
+        res_env.probe()
+        print(f"run {run_id}: {len(configs)} savers x {len(modes)} modes, "
+              f"{params.threads} invokes x {params.steps} steps each", flush=True)
+        for why in filter(None, (res_env.postgres_ok, res_env.redis_ok)):
+            print(f"  note: {why}; configurations needing it are skipped", flush=True)
+        pg_cache: dict[str, str] = {}
+        for mode in modes:
+            for c in configs:
+                r = run_one(c, mode, params, res_env, pg_cache)
+                results.append(r)
+                inv = median(r.invoke_s)
+                msg = f"{inv * 1e3:8.2f} ms/invoke" if inv is not None else " " * 17
+                print(f"  {mode:5s} {r.label:32s} {msg}  {status(r):12s} ({r.elapsed_s:.1f} s)", flush=True)
+    finally:
+        cleanup_notes = res_env.cleanup()
+    wall = time.perf_counter() - t_run
+
+    table = render(results, params)
+    probs = problems_text(results, cleanup_notes)
+    print()
+    print(table)
+    if probs:
+        print("### Problems\n")
+        print(probs)
+    if not args.no_write:
+        doc = header(args, params, res_env, started, wall) + "\n\n" + table
+        doc += "\n### Problems\n\n" + (probs or "None: every check passed and cleanup succeeded.") + "\n"
+        Path(args.output).write_text(doc)
+        print(f"\nwrote {args.output}")
+    print(f"total {wall:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
