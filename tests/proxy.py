@@ -3,6 +3,7 @@ real server, then cut it to make the server vanish mid-run."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 from types import TracebackType
@@ -50,20 +51,16 @@ class TcpProxy:
             pass
         finally:
             for s in (src, dst):
-                try:
+                with contextlib.suppress(OSError):
                     s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
 
     def cut(self) -> None:
         self._up = False
         with self._lock:
             conns, self._conns = self._conns, []
         for s in conns:
-            try:
+            with contextlib.suppress(OSError):
                 s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
             s.close()
 
     def restore(self) -> None:
