@@ -56,8 +56,8 @@ import statistics
 import sys
 import tempfile
 import time
-import tracemalloc
 import traceback
+import tracemalloc
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
@@ -724,8 +724,8 @@ METRICS: list[tuple[str, str, Callable[[Result], float | None], float, str]] = [
 
 def fmt_ratio(a: float | None, b: float | None) -> str:
     if a is None or b is None or b == 0:
-        return "–"
-    return f"{a / b:.2f}×"
+        return "-"
+    return f"{a / b:.2f}x"
 
 
 def status(r: Result) -> str:
@@ -755,8 +755,8 @@ def render(results: list[Result], params: Params) -> str:
             cells = [r.label, mode]
             for _, _, get, scale, fmt in METRICS:
                 v = None if (r.skipped or r.error) else get(r)
-                cells.append("–" if v is None else fmt.format(v * scale))
-            cells.append("–" if r.puts_per_invoke is None else f"{r.puts_per_invoke:.1f}")
+                cells.append("-" if v is None else fmt.format(v * scale))
+            cells.append("-" if r.puts_per_invoke is None else f"{r.puts_per_invoke:.1f}")
             cells.append(status(r))
             lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
@@ -778,12 +778,12 @@ def render(results: list[Result], params: Params) -> str:
                 cells = [r.label, mode] + ([ref.label] if ref_col else [])
                 ok = not (r.skipped or r.error or ref.skipped or ref.error)
                 for _, _, get, _, _ in METRICS:
-                    cells.append(fmt_ratio(get(r), get(ref)) if ok else "–")
+                    cells.append(fmt_ratio(get(r), get(ref)) if ok else "-")
                 lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
 
     ratio_table(
-        "### Ratio to InMemorySaver, same mode (lower is faster / smaller; 1.00× = same)",
+        "### Ratio to InMemorySaver, same mode (lower is faster / smaller; 1.00x = same)",
         lambda r: by.get(("mem", r.mode)) if r.config.key != "mem" else None,
         ref_col=False,
     )
@@ -873,14 +873,20 @@ def header(args: argparse.Namespace, params: Params, res_env: Resources, started
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--quick", action="store_true", help="small run (a few seconds per saver) to check everything works")
     p.add_argument("--steps", type=int, help="super-steps per invoke (default 10)")
-    p.add_argument("--threads", type=int, help="timed invokes per saver and mode, each on a fresh thread (default 40; quick 5)")
+    p.add_argument(
+        "--threads", type=int, help="timed invokes per saver and mode, each on a fresh thread (default 40; quick 5)"
+    )
     p.add_argument("--msg-bytes", type=int, default=200, help="size of each appended message (default 200)")
     p.add_argument("--reads", type=int, help="get_tuple / list calls per saver and mode (default 300; quick 30)")
     p.add_argument("--mem-threads", type=int, help="invokes in the tracemalloc pass (default 5; quick 2)")
-    p.add_argument("--replays", type=int, help="fresh threads the captured puts are replayed into (default 15; quick 3)")
+    p.add_argument(
+        "--replays", type=int, help="fresh threads the captured puts are replayed into (default 15; quick 3)"
+    )
     p.add_argument("--warmup", type=int, default=2, help="untimed invokes before timing (default 2)")
     p.add_argument(
         "--durability",
@@ -893,7 +899,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="comma-separated config keys to run (InMemorySaver always runs): " + ",".join(c.key for c in CONFIGS),
     )
     p.add_argument("--modes", default="sync,async", help="sync, async or sync,async (default)")
-    p.add_argument("--output", default=str(HERE / "RESULTS.md"), help="markdown file to overwrite (default benchmarks/RESULTS.md)")
+    p.add_argument(
+        "--output", default=str(HERE / "RESULTS.md"), help="markdown file to overwrite (default benchmarks/RESULTS.md)"
+    )
     p.add_argument("--no-write", action="store_true", help="print only; do not write the results file")
     return p.parse_args(argv)
 
@@ -927,7 +935,7 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_term)
 
-    started = dt.datetime.now(dt.timezone.utc)
+    started = dt.datetime.now(dt.UTC)
     t_run = time.perf_counter()
     run_id = uuid.uuid4().hex[:10]
     res_env = Resources(run_id)
@@ -935,8 +943,11 @@ def main(argv: list[str] | None = None) -> int:
     cleanup_notes: list[str] = []
     try:
         res_env.probe()
-        print(f"run {run_id}: {len(configs)} savers x {len(modes)} modes, "
-              f"{params.threads} invokes x {params.steps} steps each", flush=True)
+        print(
+            f"run {run_id}: {len(configs)} savers x {len(modes)} modes, "
+            f"{params.threads} invokes x {params.steps} steps each",
+            flush=True,
+        )
         for why in filter(None, (res_env.postgres_ok, res_env.redis_ok)):
             print(f"  note: {why}; configurations needing it are skipped", flush=True)
         pg_cache: dict[str, str] = {}

@@ -181,3 +181,27 @@ async def test_many_tasks_and_two_savers_on_one_file(make_saver: Any) -> None:
         await runner
         third.close()
         assert len({t.config["configurable"]["thread_id"] async for t in a.alist(None)}) == 50
+
+
+def test_every_redis_key_of_a_thread_is_on_one_cluster_slot(make_saver: Any) -> None:
+    """What lets one MULTI/EXEC per write work on Redis Cluster."""
+    from redis.crc import key_slot
+
+    with make_saver("redis") as saver:
+        for thread in ("alpha", "beta:with|separators"):
+            first = _put(saver, thread)
+            child = generate_config(thread, checkpoint_ns="child:1")
+            saver.put(child, generate_checkpoint(), generate_metadata(), {})
+            saver.put_writes(first, [("a", 1), ("__error__", "boom")], "task")
+        r = redis_lib.Redis.from_url(REDIS_URL)
+        keys = list(r.scan_iter(match=f"{saver.redis_key_prefix}:*"))
+        r.close()
+        slots: dict[str, set[int]] = {}
+        for key in keys:
+            thread = key.decode().split("{", 1)[1].split("}", 1)[0]
+            slots.setdefault(thread, set()).add(key_slot(key))
+        assert set(slots) == {"alpha", "beta:with|separators"}
+        assert all(len(s) == 1 for s in slots.values()), slots
+        assert len(keys) >= 2 * 5  # cp, blob, nss, two ids zsets, write hash, wkeys
+        # whole-store operations still find every thread without a global index
+        assert {t.config["configurable"]["thread_id"] for t in saver.list(None)} == {"alpha", "beta:with|separators"}

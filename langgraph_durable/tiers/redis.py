@@ -12,10 +12,11 @@ its multi-key transactions stay legal. Layout, under the key prefix ``P``::
     P:{T}:blob            hash  "ns\\0channel\\0ver" -> envelope
     P:{T}:w:<ns>\\0<id>    hash  "task\\0idx"       -> [channel, task_path, envelope]
     P:{T}:wkeys           set   the thread's write hashes (for deletes)
-    P:threads             set   thread ids            (list(None), delete_for_runs)
-    P:run:<run_id>        set   "T\\0ns\\0id" of the run's checkpoints
 
-The two global sets are the only keys outside a thread's slot.
+Every write touches one thread's keys only, so it is one MULTI/EXEC on one
+slot. There is deliberately no global index (it would put a second slot in
+every transaction): the rare whole-store operations, ``list(None)`` and
+``delete_for_runs``, find threads by SCAN over ``P:{*}:nss`` instead.
 
 This is the async source; ``redis.py`` is generated from it by
 ``tools/generate_sync.py``.
@@ -83,11 +84,15 @@ class RedisTier:
     def _k(self, thread_id: str, part: str) -> str:
         return f"{self.prefix}:{{{thread_id}}}:{part}"
 
-    def _threads(self) -> str:
-        return f"{self.prefix}:threads"
-
-    def _run(self, run_id: str) -> str:
-        return f"{self.prefix}:run:{run_id}"
+    def _all_threads(self) -> list[str]:
+        head = f"{self.prefix}:{{"
+        tail = "}:nss"
+        pattern = _glob_escape(head) + "*" + _glob_escape(tail)
+        found = set()
+        for key in self.client.scan_iter(match=pattern, count=1000):
+            name = key.decode()
+            found.add(name[len(head) : -len(tail)])
+        return sorted(found)
 
     def _wkey(self, thread_id: str, ns: str, checkpoint_id: str) -> str:
         return self._k(thread_id, f"w:{ns}{_SEP}{checkpoint_id}")
@@ -116,9 +121,6 @@ class RedisTier:
                 pipe.sadd(self._k(t, "nss"), ns)
                 for b in blobs:
                     pipe.hsetnx(self._k(t, "blob"), f"{b.checkpoint_ns}{_SEP}{b.channel}{_SEP}{b.version}", b.envelope)
-                pipe.sadd(self._threads(), t)
-                if row.run_id:
-                    pipe.sadd(self._run(row.run_id), f"{t}{_SEP}{ns}{_SEP}{cid}")
                 pipe.execute()
 
     def write_blobs(self, blobs: Sequence[BlobRow]) -> None:
@@ -202,7 +204,7 @@ class RedisTier:
             if thread_id is not None:
                 threads = [thread_id]
             else:
-                threads = sorted(t.decode() for t in self.client.smembers(self._threads()))
+                threads = self._all_threads()
             for t in threads:
                 if ns is not None:
                     namespaces = [ns]
@@ -243,18 +245,24 @@ class RedisTier:
                 keys += [self._k(t, f"ids:{n.decode()}") for n in nss]
                 keys += [k.decode() for k in wkeys]
                 pipe.delete(*keys)
-                pipe.srem(self._threads(), t)
                 pipe.execute()
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        wanted = set(run_ids)
+        if not wanted:
+            return
         with unavailable_on("redis", self.where, *_ERRORS):
-            for run_id in run_ids:
-                members = self.client.smembers(self._run(run_id))
+            for t in self._all_threads():
+                stored = self.client.hgetall(self._k(t, "cp"))
+                doomed = []
+                for field, data in stored.items():
+                    if _unpack(data, 4)[1] in wanted:
+                        doomed.append(field.decode().split(_SEP))
+                if not doomed:
+                    continue
                 with self.client.pipeline(transaction=True) as pipe:
-                    for m in members:
-                        t, ns, cid = m.decode().split(_SEP)
+                    for ns, cid in doomed:
                         self._drop(pipe, t, ns, cid)
-                    pipe.delete(self._run(run_id))
                     pipe.execute()
 
     def _drop(self, pipe: Any, t: str, ns: str, cid: str) -> None:
@@ -290,6 +298,10 @@ class RedisTier:
                     if (ns, ch, ver) not in keep_blobs:
                         pipe.hdel(self._k(t, "blob"), f)
                 pipe.execute()
+
+
+def _glob_escape(text: str) -> str:
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
 
 
 def _loads(metadata_json: str) -> dict[str, Any]:
