@@ -18,6 +18,7 @@ import uuid
 from pathlib import Path
 from typing import Annotated, Any, TextIO, TypedDict
 
+from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START, StateGraph
 
 from .saver import DurableSaver
@@ -67,7 +68,7 @@ def worker(args: Any) -> int:
     """Run (or resume) the demo thread to the end. Killed by the parent."""
     with _saver(args) as saver:
         graph = build_graph(args.executions).compile(checkpointer=saver)
-        config = {"configurable": {"thread_id": args.thread}, "recursion_limit": args.steps + 10}
+        config: RunnableConfig = {"configurable": {"thread_id": args.thread}, "recursion_limit": args.steps + 10}
         start = None if args.resume else {"done": [], "n": 0, "total": args.steps}
         graph.invoke(start, config, durability="sync")
     return 0
