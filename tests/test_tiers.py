@@ -205,3 +205,34 @@ def test_every_redis_key_of_a_thread_is_on_one_cluster_slot(make_saver: Any) -> 
         assert len(keys) >= 2 * 5  # cp, blob, nss, two ids zsets, write hash, wkeys
         # whole-store operations still find every thread without a global index
         assert {t.config["configurable"]["thread_id"] for t in saver.list(None)} == {"alpha", "beta:with|separators"}
+
+
+@pytest.mark.parametrize("face", ["sync", "async"])
+async def test_reads_degrade_to_redis_when_postgres_is_cut(
+    make_saver: Any, postgres_url: str, face: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    from urllib.parse import urlsplit
+
+    from .proxy import TcpProxy
+
+    parts = urlsplit(postgres_url)
+    host, port = parts.hostname or "127.0.0.1", parts.port or 5432
+    with TcpProxy(host, port) as proxy:
+        proxied = postgres_url.replace(f"{host}:{port}", f"127.0.0.1:{proxy.port}")
+        saver = make_saver("sqlite+redis", postgres=proxied, connect_timeout=1)
+        if face == "async":
+            await saver.asetup()  # each face connects on first use; set this one up before the cut
+        first = _put(saver, "t", value="one")
+        second = _put(saver, "t", parent=first, value="two", step=1)
+        proxy.cut()
+        if face == "sync":
+            tup = saver.get_tuple(generate_config("t"))
+            listed = list(saver.list(generate_config("t")))
+        else:
+            tup = await saver.aget_tuple(generate_config("t"))
+            listed = [t async for t in saver.alist(generate_config("t"))]
+        assert tup.config["configurable"]["checkpoint_id"] == second["configurable"]["checkpoint_id"]
+        assert tup.checkpoint["channel_values"] == {"k": "two"}
+        assert [t.metadata["step"] for t in listed] == [1, 0]
+        assert "degraded read" in caplog.text and "redis" in caplog.text
+        await saver.aclose()
