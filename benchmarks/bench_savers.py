@@ -294,8 +294,8 @@ class Resources:
         self.redis_prefixes: list[str] = []
         self.tmp = tempfile.TemporaryDirectory(prefix=f"lgd_bench_{run_id}_")
         self.tmp_path = Path(self.tmp.name)
-        self.postgres_ok: str | None = None  # None = reachable, else why not
-        self.redis_ok: str | None = None
+        self.postgres_down: str | None = None  # None = reachable, else why not
+        self.redis_down: str | None = None
         self.server_versions: dict[str, str] = {}
 
     def probe(self) -> None:
@@ -303,15 +303,16 @@ class Resources:
         import redis as redis_lib
 
         if not is_loopback(POSTGRES_URL):
-            self.postgres_ok = "LANGGRAPH_DURABLE_TEST_POSTGRES_URL is not a loopback address (refused)"
+            self.postgres_down = "LANGGRAPH_DURABLE_TEST_POSTGRES_URL is not a loopback address (refused)"
         else:
             try:
                 with psycopg.connect(POSTGRES_URL, autocommit=True, connect_timeout=5) as c:
-                    self.server_versions["postgres"] = str(c.execute("SHOW server_version").fetchone()[0])
+                    row = c.execute("SHOW server_version").fetchone()
+                    self.server_versions["postgres"] = str(row[0]) if row else "?"
             except Exception as exc:
-                self.postgres_ok = f"Postgres unreachable: {exc}"
+                self.postgres_down = f"Postgres unreachable: {exc}"
         if not is_loopback(REDIS_URL):
-            self.redis_ok = "LANGGRAPH_DURABLE_TEST_REDIS_URL is not a loopback address (refused)"
+            self.redis_down = "LANGGRAPH_DURABLE_TEST_REDIS_URL is not a loopback address (refused)"
         else:
             try:
                 client = redis_lib.Redis.from_url(REDIS_URL, socket_connect_timeout=5)
@@ -320,13 +321,13 @@ class Resources:
                 finally:
                     client.close()
             except Exception as exc:
-                self.redis_ok = f"Redis unreachable: {exc}"
+                self.redis_down = f"Redis unreachable: {exc}"
 
     def unavailable(self, config: Config) -> str | None:
-        if "postgres" in config.needs and self.postgres_ok:
-            return self.postgres_ok
-        if "redis" in config.needs and self.redis_ok:
-            return self.redis_ok
+        if "postgres" in config.needs and self.postgres_down:
+            return self.postgres_down
+        if "redis" in config.needs and self.redis_down:
+            return self.redis_down
         return None
 
     def new_database(self, tag: str) -> str:
@@ -415,6 +416,12 @@ def durable_kwargs(config: Config, st: Storage) -> dict[str, Any]:
     return kw
 
 
+def need(value: str | None) -> str:
+    if value is None:
+        raise RuntimeError("storage was not allocated for this configuration")
+    return value
+
+
 @contextlib.contextmanager
 def open_sync(config: Config, st: Storage, shared_memory: dict[str, Any]) -> Iterator[Any]:
     if config.kind == "memory":
@@ -426,13 +433,13 @@ def open_sync(config: Config, st: Storage, shared_memory: dict[str, Any]) -> Ite
     elif config.kind == "stock_sqlite":
         from langgraph.checkpoint.sqlite import SqliteSaver
 
-        with SqliteSaver.from_conn_string(st.sqlite_path) as saver:
+        with SqliteSaver.from_conn_string(need(st.sqlite_path)) as saver:
             saver.setup()
             yield saver
     elif config.kind == "stock_postgres":
         from langgraph.checkpoint.postgres import PostgresSaver
 
-        with PostgresSaver.from_conn_string(st.postgres_url) as saver:
+        with PostgresSaver.from_conn_string(need(st.postgres_url)) as saver:
             saver.setup()
             yield saver
     else:
@@ -456,13 +463,13 @@ async def open_async(config: Config, st: Storage, shared_memory: dict[str, Any])
     elif config.kind == "stock_sqlite":
         from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
-        async with AsyncSqliteSaver.from_conn_string(st.sqlite_path) as saver:
+        async with AsyncSqliteSaver.from_conn_string(need(st.sqlite_path)) as saver:
             await saver.setup()
             yield saver
     elif config.kind == "stock_postgres":
         from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 
-        async with AsyncPostgresSaver.from_conn_string(st.postgres_url) as saver:
+        async with AsyncPostgresSaver.from_conn_string(need(st.postgres_url)) as saver:
             await saver.setup()
             yield saver
     else:
@@ -830,6 +837,29 @@ def versions() -> dict[str, str]:
     return out
 
 
+def git_state() -> str:
+    """Commit of the checkout, and whether the package differs from it (figures are for the working tree)."""
+    import subprocess
+
+    root = HERE.parent
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "langgraph_durable"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    if not head:
+        return "unknown"
+    return f"{head}" + (" + uncommitted changes in langgraph_durable/" if dirty else " (clean)")
+
+
 def cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -840,7 +870,9 @@ def cpu_model() -> str:
     return platform.processor() or "unknown CPU"
 
 
-def header(args: argparse.Namespace, params: Params, res_env: Resources, started: dt.datetime, wall: float) -> str:
+def header(
+    args: argparse.Namespace, params: Params, res_env: Resources, started: dt.datetime, wall: float, code_state: str
+) -> str:
     cmd = "python benchmarks/bench_savers.py" + "".join(" " + shlex.quote(a) for a in sys.argv[1:])
     vers = ", ".join(f"{k} {v}" for k, v in versions().items())
     servers = ", ".join(f"{k} {v}" for k, v in res_env.server_versions.items()) or "none reachable"
@@ -853,6 +885,7 @@ def header(args: argparse.Namespace, params: Params, res_env: Resources, started
             f"- Machine: {os.cpu_count()} CPUs (nproc {len(os.sched_getaffinity(0))}), {cpu_model()}, "
             f"{platform.system()} {platform.release()}",
             f"- Python: {platform.python_implementation()} {platform.python_version()}",
+            f"- Code measured: langgraph_durable at git {code_state} (at start of run)",
             f"- Packages: {vers}",
             f"- Servers (loopback): {servers}",
             f"- Workload: {params.steps} super-steps per invoke, one ~{params.msg_bytes}-byte message appended "
@@ -936,6 +969,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_term)
 
     started = dt.datetime.now(dt.UTC)
+    code_state = git_state()
     t_run = time.perf_counter()
     run_id = uuid.uuid4().hex[:10]
     res_env = Resources(run_id)
@@ -948,7 +982,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{params.threads} invokes x {params.steps} steps each",
             flush=True,
         )
-        for why in filter(None, (res_env.postgres_ok, res_env.redis_ok)):
+        for why in filter(None, (res_env.postgres_down, res_env.redis_down)):
             print(f"  note: {why}; configurations needing it are skipped", flush=True)
         pg_cache: dict[str, str] = {}
         for mode in modes:
@@ -970,7 +1004,7 @@ def main(argv: list[str] | None = None) -> int:
         print("### Problems\n")
         print(probs)
     if not args.no_write:
-        doc = header(args, params, res_env, started, wall) + "\n\n" + table
+        doc = header(args, params, res_env, started, wall, code_state) + "\n\n" + table
         doc += "\n### Problems\n\n" + (probs or "None: every check passed and cleanup succeeded.") + "\n"
         Path(args.output).write_text(doc)
         print(f"\nwrote {args.output}")
