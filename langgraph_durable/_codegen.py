@@ -34,6 +34,7 @@ NAMES = {
     "AsyncPostgresTier": "PostgresTier",
     "AsyncConnectionPool": "ConnectionPool",
     "arun_all": "run_all",
+    "ALock": "Lock",
     "aclose": "close",
     "redis.asyncio": "redis",
     "chain_async": "chain",

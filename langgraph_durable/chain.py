@@ -18,14 +18,15 @@ import logging
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata, CheckpointTuple, PendingWrite
 
 from .codec import RecordCodec, assemble_tuple, thread_of, version_key
-from .concurrency import run_all
+from .concurrency import Lock, run_all
 from .errors import ConfigError, CorruptCheckpoint, DurableError, TierUnavailable
+from .integrity import CorruptionEvent, Incident, IntegrityPolicy, Unusable
 from .records import BadRecord, BlobRow, CheckpointRow, WriteRow, metadata_matches
 from .tiers.sqlite import SqliteTier
 
@@ -33,6 +34,7 @@ logger = logging.getLogger("langgraph_durable")
 
 Tier = Any  # SqliteTier | RedisTier | PostgresTier: same method names
 BlobKey = tuple[str, str]
+Found = tuple[CheckpointRow, dict[str, Any], dict[str, Any]]  # row, checkpoint, metadata
 RowT = TypeVar("RowT", CheckpointRow, BlobRow, WriteRow)
 
 
@@ -45,28 +47,45 @@ def _raise_first(results: Sequence[Any]) -> None:
 class TierChain:
     """Reads and writes LangGraph records across an ordered list of tiers."""
 
-    def __init__(self, local: SqliteTier | None, shared: Sequence[Tier], codec: RecordCodec) -> None:
+    def __init__(
+        self,
+        local: SqliteTier | None,
+        shared: Sequence[Tier],
+        codec: RecordCodec,
+        policy: IntegrityPolicy | None = None,
+    ) -> None:
         if local is None and not shared:
             raise ConfigError("at least one tier is needed: pass sqlite=, redis= or postgres=.")
         self.local = local
         self.shared = list(shared)
         self.tiers: list[Tier] = ([local] if local is not None else []) + self.shared
         self.codec = codec
+        self.policy = policy or IntegrityPolicy()
         self._ready = False
+        # First use may come from many tasks (or threads) at once; the pools
+        # must be opened and the schema migrated exactly once.
+        self._setup_lock = Lock()
 
     # -- lifecycle --------------------------------------------------------------
 
     def setup(self) -> None:
         """Create or migrate every tier's schema, then push forward any local
         journal entry a crash left unacknowledged. Idempotent."""
+        with self._setup_lock:
+            self._setup()
+
+    def ensure_setup(self) -> None:
+        if self._ready:
+            return
+        with self._setup_lock:
+            if not self._ready:
+                self._setup()
+
+    def _setup(self) -> None:
         for tier in self.tiers:
             tier.setup()
         self._replay_journal()
         self._ready = True
-
-    def ensure_setup(self) -> None:
-        if not self._ready:
-            self.setup()
 
     def close(self) -> None:
         # The local tier is shared by both faces; the saver closes it.
@@ -157,6 +176,10 @@ class TierChain:
 
     def _authority(self, what: str, call: Callable[[Tier], Any]) -> Any:
         """Ask the farthest reachable tier; nearer ones answer only when it is down."""
+        return (self._authority_tier(what, call))[1]
+
+    def _authority_tier(self, what: str, call: Callable[[Tier], Any]) -> tuple[Tier, Any]:
+        """`_authority`, also naming the tier that answered."""
         last: TierUnavailable | None = None
         for i, tier in enumerate(reversed(self.tiers)):
             try:
@@ -166,16 +189,25 @@ class TierChain:
                 continue
             if i:
                 logger.warning("degraded read: %s answered by %s (%s)", what, tier.name, last)
-            return result
+            return tier, result
         assert last is not None
         raise last
 
-    def _checkpoint(
-        self, thread_id: str, ns: str, cid: str
-    ) -> tuple[CheckpointRow, dict[str, Any], dict[str, Any]] | None:
-        """A verified checkpoint row, nearest tier first, repairing the nearer tiers."""
+    def _repair(self, tiers: Sequence[Tier], write: Callable[[Tier], Any]) -> None:
+        """Copy a good record into tiers that lacked it or held a bad copy;
+        a failure here never fails the read."""
+        for tier in tiers:
+            try:
+                write(tier)
+            except DurableError as exc:
+                logger.warning("read-repair into %s failed: %s", tier.name, exc)
+
+    def _checkpoint(self, thread_id: str, ns: str, cid: str, incidents: list[Incident]) -> Found | None:
+        """A verified checkpoint row, nearest tier first, repairing the tiers
+        before it. None if no tier has it; `Unusable` if every copy is bad."""
         lacking: list[Tier] = []
-        reasons: list[str] = []
+        bad: list[Incident] = []
+        parent_id: str | None = None
         unreachable: TierUnavailable | None = None
         for tier in self.tiers:
             try:
@@ -189,37 +221,32 @@ class TierChain:
             try:
                 checkpoint, metadata = self.codec.decode_checkpoint(row)
             except BadRecord as exc:
-                reasons.append(f"{tier.name}: {exc.reason}")
-                logger.error("corrupt checkpoint %s/%s/%s in %s: %s", thread_id, ns, cid, tier.name, exc.reason)
+                bad.append(Incident(tier, "checkpoint", thread_id, ns, f"checkpoint {cid}", exc.reason, row.envelope))
+                parent_id = parent_id or row.parent_id
                 lacking.append(tier)
                 continue
+            for incident in bad:
+                incident.served = f"intact copy from {tier.name}"
+            incidents.extend(bad)
             self._repair(lacking, lambda t: t.write_checkpoint(row, []))
             return row, checkpoint, metadata
-        if reasons:
-            raise CorruptCheckpoint(
-                f"checkpoint {cid!r} of thread {thread_id!r} (ns {ns!r}) has no intact copy in any tier "
-                f"({'; '.join(reasons)}). Run `langgraph-durable verify` to list damaged records.",
-                key=f"{thread_id}/{ns}/{cid}",
-                reasons=reasons,
-            )
+        incidents.extend(bad)
+        if bad:
+            raise Unusable(thread_id, ns, cid, parent_id, "the checkpoint record is damaged in every tier")
         if unreachable is not None and not lacking:
             raise unreachable
         return None
 
-    def _repair(self, tiers: Sequence[Tier], write: Callable[[Tier], Any]) -> None:
-        """Copy a good record into nearer tiers; a failure here never fails the read."""
-        for tier in tiers:
-            try:
-                write(tier)
-            except DurableError as exc:
-                logger.warning("read-repair into %s failed: %s", tier.name, exc)
-
-    def _blobs(self, thread_id: str, ns: str, keys: Sequence[BlobKey]) -> dict[BlobKey, tuple[BlobRow, Any]]:
-        """Verified blobs (row and decoded value), nearest tier first."""
+    def _blobs(
+        self, thread_id: str, ns: str, keys: Sequence[BlobKey], incidents: list[Incident]
+    ) -> dict[BlobKey, tuple[BlobRow, Any]]:
+        """Verified blobs (row and decoded value), nearest tier first. Keys
+        no tier holds intact are absent from the result."""
         found: dict[BlobKey, tuple[BlobRow, Any]] = {}
+        found_in: dict[BlobKey, str] = {}
         missing = list(dict.fromkeys(keys))
         lacking: list[Tier] = []
-        reasons: list[str] = []
+        bad: dict[BlobKey, list[Incident]] = defaultdict(list)
         for tier in self.tiers:
             if not missing:
                 break
@@ -231,77 +258,195 @@ class TierChain:
             for key, brow in rows.items():
                 try:
                     found[key] = (brow, self.codec.decode_blob(brow))
+                    found_in[key] = tier.name
                     good.append(brow)
                 except BadRecord as exc:
-                    reasons.append(f"{tier.name} {key[0]}@{key[1]}: {exc.reason}")
-                    logger.error(
-                        "corrupt blob %s/%s/%s@%s in %s: %s", thread_id, ns, key[0], key[1], tier.name, exc.reason
+                    bad[key].append(
+                        Incident(tier, "blob", thread_id, ns, f"channel {key[0]} @ {key[1]}", exc.reason, brow.envelope)
                     )
+            # Repair the tiers before this one: they lacked these blobs or
+            # held bad copies (a bad copy is overwritten).
+            fix = lacking + [i.tier for key in rows if key in found for i in bad.get(key, []) if i.tier is not tier]
             if good:
-                self._repair(lacking, lambda t: t.write_blobs(good))
+                self._repair(list(dict.fromkeys(fix)), lambda t: t.write_blobs(good))
             missing = [k for k in missing if k not in found]
             lacking.append(tier)
-        if missing:
-            names = ", ".join(f"{c}@{v}" for c, v in missing)
-            raise CorruptCheckpoint(
-                f"thread {thread_id!r} (ns {ns!r}): channel value(s) {names} are missing or damaged in every "
-                f"tier{' (' + '; '.join(reasons) + ')' if reasons else ''}.",
-                key=f"{thread_id}/{ns}/{names}",
-                reasons=reasons,
-            )
+        for key, key_incidents in bad.items():
+            if key in found:
+                for incident in key_incidents:
+                    incident.served = f"intact copy from {found_in[key]}"
+            incidents.extend(key_incidents)
         return found
 
     def _writes(
-        self, thread_id: str, ns: str, cids: Sequence[str]
-    ) -> dict[str, list[tuple[WriteRow, PendingWrite]]]:
-        """Pending writes of these checkpoints, from the authoritative tier."""
-        rows = self._authority("pending writes", lambda t: t.read_writes(thread_id, ns, cids))
+        self, thread_id: str, ns: str, cids: Sequence[str], incidents: list[Incident]
+    ) -> tuple[dict[str, list[tuple[WriteRow, PendingWrite]]], dict[str, str]]:
+        """Pending writes of these checkpoints, from the authoritative tier,
+        and the checkpoints whose writes could not all be read intact."""
+        source, rows = self._authority_tier("pending writes", lambda t: t.read_writes(thread_id, ns, cids))
         out: dict[str, list[tuple[WriteRow, PendingWrite]]] = defaultdict(list)
+        lost: dict[str, str] = {}
         for w in rows:
             try:
                 out[w.checkpoint_id].append((w, self.codec.decode_write(w)))
             except BadRecord as exc:
-                out[w.checkpoint_id].append(self._write_from_elsewhere(w, exc.reason))
-        return out
+                key = f"write {w.task_id}/{w.idx} of checkpoint {w.checkpoint_id}"
+                incident = Incident(source, "write", thread_id, ns, key, exc.reason, w.envelope)
+                good = self._write_from_elsewhere(w, incident)
+                incidents.append(incident)
+                if good is None:
+                    lost[w.checkpoint_id] = f"pending write {w.task_id}/{w.idx} is damaged in every tier"
+                else:
+                    out[w.checkpoint_id].append(good)
+        return out, lost
 
-    def _write_from_elsewhere(self, bad: WriteRow, reason: str) -> tuple[WriteRow, PendingWrite]:
-        reasons = [f"authoritative copy: {reason}"]
-        for tier in self.tiers:
+    def _write_from_elsewhere(self, bad: WriteRow, incident: Incident) -> tuple[WriteRow, PendingWrite] | None:
+        """An intact copy of one pending write from any tier; repairs the tier
+        that served the bad one."""
+        for tier in reversed(self.tiers):
             try:
                 rows = tier.read_writes(bad.thread_id, bad.checkpoint_ns, [bad.checkpoint_id])
             except TierUnavailable:
                 continue
             for w in rows:
-                if (w.task_id, w.idx) == (bad.task_id, bad.idx) and w.envelope != bad.envelope:
-                    try:
-                        return w, self.codec.decode_write(w)
-                    except BadRecord as exc:
-                        reasons.append(f"{tier.name}: {exc.reason}")
-        raise CorruptCheckpoint(
-            f"pending write {bad.task_id}/{bad.idx} of checkpoint {bad.checkpoint_id!r} "
-            f"(thread {bad.thread_id!r}) has no intact copy ({'; '.join(reasons)}).",
-            key=f"{bad.thread_id}/{bad.checkpoint_ns}/{bad.checkpoint_id}/{bad.task_id}/{bad.idx}",
-            reasons=reasons,
-        )
+                if (w.task_id, w.idx) != (bad.task_id, bad.idx):
+                    continue
+                if w.envelope == bad.envelope:
+                    continue
+                try:
+                    decoded = self.codec.decode_write(w)
+                except BadRecord:
+                    continue
+                incident.served = f"intact copy from {tier.name}"
+                self._repair([incident.tier], lambda t: t.write_writes([w], True))
+                return w, decoded
+        return None
 
-    def _tuples(
-        self, found: Sequence[tuple[CheckpointRow, dict[str, Any], dict[str, Any]]]
-    ) -> list[CheckpointTuple]:
-        """Attach channel values and pending writes, batched per (thread, ns)."""
-        groups: dict[tuple[str, str], list[tuple[CheckpointRow, dict[str, Any], dict[str, Any]]]] = defaultdict(list)
+    def _assemble(self, found: Sequence[Found], incidents: list[Incident]) -> list[CheckpointTuple | Unusable]:
+        """Attach channel values and pending writes, batched per (thread, ns).
+        A checkpoint missing an intact value or write comes back `Unusable`."""
+        groups: dict[tuple[str, str], list[Found]] = defaultdict(list)
         for item in found:
             groups[(item[0].thread_id, item[0].checkpoint_ns)].append(item)
-        done: dict[tuple[str, str, str], CheckpointTuple] = {}
+        done: dict[tuple[str, str, str], CheckpointTuple | Unusable] = {}
         for (thread_id, ns), items in groups.items():
             keys = [(ch, version_key(v)) for _, cp, _ in items for ch, v in cp["channel_versions"].items()]
-            blobs = self._blobs(thread_id, ns, keys)
-            writes = self._writes(thread_id, ns, [row.checkpoint_id for row, _, _ in items])
+            blobs = self._blobs(thread_id, ns, keys, incidents)
+            writes, lost = self._writes(thread_id, ns, [row.checkpoint_id for row, _, _ in items], incidents)
             for row, cp, md in items:
+                cid = row.checkpoint_id
+                absent = [
+                    f"{ch} @ {v}" for ch, v in cp["channel_versions"].items() if (ch, version_key(v)) not in blobs
+                ]
+                if absent or cid in lost:
+                    what = lost.get(cid) or f"channel value(s) {', '.join(absent)} missing or damaged in every tier"
+                    done[(thread_id, ns, cid)] = Unusable(thread_id, ns, cid, row.parent_id, what)
+                    continue
                 values = {ch: blobs[(ch, version_key(v))][1] for ch, v in cp["channel_versions"].items()}
-                done[(thread_id, ns, row.checkpoint_id)] = assemble_tuple(
-                    row, cp, md, values, writes.get(row.checkpoint_id, [])
-                )
+                done[(thread_id, ns, cid)] = assemble_tuple(row, cp, md, values, writes.get(cid, []))
         return [done[(r.thread_id, r.checkpoint_ns, r.checkpoint_id)] for r, _, _ in found]
+
+    def _serve(self, thread_id: str, ns: str, cid: str, incidents: list[Incident]) -> CheckpointTuple | None:
+        """Checkpoint `cid`; if it cannot be assembled intact, its newest
+        intact ancestor (the unusable ones are withdrawn from every tier)."""
+        current: str | None = cid
+        while current is not None:
+            try:
+                found = self._checkpoint(thread_id, ns, current, incidents)
+                if found is None:
+                    if current == cid:
+                        return None
+                    # The recorded parent is gone: take the next older one.
+                    current = self._older(thread_id, ns, current)
+                    if current is None:
+                        self._no_ancestor(f"{thread_id}/{ns}/{cid}", incidents)
+                    continue
+                result = (self._assemble([found], incidents))[0]
+                if not isinstance(result, Unusable):
+                    return result
+                unusable = result
+            except Unusable as exc:
+                unusable = exc
+            current = self._fall_back(unusable, incidents)
+        return None
+
+    def _fall_back(self, unusable: Unusable, incidents: list[Incident]) -> str:
+        """Withdraw an unusable checkpoint and name the one to try instead."""
+        key = f"{unusable.thread_id}/{unusable.ns}/{unusable.checkpoint_id}"
+        if self.policy.raise_on_loss:
+            self._settle(incidents, "nothing: CorruptCheckpoint raised (on_corruption='raise')")
+            raise CorruptCheckpoint(
+                f"checkpoint {unusable.checkpoint_id!r} of thread {unusable.thread_id!r} (ns {unusable.ns!r}) "
+                f"cannot be read intact: {unusable.what}. Run `langgraph-durable verify` for details, or use "
+                "on_corruption='fallback' to resume from the newest intact checkpoint.",
+                key=key,
+                reasons=[f"{i.tier.name}: {i.key}: {i.reason}" for i in incidents],
+            )
+        previous = unusable.parent_id
+        if previous is None or previous >= unusable.checkpoint_id:
+            previous = self._older(unusable.thread_id, unusable.ns, unusable.checkpoint_id)
+        # Withdraw it everywhere, so "latest" moves back and nobody serves it;
+        # its bad bytes go to quarantine when the read settles.
+        self._everywhere_reachable(
+            lambda t: t.delete_checkpoint(unusable.thread_id, unusable.ns, unusable.checkpoint_id)
+        )
+        served = f"ancestor checkpoint {previous}" if previous else "nothing: no intact ancestor"
+        for incident in incidents:
+            if incident.served is None and incident.thread_id == unusable.thread_id:
+                incident.served = served
+        if previous is None:
+            self._no_ancestor(key, incidents)
+        logger.error("checkpoint %s is unusable (%s); falling back to %s", key, unusable.what, previous)
+        return previous
+
+    def _older(self, thread_id: str, ns: str, checkpoint_id: str) -> str | None:
+        older = self._authority(
+            "ancestor", lambda t: t.list_checkpoints(thread_id, ns, None, checkpoint_id, None, 1)
+        )
+        return older[0].checkpoint_id if older else None
+
+    def _no_ancestor(self, key: str, incidents: list[Incident]) -> NoReturn:
+        self._settle(incidents, "nothing: no intact ancestor")
+        raise CorruptCheckpoint(
+            f"checkpoint {key} cannot be read intact and has no intact ancestor. "
+            "Run `langgraph-durable verify` to list the damaged records.",
+            key=key,
+            reasons=[f"{i.tier.name}: {i.key}: {i.reason}" for i in incidents],
+        )
+
+    def _everywhere_reachable(self, call: Callable[[Tier], Any]) -> None:
+        for result in run_all([functools.partial(call, t) for t in self.tiers]):
+            if isinstance(result, TierUnavailable):
+                logger.warning("%s", result)
+            elif isinstance(result, BaseException):
+                raise result
+
+    def _settle(self, incidents: list[Incident], default: str = "nothing") -> None:
+        """Quarantine, log, count and report each bad copy met by a read."""
+        for incident in incidents:
+            try:
+                incident.tier.quarantine(
+                    incident.thread_id,
+                    incident.checkpoint_ns,
+                    incident.kind,
+                    incident.key,
+                    incident.reason,
+                    incident.envelope,
+                )
+            except DurableError as exc:
+                logger.warning("could not quarantine a bad %s in %s: %s", incident.kind, incident.tier.name, exc)
+            self.policy.report(
+                CorruptionEvent(
+                    tier=incident.tier.name,
+                    kind=incident.kind,
+                    thread_id=incident.thread_id,
+                    checkpoint_ns=incident.checkpoint_ns,
+                    key=incident.key,
+                    reason=incident.reason,
+                    served_instead=incident.served or default,
+                )
+            )
+        incidents.clear()
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         thread_id = thread_of(config, what="get_tuple")
@@ -313,10 +458,11 @@ class TierChain:
             cid = self._authority("latest checkpoint", lambda t: t.latest_id(thread_id, ns))
             if cid is None:
                 return None
-        found = self._checkpoint(thread_id, ns, cid)
-        if found is None:
-            return None
-        return (self._tuples([found]))[0]
+        incidents: list[Incident] = []
+        try:
+            return self._serve(thread_id, ns, cid, incidents)
+        finally:
+            self._settle(incidents)
 
     def list_tuples(
         self,
@@ -336,21 +482,42 @@ class TierChain:
         rows = self._authority(
             "checkpoint list", lambda t: t.list_checkpoints(thread_id, ns, cid, before_id, filter, limit)
         )
-        found = []
-        for row in rows:
-            try:
-                cp, md = self.codec.decode_checkpoint(row)
-                item = (row, cp, md)
-            except BadRecord:
-                repaired = self._checkpoint(row.thread_id, row.checkpoint_ns, row.checkpoint_id)
-                if repaired is None:
+        incidents: list[Incident] = []
+        try:
+            found: list[Found] = []
+            for row in rows:
+                try:
+                    item: Found | None = (row, *self.codec.decode_checkpoint(row))
+                except BadRecord:
+                    try:
+                        item = self._checkpoint(row.thread_id, row.checkpoint_ns, row.checkpoint_id, incidents)
+                    except Unusable as exc:
+                        self._omit(exc, incidents)
+                        continue
+                if item is not None and metadata_matches(item[2], filter):
+                    found.append(item)
+            out = []
+            for result in self._assemble(found, incidents):
+                if isinstance(result, Unusable):
+                    self._omit(result, incidents)
                     continue
-                item = repaired
-            if metadata_matches(item[2], filter):
-                found.append(item)
-                if limit is not None and len(found) >= limit:
+                out.append(result)
+                if limit is not None and len(out) >= limit:
                     break
-        return self._tuples(found)
+            return out
+        finally:
+            self._settle(incidents)
+
+    def _omit(self, unusable: Unusable, incidents: list[Incident]) -> None:
+        """`list` leaves an unusable checkpoint out (or raises, by policy)."""
+        if self.policy.raise_on_loss:
+            self._fall_back(unusable, incidents)  # raises
+        self._everywhere_reachable(
+            lambda t: t.delete_checkpoint(unusable.thread_id, unusable.ns, unusable.checkpoint_id)
+        )
+        for incident in incidents:
+            if incident.served is None:
+                incident.served = f"left out of list: {unusable.what}"
 
     # -- maintenance -------------------------------------------------------------------
 
@@ -377,23 +544,43 @@ class TierChain:
         by_ns: dict[str, list[CheckpointRow]] = defaultdict(list)
         for row in rows:
             by_ns[row.checkpoint_ns].append(row)
-        for ns, ns_rows in by_ns.items():
-            verified = []
-            for row in ns_rows:
-                found = self._checkpoint(src, ns, row.checkpoint_id)
-                if found is not None:
-                    verified.append(found)
-            keys = [(ch, version_key(v)) for _, cp, _ in verified for ch, v in cp["channel_versions"].items()]
-            blobs = [self._rekey(b, dst) for b, _ in (self._blobs(src, ns, keys)).values()]
-            written = self._writes(src, ns, [r.checkpoint_id for r, _, _ in verified])
-            writes = [self._rekey(w, dst) for pairs in written.values() for w, _ in pairs]
-            checkpoints = [self._rekey(r, dst) for r, _, _ in sorted(verified, key=lambda item: item[0].checkpoint_id)]
-            # Blobs, then checkpoints oldest first, then writes: a reader never
-            # sees a checkpoint whose values are not there yet.
-            self._everywhere(lambda t: t.write_blobs(blobs))
-            for row in checkpoints:
-                self._everywhere(functools.partial(_write_checkpoint, row))
-            self._everywhere(lambda t: t.write_writes(writes, True))
+        incidents: list[Incident] = []
+        try:
+            for ns, ns_rows in by_ns.items():
+                self._copy_namespace(src, dst, ns, ns_rows, incidents)
+        finally:
+            self._settle(incidents, "not copied")
+
+    def _copy_namespace(
+        self, src: str, dst: str, ns: str, rows: Sequence[CheckpointRow], incidents: list[Incident]
+    ) -> None:
+        """Copy the checkpoints of one namespace that can be read intact."""
+        candidates: list[Found] = []
+        for row in rows:
+            try:
+                found = self._checkpoint(src, ns, row.checkpoint_id, incidents)
+            except Unusable:
+                continue
+            if found is not None:
+                candidates.append(found)
+        keys = [(ch, version_key(v)) for _, cp, _ in candidates for ch, v in cp["channel_versions"].items()]
+        blob_map = self._blobs(src, ns, keys, incidents)
+        written, lost = self._writes(src, ns, [r.checkpoint_id for r, _, _ in candidates], incidents)
+        verified = [
+            (row, cp, md)
+            for row, cp, md in candidates
+            if row.checkpoint_id not in lost
+            and all((ch, version_key(v)) in blob_map for ch, v in cp["channel_versions"].items())
+        ]
+        blobs = [self._rekey(b, dst) for b, _ in blob_map.values()]
+        writes = [self._rekey(w, dst) for cid, pairs in written.items() if cid not in lost for w, _ in pairs]
+        checkpoints = [self._rekey(r, dst) for r, _, _ in sorted(verified, key=lambda item: item[0].checkpoint_id)]
+        # Blobs, then checkpoints oldest first, then writes: a reader never
+        # sees a checkpoint whose values are not there yet.
+        self._everywhere(lambda t: t.write_blobs(blobs))
+        for row in checkpoints:
+            self._everywhere(functools.partial(_write_checkpoint, row))
+        self._everywhere(lambda t: t.write_writes(writes, True))
 
     def _rekey(self, row: RowT, thread_id: str) -> RowT:
         """The same record under another thread, its envelope re-sealed."""
@@ -414,12 +601,17 @@ class TierChain:
                 latest.setdefault(row.checkpoint_ns, row)
             keep: set[tuple[str, str]] = set()
             keep_blobs: set[tuple[str, str, str]] = set()
-            for ns, row in latest.items():
-                found = self._checkpoint(thread_id, ns, row.checkpoint_id)
-                if found is None:
-                    continue
-                keep.add((ns, row.checkpoint_id))
-                keep_blobs.update((ns, ch, version_key(v)) for ch, v in found[1]["channel_versions"].items())
+            incidents: list[Incident] = []
+            try:
+                for ns, row in latest.items():
+                    # The newest *intact* checkpoint survives, never a damaged one.
+                    tup = self._serve(thread_id, ns, row.checkpoint_id, incidents)
+                    if tup is None:
+                        continue
+                    keep.add((ns, tup.checkpoint["id"]))
+                    keep_blobs.update((ns, ch, version_key(v)) for ch, v in tup.checkpoint["channel_versions"].items())
+            finally:
+                self._settle(incidents)
             self._everywhere(lambda t: t.prune(thread_id, keep, keep_blobs))
 
 

@@ -21,7 +21,7 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from .errors import ConfigError, SerializationError
+from .errors import ConfigError, RecordTooLarge, SerializationError
 from .records import (
     BadRecord,
     BlobRow,
@@ -36,6 +36,9 @@ from .records import (
 )
 
 EMPTY_TAG = "empty"
+# Generous: a state this large is almost always a mistake (a file or a model
+# in the state), and every super-step rewrites the channels that changed.
+DEFAULT_MAX_RECORD_BYTES = 64 * 1024 * 1024
 
 
 def thread_of(config: RunnableConfig | None, *, what: str) -> str:
@@ -59,15 +62,18 @@ def version_key(version: str | int | float) -> str:
 class RecordCodec:
     """Serializes checkpoints, blobs and writes into sealed rows and back."""
 
-    def __init__(self, serde: SerializerProtocol, *, signing_key: bytes = b"") -> None:
+    def __init__(
+        self, serde: SerializerProtocol, *, signing_key: bytes = b"", max_record_bytes: int | None = None
+    ) -> None:
         self.serde = serde
         self.key = signing_key
+        self.max_record_bytes = max_record_bytes
 
     # -- encode ------------------------------------------------------------
 
     def _dump(self, value: Any, *, channel: str, what: str) -> tuple[str, bytes]:
         try:
-            return self.serde.dumps_typed(value)
+            tag, payload = self.serde.dumps_typed(value)
         except Exception as exc:  # the serializer raises TypeError, ValueError, ormsgpack errors
             path, culprit = self._culprit(value)
             where = f" at {path}" if path else ""
@@ -77,6 +83,15 @@ class RecordCodec:
                 "pydantic models, dataclasses) in the state, or pass a serde= that handles this type.",
                 channel=channel,
             ) from exc
+        if self.max_record_bytes is not None and len(payload) > self.max_record_bytes:
+            raise RecordTooLarge(
+                f"{what} {channel!r} serializes to {len(payload):,} bytes, over max_record_bytes="
+                f"{self.max_record_bytes:,}. Keep large data outside the state (store a path or an id) "
+                "or raise max_record_bytes.",
+                channel=channel,
+                size=len(payload),
+            )
+        return tag, payload
 
     def _culprit(self, value: Any, path: str = "", depth: int = 0) -> tuple[str, Any]:
         """The innermost part of `value` that fails to serialize, and its key

@@ -8,11 +8,16 @@ order, so the caller decides what a partial failure means.
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+
+# The chain's async source creates an `ALock`; its sync twin a `Lock`.
+ALock = asyncio.Lock
+Lock = threading.Lock
 
 # Shared-tier writes are network waits; a handful of threads overlaps them.
 _POOL = ThreadPoolExecutor(max_workers=8, thread_name_prefix="langgraph-durable-io")

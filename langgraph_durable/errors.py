@@ -10,6 +10,7 @@ __all__ = [
     "ConfigError",
     "CorruptCheckpoint",
     "DurableError",
+    "RecordTooLarge",
     "ResumeRejected",
     "SerializationError",
     "TierUnavailable",
@@ -38,6 +39,15 @@ class SerializationError(DurableError, TypeError):
     def __init__(self, message: str, *, channel: str | None = None) -> None:
         super().__init__(message)
         self.channel = channel
+
+
+class RecordTooLarge(SerializationError):
+    """A state value, pending write or checkpoint serializes to more than the
+    saver's ``max_record_bytes``. Nothing has been written."""
+
+    def __init__(self, message: str, *, channel: str | None = None, size: int = 0) -> None:
+        super().__init__(message, channel=channel)
+        self.size = size
 
 
 class TierUnavailable(DurableError, ConnectionError):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import builtins
 import os
 import random
 import threading
@@ -22,8 +23,10 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from .chain import TierChain
 from .chain_async import AsyncTierChain
-from .codec import RecordCodec
+from .codec import DEFAULT_MAX_RECORD_BYTES, RecordCodec
 from .errors import ConfigError
+from .integrity import IntegrityPolicy, OnCorruption
+from .tiers.base import QuarantinedRecord
 from .tiers.postgres import PostgresTier
 from .tiers.postgres_async import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_POOL_SIZE, AsyncPostgresTier
 from .tiers.redis import RedisTier
@@ -77,6 +80,15 @@ class DurableSaver(BaseCheckpointSaver[str]):
         sqlite_busy_timeout: seconds to wait for another process's SQLite lock.
         connect_timeout: seconds before Redis or Postgres counts as unreachable
             (connecting, and each Redis command).
+        on_corruption: what to do when a record is bad in every tier:
+            ``"fallback"`` (default) serves the newest intact ancestor
+            checkpoint, ``"raise"`` raises `CorruptCheckpoint`, a callable
+            does the fallback and receives each `CorruptionEvent`. Every bad
+            copy is quarantined, logged and counted in any case.
+        max_record_bytes: largest serialized channel value, pending write or
+            checkpoint accepted by ``put`` / ``put_writes``; a larger one raises
+            `RecordTooLarge` naming the channel, and nothing is written.
+            None for no limit.
     """
 
     def __init__(
@@ -91,6 +103,8 @@ class DurableSaver(BaseCheckpointSaver[str]):
         postgres_pool_size: int = DEFAULT_POOL_SIZE,
         sqlite_busy_timeout: float = DEFAULT_BUSY_TIMEOUT_S,
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
+        on_corruption: OnCorruption = "fallback",
+        max_record_bytes: int | None = DEFAULT_MAX_RECORD_BYTES,
     ) -> None:
         super().__init__(serde=serde)
         if sqlite is None and redis is None and postgres is None:
@@ -112,7 +126,10 @@ class DurableSaver(BaseCheckpointSaver[str]):
         self.redis_key_prefix = redis_key_prefix
         self.postgres_pool_size = postgres_pool_size
         self.connect_timeout = connect_timeout
-        self._codec = RecordCodec(self.serde, signing_key=key)
+        if max_record_bytes is not None and max_record_bytes < 1:
+            raise ConfigError(f"max_record_bytes must be positive or None, got {max_record_bytes}.")
+        self._codec = RecordCodec(self.serde, signing_key=key, max_record_bytes=max_record_bytes)
+        self._policy = IntegrityPolicy(on_corruption)
         self._local = SqliteTier(self.sqlite_path, busy_timeout=sqlite_busy_timeout) if self.sqlite_path else None
         self._lock = threading.Lock()
         self._sync: TierChain | None = None
@@ -177,7 +194,9 @@ class DurableSaver(BaseCheckpointSaver[str]):
     def _sync_chain(self) -> TierChain:
         with self._lock:
             if self._sync is None:
-                self._sync = TierChain(self._local, self._shared_tiers(RedisTier, PostgresTier), self._codec)
+                self._sync = TierChain(
+                    self._local, self._shared_tiers(RedisTier, PostgresTier), self._codec, self._policy
+                )
             return self._sync
 
     def _async_chain(self) -> AsyncTierChain:
@@ -192,7 +211,9 @@ class DurableSaver(BaseCheckpointSaver[str]):
             self._async = None  # its loop is gone, and its connections with it
         if self._async is None:
             local = AsyncSqliteTier(self._local) if self._local is not None else None
-            self._async = AsyncTierChain(local, self._shared_tiers(AsyncRedisTier, AsyncPostgresTier), self._codec)
+            self._async = AsyncTierChain(
+                local, self._shared_tiers(AsyncRedisTier, AsyncPostgresTier), self._codec, self._policy
+            )
             self._async_loop = loop
         return self._async
 
@@ -327,6 +348,25 @@ class DurableSaver(BaseCheckpointSaver[str]):
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         await self._async_chain().prune(thread_ids, strategy=strategy)
+
+    # -- integrity ------------------------------------------------------------------
+
+    @property
+    def corruptions_detected(self) -> int:
+        """Bad copies met by reads of this saver since it was created."""
+        return self._policy.count
+
+    def quarantined(self, thread_id: str | None = None) -> builtins.list[QuarantinedRecord]:
+        """Bad copies kept for forensics, from every tier (one thread or all)."""
+        chain = self._sync_chain()
+        chain.ensure_setup()
+        return [q for tier in chain.tiers for q in tier.list_quarantine(thread_id)]
+
+    async def aquarantined(self, thread_id: str | None = None) -> builtins.list[QuarantinedRecord]:
+        """Async `quarantined`."""
+        chain = self._async_chain()
+        await chain.ensure_setup()
+        return [q for tier in chain.tiers for q in await tier.list_quarantine(thread_id)]
 
     # -- versions -------------------------------------------------------------------
 

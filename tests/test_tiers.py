@@ -107,8 +107,8 @@ def test_a_record_moved_to_another_key_fails_verification(make_saver: Any) -> No
         (field,) = r.hkeys(f"{prefix}:{{attacker}}:blob")
         r.hset(f"{prefix}:{{victim}}:blob", field, r.hget(f"{prefix}:{{attacker}}:blob", field))
         r.close()
-        with make_saver("redis") as redis_only:
-            with pytest.raises(CorruptCheckpoint, match="missing or damaged"):
+        with make_saver("redis", on_corruption="raise") as redis_only:
+            with pytest.raises(CorruptCheckpoint, match="missing or damaged in every tier"):
                 redis_only.get_tuple(generate_config("victim"))
         assert saver.get_tuple(generate_config("victim")).checkpoint["channel_values"] == {"k": "victim's"}
         assert saver.get_tuple(stored).checkpoint["channel_values"] == {"k": "attacker's"}
@@ -236,3 +236,38 @@ async def test_reads_degrade_to_redis_when_postgres_is_cut(
         assert [t.metadata["step"] for t in listed] == [1, 0]
         assert "degraded read" in caplog.text and "redis" in caplog.text
         await saver.aclose()
+
+
+@pytest.mark.parametrize("tiers", ["postgres", "sqlite+redis+postgres"])
+async def test_first_use_from_many_tasks_at_once(make_saver: Any, tiers: str) -> None:
+    """No setup() call: the first calls race to open pools and migrate."""
+    async with make_saver(tiers) as saver:
+        graph = loop_graph(2).compile(checkpointer=saver)
+        results = await asyncio.gather(
+            *(graph.ainvoke({"messages": [], "n": 0}, {"configurable": {"thread_id": f"race-{i}"}}) for i in range(8))
+        )
+        assert [r["n"] for r in results] == [2] * 8
+
+
+@pytest.mark.parametrize("tiers", ["postgres", "sqlite+redis+postgres"])
+def test_first_use_from_many_threads_at_once(make_saver: Any, tiers: str) -> None:
+    with make_saver(tiers) as saver:
+        graph = loop_graph(2).compile(checkpointer=saver)
+        barrier = threading.Barrier(8)
+        results: list[Any] = []
+
+        def run(i: int) -> None:
+            barrier.wait()
+            try:
+                results.append(
+                    graph.invoke({"messages": [], "n": 0}, {"configurable": {"thread_id": f"race-{i}"}})["n"]
+                )
+            except BaseException as exc:
+                results.append(exc)
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert results == [2] * 8

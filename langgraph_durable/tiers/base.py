@@ -8,12 +8,27 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..errors import TierUnavailable
 from ..records import BlobRow, CheckpointRow, WriteRow
 
 BlobKey = tuple[str, str]  # (channel, version)
+
+
+@dataclass(frozen=True, slots=True)
+class QuarantinedRecord:
+    """A bad copy kept for forensics: never served, removed with its thread."""
+
+    tier: str
+    thread_id: str
+    checkpoint_ns: str
+    kind: str
+    key: str
+    reason: str
+    record: bytes
+    detected_at: float
 
 
 class TierProtocol(Protocol):
@@ -50,6 +65,10 @@ class TierProtocol(Protocol):
         """Newest first. `filter` may be applied loosely (the chain re-checks
         it exactly); `limit` is only passed when there is no filter."""
 
+    def quarantine(self, thread_id: str, ns: str, kind: str, key: str, reason: str, envelope: bytes) -> None:
+        """Keep a bad copy for forensics, out of every read path."""
+
+    def list_quarantine(self, thread_id: str | None) -> list[QuarantinedRecord]: ...
     def delete_thread(self, thread_id: str) -> None: ...
     def delete_for_runs(self, run_ids: Sequence[str]) -> None: ...
     def delete_checkpoint(self, thread_id: str, ns: str, checkpoint_id: str) -> None: ...

@@ -20,7 +20,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from ..records import BlobRow, CheckpointRow, WriteRow
-from .base import BlobKey, redact, unavailable_on
+from .base import BlobKey, QuarantinedRecord, redact, unavailable_on
 
 DEFAULT_POOL_SIZE = 10
 DEFAULT_CONNECT_TIMEOUT_S = 5.0
@@ -62,6 +62,19 @@ MIGRATIONS: list[str] = [
         record bytea NOT NULL,
         PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
     );
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS lgd_quarantine (
+        id bigserial PRIMARY KEY,
+        thread_id text NOT NULL,
+        checkpoint_ns text NOT NULL,
+        kind text NOT NULL,
+        key text NOT NULL,
+        reason text NOT NULL,
+        record bytea NOT NULL,
+        detected_at double precision NOT NULL DEFAULT extract(epoch FROM now())
+    );
+    CREATE INDEX IF NOT EXISTS lgd_quarantine_thread ON lgd_quarantine (thread_id);
     """,
 ]
 
@@ -271,7 +284,7 @@ class AsyncPostgresTier:
     async def delete_thread(self, thread_id: str) -> None:
         with unavailable_on("postgres", self.where, *_ERRORS):
             async with self.pool.connection() as conn, conn.transaction():
-                for table in ("lgd_checkpoints", "lgd_blobs", "lgd_writes"):
+                for table in ("lgd_checkpoints", "lgd_blobs", "lgd_writes", "lgd_quarantine"):
                     await conn.execute(f"DELETE FROM {table} WHERE thread_id = %s", (thread_id,))
 
     async def delete_for_runs(self, run_ids: Sequence[str]) -> None:
@@ -294,6 +307,23 @@ class AsyncPostgresTier:
                     "DELETE FROM lgd_checkpoints WHERE thread_id = %s AND checkpoint_ns = %s AND checkpoint_id = %s",
                     (thread_id, ns, checkpoint_id),
                 )
+
+    async def quarantine(self, thread_id: str, ns: str, kind: str, key: str, reason: str, envelope: bytes) -> None:
+        with unavailable_on("postgres", self.where, *_ERRORS):
+            async with self.pool.connection() as conn:
+                await conn.execute(
+                    "INSERT INTO lgd_quarantine (thread_id, checkpoint_ns, kind, key, reason, record) "
+                    "VALUES (%s, %s, %s, %s, %s, %s)",
+                    (thread_id, ns, kind, key, reason, envelope),
+                )
+
+    async def list_quarantine(self, thread_id: str | None) -> list[QuarantinedRecord]:
+        sql = "SELECT thread_id, checkpoint_ns, kind, key, reason, record, detected_at FROM lgd_quarantine"
+        if thread_id is None:
+            rows = await self._fetchall(sql + " ORDER BY id", ())
+        else:
+            rows = await self._fetchall(sql + " WHERE thread_id = %s ORDER BY id", (thread_id,))
+        return [QuarantinedRecord("postgres", r[0], r[1], r[2], r[3], r[4], bytes(r[5]), r[6]) for r in rows]
 
     async def prune(self, thread_id: str, keep: set[tuple[str, str]], keep_blobs: set[tuple[str, str, str]]) -> None:
         kept_ns = [ns for ns, _ in keep]

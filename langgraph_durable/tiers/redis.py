@@ -12,6 +12,7 @@ its multi-key transactions stay legal. Layout, under the key prefix ``P``::
     P:{T}:blob            hash  "ns\\0channel\\0ver" -> envelope
     P:{T}:w:<ns>\\0<id>    hash  "task\\0idx"       -> [channel, task_path, envelope]
     P:{T}:wkeys           set   the thread's write hashes (for deletes)
+    P:{T}:quarantine      list  bad copies kept for forensics
 
 Every write touches one thread's keys only, so it is one MULTI/EXEC on one
 slot. There is deliberately no global index (it would put a second slot in
@@ -25,6 +26,7 @@ This is the async source; ``redis.py`` is generated from it by
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -34,7 +36,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..records import BlobRow, CheckpointRow, WriteRow, metadata_matches
-from .base import BlobKey, redact, unavailable_on
+from .base import BlobKey, QuarantinedRecord, redact, unavailable_on
 
 DEFAULT_KEY_PREFIX = "langgraph_durable"
 DEFAULT_SOCKET_TIMEOUT_S = 5.0
@@ -241,7 +243,7 @@ class RedisTier:
             nss = self.client.smembers(self._k(t, "nss"))
             wkeys = self.client.smembers(self._k(t, "wkeys"))
             with self.client.pipeline(transaction=True) as pipe:
-                keys = [self._k(t, p) for p in ("cp", "nss", "blob", "wkeys")]
+                keys = [self._k(t, p) for p in ("cp", "nss", "blob", "wkeys", "quarantine")]
                 keys += [self._k(t, f"ids:{n.decode()}") for n in nss]
                 keys += [k.decode() for k in wkeys]
                 pipe.delete(*keys)
@@ -277,6 +279,26 @@ class RedisTier:
                 pipe.hdel(self._k(thread_id, "cp"), f"{ns}{_SEP}{checkpoint_id}")
                 pipe.zrem(self._k(thread_id, f"ids:{ns}"), checkpoint_id)
                 pipe.execute()
+
+    def quarantine(self, thread_id: str, ns: str, kind: str, key: str, reason: str, envelope: bytes) -> None:
+        with unavailable_on("redis", self.where, *_ERRORS):
+            self.client.rpush(
+                self._k(thread_id, "quarantine"), _pack(ns, kind, key, reason, envelope, time.time())
+            )
+
+    def list_quarantine(self, thread_id: str | None) -> list[QuarantinedRecord]:
+        out = []
+        with unavailable_on("redis", self.where, *_ERRORS):
+            threads = [thread_id] if thread_id is not None else self._all_threads()
+            for t in threads:
+                for item in self.client.lrange(self._k(t, "quarantine"), 0, -1):
+                    ns, kind, key, reason, envelope, at = _unpack(item, 6)
+                    out.append(
+                        QuarantinedRecord(
+                            "redis", t, ns or "", kind or "", key or "", reason or "", envelope, at or 0.0
+                        )
+                    )
+        return out
 
     def prune(self, thread_id: str, keep: set[tuple[str, str]], keep_blobs: set[tuple[str, str, str]]) -> None:
         t = thread_id

@@ -25,7 +25,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..records import BlobRow, CheckpointRow, WriteRow, metadata_matches
-from .base import BlobKey, unavailable_on
+from .base import BlobKey, QuarantinedRecord, unavailable_on
 
 DEFAULT_BUSY_TIMEOUT_S = 30.0
 
@@ -73,6 +73,19 @@ MIGRATIONS: list[str] = [
         task_id TEXT,
         created_at REAL NOT NULL
     );
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS lgd_quarantine (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        thread_id TEXT NOT NULL,
+        checkpoint_ns TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        key TEXT NOT NULL,
+        reason TEXT NOT NULL,
+        record BLOB NOT NULL,
+        detected_at REAL NOT NULL
+    );
+    CREATE INDEX IF NOT EXISTS lgd_quarantine_thread ON lgd_quarantine(thread_id);
     """,
 ]
 
@@ -326,7 +339,7 @@ class SqliteTier:
 
     def delete_thread(self, thread_id: str) -> None:
         with self._tx() as conn:
-            for table in ("lgd_checkpoints", "lgd_blobs", "lgd_writes", "lgd_journal"):
+            for table in ("lgd_checkpoints", "lgd_blobs", "lgd_writes", "lgd_journal", "lgd_quarantine"):
                 conn.execute(f"DELETE FROM {table} WHERE thread_id = ?", (thread_id,))
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
@@ -349,6 +362,24 @@ class SqliteTier:
                 "DELETE FROM lgd_checkpoints WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?",
                 (thread_id, ns, checkpoint_id),
             )
+
+    def quarantine(self, thread_id: str, ns: str, kind: str, key: str, reason: str, envelope: bytes) -> None:
+        """Keep a bad copy for forensics, out of every read path."""
+        with self._tx() as conn:
+            conn.execute(
+                "INSERT INTO lgd_quarantine (thread_id, checkpoint_ns, kind, key, reason, record, detected_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (thread_id, ns, kind, key, reason, envelope, time.time()),
+            )
+
+    def list_quarantine(self, thread_id: str | None) -> list[QuarantinedRecord]:
+        sql = "SELECT thread_id, checkpoint_ns, kind, key, reason, record, detected_at FROM lgd_quarantine"
+        with self._read() as conn:
+            if thread_id is None:
+                rows = conn.execute(sql + " ORDER BY id").fetchall()
+            else:
+                rows = conn.execute(sql + " WHERE thread_id = ? ORDER BY id", (thread_id,)).fetchall()
+        return [QuarantinedRecord("sqlite", r[0], r[1], r[2], r[3], r[4], bytes(r[5]), r[6]) for r in rows]
 
     def prune(self, thread_id: str, keep: set[tuple[str, str]], keep_blobs: set[tuple[str, str, str]]) -> None:
         with self._tx() as conn:
