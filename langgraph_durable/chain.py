@@ -26,7 +26,16 @@ from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMet
 from .codec import RecordCodec, assemble_tuple, thread_of, version_key
 from .concurrency import Lock, run_all
 from .errors import ConfigError, CorruptCheckpoint, DurableError, TierUnavailable
-from .integrity import CorruptionEvent, Incident, IntegrityPolicy, Unusable
+from .integrity import (
+    BadCopy,
+    CorruptionEvent,
+    Incident,
+    IntegrityPolicy,
+    ScanReport,
+    Unusable,
+    record_identity,
+    record_label,
+)
 from .records import BadRecord, BlobRow, CheckpointRow, WriteRow, metadata_matches
 from .tiers.sqlite import SqliteTier
 
@@ -374,13 +383,14 @@ class TierChain:
         """Withdraw an unusable checkpoint and name the one to try instead."""
         key = f"{unusable.thread_id}/{unusable.ns}/{unusable.checkpoint_id}"
         if self.policy.raise_on_loss:
+            reasons = _reasons(incidents)
             self._settle(incidents, "nothing: CorruptCheckpoint raised (on_corruption='raise')")
             raise CorruptCheckpoint(
                 f"checkpoint {unusable.checkpoint_id!r} of thread {unusable.thread_id!r} (ns {unusable.ns!r}) "
                 f"cannot be read intact: {unusable.what}. Run `langgraph-durable verify` for details, or use "
                 "on_corruption='fallback' to resume from the newest intact checkpoint.",
                 key=key,
-                reasons=[f"{i.tier.name}: {i.key}: {i.reason}" for i in incidents],
+                reasons=reasons,
             )
         previous = unusable.parent_id
         if previous is None or previous >= unusable.checkpoint_id:
@@ -406,12 +416,13 @@ class TierChain:
         return older[0].checkpoint_id if older else None
 
     def _no_ancestor(self, key: str, incidents: list[Incident]) -> NoReturn:
+        reasons = _reasons(incidents)
         self._settle(incidents, "nothing: no intact ancestor")
         raise CorruptCheckpoint(
             f"checkpoint {key} cannot be read intact and has no intact ancestor. "
             "Run `langgraph-durable verify` to list the damaged records.",
             key=key,
-            reasons=[f"{i.tier.name}: {i.key}: {i.reason}" for i in incidents],
+            reasons=reasons,
         )
 
     def _everywhere_reachable(self, call: Callable[[Tier], Any]) -> None:
@@ -519,6 +530,67 @@ class TierChain:
             if incident.served is None:
                 incident.served = f"left out of list: {unusable.what}"
 
+    # -- verify / repair ------------------------------------------------------------
+
+    def scan(
+        self, thread_id: str | None, *, repair: bool, progress: Callable[[int, int], None] | None = None
+    ) -> ScanReport:
+        """Verify every copy of every record in every tier (one thread or all).
+        With `repair`, replace each bad copy by an intact copy from another
+        tier (the bad bytes go to quarantine first)."""
+        self.ensure_setup()
+        if thread_id is not None:
+            threads = [str(thread_id)]
+        else:
+            names: set[str] = set()
+            for tier in self.tiers:
+                names.update(tier.thread_ids())
+            threads = sorted(names)
+        report = ScanReport(threads=len(threads))
+        decoders: dict[str, Callable[[Any], Any]] = {
+            "checkpoint": self.codec.decode_checkpoint,
+            "blob": self.codec.decode_blob,
+            "write": self.codec.decode_write,
+        }
+        for done, t in enumerate(threads, 1):
+            intact: dict[tuple[Any, ...], Any] = {}
+            bad: list[tuple[Tier, Any, BadCopy]] = []
+            for tier in self.tiers:
+                records = tier.thread_records(t)
+                for kind, rows in (
+                    ("checkpoint", records.checkpoints),
+                    ("blob", records.blobs),
+                    ("write", records.writes),
+                ):
+                    for row in rows:
+                        report.copies_checked += 1
+                        try:
+                            decoders[kind](row)
+                        except BadRecord as exc:
+                            copy = BadCopy(tier.name, kind, t, row.checkpoint_ns, record_label(kind, row), exc.reason)  # type: ignore[arg-type]
+                            bad.append((tier, row, copy))
+                            continue
+                        intact.setdefault(record_identity(kind, row), row)
+            for tier, row, copy in bad:
+                report.bad.append(copy)
+                if not repair:
+                    continue
+                good = intact.get(record_identity(copy.kind, row))
+                if good is None:
+                    report.unrestorable.append(copy)
+                    continue
+                tier.quarantine(t, copy.checkpoint_ns, copy.kind, copy.key, copy.reason, row.envelope)
+                if copy.kind == "checkpoint":
+                    tier.write_checkpoint(good, [])
+                elif copy.kind == "blob":
+                    tier.write_blobs([good])
+                else:
+                    tier.write_writes([good], True)
+                report.restored.append(copy)
+            if progress is not None:
+                progress(done, len(threads))
+        return report
+
     # -- maintenance -------------------------------------------------------------------
 
     def _everywhere(self, call: Callable[[Tier], Any]) -> None:
@@ -613,6 +685,10 @@ class TierChain:
             finally:
                 self._settle(incidents)
             self._everywhere(lambda t: t.prune(thread_id, keep, keep_blobs))
+
+
+def _reasons(incidents: Sequence[Incident]) -> list[str]:
+    return [f"{i.tier.name}: {i.key}: {i.reason}" for i in incidents]
 
 
 def _write_checkpoint(row: CheckpointRow, tier: Tier) -> None:

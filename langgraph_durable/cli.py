@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
+from typing import TextIO
 
 from . import demo
 
@@ -14,6 +16,46 @@ def _tier_flags(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--redis", default=None, help="redis:// URL (default from LANGGRAPH_DURABLE_REDIS_URL)")
     p.add_argument("--postgres", default=None, help="postgresql:// URL (default from LANGGRAPH_DURABLE_POSTGRES_URL)")
+    p.add_argument("--redis-key-prefix", default=None, help="prefix of the saver's Redis keys")
+
+
+def _progress(out: TextIO) -> Callable[[int, int], None]:
+    tty = out.isatty()
+    step = 1
+
+    def show(done: int, total: int) -> None:
+        # On a terminal: one bar redrawn in place; in a log: a line every 10%.
+        nonlocal step
+        if tty:
+            filled = int(30 * done / total) if total else 30
+            out.write(f"\r  threads [{'#' * filled}{'.' * (30 - filled)}] {done}/{total}")
+            if done == total:
+                out.write("\n")
+        elif done == total or done >= step * max(1, total // 10):
+            step += 1
+            out.write(f"  checked {done}/{total} threads\n")
+        out.flush()
+
+    return show
+
+
+def _scan(args: argparse.Namespace, *, repair: bool) -> int:
+    with demo.saver_from_args(args) as saver:
+        print(f"{'repairing' if repair else 'verifying'} tiers {' -> '.join(saver.tier_names)}", file=sys.stderr)
+        run = saver.repair if repair else saver.verify
+        report = run(args.thread, progress=_progress(sys.stderr))
+    for copy in report.bad:
+        state = ""
+        if repair:
+            state = "restored  " if copy in report.restored else "NOT RESTORED  "
+        print(f"{state}{copy}")
+    print(
+        f"{report.threads} thread(s), {report.copies_checked} record copies checked, {len(report.bad)} bad"
+        + (f", {len(report.restored)} restored, {len(report.unrestorable)} could not be restored" if repair else "")
+    )
+    if repair:
+        return 1 if report.unrestorable else 0
+    return 1 if report.bad else 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -25,6 +67,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=12, help="super-steps in the demo graph (default 12)")
     p.add_argument("--kill-after", type=int, default=5, help="kill the worker once this step is checkpointed")
     p.add_argument("--thread", default=None, help="thread id (default: a new one)")
+
+    for name, what in (
+        ("verify", "check every record copy in every tier; exit 1 if any is bad"),
+        ("repair", "replace bad record copies with intact ones from other tiers; exit 1 if any cannot be"),
+    ):
+        c = commands.add_parser(name, help=what)
+        _tier_flags(c)
+        c.add_argument("--thread", default=None, help="only this thread (default: every thread)")
 
     w = commands.add_parser("_demo-worker")  # internal: the process the demo kills
     _tier_flags(w)
@@ -38,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.steps < 2:
             parser.error("--steps must be at least 2")
         return demo.run(args)
+    if args.command in ("verify", "repair"):
+        return _scan(args, repair=args.command == "repair")
     return demo.worker(args)
 
 

@@ -53,20 +53,22 @@ def build_graph(executions_log: str) -> StateGraph:
     return g
 
 
-def _saver(args: Any) -> DurableSaver:
-    options: dict[str, Any] = {}
+def saver_from_args(args: Any, **options: Any) -> DurableSaver:
+    """A saver from the command line's tier flags, falling back to the environment."""
     if args.sqlite is not None:
         options["sqlite"] = args.sqlite or None
     if args.redis:
         options["redis"] = args.redis
     if args.postgres:
         options["postgres"] = args.postgres
+    if getattr(args, "redis_key_prefix", None):
+        options["redis_key_prefix"] = args.redis_key_prefix
     return DurableSaver.from_env(**options)
 
 
 def worker(args: Any) -> int:
     """Run (or resume) the demo thread to the end. Killed by the parent."""
-    with _saver(args) as saver:
+    with saver_from_args(args) as saver:
         graph = build_graph(args.executions).compile(checkpointer=saver)
         config: RunnableConfig = {"configurable": {"thread_id": args.thread}, "recursion_limit": args.steps + 10}
         start = None if args.resume else {"done": [], "n": 0, "total": args.steps}
@@ -121,6 +123,8 @@ def _spawn(args: Any, *, resume: bool) -> subprocess.Popen[bytes]:
         cmd += ["--redis", args.redis]
     if args.postgres:
         cmd += ["--postgres", args.postgres]
+    if args.redis_key_prefix:
+        cmd += ["--redis-key-prefix", args.redis_key_prefix]
     if resume:
         cmd.append("--resume")
     return subprocess.Popen(cmd)
@@ -137,7 +141,7 @@ def run(args: Any, out: TextIO = sys.stdout) -> int:
     """The demo. Returns 0 when the resumed run finished with the right state."""
     args.thread = args.thread or f"demo-{uuid.uuid4().hex[:8]}"
     args.kill_after = max(1, min(args.kill_after, args.steps - 1))
-    watcher = _saver(args)
+    watcher = saver_from_args(args)
     watcher.setup()
     folder = Path(watcher.sqlite_path).parent if watcher.sqlite_path else Path(".langgraph_durable")
     folder.mkdir(parents=True, exist_ok=True)

@@ -110,3 +110,48 @@ class IntegrityPolicy:
                 self.hook(event)
             except Exception:  # a hook never breaks a read
                 logger.exception("on_corruption hook failed for %s", event)
+
+
+@dataclass(frozen=True, slots=True)
+class BadCopy:
+    """One bad copy found by `verify` / `repair`."""
+
+    tier: str
+    kind: RecordKind
+    thread_id: str
+    checkpoint_ns: str
+    key: str
+    reason: str
+
+    def __str__(self) -> str:
+        ns = f" ns {self.checkpoint_ns!r}" if self.checkpoint_ns else ""
+        return f"{self.tier}: thread {self.thread_id!r}{ns} {self.key}: {self.reason}"
+
+
+@dataclass(slots=True)
+class ScanReport:
+    """What `verify` or `repair` found and did."""
+
+    threads: int = 0
+    copies_checked: int = 0
+    bad: list[BadCopy] = field(default_factory=list)
+    restored: list[BadCopy] = field(default_factory=list)
+    unrestorable: list[BadCopy] = field(default_factory=list)
+
+
+def record_label(kind: str, row: Any) -> str:
+    """The human-readable key used in events, reports and the quarantine."""
+    if kind == "checkpoint":
+        return f"checkpoint {row.checkpoint_id}"
+    if kind == "blob":
+        return f"channel {row.channel} @ {row.version}"
+    return f"write {row.task_id}/{row.idx} of checkpoint {row.checkpoint_id}"
+
+
+def record_identity(kind: str, row: Any) -> tuple[Any, ...]:
+    """What makes two tiers' copies the same record."""
+    if kind == "checkpoint":
+        return (kind, row.checkpoint_ns, row.checkpoint_id)
+    if kind == "blob":
+        return (kind, row.checkpoint_ns, row.channel, row.version)
+    return (kind, row.checkpoint_ns, row.checkpoint_id, row.task_id, row.idx)

@@ -7,7 +7,7 @@ import builtins
 import os
 import random
 import threading
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -25,7 +25,7 @@ from .chain import TierChain
 from .chain_async import AsyncTierChain
 from .codec import DEFAULT_MAX_RECORD_BYTES, RecordCodec
 from .errors import ConfigError
-from .integrity import IntegrityPolicy, OnCorruption
+from .integrity import IntegrityPolicy, OnCorruption, ScanReport
 from .tiers.base import QuarantinedRecord
 from .tiers.postgres import PostgresTier
 from .tiers.postgres_async import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_POOL_SIZE, AsyncPostgresTier
@@ -367,6 +367,30 @@ class DurableSaver(BaseCheckpointSaver[str]):
         chain = self._async_chain()
         await chain.ensure_setup()
         return [q for tier in chain.tiers for q in await tier.list_quarantine(thread_id)]
+
+    def verify(self, thread_id: str | None = None, *, progress: Callable[[int, int], None] | None = None) -> ScanReport:
+        """Check every copy of every record in every tier (one thread or all).
+        Changes nothing; `ScanReport.bad` lists each bad copy with its tier and key.
+        `progress(done, total)` is called after each thread."""
+        return self._sync_chain().scan(thread_id, repair=False, progress=progress)
+
+    def repair(self, thread_id: str | None = None, *, progress: Callable[[int, int], None] | None = None) -> ScanReport:
+        """`verify`, then replace each bad copy with an intact copy from another
+        tier (the bad bytes are quarantined first). Copies with no intact twin
+        are listed in `ScanReport.unrestorable`."""
+        return self._sync_chain().scan(thread_id, repair=True, progress=progress)
+
+    async def averify(
+        self, thread_id: str | None = None, *, progress: Callable[[int, int], None] | None = None
+    ) -> ScanReport:
+        """Async `verify`."""
+        return await self._async_chain().scan(thread_id, repair=False, progress=progress)
+
+    async def arepair(
+        self, thread_id: str | None = None, *, progress: Callable[[int, int], None] | None = None
+    ) -> ScanReport:
+        """Async `repair`."""
+        return await self._async_chain().scan(thread_id, repair=True, progress=progress)
 
     # -- versions -------------------------------------------------------------------
 

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from .conftest import REDIS_URL
+
 
 def _demo(tmp_path: Path, *flags: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LANGGRAPH_DURABLE_")}
@@ -35,11 +37,13 @@ def test_demo_on_the_embedded_default(tmp_path: Path) -> None:
     assert (tmp_path / ".langgraph_durable" / "checkpoints.sqlite").exists()
 
 
-@pytest.mark.parametrize("tiers", ["sqlite+postgres", "postgres"])
-def test_demo_with_postgres(tmp_path: Path, postgres_url: str, tiers: str) -> None:
+@pytest.mark.parametrize("tiers", ["sqlite+redis+postgres", "postgres"])
+def test_demo_with_shared_tiers(tmp_path: Path, postgres_url: str, redis_prefix: str, tiers: str) -> None:
     flags = ["--postgres", postgres_url]
     if tiers == "postgres":
         flags += ["--sqlite", ""]
+    else:
+        flags += ["--redis", REDIS_URL, "--redis-key-prefix", redis_prefix]
     done = _demo(tmp_path, *flags)
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"tiers {tiers.replace('+', ' -> ')}" in done.stdout

@@ -40,3 +40,22 @@ def test_another_key_or_signing_key_is_rejected() -> None:
         open_envelope("thread-a", sealed, key=b"other")
     with pytest.raises(BadRecord, match="checksum"):
         open_envelope("thread-a", seal("thread-a", "msgpack", b"data"), key=b"secret")
+
+
+# Sealed by format version 1 when it shipped. A later release must still
+# open these; if this test fails, an envelope change broke stored data.
+GOLDEN_V1 = bytes.fromhex("d74c474401076d73677061636b0e115c30f38c2bebd15f7ada53b9050491a568656c6c6f")
+GOLDEN_V1_SIGNED = bytes.fromhex("d74c474401076d73677061636b61b52be4dda78cbff5c19369b13975fa91a568656c6c6f")
+GOLDEN_CONTEXT = "b\x00thread-1\x00\x00messages\x001"
+
+
+def test_format_1_records_stay_readable() -> None:
+    assert open_envelope(GOLDEN_CONTEXT, GOLDEN_V1) == ("msgpack", b"\x91\xa5hello")
+    assert open_envelope(GOLDEN_CONTEXT, GOLDEN_V1_SIGNED, key=b"k" * 32) == ("msgpack", b"\x91\xa5hello")
+
+
+def test_unknown_format_version_is_refused_not_guessed() -> None:
+    future = bytearray(GOLDEN_V1)
+    future[4] = 2
+    with pytest.raises(BadRecord, match="unknown envelope format 2"):
+        open_envelope(GOLDEN_CONTEXT, bytes(future))

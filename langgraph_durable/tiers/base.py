@@ -31,6 +31,15 @@ class QuarantinedRecord:
     detected_at: float
 
 
+@dataclass(frozen=True, slots=True)
+class ThreadRecords:
+    """Every live record of one thread in one tier."""
+
+    checkpoints: list[CheckpointRow]
+    blobs: list[BlobRow]
+    writes: list[WriteRow]
+
+
 class TierProtocol(Protocol):
     """What the chain calls on a tier (sync face; the async face awaits the same names)."""
 
@@ -69,6 +78,8 @@ class TierProtocol(Protocol):
         """Keep a bad copy for forensics, out of every read path."""
 
     def list_quarantine(self, thread_id: str | None) -> list[QuarantinedRecord]: ...
+    def thread_ids(self) -> list[str]: ...
+    def thread_records(self, thread_id: str) -> ThreadRecords: ...
     def delete_thread(self, thread_id: str) -> None: ...
     def delete_for_runs(self, run_ids: Sequence[str]) -> None: ...
     def delete_checkpoint(self, thread_id: str, ns: str, checkpoint_id: str) -> None: ...

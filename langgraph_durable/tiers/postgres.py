@@ -22,7 +22,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
 from ..records import BlobRow, CheckpointRow, WriteRow
-from .base import BlobKey, QuarantinedRecord, redact, unavailable_on
+from .base import BlobKey, QuarantinedRecord, ThreadRecords, redact, unavailable_on
 
 DEFAULT_POOL_SIZE = 10
 DEFAULT_CONNECT_TIMEOUT_S = 5.0
@@ -309,6 +309,28 @@ class PostgresTier:
                     "DELETE FROM lgd_checkpoints WHERE thread_id = %s AND checkpoint_ns = %s AND checkpoint_id = %s",
                     (thread_id, ns, checkpoint_id),
                 )
+
+    def thread_ids(self) -> list[str]:
+        rows = self._fetchall(
+            "SELECT thread_id FROM lgd_checkpoints UNION SELECT thread_id FROM lgd_blobs "
+            "UNION SELECT thread_id FROM lgd_writes ORDER BY 1",
+            (),
+        )
+        return [r[0] for r in rows]
+
+    def thread_records(self, thread_id: str) -> ThreadRecords:
+        """Every live record of one thread, for `verify` and `repair`."""
+        cps = self._fetchall(f"SELECT {_CP_COLS} FROM lgd_checkpoints WHERE thread_id = %s", (thread_id,))
+        blobs = self._fetchall(
+            "SELECT thread_id, checkpoint_ns, channel, version, record FROM lgd_blobs WHERE thread_id = %s",
+            (thread_id,),
+        )
+        writes = self._fetchall(f"SELECT {_W_COLS} FROM lgd_writes WHERE thread_id = %s", (thread_id,))
+        return ThreadRecords(
+            [_cp(r) for r in cps],
+            [BlobRow(r[0], r[1], r[2], r[3], bytes(r[4])) for r in blobs],
+            [_w(r) for r in writes],
+        )
 
     def quarantine(self, thread_id: str, ns: str, kind: str, key: str, reason: str, envelope: bytes) -> None:
         with unavailable_on("postgres", self.where, *_ERRORS):

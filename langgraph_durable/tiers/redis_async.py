@@ -34,7 +34,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..records import BlobRow, CheckpointRow, WriteRow, metadata_matches
-from .base import BlobKey, QuarantinedRecord, redact, unavailable_on
+from .base import BlobKey, QuarantinedRecord, ThreadRecords, redact, unavailable_on
 
 DEFAULT_KEY_PREFIX = "langgraph_durable"
 DEFAULT_SOCKET_TIMEOUT_S = 5.0
@@ -277,6 +277,36 @@ class AsyncRedisTier:
                 pipe.hdel(self._k(thread_id, "cp"), f"{ns}{_SEP}{checkpoint_id}")
                 pipe.zrem(self._k(thread_id, f"ids:{ns}"), checkpoint_id)
                 await pipe.execute()
+
+    async def thread_ids(self) -> list[str]:
+        with unavailable_on("redis", self.where, *_ERRORS):
+            return await self._all_threads()
+
+    async def thread_records(self, thread_id: str) -> ThreadRecords:
+        """Every live record of one thread, for `verify` and `repair`."""
+        t = thread_id
+        with unavailable_on("redis", self.where, *_ERRORS):
+            cps = await self.client.hgetall(self._k(t, "cp"))
+            blobs = await self.client.hgetall(self._k(t, "blob"))
+            wkeys = sorted(k.decode() for k in await self.client.smembers(self._k(t, "wkeys")))
+            whashes = [await self.client.hgetall(k) for k in wkeys]
+        checkpoints = []
+        for field, data in cps.items():
+            ns, cid = field.decode().split(_SEP)
+            checkpoints.append(self._cp_row(t, ns, cid, data))
+        blob_rows = []
+        for field, data in blobs.items():
+            ns, channel, version = field.decode().split(_SEP)
+            blob_rows.append(BlobRow(t, ns, channel, version, data))
+        writes = []
+        head = self._k(t, "w:")
+        for key, fields in zip(wkeys, whashes):
+            ns, cid = key[len(head) :].split(_SEP)
+            for field, data in fields.items():
+                task_id, idx = field.decode().rsplit(_SEP, 1)
+                channel, task_path, envelope = _unpack(data, 3)
+                writes.append(WriteRow(t, ns, cid, task_id, int(idx), channel or "", task_path or "", envelope))
+        return ThreadRecords(checkpoints, blob_rows, writes)
 
     async def quarantine(self, thread_id: str, ns: str, kind: str, key: str, reason: str, envelope: bytes) -> None:
         with unavailable_on("redis", self.where, *_ERRORS):

@@ -25,7 +25,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..records import BlobRow, CheckpointRow, WriteRow, metadata_matches
-from .base import BlobKey, QuarantinedRecord, unavailable_on
+from .base import BlobKey, QuarantinedRecord, ThreadRecords, unavailable_on
 
 DEFAULT_BUSY_TIMEOUT_S = 30.0
 
@@ -362,6 +362,33 @@ class SqliteTier:
                 "DELETE FROM lgd_checkpoints WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?",
                 (thread_id, ns, checkpoint_id),
             )
+
+    def thread_ids(self) -> list[str]:
+        with self._read() as conn:
+            rows = conn.execute(
+                "SELECT thread_id FROM lgd_checkpoints UNION SELECT thread_id FROM lgd_blobs "
+                "UNION SELECT thread_id FROM lgd_writes ORDER BY 1"
+            ).fetchall()
+        return [r[0] for r in rows]
+
+    def thread_records(self, thread_id: str) -> ThreadRecords:
+        """Every live record of one thread, for `verify` and `repair`."""
+        with self._read() as conn:
+            cps = conn.execute(f"SELECT {_CP_COLS} FROM lgd_checkpoints WHERE thread_id = ?", (thread_id,)).fetchall()
+            blobs = conn.execute(
+                "SELECT thread_id, checkpoint_ns, channel, version, record FROM lgd_blobs WHERE thread_id = ?",
+                (thread_id,),
+            ).fetchall()
+            writes = conn.execute(
+                "SELECT thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, task_path, record "
+                "FROM lgd_writes WHERE thread_id = ?",
+                (thread_id,),
+            ).fetchall()
+        return ThreadRecords(
+            [_cp(r) for r in cps],
+            [BlobRow(r[0], r[1], r[2], r[3], bytes(r[4])) for r in blobs],
+            [WriteRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], bytes(r[7])) for r in writes],
+        )
 
     def quarantine(self, thread_id: str, ns: str, kind: str, key: str, reason: str, envelope: bytes) -> None:
         """Keep a bad copy for forensics, out of every read path."""
