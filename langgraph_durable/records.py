@@ -10,13 +10,16 @@ Envelope layout (format version 1)::
 
     MAGIC (4) | format (1) | len(type tag) (1) | type tag | digest (16) | payload
 
-The digest is BLAKE2b-128. With a signing key it is keyed BLAKE2b, a MAC: a
-value planted by someone without the key never verifies.
+The digest is SHA-256 truncated to 128 bits; with a signing key it is
+HMAC-SHA256 (truncated likewise), so a value planted by someone without the
+key never verifies. SHA-256 rather than BLAKE2b because CPUs accelerate it:
+on the benchmark machine it hashes about 3x faster (benchmarks/RESULTS_CHECKSUMS.md).
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -36,13 +39,13 @@ class BadRecord(Exception):
 
 
 def _digest(context: bytes, type_tag: bytes, payload: bytes, key: bytes) -> bytes:
-    h = hashlib.blake2b(digest_size=DIGEST_SIZE, key=key)
+    h: Any = hmac.new(key, digestmod=hashlib.sha256) if key else hashlib.sha256()
     h.update(context)
     h.update(b"\x00")
     h.update(type_tag)
     h.update(b"\x00")
     h.update(payload)
-    return h.digest()
+    return bytes(h.digest()[:DIGEST_SIZE])
 
 
 def seal(context: str, type_tag: str, payload: bytes, *, key: bytes = b"") -> bytes:

@@ -118,8 +118,8 @@ class DurableSaver(BaseCheckpointSaver[str]):
         if postgres_pool_size < 1:
             raise ConfigError(f"postgres_pool_size must be at least 1, got {postgres_pool_size}.")
         key = signing_key.encode() if isinstance(signing_key, str) else (signing_key or b"")
-        if len(key) > 64:
-            raise ConfigError("signing_key may be at most 64 bytes (BLAKE2b's key size).")
+        if key and len(key) < 16:
+            raise ConfigError("signing_key must be at least 16 bytes; use 32 random bytes (secrets.token_bytes(32)).")
         self.sqlite_path = os.fspath(sqlite) if sqlite is not None else None
         self.redis_url = redis
         self.postgres_url = postgres

