@@ -35,6 +35,7 @@ NAMES = {
     "AsyncConnectionPool": "ConnectionPool",
     "arun_all": "run_all",
     "ALock": "Lock",
+    "amaybe_await": "maybe_await",
     "aclose": "close",
     "redis.asyncio": "redis",
     "chain_async": "chain",

@@ -24,8 +24,8 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata, CheckpointTuple, PendingWrite
 
 from .codec import RecordCodec, assemble_tuple, thread_of, version_key
-from .concurrency import Lock, run_all
-from .errors import ConfigError, CorruptCheckpoint, DurableError, TierUnavailable
+from .concurrency import Lock, maybe_await, run_all
+from .errors import ConfigError, CorruptCheckpoint, DurableError, ResumeRejected, TierUnavailable
 from .integrity import (
     BadCopy,
     CorruptionEvent,
@@ -36,8 +36,10 @@ from .integrity import (
     record_identity,
     record_label,
 )
+from .ledger import LedgerEntry, unconfirmed_message
 from .records import BadRecord, BlobRow, CheckpointRow, WriteRow, metadata_matches
 from .tiers.sqlite import SqliteTier
+from .validation import Reject, Rewind, ValidationHook, ValidationOutcome, make_context, validator_name
 
 logger = logging.getLogger("langgraph_durable")
 
@@ -529,6 +531,121 @@ class TierChain:
         for incident in incidents:
             if incident.served is None:
                 incident.served = f"left out of list: {unusable.what}"
+
+    # -- non-resumable actions and resume validation ----------------------------------
+
+    def actions(self, thread_id: str) -> dict[str, LedgerEntry]:
+        """The thread's action ledger, from the authoritative tier."""
+        self.ensure_setup()
+        raw = self._authority("action ledger", lambda t: t.read_ledger(thread_id))
+        out: dict[str, LedgerEntry] = {}
+        for key, envelope in raw.items():
+            try:
+                out[key] = self.codec.decode_ledger(thread_id, key, envelope)
+            except BadRecord as exc:
+                out[key] = self._ledger_from_elsewhere(thread_id, key, envelope, exc.reason)
+        return out
+
+    def _ledger_from_elsewhere(self, thread_id: str, key: str, bad: bytes, reason: str) -> LedgerEntry:
+        for tier in self.tiers:
+            try:
+                other = (tier.read_ledger(thread_id)).get(key)
+            except TierUnavailable:
+                continue
+            if other is None or other == bad:
+                continue
+            try:
+                entry = self.codec.decode_ledger(thread_id, key, other)
+            except BadRecord:
+                continue
+            logger.error("ledger entry %s/%s was damaged (%s); using the copy in %s", thread_id, key, reason, tier.name)
+            return entry
+        # Unknown whether the action ran: as unsafe as an unconfirmed one.
+        raise CorruptCheckpoint(
+            f"the ledger entry for action {key!r} of thread {thread_id!r} is damaged in every tier ({reason}); "
+            "whether the action ran is unknown. Record the answer with resolve_action().",
+            key=f"{thread_id}/ledger/{key}",
+            reasons=[reason],
+        )
+
+    def record_action(self, thread_id: str, entry: LedgerEntry) -> None:
+        """Write one ledger entry through every tier before returning: an
+        intent must be durable before the action runs."""
+        envelope = self.codec.encode_ledger(thread_id, entry)
+        self.ensure_setup()
+        self._everywhere(lambda t: t.write_ledger(thread_id, entry.key, envelope))
+
+    def validate(
+        self, tup: CheckpointTuple, validators: Sequence[Any], hook: ValidationHook | None
+    ) -> CheckpointTuple:
+        """The checkpoint a run may resume from, given `tup`, the one it asked
+        for: `tup` itself, an earlier one (rewind), or `ResumeRejected`."""
+        configurable = tup.config["configurable"]
+        thread_id, ns = str(configurable["thread_id"]), configurable.get("checkpoint_ns", "") or ""
+        requested = tup.checkpoint["id"]
+        decisions: list[tuple[str, Any]] = []
+
+        def outcome(resumed_from: str | None) -> None:
+            if hook is None:
+                return
+            try:
+                hook(ValidationOutcome(thread_id, requested, resumed_from, tuple(decisions)))
+            except Exception:  # a hook never breaks a run
+                logger.exception("on_validation hook failed")
+
+        unconfirmed = sorted(k for k, e in (self.actions(thread_id)).items() if e.escalated())
+        if unconfirmed:
+            decisions.append(("unconfirmed_actions", Reject(unconfirmed_message(thread_id, unconfirmed))))
+            outcome(None)
+            raise ResumeRejected(
+                unconfirmed_message(thread_id, unconfirmed),
+                reason="unconfirmed non-resumable action",
+                checkpoint_id=requested,
+                checkpoint=tup,
+                validator="unconfirmed_actions",
+                actions=unconfirmed,
+            )
+        candidate = tup
+        while True:
+            context = make_context(candidate)
+            decision: Any = None
+            name = ""
+            for v in validators:
+                name = validator_name(v)
+                decision = maybe_await(v(context))
+                decisions.append((name, decision))
+                if decision is not None:
+                    break
+            if decision is None:
+                if candidate is not tup:
+                    logger.warning("thread %r rewound from %s to %s", thread_id, requested, candidate.checkpoint["id"])
+                outcome(candidate.checkpoint["id"])
+                return candidate
+            if isinstance(decision, Rewind):
+                target = decision.checkpoint_id
+                if target is None and candidate.parent_config is not None:
+                    target = candidate.parent_config["configurable"]["checkpoint_id"]
+                previous = None
+                if target is not None and target < candidate.checkpoint["id"]:
+                    previous = self.get_tuple(
+                        {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": target}}
+                    )
+                if previous is not None:
+                    logger.info("validator %s rewinds thread %r: %s", name, thread_id, decision.reason)
+                    candidate = previous
+                    continue
+                decision = Reject(f"{decision.reason}; and no earlier checkpoint to rewind to")
+            if not isinstance(decision, Reject):
+                raise ConfigError(f"validator {name} returned {decision!r}: return None, rewind(...) or reject(...).")
+            outcome(None)
+            raise ResumeRejected(
+                f"resuming thread {thread_id!r} from checkpoint {candidate.checkpoint['id']} was rejected by "
+                f"{name}: {decision.reason}",
+                reason=decision.reason,
+                checkpoint_id=candidate.checkpoint["id"],
+                checkpoint=candidate,
+                validator=name,
+            )
 
     # -- verify / repair ------------------------------------------------------------
 

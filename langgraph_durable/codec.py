@@ -22,6 +22,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from .errors import ConfigError, RecordTooLarge, SerializationError
+from .ledger import LedgerEntry
 from .records import (
     BadRecord,
     BlobRow,
@@ -29,6 +30,7 @@ from .records import (
     WriteRow,
     blob_context,
     checkpoint_context,
+    ledger_context,
     metadata_json,
     open_envelope,
     seal,
@@ -208,6 +210,34 @@ class RecordCodec:
     def decode_write(self, row: WriteRow) -> PendingWrite:
         value = self._load(row.context, row.envelope)
         return (row.task_id, row.channel, None if value is _EMPTY else value)
+
+    def encode_ledger(self, thread_id: str, entry: LedgerEntry) -> bytes:
+        tag, payload = self._dump(
+            {
+                "key": entry.key,
+                "state": entry.state,
+                "idempotent": entry.idempotent,
+                "result": entry.result,
+                "updated_at": entry.updated_at,
+                "resolved_by": entry.resolved_by,
+            },
+            channel=entry.key,
+            what="result of action",
+        )
+        return seal(ledger_context(thread_id, entry.key), tag, payload, key=self.key)
+
+    def decode_ledger(self, thread_id: str, key: str, envelope: bytes) -> LedgerEntry:
+        body = self._load(ledger_context(thread_id, key), envelope)
+        if not isinstance(body, dict) or body.get("key") != key:
+            raise BadRecord("ledger entry has an unexpected shape")
+        return LedgerEntry(
+            key,
+            body["state"],
+            bool(body["idempotent"]),
+            body["result"],
+            body["updated_at"],
+            body.get("resolved_by", ""),
+        )
 
     def reseal(self, old_context: str, new_context: str, envelope: bytes) -> bytes:
         tag, payload = open_envelope(old_context, envelope, key=self.key)

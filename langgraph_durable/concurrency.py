@@ -8,6 +8,7 @@ order, so the caller decides what a partial failure means.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import threading
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -45,3 +46,22 @@ def run_all(calls: Sequence[Callable[[], T]]) -> list[T | BaseException]:
     futures = [_POOL.submit(capture, c) for c in calls[1:]]
     first = capture(calls[0])
     return [first, *(f.result() for f in futures)]
+
+
+async def amaybe_await(value: Any) -> Any:
+    """A hook's result, awaited if the hook was async."""
+    return await value if inspect.isawaitable(value) else value
+
+
+def maybe_await(value: Any) -> Any:
+    """The sync face cannot wait for an async hook: say so instead of hanging."""
+    if inspect.isawaitable(value):
+        if inspect.iscoroutine(value):
+            value.close()
+        from .errors import ConfigError
+
+        raise ConfigError(
+            "an async validator was called from a sync run (graph.invoke / stream): "
+            "use graph.ainvoke / astream, or make the validator a plain function."
+        )
+    return value

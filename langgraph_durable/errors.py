@@ -6,6 +6,8 @@ of them. Each message says what went wrong *and* what to do about it.
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "ConfigError",
     "CorruptCheckpoint",
@@ -76,9 +78,28 @@ class CorruptCheckpoint(DurableError):
 
 
 class ResumeRejected(DurableError):
-    """A resume validator refused to let a thread continue from its checkpoint."""
+    """A thread may not continue from its checkpoint: a resume validator
+    rejected it, or a non-resumable action it started was never confirmed.
 
-    def __init__(self, message: str, *, reason: str, checkpoint_id: str | None = None) -> None:
+    Raised from ``invoke`` / ``ainvoke`` / ``stream`` before anything is
+    written. `reason` says why, `validator` names who decided, `checkpoint`
+    is the checkpoint tuple the run would have resumed from and `actions` the
+    unconfirmed action keys, if that is the reason.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        reason: str,
+        checkpoint_id: str | None = None,
+        checkpoint: Any = None,
+        validator: str | None = None,
+        actions: list[str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.reason = reason
         self.checkpoint_id = checkpoint_id
+        self.checkpoint = checkpoint
+        self.validator = validator
+        self.actions = actions or []

@@ -107,6 +107,10 @@ def write_context(
     return f"w\x00{thread_id}\x00{ns}\x00{checkpoint_id}\x00{task_id}\x00{idx}\x00{channel}\x00{task_path}"
 
 
+def ledger_context(thread_id: str, key: str) -> str:
+    return f"l\x00{thread_id}\x00{key}"
+
+
 # --- rows: what a tier stores ------------------------------------------------
 
 

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import contextlib
+import functools
 import os
 import random
 import threading
+import weakref
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from types import TracebackType
-from typing import Any
+from typing import Any, cast
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -26,12 +29,14 @@ from .chain_async import AsyncTierChain
 from .codec import DEFAULT_MAX_RECORD_BYTES, RecordCodec
 from .errors import ConfigError
 from .integrity import IntegrityPolicy, OnCorruption, ScanReport
+from .ledger import LedgerEntry, resolved
 from .tiers.base import QuarantinedRecord
 from .tiers.postgres import PostgresTier
 from .tiers.postgres_async import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_POOL_SIZE, AsyncPostgresTier
 from .tiers.redis import RedisTier
 from .tiers.redis_async import DEFAULT_KEY_PREFIX, AsyncRedisTier
 from .tiers.sqlite import DEFAULT_BUSY_TIMEOUT_S, AsyncSqliteTier, SqliteTier
+from .validation import RUNTIME_KEY, VERSION_KEY, ValidationHook, Validator, is_resume_of_a_run
 
 DEFAULT_SQLITE_PATH = ".langgraph_durable/checkpoints.sqlite"
 
@@ -89,6 +94,12 @@ class DurableSaver(BaseCheckpointSaver[str]):
             checkpoint accepted by ``put`` / ``put_writes``; a larger one raises
             `RecordTooLarge` naming the channel, and nothing is written.
             None for no limit.
+        validators: resume validators (see `langgraph_durable.validation`),
+            run in order before a graph resumes a thread; `add_validator`
+            adds more. Unconfirmed non-resumable actions are always checked.
+        on_validation: called with a `ValidationOutcome` after each validation.
+        app_version: stamped into every checkpoint's metadata (``app_version``)
+            so `validation.pin_version` can tell which version wrote it.
     """
 
     def __init__(
@@ -105,6 +116,9 @@ class DurableSaver(BaseCheckpointSaver[str]):
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
         on_corruption: OnCorruption = "fallback",
         max_record_bytes: int | None = DEFAULT_MAX_RECORD_BYTES,
+        validators: Sequence[Validator] = (),
+        on_validation: ValidationHook | None = None,
+        app_version: str | None = None,
     ) -> None:
         super().__init__(serde=serde)
         if sqlite is None and redis is None and postgres is None:
@@ -130,6 +144,12 @@ class DurableSaver(BaseCheckpointSaver[str]):
             raise ConfigError(f"max_record_bytes must be positive or None, got {max_record_bytes}.")
         self._codec = RecordCodec(self.serde, signing_key=key, max_record_bytes=max_record_bytes)
         self._policy = IntegrityPolicy(on_corruption)
+        self._validators: list[Validator] = []
+        for v in validators:
+            self.add_validator(v)
+        self._on_validation = on_validation
+        self.app_version = app_version
+        self._validated_runs: dict[int, weakref.ref[Any]] = {}
         self._local = SqliteTier(self.sqlite_path, busy_timeout=sqlite_busy_timeout) if self.sqlite_path else None
         self._lock = threading.Lock()
         self._sync: TierChain | None = None
@@ -269,7 +289,11 @@ class DurableSaver(BaseCheckpointSaver[str]):
     # -- BaseCheckpointSaver: sync face -------------------------------------------
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return self._sync_chain().get_tuple(config)
+        chain = self._sync_chain()
+        tup = chain.get_tuple(config)
+        if tup is not None and self._first_call_of_run(config):
+            tup = chain.validate(tup, self._validators, self._on_validation)
+        return tup
 
     def list(
         self,
@@ -288,7 +312,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        return self._sync_chain().put(config, checkpoint, metadata, new_versions)
+        return self._sync_chain().put(config, checkpoint, self._stamped(metadata), new_versions)
 
     def put_writes(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
@@ -310,7 +334,11 @@ class DurableSaver(BaseCheckpointSaver[str]):
     # -- BaseCheckpointSaver: async face ------------------------------------------
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return await self._async_chain().get_tuple(config)
+        chain = self._async_chain()
+        tup = await chain.get_tuple(config)
+        if tup is not None and self._first_call_of_run(config):
+            tup = await chain.validate(tup, self._validators, self._on_validation)
+        return tup
 
     async def alist(
         self,
@@ -330,7 +358,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        return await self._async_chain().put(config, checkpoint, metadata, new_versions)
+        return await self._async_chain().put(config, checkpoint, self._stamped(metadata), new_versions)
 
     async def aput_writes(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
@@ -348,6 +376,71 @@ class DurableSaver(BaseCheckpointSaver[str]):
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         await self._async_chain().prune(thread_ids, strategy=strategy)
+
+    # -- resume validation and non-resumable actions ---------------------------------
+
+    def add_validator(self, validator: Validator) -> None:
+        """Run `validator` (after those already registered) before every resume."""
+        if not callable(validator):
+            raise ConfigError(f"a validator must be callable taking a ResumeContext, not {validator!r}.")
+        self._validators.append(validator)
+
+    def _first_call_of_run(self, config: RunnableConfig) -> bool:
+        """Validate once per run: the loop's first get_tuple, root graph only.
+        (With an explicit checkpoint_id the loop asks a second time for the
+        latest, with the same runtime object; that probe is not a resume.)"""
+        if not is_resume_of_a_run(config):
+            return False
+        runtime = config["configurable"][RUNTIME_KEY]
+        key = id(runtime)
+        with self._lock:
+            ref = self._validated_runs.get(key)
+            if ref is not None and ref() is runtime:
+                return False
+            # A runtime that is not weak-referenceable is validated on every call.
+            with contextlib.suppress(TypeError):
+                self._validated_runs[key] = weakref.ref(runtime, functools.partial(self._forget_run, key))
+        return True
+
+    def _forget_run(self, key: int, ref: weakref.ref[Any]) -> None:
+        with self._lock:
+            if self._validated_runs.get(key) is ref:
+                del self._validated_runs[key]
+
+    def _stamped(self, metadata: CheckpointMetadata) -> CheckpointMetadata:
+        if self.app_version is None:
+            return metadata
+        return cast(CheckpointMetadata, {**metadata, VERSION_KEY: self.app_version})
+
+    def actions(self, thread_id: str) -> dict[str, LedgerEntry]:
+        """The thread's ledger of non-resumable actions, by key."""
+        return self._sync_chain().actions(str(thread_id))
+
+    async def aactions(self, thread_id: str) -> dict[str, LedgerEntry]:
+        """Async `actions`."""
+        return await self._async_chain().actions(str(thread_id))
+
+    def record_action(self, thread_id: str, entry: LedgerEntry) -> None:
+        """Write a ledger entry through every tier (used by `ledger.action`)."""
+        self._sync_chain().record_action(str(thread_id), entry)
+
+    async def arecord_action(self, thread_id: str, entry: LedgerEntry) -> None:
+        """Async `record_action`."""
+        await self._async_chain().record_action(str(thread_id), entry)
+
+    def resolve_action(self, thread_id: str, key: str, *, done: bool, result: Any = None) -> LedgerEntry:
+        """An operator's answer for an escalated action: ``done=True`` (it
+        happened; `result` is what later runs get) or ``done=False`` (it did
+        not; the next run may do it). The thread can then run again."""
+        entry = resolved(self.actions(thread_id).get(key), key, done=done, result=result)
+        self.record_action(thread_id, entry)
+        return entry
+
+    async def aresolve_action(self, thread_id: str, key: str, *, done: bool, result: Any = None) -> LedgerEntry:
+        """Async `resolve_action`."""
+        entry = resolved((await self.aactions(thread_id)).get(key), key, done=done, result=result)
+        await self.arecord_action(thread_id, entry)
+        return entry
 
     # -- integrity ------------------------------------------------------------------
 

@@ -78,6 +78,14 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX IF NOT EXISTS lgd_quarantine_thread ON lgd_quarantine (thread_id);
     """,
+    """
+    CREATE TABLE IF NOT EXISTS lgd_ledger (
+        thread_id text NOT NULL,
+        key text NOT NULL,
+        record bytea NOT NULL,
+        PRIMARY KEY (thread_id, key)
+    );
+    """,
 ]
 
 _CP_COLS = "thread_id, checkpoint_ns, checkpoint_id, parent_id, run_id, metadata::text, record"
@@ -286,7 +294,7 @@ class PostgresTier:
     def delete_thread(self, thread_id: str) -> None:
         with unavailable_on("postgres", self.where, *_ERRORS):
             with self.pool.connection() as conn, conn.transaction():
-                for table in ("lgd_checkpoints", "lgd_blobs", "lgd_writes", "lgd_quarantine"):
+                for table in ("lgd_checkpoints", "lgd_blobs", "lgd_writes", "lgd_quarantine", "lgd_ledger"):
                     conn.execute(f"DELETE FROM {table} WHERE thread_id = %s", (thread_id,))
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
@@ -309,6 +317,18 @@ class PostgresTier:
                     "DELETE FROM lgd_checkpoints WHERE thread_id = %s AND checkpoint_ns = %s AND checkpoint_id = %s",
                     (thread_id, ns, checkpoint_id),
                 )
+
+    def write_ledger(self, thread_id: str, key: str, envelope: bytes) -> None:
+        with unavailable_on("postgres", self.where, *_ERRORS):
+            with self.pool.connection() as conn:
+                conn.execute(
+                    "INSERT INTO lgd_ledger VALUES (%s, %s, %s) ON CONFLICT (thread_id, key) DO UPDATE SET record = EXCLUDED.record",
+                    (thread_id, key, envelope),
+                )
+
+    def read_ledger(self, thread_id: str) -> dict[str, bytes]:
+        rows = self._fetchall("SELECT key, record FROM lgd_ledger WHERE thread_id = %s", (thread_id,))
+        return {r[0]: bytes(r[1]) for r in rows}
 
     def thread_ids(self) -> list[str]:
         rows = self._fetchall(

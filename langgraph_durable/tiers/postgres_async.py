@@ -76,6 +76,14 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX IF NOT EXISTS lgd_quarantine_thread ON lgd_quarantine (thread_id);
     """,
+    """
+    CREATE TABLE IF NOT EXISTS lgd_ledger (
+        thread_id text NOT NULL,
+        key text NOT NULL,
+        record bytea NOT NULL,
+        PRIMARY KEY (thread_id, key)
+    );
+    """,
 ]
 
 _CP_COLS = "thread_id, checkpoint_ns, checkpoint_id, parent_id, run_id, metadata::text, record"
@@ -284,7 +292,7 @@ class AsyncPostgresTier:
     async def delete_thread(self, thread_id: str) -> None:
         with unavailable_on("postgres", self.where, *_ERRORS):
             async with self.pool.connection() as conn, conn.transaction():
-                for table in ("lgd_checkpoints", "lgd_blobs", "lgd_writes", "lgd_quarantine"):
+                for table in ("lgd_checkpoints", "lgd_blobs", "lgd_writes", "lgd_quarantine", "lgd_ledger"):
                     await conn.execute(f"DELETE FROM {table} WHERE thread_id = %s", (thread_id,))
 
     async def delete_for_runs(self, run_ids: Sequence[str]) -> None:
@@ -307,6 +315,18 @@ class AsyncPostgresTier:
                     "DELETE FROM lgd_checkpoints WHERE thread_id = %s AND checkpoint_ns = %s AND checkpoint_id = %s",
                     (thread_id, ns, checkpoint_id),
                 )
+
+    async def write_ledger(self, thread_id: str, key: str, envelope: bytes) -> None:
+        with unavailable_on("postgres", self.where, *_ERRORS):
+            async with self.pool.connection() as conn:
+                await conn.execute(
+                    "INSERT INTO lgd_ledger VALUES (%s, %s, %s) ON CONFLICT (thread_id, key) DO UPDATE SET record = EXCLUDED.record",
+                    (thread_id, key, envelope),
+                )
+
+    async def read_ledger(self, thread_id: str) -> dict[str, bytes]:
+        rows = await self._fetchall("SELECT key, record FROM lgd_ledger WHERE thread_id = %s", (thread_id,))
+        return {r[0]: bytes(r[1]) for r in rows}
 
     async def thread_ids(self) -> list[str]:
         rows = await self._fetchall(

@@ -13,6 +13,7 @@ its multi-key transactions stay legal. Layout, under the key prefix ``P``::
     P:{T}:w:<ns>\\0<id>    hash  "task\\0idx"       -> [channel, task_path, envelope]
     P:{T}:wkeys           set   the thread's write hashes (for deletes)
     P:{T}:quarantine      list  bad copies kept for forensics
+    P:{T}:ledger          hash  action key -> envelope (non-resumable actions)
 
 Every write touches one thread's keys only, so it is one MULTI/EXEC on one
 slot. There is deliberately no global index (it would put a second slot in
@@ -243,7 +244,7 @@ class RedisTier:
             nss = self.client.smembers(self._k(t, "nss"))
             wkeys = self.client.smembers(self._k(t, "wkeys"))
             with self.client.pipeline(transaction=True) as pipe:
-                keys = [self._k(t, p) for p in ("cp", "nss", "blob", "wkeys", "quarantine")]
+                keys = [self._k(t, p) for p in ("cp", "nss", "blob", "wkeys", "quarantine", "ledger")]
                 keys += [self._k(t, f"ids:{n.decode()}") for n in nss]
                 keys += [k.decode() for k in wkeys]
                 pipe.delete(*keys)
@@ -279,6 +280,15 @@ class RedisTier:
                 pipe.hdel(self._k(thread_id, "cp"), f"{ns}{_SEP}{checkpoint_id}")
                 pipe.zrem(self._k(thread_id, f"ids:{ns}"), checkpoint_id)
                 pipe.execute()
+
+    def write_ledger(self, thread_id: str, key: str, envelope: bytes) -> None:
+        with unavailable_on("redis", self.where, *_ERRORS):
+            self.client.hset(self._k(thread_id, "ledger"), key, envelope)
+
+    def read_ledger(self, thread_id: str) -> dict[str, bytes]:
+        with unavailable_on("redis", self.where, *_ERRORS):
+            fields = self.client.hgetall(self._k(thread_id, "ledger"))
+        return {k.decode(): v for k, v in fields.items()}
 
     def thread_ids(self) -> list[str]:
         with unavailable_on("redis", self.where, *_ERRORS):

@@ -87,6 +87,14 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX IF NOT EXISTS lgd_quarantine_thread ON lgd_quarantine(thread_id);
     """,
+    """
+    CREATE TABLE IF NOT EXISTS lgd_ledger (
+        thread_id TEXT NOT NULL,
+        key TEXT NOT NULL,
+        record BLOB NOT NULL,
+        PRIMARY KEY (thread_id, key)
+    ) WITHOUT ROWID;
+    """,
 ]
 
 _CP_COLS = "thread_id, checkpoint_ns, checkpoint_id, parent_id, run_id, metadata, record"
@@ -339,7 +347,7 @@ class SqliteTier:
 
     def delete_thread(self, thread_id: str) -> None:
         with self._tx() as conn:
-            for table in ("lgd_checkpoints", "lgd_blobs", "lgd_writes", "lgd_journal", "lgd_quarantine"):
+            for table in ("lgd_checkpoints", "lgd_blobs", "lgd_writes", "lgd_journal", "lgd_quarantine", "lgd_ledger"):
                 conn.execute(f"DELETE FROM {table} WHERE thread_id = ?", (thread_id,))
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
@@ -362,6 +370,15 @@ class SqliteTier:
                 "DELETE FROM lgd_checkpoints WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?",
                 (thread_id, ns, checkpoint_id),
             )
+
+    def write_ledger(self, thread_id: str, key: str, envelope: bytes) -> None:
+        with self._tx() as conn:
+            conn.execute("INSERT OR REPLACE INTO lgd_ledger VALUES (?, ?, ?)", (thread_id, key, envelope))
+
+    def read_ledger(self, thread_id: str) -> dict[str, bytes]:
+        with self._read() as conn:
+            rows = conn.execute("SELECT key, record FROM lgd_ledger WHERE thread_id = ?", (thread_id,)).fetchall()
+        return {r[0]: bytes(r[1]) for r in rows}
 
     def thread_ids(self) -> list[str]:
         with self._read() as conn:

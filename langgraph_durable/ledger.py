@@ -1,0 +1,191 @@
+"""The ledger of non-resumable actions: send an email, charge a card, post a
+message. Things a resumed thread must never silently do twice.
+
+Inside a node, declare the action with a stable key::
+
+    with action(f"charge:{order_id}") as act:     # `async with` in async nodes
+        if not act.done:
+            act.result = charge_card(order_id)
+    receipt = act.result
+
+or decorate the function that does it::
+
+    @durable_action(lambda order_id: f"charge:{order_id}")
+    def charge(order_id): ...
+
+The intent is written to every tier *before* the body runs and the
+confirmation (with the result) after it returns. On a later run:
+
+- a confirmed action is not run again: ``act.done`` is True and ``act.result``
+  is the recorded result;
+- an intent without a confirmation (the process died in between, or the body
+  raised) is escalated: the next run of the thread raises `ResumeRejected`
+  naming the action, until an operator says whether it happened
+  (`DurableSaver.resolve_action`, or ``langgraph-durable resolve-action``),
+  unless the action was declared ``idempotent=True``, in which case it runs again.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+from langgraph.config import get_config
+
+from .errors import ConfigError, ResumeRejected
+
+if TYPE_CHECKING:
+    from .saver import DurableSaver
+
+ActionState = Literal["intent", "done", "not_done"]
+CHECKPOINTER_KEY = "__pregel_checkpointer"  # where Pregel puts the saver in a node's config
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerEntry:
+    """The recorded state of one action of one thread.
+
+    ``intent``: started, not confirmed. ``done``: confirmed (by the code or an
+    operator), `result` holds what it returned. ``not_done``: an operator
+    said it did not happen; the next run may do it.
+    """
+
+    key: str
+    state: ActionState
+    idempotent: bool = False
+    result: Any = None
+    updated_at: float = 0.0
+    resolved_by: str = ""  # "" (the code) or "operator"
+
+    def escalated(self) -> bool:
+        return self.state == "intent" and not self.idempotent
+
+
+def unconfirmed_message(thread_id: str, keys: list[str]) -> str:
+    names = ", ".join(repr(k) for k in keys)
+    return (
+        f"thread {thread_id!r} has non-resumable action(s) {names} that started but were never confirmed, "
+        "so they may or may not have happened. Check, then record the answer with "
+        "saver.resolve_action(thread_id, key, done=True|False) or "
+        "`langgraph-durable resolve-action --thread ... --key ... --done|--not-done`, and run the thread again."
+    )
+
+
+def _saver_and_thread() -> tuple[DurableSaver, str]:
+    from .saver import DurableSaver
+
+    try:
+        config = get_config()
+    except RuntimeError as exc:
+        raise ConfigError("action() must be used inside a LangGraph node (it reads the run's config).") from exc
+    configurable = config.get("configurable") or {}
+    saver = configurable.get(CHECKPOINTER_KEY)
+    if not isinstance(saver, DurableSaver):
+        raise ConfigError(
+            "action() needs the graph to be compiled with checkpointer=DurableSaver(...); "
+            f"this run's checkpointer is {type(saver).__name__}."
+        )
+    return saver, str(configurable["thread_id"])
+
+
+class action:
+    """Declare a non-resumable action; see the module docstring."""
+
+    def __init__(self, key: str, *, idempotent: bool = False) -> None:
+        if not key:
+            raise ConfigError("an action needs a stable, non-empty key, e.g. f'email:welcome:{user_id}'.")
+        self.key = key
+        self.idempotent = idempotent
+        self.done = False
+        self.result: Any = None
+        self._saver: DurableSaver | None = None
+        self._thread = ""
+
+    def _plan(self, entry: LedgerEntry | None) -> LedgerEntry | None:
+        """The intent to record, or None when the action already happened."""
+        if entry is not None and entry.state == "done":
+            self.done, self.result = True, entry.result
+            return None
+        if entry is not None and entry.escalated():
+            raise ResumeRejected(unconfirmed_message(self._thread, [self.key]), reason="unconfirmed action")
+        return LedgerEntry(self.key, "intent", self.idempotent, None, time.time())
+
+    def _confirmation(self) -> LedgerEntry:
+        return LedgerEntry(self.key, "done", self.idempotent, self.result, time.time())
+
+    def __enter__(self) -> action:
+        self._saver, self._thread = _saver_and_thread()
+        intent = self._plan(self._saver.actions(self._thread).get(self.key))
+        if intent is not None:
+            self._saver.record_action(self._thread, intent)
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        # On an exception the intent stays unconfirmed: whether the side
+        # effect happened is unknown, so the next run escalates it.
+        if exc_type is None and not self.done and self._saver is not None:
+            self._saver.record_action(self._thread, self._confirmation())
+            self.done = True
+
+    async def __aenter__(self) -> action:
+        self._saver, self._thread = _saver_and_thread()
+        intent = self._plan((await self._saver.aactions(self._thread)).get(self.key))
+        if intent is not None:
+            await self._saver.arecord_action(self._thread, intent)
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if exc_type is None and not self.done and self._saver is not None:
+            await self._saver.arecord_action(self._thread, self._confirmation())
+            self.done = True
+
+
+def durable_action(key: str | Callable[..., str], *, idempotent: bool = False) -> Callable[[F], F]:
+    """Decorator form of `action`: the wrapped function runs at most once per
+    key and thread; later calls return its recorded result. `key` is a string
+    or a function of the call's arguments."""
+
+    def decorate(fn: F) -> F:
+        def key_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+            return key(*args, **kwargs) if callable(key) else key
+
+        if inspect.iscoroutinefunction(fn):
+
+            @functools.wraps(fn)
+            async def arun(*args: Any, **kwargs: Any) -> Any:
+                async with action(key_of(args, kwargs), idempotent=idempotent) as act:
+                    if not act.done:
+                        act.result = await fn(*args, **kwargs)
+                return act.result
+
+            return arun  # type: ignore[return-value]
+
+        @functools.wraps(fn)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            with action(key_of(args, kwargs), idempotent=idempotent) as act:
+                if not act.done:
+                    act.result = fn(*args, **kwargs)
+            return act.result
+
+        return run  # type: ignore[return-value]
+
+    return decorate
+
+
+def resolved(entry: LedgerEntry | None, key: str, *, done: bool, result: Any = None) -> LedgerEntry:
+    """The entry an operator's answer produces."""
+    base = entry or LedgerEntry(key, "intent")
+    return replace(
+        base, state="done" if done else "not_done", result=result, updated_at=time.time(), resolved_by="operator"
+    )
