@@ -76,6 +76,19 @@ def main(argv: list[str] | None = None) -> int:
         _tier_flags(c)
         c.add_argument("--thread", default=None, help="only this thread (default: every thread)")
 
+    a = commands.add_parser("actions", help="list a thread's non-resumable actions and which are escalated")
+    _tier_flags(a)
+    a.add_argument("--thread", required=True)
+    r = commands.add_parser(
+        "resolve-action", help="record whether an escalated action happened, so the thread can resume"
+    )
+    _tier_flags(r)
+    r.add_argument("--thread", required=True)
+    r.add_argument("--key", required=True)
+    answer = r.add_mutually_exclusive_group(required=True)
+    answer.add_argument("--done", action="store_true", help="it happened: later runs must not repeat it")
+    answer.add_argument("--not-done", action="store_true", help="it did not happen: the next run may do it")
+
     w = commands.add_parser("_demo-worker")  # internal: the process the demo kills
     _tier_flags(w)
     w.add_argument("--thread", required=True)
@@ -88,6 +101,20 @@ def main(argv: list[str] | None = None) -> int:
         if args.steps < 2:
             parser.error("--steps must be at least 2")
         return demo.run(args)
+    if args.command == "actions":
+        with demo.saver_from_args(args) as saver:
+            entries = saver.actions(args.thread)
+        for key, e in sorted(entries.items()):
+            flag = "ESCALATED  " if e.escalated() else ""
+            by = f" (by {e.resolved_by})" if e.resolved_by else ""
+            print(f"{flag}{key}: {e.state}{by}{' idempotent' if e.idempotent else ''}")
+        print(f"{len(entries)} action(s), {sum(e.escalated() for e in entries.values())} escalated")
+        return 0
+    if args.command == "resolve-action":
+        with demo.saver_from_args(args) as saver:
+            entry = saver.resolve_action(args.thread, args.key, done=args.done)
+        print(f"{args.key}: {entry.state}; thread {args.thread!r} may run again")
+        return 0
     if args.command in ("verify", "repair"):
         return _scan(args, repair=args.command == "repair")
     return demo.worker(args)

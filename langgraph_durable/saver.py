@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import contextlib
-import functools
+import contextvars
+import logging
 import os
 import random
 import threading
-import weakref
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from types import TracebackType
 from typing import Any, cast
@@ -38,7 +37,14 @@ from .tiers.redis_async import DEFAULT_KEY_PREFIX, AsyncRedisTier
 from .tiers.sqlite import DEFAULT_BUSY_TIMEOUT_S, AsyncSqliteTier, SqliteTier
 from .validation import RUNTIME_KEY, VERSION_KEY, ValidationHook, Validator, is_resume_of_a_run
 
+logger = logging.getLogger("langgraph_durable")
+
 DEFAULT_SQLITE_PATH = ".langgraph_durable/checkpoints.sqlite"
+
+# The runtime of a run whose explicit-checkpoint get_tuple was just validated.
+_PROBE_EXPECTED: contextvars.ContextVar[object | None] = contextvars.ContextVar(
+    "langgraph_durable_probe_expected", default=None
+)
 
 ENV_SQLITE = "LANGGRAPH_DURABLE_SQLITE"
 ENV_REDIS_URL = "LANGGRAPH_DURABLE_REDIS_URL"
@@ -149,7 +155,6 @@ class DurableSaver(BaseCheckpointSaver[str]):
             self.add_validator(v)
         self._on_validation = on_validation
         self.app_version = app_version
-        self._validated_runs: dict[int, weakref.ref[Any]] = {}
         self._local = SqliteTier(self.sqlite_path, busy_timeout=sqlite_busy_timeout) if self.sqlite_path else None
         self._lock = threading.Lock()
         self._sync: TierChain | None = None
@@ -255,7 +260,12 @@ class DurableSaver(BaseCheckpointSaver[str]):
         if self._sync is not None:
             self._sync.close()
             self._sync = None
-        if self._async is None and self._local is not None:
+        if self._async is not None:
+            logger.warning(
+                "DurableSaver.close() leaves the async connections open: this saver was used from async "
+                "code, so close it with `await saver.aclose()` or `async with`."
+            )
+        elif self._local is not None:
             self._local.close()
 
     async def aclose(self) -> None:
@@ -387,25 +397,24 @@ class DurableSaver(BaseCheckpointSaver[str]):
 
     def _first_call_of_run(self, config: RunnableConfig) -> bool:
         """Validate once per run: the loop's first get_tuple, root graph only.
-        (With an explicit checkpoint_id the loop asks a second time for the
-        latest, with the same runtime object; that probe is not a resume.)"""
+
+        With an explicit checkpoint_id (time travel) the loop asks a second
+        time, right away and with the same runtime object, for the latest
+        checkpoint ("has the thread moved on?"); that probe is not a resume.
+        LangGraph's Runtime has __slots__ and no weakref, so the explicit call
+        leaves a marker in the current context that the very next call reads.
+        """
         if not is_resume_of_a_run(config):
             return False
-        runtime = config["configurable"][RUNTIME_KEY]
-        key = id(runtime)
-        with self._lock:
-            ref = self._validated_runs.get(key)
-            if ref is not None and ref() is runtime:
-                return False
-            # A runtime that is not weak-referenceable is validated on every call.
-            with contextlib.suppress(TypeError):
-                self._validated_runs[key] = weakref.ref(runtime, functools.partial(self._forget_run, key))
+        configurable = config["configurable"]
+        runtime = configurable[RUNTIME_KEY]
+        probe_of = _PROBE_EXPECTED.get()
+        _PROBE_EXPECTED.set(None)
+        if probe_of is runtime and not configurable.get("checkpoint_id"):
+            return False
+        if configurable.get("checkpoint_id"):
+            _PROBE_EXPECTED.set(runtime)
         return True
-
-    def _forget_run(self, key: int, ref: weakref.ref[Any]) -> None:
-        with self._lock:
-            if self._validated_runs.get(key) is ref:
-                del self._validated_runs[key]
 
     def _stamped(self, metadata: CheckpointMetadata) -> CheckpointMetadata:
         if self.app_version is None:

@@ -36,7 +36,7 @@ class ResumeContext:
     thread_id: str
     checkpoint_ns: str
     checkpoint: CheckpointTuple
-    values: Mapping[str, Any]
+    values: Mapping[str, Any]  # the state's keys (the root channel unwrapped)
     metadata: Mapping[str, Any]
     pending_writes: tuple[PendingWrite, ...]
     age: timedelta
@@ -106,11 +106,20 @@ def make_context(tup: CheckpointTuple, now: datetime | None = None) -> ResumeCon
         thread_id=str(configurable["thread_id"]),
         checkpoint_ns=configurable.get("checkpoint_ns", "") or "",
         checkpoint=tup,
-        values=dict(tup.checkpoint.get("channel_values", {})),
+        values=_state_values(tup.checkpoint.get("channel_values", {})),
         metadata=dict(tup.metadata or {}),
         pending_writes=tuple(tup.pending_writes or ()),
         age=(now or datetime.now(UTC)) - written,
     )
+
+
+def _state_values(channel_values: Mapping[str, Any]) -> dict[str, Any]:
+    """The state as the graph's nodes see it: a graph over a plain dict or a
+    single-value state keeps it all in one root channel."""
+    root = channel_values.get("__root__")
+    if isinstance(root, Mapping):
+        return dict(root)
+    return {k: v for k, v in channel_values.items() if not k.startswith("branch:")}
 
 
 def is_resume_of_a_run(config: Mapping[str, Any]) -> bool:
