@@ -16,10 +16,19 @@ import logging
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any, NoReturn, TypeVar
+from datetime import UTC, datetime
+from typing import Any, NoReturn, TypeVar, cast
 
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata, CheckpointTuple, PendingWrite
+from langgraph.checkpoint.base import (
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    PendingWrite,
+    copy_checkpoint,
+)
+from langgraph.checkpoint.base.id import uuid6
 
 from .codec import RecordCodec, assemble_tuple, thread_of, version_key
 from .concurrency import ALock, amaybe_await, arun_all
@@ -616,7 +625,7 @@ class AsyncTierChain:
                     break
             if decision is None:
                 if candidate is not tup:
-                    logger.warning("thread %r rewound from %s to %s", thread_id, requested, candidate.checkpoint["id"])
+                    candidate = await self._fork(candidate, requested)
                 outcome(candidate.checkpoint["id"])
                 return candidate
             if isinstance(decision, Rewind):
@@ -644,6 +653,25 @@ class AsyncTierChain:
                 checkpoint=candidate,
                 validator=name,
             )
+
+    async def _fork(self, target: CheckpointTuple, rewound_from: str) -> CheckpointTuple:
+        """A rewind resumes from a fresh fork of `target`: the same state, no
+        pending writes, so the tasks that ran on it run again in the world as
+        it is now. The abandoned branch stays in the history."""
+        configurable = target.config["configurable"]
+        checkpoint = copy_checkpoint(target.checkpoint)
+        checkpoint["id"] = str(uuid6())
+        checkpoint["ts"] = datetime.now(UTC).isoformat()
+        metadata = cast(CheckpointMetadata, {**target.metadata, "source": "fork", "rewound_from": rewound_from})
+        stored = await self.put(dict(target.config), checkpoint, metadata, {})  # type: ignore[arg-type]
+        logger.warning(
+            "thread %r rewound from %s to %s (resuming from fork %s)",
+            configurable["thread_id"],
+            rewound_from,
+            target.checkpoint["id"],
+            checkpoint["id"],
+        )
+        return CheckpointTuple(stored, checkpoint, metadata, target.config, [])
 
     # -- verify / repair ------------------------------------------------------------
 
