@@ -277,16 +277,12 @@ class DurableSaver(BaseCheckpointSaver[str]):
             self._async = None
             self._async_loop = None
         self.close()
-        if self._local is not None:
-            self._local.close()
 
     def __enter__(self) -> DurableSaver:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-        if self._local is not None:
-            self._local.close()
 
     async def __aenter__(self) -> DurableSaver:
         return self
