@@ -227,7 +227,6 @@ class TierChain:
         before it. None if no tier has it; `Unusable` if every copy is bad."""
         lacking: list[Tier] = []
         bad: list[Incident] = []
-        parent_id: str | None = None
         unreachable: TierUnavailable | None = None
         for tier in self.tiers:
             try:
@@ -242,7 +241,6 @@ class TierChain:
                 checkpoint, metadata = self.codec.decode_checkpoint(row)
             except BadRecord as exc:
                 bad.append(Incident(tier, "checkpoint", thread_id, ns, f"checkpoint {cid}", exc.reason, row.envelope))
-                parent_id = parent_id or row.parent_id
                 lacking.append(tier)
                 continue
             for incident in bad:
@@ -252,7 +250,8 @@ class TierChain:
             return row, checkpoint, metadata
         incidents.extend(bad)
         if bad:
-            raise Unusable(thread_id, ns, cid, parent_id, "the checkpoint record is damaged in every tier")
+            # No parent pointer: the bad copies' own is not to be trusted.
+            raise Unusable(thread_id, ns, cid, None, "the checkpoint record is damaged in every tier")
         if unreachable is not None and not lacking:
             raise unreachable
         return None
@@ -331,7 +330,7 @@ class TierChain:
             for w in rows:
                 if (w.task_id, w.idx) != (bad.task_id, bad.idx):
                     continue
-                if w.envelope == bad.envelope:
+                if w == bad:  # the same damaged copy (damage may be in its key fields)
                     continue
                 try:
                     decoded = self.codec.decode_write(w)
@@ -356,33 +355,56 @@ class TierChain:
             for row, cp, md in items:
                 cid = row.checkpoint_id
                 absent = [
-                    f"{ch} @ {v}" for ch, v in cp["channel_versions"].items() if (ch, version_key(v)) not in blobs
+                    (ch, version_key(v))
+                    for ch, v in cp["channel_versions"].items()
+                    if (ch, version_key(v)) not in blobs
                 ]
+                for ch, v in absent:
+                    key = f"channel {ch} @ {v}"
+                    if not any(i.kind == "blob" and i.key == key for i in incidents):
+                        incidents.append(Incident(None, "blob", thread_id, ns, key, "missing in every tier", b""))
                 if absent or cid in lost:
-                    what = lost.get(cid) or f"channel value(s) {', '.join(absent)} missing or damaged in every tier"
+                    names = ", ".join(f"{ch} @ {v}" for ch, v in absent)
+                    what = lost.get(cid) or f"channel value(s) {names} missing or damaged in every tier"
                     done[(thread_id, ns, cid)] = Unusable(thread_id, ns, cid, row.parent_id, what)
                     continue
                 values = {ch: blobs[(ch, version_key(v))][1] for ch, v in cp["channel_versions"].items()}
                 done[(thread_id, ns, cid)] = assemble_tuple(row, cp, md, values, writes.get(cid, []))
         return [done[(r.thread_id, r.checkpoint_ns, r.checkpoint_id)] for r, _, _ in found]
 
-    def _serve(self, thread_id: str, ns: str, cid: str, incidents: list[Incident]) -> CheckpointTuple | None:
+    def _serve(
+        self, thread_id: str, ns: str, cid: str, incidents: list[Incident], *, latest: bool = False
+    ) -> CheckpointTuple | None:
         """Checkpoint `cid`; if it cannot be assembled intact, its newest
-        intact ancestor (the unusable ones are withdrawn from every tier)."""
+        intact ancestor (the unusable ones are withdrawn from every tier).
+        With `latest`, `cid` came from the authoritative tier's index, so a
+        checkpoint no tier holds is a dangling entry, not an absent thread."""
         current: str | None = cid
         while current is not None:
             try:
                 found = self._checkpoint(thread_id, ns, current, incidents)
                 if found is None:
-                    if current == cid:
+                    if current == cid and not latest:
                         return None
-                    # The recorded parent is gone: take the next older one.
-                    current = self._older(thread_id, ns, current)
-                    if current is None:
-                        self._no_ancestor(f"{thread_id}/{ns}/{cid}", incidents)
+                    incidents.append(
+                        Incident(
+                            None, "checkpoint", thread_id, ns, f"checkpoint {current}", "missing in every tier", b""
+                        )
+                    )
+                    # A dangling index entry: no bad bytes to refuse, so even
+                    # the raise policy falls back, as for a deleted record.
+                    current = self._fall_back(
+                        Unusable(thread_id, ns, current, None, "it is listed but missing in every tier"),
+                        incidents,
+                        missing=True,
+                    )
                     continue
                 result = (self._assemble([found], incidents))[0]
                 if not isinstance(result, Unusable):
+                    if current != cid:
+                        for incident in incidents:
+                            if incident.served is None:
+                                incident.served = f"ancestor checkpoint {current}"
                     return result
                 unusable = result
             except Unusable as exc:
@@ -390,10 +412,10 @@ class TierChain:
             current = self._fall_back(unusable, incidents)
         return None
 
-    def _fall_back(self, unusable: Unusable, incidents: list[Incident]) -> str:
+    def _fall_back(self, unusable: Unusable, incidents: list[Incident], *, missing: bool = False) -> str:
         """Withdraw an unusable checkpoint and name the one to try instead."""
         key = f"{unusable.thread_id}/{unusable.ns}/{unusable.checkpoint_id}"
-        if self.policy.raise_on_loss:
+        if self.policy.raise_on_loss and not missing:
             reasons = _reasons(incidents)
             self._settle(incidents, "nothing: CorruptCheckpoint raised (on_corruption='raise')")
             raise CorruptCheckpoint(
@@ -411,10 +433,6 @@ class TierChain:
         self._everywhere_reachable(
             lambda t: t.delete_checkpoint(unusable.thread_id, unusable.ns, unusable.checkpoint_id)
         )
-        served = f"ancestor checkpoint {previous}" if previous else "nothing: no intact ancestor"
-        for incident in incidents:
-            if incident.served is None and incident.thread_id == unusable.thread_id:
-                incident.served = served
         if previous is None:
             self._no_ancestor(key, incidents)
         logger.error("checkpoint %s is unusable (%s); falling back to %s", key, unusable.what, previous)
@@ -446,20 +464,22 @@ class TierChain:
     def _settle(self, incidents: list[Incident], default: str = "nothing") -> None:
         """Quarantine, log, count and report each bad copy met by a read."""
         for incident in incidents:
-            try:
-                incident.tier.quarantine(
-                    incident.thread_id,
-                    incident.checkpoint_ns,
-                    incident.kind,
-                    incident.key,
-                    incident.reason,
-                    incident.envelope,
-                )
-            except DurableError as exc:
-                logger.warning("could not quarantine a bad %s in %s: %s", incident.kind, incident.tier.name, exc)
+            tier_name = incident.tier.name if incident.tier is not None else "every tier"
+            if incident.tier is not None:  # a record missing everywhere has no bytes to keep
+                try:
+                    incident.tier.quarantine(
+                        incident.thread_id,
+                        incident.checkpoint_ns,
+                        incident.kind,
+                        incident.key,
+                        incident.reason,
+                        incident.envelope,
+                    )
+                except DurableError as exc:
+                    logger.warning("could not quarantine a bad %s in %s: %s", incident.kind, tier_name, exc)
             self.policy.report(
                 CorruptionEvent(
-                    tier=incident.tier.name,
+                    tier=tier_name,
                     kind=incident.kind,
                     thread_id=incident.thread_id,
                     checkpoint_ns=incident.checkpoint_ns,
@@ -482,7 +502,7 @@ class TierChain:
                 return None
         incidents: list[Incident] = []
         try:
-            return self._serve(thread_id, ns, cid, incidents)
+            return self._serve(thread_id, ns, cid, incidents, latest=not configurable.get("checkpoint_id"))
         finally:
             self._settle(incidents)
 
@@ -833,7 +853,7 @@ class TierChain:
 
 
 def _reasons(incidents: Sequence[Incident]) -> list[str]:
-    return [f"{i.tier.name}: {i.key}: {i.reason}" for i in incidents]
+    return [f"{i.tier.name if i.tier is not None else 'every tier'}: {i.key}: {i.reason}" for i in incidents]
 
 
 def _write_checkpoint(row: CheckpointRow, tier: Tier) -> None:

@@ -54,7 +54,8 @@ OnCorruption = CorruptionHook | Literal["fallback", "raise"]
 
 @dataclass(slots=True)
 class Incident:
-    """A bad copy met during one read, not yet reported."""
+    """A bad copy met during one read, not yet reported. `tier` is None for a
+    record missing from every tier (nothing to quarantine)."""
 
     tier: Any
     kind: RecordKind

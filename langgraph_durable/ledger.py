@@ -114,7 +114,12 @@ class action:
             self.done, self.result = True, entry.result
             return None
         if entry is not None and entry.escalated():
-            raise ResumeRejected(unconfirmed_message(self._thread, [self.key]), reason="unconfirmed action")
+            raise ResumeRejected(
+                unconfirmed_message(self._thread, [self.key]),
+                reason="unconfirmed non-resumable action",
+                validator="action",
+                actions=[self.key],
+            )
         return LedgerEntry(self.key, "intent", self.idempotent, None, time.time())
 
     def _confirmation(self) -> LedgerEntry:

@@ -63,7 +63,7 @@ def open_envelope(context: str, data: bytes, *, key: bytes = b"") -> tuple[str, 
     Raises `BadRecord` on a wrong magic, an unknown format, truncation or a
     digest mismatch.
     """
-    if len(data) < _HEADER or data[: len(MAGIC)] != MAGIC:
+    if not isinstance(data, (bytes, bytearray, memoryview)) or len(data) < _HEADER or data[: len(MAGIC)] != MAGIC:
         raise BadRecord("not an envelope (bad magic)")
     fmt, tag_len = data[len(MAGIC)], data[len(MAGIC) + 1]
     if fmt != FORMAT_VERSION:

@@ -50,14 +50,21 @@ def _pack(*parts: Any) -> bytes:
 
 
 def _unpack(data: bytes, n: int) -> list[Any]:
-    """A stored frame, or n Nones-but-empty-envelope if the frame is damaged:
-    the empty envelope then fails verification like any corrupt copy."""
+    """A stored frame: n-1 optional strings and an envelope. A damaged frame
+    (undecodable, wrong shape or wrong types; msgpack ignores trailing bytes,
+    so a flipped header byte can still decode) comes back with an empty
+    envelope, which then fails verification like any corrupt copy."""
     try:
         parts = ormsgpack.unpackb(data)
-        if isinstance(parts, list) and len(parts) == n:
-            return parts
     except ormsgpack.MsgpackDecodeError:
-        pass
+        parts = None
+    if (
+        isinstance(parts, list)
+        and len(parts) == n
+        and isinstance(parts[-1], bytes)
+        and all(p is None or isinstance(p, (str, float, int)) for p in parts[:-1])
+    ):
+        return parts
     return [None] * (n - 1) + [b""]
 
 
