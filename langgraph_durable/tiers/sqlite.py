@@ -132,13 +132,30 @@ class SqliteTier:
                 ) from exc
         with unavailable_on("sqlite", self.path, sqlite3.OperationalError):
             conn = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False)
-            conn.execute("PRAGMA journal_mode=WAL")
+            self._enable_wal(conn)
             # NORMAL in WAL mode: a commit survives a process crash (the
             # case we guard against); only an OS crash may lose the last ones.
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout * 1000)}")
         self._conn = conn
         return conn
+
+    def _enable_wal(self, conn: sqlite3.Connection) -> None:
+        """Switch a new file to WAL. The switch needs the file to itself and
+        SQLite answers "database is locked" at once, without its busy handler,
+        when another connection is using the file (several savers or
+        processes opening a new file together), so retry until the busy timeout."""
+        if self.path == ":memory:" or conn.execute("PRAGMA journal_mode").fetchone()[0].lower() == "wal":
+            return
+        deadline = time.monotonic() + self.busy_timeout
+        while True:
+            try:
+                conn.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
