@@ -2,8 +2,8 @@
 """What the record checksums cost, measured side by side in one run.
 
 Every record ``DurableSaver`` stores is serialized once (``serde.dumps_typed``)
-and sealed into an envelope by ``langgraph_durable.records.seal`` (BLAKE2b-128
-over the record's logical key, type tag and payload; keyed BLAKE2b when a
+and sealed into an envelope by ``langgraph_durable.records.seal`` (SHA-256 truncated to 128 bits
+over the record's logical key, type tag and payload; HMAC-SHA256 when a
 signing key is set). Every read verifies it with ``records.open_envelope``.
 
 Two parts, one process, one run:
@@ -44,7 +44,6 @@ import contextlib
 import datetime as dt
 import gc
 import importlib.metadata
-import ipaddress
 import math
 import os
 import platform
@@ -61,8 +60,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
+from _env import database_url, is_loopback  # benchmarks/ is on sys.path when run as a script
 from langgraph.checkpoint.base import empty_checkpoint
 
 import langgraph_durable.codec as codec_mod
@@ -362,32 +361,13 @@ def render_micro(rows: list[MicroRow]) -> str:
     if hash_s > 0:
         out += [
             "",
-            f"BLAKE2b throughput implied by the {big.size_label} row (seal minus the no-hash seal): "
+            f"SHA-256 throughput implied by the {big.size_label} row (seal minus the no-hash seal): "
             f"~{big.record_bytes / hash_s / 1e9:.2f} GB/s.",
         ]
     return "\n".join(out) + "\n"
 
 
 # -- environment -----------------------------------------------------------------------------
-
-
-def is_loopback(url: str) -> bool:
-    parts = urlsplit(url)
-    if parts.scheme == "unix":
-        return True
-    host = parts.hostname or ""
-    if host in ("", "localhost"):
-        return True  # libpq: empty host = local unix socket
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def database_url(base: str, name: str) -> str:
-    head, _, tail = base.rpartition("/")
-    query = "?" + tail.split("?", 1)[1] if "?" in tail else ""
-    return f"{head}/{name}{query}"
 
 
 class Resources:

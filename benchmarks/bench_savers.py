@@ -46,7 +46,6 @@ import datetime as dt
 import functools
 import gc
 import importlib.metadata
-import ipaddress
 import operator
 import os
 import platform
@@ -63,8 +62,8 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
-from urllib.parse import urlsplit
 
+from _env import database_url, is_loopback  # benchmarks/ is on sys.path when run as a script
 from typing_extensions import TypedDict
 
 POSTGRES_URL = os.environ.get("LANGGRAPH_DURABLE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
@@ -264,25 +263,6 @@ def instrument(saver: Any, mode: str, sink: Result) -> Callable[[], None]:
 
 
 # -- environment: databases, prefixes, temp files ----------------------------------------
-
-
-def is_loopback(url: str) -> bool:
-    parts = urlsplit(url)
-    if parts.scheme == "unix":
-        return True
-    host = parts.hostname or ""
-    if host in ("", "localhost"):
-        return True  # libpq: empty host = local unix socket
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def database_url(base: str, name: str) -> str:
-    head, _, tail = base.rpartition("/")
-    query = "?" + tail.split("?", 1)[1] if "?" in tail else ""
-    return f"{head}/{name}{query}"
 
 
 class Resources:
