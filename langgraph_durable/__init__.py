@@ -4,9 +4,11 @@ from .errors import (
     ConfigError,
     CorruptCheckpoint,
     DurableError,
+    LeaseLost,
     RecordTooLarge,
     ResumeRejected,
     SerializationError,
+    ThreadBusy,
     TierUnavailable,
 )
 from .integrity import CorruptionEvent, CorruptionHook
@@ -47,8 +49,10 @@ __all__ = [
     "CorruptionHook",
     "DurableError",
     "DurableSaver",
+    "LeaseLost",
     "RecordTooLarge",
     "ResumeRejected",
     "SerializationError",
+    "ThreadBusy",
     "TierUnavailable",
 ]

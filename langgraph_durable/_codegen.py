@@ -23,22 +23,35 @@ PACKAGE = Path(__file__).parent
 # source -> generated, relative to the package
 FILES = {
     "chain_async.py": "chain.py",
+    "reads_async.py": "reads.py",
+    "scan_async.py": "scan.py",
+    "maintenance_async.py": "maintenance.py",
+    "lease_keeper_async.py": "lease_keeper.py",
     "tiers/redis_async.py": "tiers/redis.py",
     "tiers/postgres_async.py": "tiers/postgres.py",
 }
 
 NAMES = {
     "AsyncTierChain": "TierChain",
+    "AsyncTierReader": "TierReader",
+    "AsyncScanner": "Scanner",
+    "AsyncMaintenance": "Maintenance",
     "AsyncSqliteTier": "SqliteTier",
     "AsyncRedisTier": "RedisTier",
     "AsyncPostgresTier": "PostgresTier",
+    "AsyncLeaseKeeper": "LeaseKeeper",
     "AsyncConnectionPool": "ConnectionPool",
     "arun_all": "run_all",
     "ALock": "Lock",
     "amaybe_await": "maybe_await",
+    "asleep": "sleep",
     "aclose": "close",
     "redis.asyncio": "redis",
     "chain_async": "chain",
+    "reads_async": "reads",
+    "scan_async": "scan",
+    "maintenance_async": "maintenance",
+    "lease_keeper_async": "lease_keeper",
     "redis_async": "redis",
     "postgres_async": "postgres",
 }

@@ -13,13 +13,12 @@ This file is the async source. ``chain.py`` is generated from it by
 
 from __future__ import annotations
 
+import copy
 import functools
 import logging
-from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any, NoReturn, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -32,21 +31,22 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.base.id import uuid6
 
-from .codec import RecordCodec, assemble_tuple, thread_of, version_key
+from .codec import DEFAULT_MAX_ID_BYTES, RecordCodec, check_key_part, thread_id_of, thread_of, version_key
 from .concurrency import Lock, maybe_await, run_all
-from .errors import ConfigError, CorruptCheckpoint, DurableError, ResumeRejected, TierUnavailable
+from .errors import ConfigError, DurableError, ResumeRejected, TierUnavailable
 from .integrity import (
-    BadCopy,
-    CorruptionEvent,
     Incident,
     IntegrityPolicy,
     ScanReport,
-    Unusable,
-    record_identity,
     record_label,
 )
+from .lease import Fence
 from .ledger import LedgerEntry, unconfirmed_message
-from .records import BadRecord, BlobRow, CheckpointRow, WriteRow, metadata_matches
+from .maintenance import Maintenance
+from .reads import TierReader
+from .records import BadRecord, BlobRow, CheckpointRow, WriteRow, row_fields
+from .scan import Scanner
+from .tiers.base import KEYS_META, QuarantinedRecord, key_mismatch_message, pack_fields
 from .tiers.sqlite import SqliteTier
 from .validation import Reject, Rewind, ValidationHook, ValidationOutcome, make_context, validator_name
 
@@ -81,10 +81,28 @@ class TierChain:
         self.tiers: list[Tier] = ([local] if local is not None else []) + self.shared
         self.codec = codec
         self.policy = policy or IntegrityPolicy()
+        self.reads = TierReader(self.tiers, codec, self.policy)
+        self.maintenance = Maintenance(self.tiers, codec, self.reads)
+        self._views: dict[int, TierChain] = {}
         self._ready = False
         # First use may come from many tasks (or threads) at once; the pools
         # must be opened and the schema migrated exactly once.
         self._setup_lock = Lock()
+
+    def with_codec(self, codec: RecordCodec) -> TierChain:
+        """This chain decoding with `codec` (a `with_allowlist` clone's): the
+        same tiers and connections, another serializer."""
+        if codec is self.codec:
+            return self
+        view = self._views.get(id(codec))
+        if view is None or view.codec is not codec:
+            view = copy.copy(self)
+            view.codec = codec
+            view.reads = TierReader(self.tiers, codec, self.policy)
+            view.maintenance = Maintenance(self.tiers, codec, view.reads)
+            view._views = {}
+            self._views[id(codec)] = view
+        return view
 
     # -- lifecycle --------------------------------------------------------------
 
@@ -104,8 +122,32 @@ class TierChain:
     def _setup(self) -> None:
         for tier in self.tiers:
             tier.setup()
+        self._check_keys()
         self._replay_journal()
         self._ready = True
+
+    def _check_keys(self) -> None:
+        """Refuse to run with a signing key that does not match the store.
+
+        Each tier records the fingerprints of the keys its records may be
+        sealed with. A saver with another key would see every record fail its
+        checksum and take it all for corruption; this is a configuration
+        error, found before anything is read or quarantined."""
+        accepted = self.codec.fingerprints
+        stored: list[tuple[Tier, set[str] | None]] = []
+        for tier in self.tiers:
+            value = tier.read_meta(KEYS_META)
+            stored.append((tier, set(value.split(",")) if value else None))
+        for tier, fingerprints in stored:
+            foreign = sorted((fingerprints or set()) - set(accepted))
+            if foreign:
+                raise ConfigError(key_mismatch_message(tier.name, foreign, accepted))
+        # A tier may hold whatever another holds (read-repair copies records
+        # as they are), and from now on records sealed with our key.
+        union = {accepted[0]}.union(*(f for _, f in stored if f))
+        for tier, fingerprints in stored:
+            if fingerprints != union:
+                tier.write_meta(KEYS_META, ",".join(sorted(union)))
 
     def close(self) -> None:
         # The local tier is shared by both faces; the saver closes it.
@@ -113,23 +155,66 @@ class TierChain:
             tier.close()
 
     def _replay_journal(self) -> None:
+        """Push to the shared tiers what a crash left unacknowledged, in
+        order. Every record is verified first: a damaged or planted local row
+        is quarantined (locally) and never shipped, and never blocks startup."""
         if self.local is None or not self.shared:
             return
-        for seq, kind, thread_id, ns, cid, task_id in self.local.pending_journal():
-            if kind == "checkpoint":
-                row = self.local.read_checkpoint(thread_id, ns, cid)
-                if row is not None:
-                    checkpoint, _ = self.codec.decode_checkpoint(row)
-                    keys = [(ch, version_key(v)) for ch, v in checkpoint["channel_versions"].items()]
-                    blobs = list((self.local.read_blobs(thread_id, ns, keys)).values())
-                    _raise_first(
-                        run_all([functools.partial(t.write_checkpoint, row, blobs) for t in self.shared])
-                    )
-            else:
-                rows = [w for w in self.local.read_writes(thread_id, ns, [cid]) if w.task_id == task_id]
-                _raise_first(run_all([functools.partial(t.write_writes, rows, False) for t in self.shared]))
-            self.local.journal_done(seq)
+        local = self.local
+        for seq, kind, thread_id, ns, cid, task_id in local.pending_journal():
+            try:
+                if kind == "checkpoint":
+                    row = local.read_checkpoint(thread_id, ns, cid)
+                    if row is not None:
+                        blobs = self._verified_local_blobs(row)
+                        _raise_first(
+                            run_all([functools.partial(t.write_checkpoint, row, blobs) for t in self.shared])
+                        )
+                else:
+                    rows = [w for w in local.read_writes(thread_id, ns, [cid]) if w.task_id == task_id]
+                    good = []
+                    for w in rows:
+                        try:
+                            self.codec.decode_write(w)
+                        except BadRecord as exc:
+                            self._quarantine_local("write", w, exc.reason)
+                            continue
+                        good.append(w)
+                    _raise_first(run_all([functools.partial(t.write_writes, good, False) for t in self.shared]))
+            except BadRecord as exc:
+                logger.error(
+                    "journal entry %s (%s %s/%s/%s) was not shipped: %s", seq, kind, thread_id, ns, cid, exc.reason
+                )
+            local.journal_done(seq)
             logger.info("replayed journal entry %s (%s %s/%s/%s) to the shared tiers", seq, kind, thread_id, ns, cid)
+
+    def _verified_local_blobs(self, row: CheckpointRow) -> list[BlobRow]:
+        """A journaled checkpoint's local row and channel values, verified.
+        Raises `BadRecord` (after quarantining the bad copy) when any fails."""
+        assert self.local is not None
+        try:
+            checkpoint, _ = self.codec.decode_checkpoint(row)
+        except BadRecord as exc:
+            self._quarantine_local("checkpoint", row, exc.reason)
+            raise
+        keys = [(ch, version_key(v)) for ch, v in checkpoint["channel_versions"].items()]
+        blobs = list((self.local.read_blobs(row.thread_id, row.checkpoint_ns, keys)).values())
+        for blob in blobs:
+            try:
+                self.codec.decode_blob(blob)
+            except BadRecord as exc:
+                self._quarantine_local("blob", blob, exc.reason)
+                raise BadRecord(f"its channel value {blob.channel} @ {blob.version} is damaged ({exc.reason})") from exc
+        return blobs
+
+    def _quarantine_local(self, kind: str, row: Any, reason: str) -> None:
+        assert self.local is not None
+        self.local.quarantine(
+            row.thread_id, row.checkpoint_ns, kind, record_label(kind, row), reason, row.envelope,
+            pack_fields(row_fields(row)),
+        )  # fmt: skip
+        self.local.remove_copy(kind, row)
+        logger.error("local %s %s is damaged (%s): quarantined, not shipped", kind, record_label(kind, row), reason)
 
     # -- writes -------------------------------------------------------------------
 
@@ -139,22 +224,29 @@ class TierChain:
         checkpoint: Checkpoint,
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
+        *,
+        fence: Fence | None = None,
     ) -> RunnableConfig:
+        """With a `fence` (lease.py) the most authoritative tier is written
+        first, alone, and only if the thread's lease still matches the fence;
+        else it raises `LeaseLost` and no tier has the checkpoint."""
         # Serialize before touching any tier: a bad value writes nothing.
         row, blobs = self.codec.encode_checkpoint(config, checkpoint, metadata, new_versions)
         self.ensure_setup()
+        fenced = self._fenced_first(fence, lambda t: t.write_checkpoint(row, blobs, fence=fence))
+        shared = [t for t in self.shared if t not in fenced]
         seq = None
-        if self.local is not None:
-            seq = self.local.write_checkpoint(row, blobs, journal=bool(self.shared))
-        results = run_all([functools.partial(t.write_checkpoint, row, blobs) for t in self.shared])
+        if self.local is not None and self.local not in fenced:
+            seq = self.local.write_checkpoint(row, blobs, journal=bool(shared))
+        results = run_all([functools.partial(t.write_checkpoint, row, blobs) for t in shared])
         failed = [r for r in results if isinstance(r, BaseException)]
         if failed:
             # Write-through means all or nothing: take the checkpoint back out
             # of every tier that accepted it, so no tier serves a checkpoint
             # the caller was told failed. Blobs stay: they are immutable and
             # unreachable without the checkpoint.
-            took = [t for t, r in zip(self.shared, results) if not isinstance(r, BaseException)]
-            if self.local is not None:
+            took = fenced + [t for t, r in zip(shared, results) if not isinstance(r, BaseException)]
+            if self.local is not None and self.local not in fenced:
                 took.insert(0, self.local)
             for tier in took:
                 try:
@@ -175,22 +267,41 @@ class TierChain:
         }
 
     def put_writes(
-        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+        *,
+        fence: Fence | None = None,
     ) -> None:
+        """`fence`: as for `put` (a refused write reaches no tier)."""
         rows, upsert = self.codec.encode_writes(config, writes, task_id, task_path)
         if not rows:
             return
         self.ensure_setup()
+        fenced = self._fenced_first(fence, lambda t: t.write_writes(rows, upsert, fence=fence))
+        shared = [t for t in self.shared if t not in fenced]
         seq = None
-        if self.local is not None:
-            seq = self.local.write_writes(rows, upsert, journal=bool(self.shared))
+        if self.local is not None and self.local not in fenced:
+            seq = self.local.write_writes(rows, upsert, journal=bool(shared))
         # No withdrawal on failure, unlike put(): writes are only ever read
         # from the authoritative tier, so a copy that reached only a nearer
         # tier is invisible, and retrying is idempotent.
-        results = run_all([functools.partial(t.write_writes, rows, upsert) for t in self.shared])
+        results = run_all([functools.partial(t.write_writes, rows, upsert) for t in shared])
         if self.local is not None:
             self.local.journal_done(seq)
         _raise_first(results)
+
+    def _fenced_first(self, fence: Fence | None, write: Callable[[Tier], Any]) -> list[Tier]:
+        """A fenced write (lease.py) goes to the lease tier first, alone: reads
+        take the union of what every tier holds and repair the gaps, so a
+        write the fence refuses (`LeaseLost`) must reach no tier at all. The
+        tiers written, for the caller to skip."""
+        if fence is None:
+            return []
+        write(self.tiers[-1])
+        return [self.tiers[-1]]
 
     # -- reads ----------------------------------------------------------------------
 
@@ -213,298 +324,40 @@ class TierChain:
         assert last is not None
         raise last
 
-    def _repair(self, tiers: Sequence[Tier], write: Callable[[Tier], Any]) -> None:
-        """Copy a good record into tiers that lacked it or held a bad copy;
-        a failure here never fails the read."""
-        for tier in tiers:
-            try:
-                write(tier)
-            except DurableError as exc:
-                logger.warning("read-repair into %s failed: %s", tier.name, exc)
+    # The reader (reads.py) owns every read; these names stay for the
+    # maintenance code below.
 
     def _checkpoint(self, thread_id: str, ns: str, cid: str, incidents: list[Incident]) -> Found | None:
-        """A verified checkpoint row, nearest tier first, repairing the tiers
-        before it. None if no tier has it; `Unusable` if every copy is bad."""
-        lacking: list[Tier] = []
-        bad: list[Incident] = []
-        unreachable: TierUnavailable | None = None
-        for tier in self.tiers:
-            try:
-                row = tier.read_checkpoint(thread_id, ns, cid)
-            except TierUnavailable as exc:
-                unreachable = exc
-                continue
-            if row is None:
-                lacking.append(tier)
-                continue
-            try:
-                checkpoint, metadata = self.codec.decode_checkpoint(row)
-            except BadRecord as exc:
-                bad.append(Incident(tier, "checkpoint", thread_id, ns, f"checkpoint {cid}", exc.reason, row.envelope))
-                lacking.append(tier)
-                continue
-            for incident in bad:
-                incident.served = f"intact copy from {tier.name}"
-            incidents.extend(bad)
-            self._repair(lacking, lambda t: t.write_checkpoint(row, []))
-            return row, checkpoint, metadata
-        incidents.extend(bad)
-        if bad:
-            # No parent pointer: the bad copies' own is not to be trusted.
-            raise Unusable(thread_id, ns, cid, None, "the checkpoint record is damaged in every tier")
-        if unreachable is not None and not lacking:
-            raise unreachable
-        return None
+        return self.reads.checkpoint(thread_id, ns, cid, incidents)
 
     def _blobs(
         self, thread_id: str, ns: str, keys: Sequence[BlobKey], incidents: list[Incident]
     ) -> dict[BlobKey, tuple[BlobRow, Any]]:
-        """Verified blobs (row and decoded value), nearest tier first. Keys
-        no tier holds intact are absent from the result."""
-        found: dict[BlobKey, tuple[BlobRow, Any]] = {}
-        found_in: dict[BlobKey, str] = {}
-        missing = list(dict.fromkeys(keys))
-        lacking: list[Tier] = []
-        bad: dict[BlobKey, list[Incident]] = defaultdict(list)
-        for tier in self.tiers:
-            if not missing:
-                break
-            try:
-                rows = tier.read_blobs(thread_id, ns, missing)
-            except TierUnavailable:
-                continue
-            good: list[BlobRow] = []
-            for key, brow in rows.items():
-                try:
-                    found[key] = (brow, self.codec.decode_blob(brow))
-                    found_in[key] = tier.name
-                    good.append(brow)
-                except BadRecord as exc:
-                    bad[key].append(
-                        Incident(tier, "blob", thread_id, ns, f"channel {key[0]} @ {key[1]}", exc.reason, brow.envelope)
-                    )
-            # Repair the tiers before this one: they lacked these blobs or
-            # held bad copies (a bad copy is overwritten).
-            fix = lacking + [i.tier for key in rows if key in found for i in bad.get(key, []) if i.tier is not tier]
-            if good:
-                self._repair(list(dict.fromkeys(fix)), lambda t: t.write_blobs(good))
-            missing = [k for k in missing if k not in found]
-            lacking.append(tier)
-        for key, key_incidents in bad.items():
-            if key in found:
-                for incident in key_incidents:
-                    incident.served = f"intact copy from {found_in[key]}"
-            incidents.extend(key_incidents)
-        return found
+        return self.reads.blobs(thread_id, ns, keys, incidents)
 
     def _writes(
         self, thread_id: str, ns: str, cids: Sequence[str], incidents: list[Incident]
     ) -> tuple[dict[str, list[tuple[WriteRow, PendingWrite]]], dict[str, str]]:
-        """Pending writes of these checkpoints, from the authoritative tier,
-        and the checkpoints whose writes could not all be read intact."""
-        source, rows = self._authority_tier("pending writes", lambda t: t.read_writes(thread_id, ns, cids))
-        out: dict[str, list[tuple[WriteRow, PendingWrite]]] = defaultdict(list)
-        lost: dict[str, str] = {}
-        for w in rows:
-            try:
-                out[w.checkpoint_id].append((w, self.codec.decode_write(w)))
-            except BadRecord as exc:
-                key = f"write {w.task_id}/{w.idx} of checkpoint {w.checkpoint_id}"
-                incident = Incident(source, "write", thread_id, ns, key, exc.reason, w.envelope)
-                good = self._write_from_elsewhere(w, incident)
-                incidents.append(incident)
-                if good is None:
-                    lost[w.checkpoint_id] = f"pending write {w.task_id}/{w.idx} is damaged in every tier"
-                else:
-                    out[w.checkpoint_id].append(good)
-        return out, lost
-
-    def _write_from_elsewhere(self, bad: WriteRow, incident: Incident) -> tuple[WriteRow, PendingWrite] | None:
-        """An intact copy of one pending write from any tier; repairs the tier
-        that served the bad one."""
-        for tier in reversed(self.tiers):
-            try:
-                rows = tier.read_writes(bad.thread_id, bad.checkpoint_ns, [bad.checkpoint_id])
-            except TierUnavailable:
-                continue
-            for w in rows:
-                if (w.task_id, w.idx) != (bad.task_id, bad.idx):
-                    continue
-                if w == bad:  # the same damaged copy (damage may be in its key fields)
-                    continue
-                try:
-                    decoded = self.codec.decode_write(w)
-                except BadRecord:
-                    continue
-                incident.served = f"intact copy from {tier.name}"
-                self._repair([incident.tier], lambda t: t.write_writes([w], True))
-                return w, decoded
-        return None
-
-    def _assemble(self, found: Sequence[Found], incidents: list[Incident]) -> list[CheckpointTuple | Unusable]:
-        """Attach channel values and pending writes, batched per (thread, ns).
-        A checkpoint missing an intact value or write comes back `Unusable`."""
-        groups: dict[tuple[str, str], list[Found]] = defaultdict(list)
-        for item in found:
-            groups[(item[0].thread_id, item[0].checkpoint_ns)].append(item)
-        done: dict[tuple[str, str, str], CheckpointTuple | Unusable] = {}
-        for (thread_id, ns), items in groups.items():
-            keys = [(ch, version_key(v)) for _, cp, _ in items for ch, v in cp["channel_versions"].items()]
-            blobs = self._blobs(thread_id, ns, keys, incidents)
-            writes, lost = self._writes(thread_id, ns, [row.checkpoint_id for row, _, _ in items], incidents)
-            for row, cp, md in items:
-                cid = row.checkpoint_id
-                absent = [
-                    (ch, version_key(v))
-                    for ch, v in cp["channel_versions"].items()
-                    if (ch, version_key(v)) not in blobs
-                ]
-                for ch, v in absent:
-                    key = f"channel {ch} @ {v}"
-                    if not any(i.kind == "blob" and i.key == key for i in incidents):
-                        incidents.append(Incident(None, "blob", thread_id, ns, key, "missing in every tier", b""))
-                if absent or cid in lost:
-                    names = ", ".join(f"{ch} @ {v}" for ch, v in absent)
-                    what = lost.get(cid) or f"channel value(s) {names} missing or damaged in every tier"
-                    done[(thread_id, ns, cid)] = Unusable(thread_id, ns, cid, row.parent_id, what)
-                    continue
-                values = {ch: blobs[(ch, version_key(v))][1] for ch, v in cp["channel_versions"].items()}
-                done[(thread_id, ns, cid)] = assemble_tuple(row, cp, md, values, writes.get(cid, []))
-        return [done[(r.thread_id, r.checkpoint_ns, r.checkpoint_id)] for r, _, _ in found]
+        """Pending writes, and (always empty now: a bad write no longer makes
+        its checkpoint unusable) the checkpoints whose writes were lost."""
+        return self.reads.writes(thread_id, ns, cids, incidents), {}
 
     def _serve(
         self, thread_id: str, ns: str, cid: str, incidents: list[Incident], *, latest: bool = False
     ) -> CheckpointTuple | None:
-        """Checkpoint `cid`; if it cannot be assembled intact, its newest
-        intact ancestor (the unusable ones are withdrawn from every tier).
-        With `latest`, `cid` came from the authoritative tier's index, so a
-        checkpoint no tier holds is a dangling entry, not an absent thread."""
-        current: str | None = cid
-        while current is not None:
-            try:
-                found = self._checkpoint(thread_id, ns, current, incidents)
-                if found is None:
-                    if current == cid and not latest:
-                        return None
-                    incidents.append(
-                        Incident(
-                            None, "checkpoint", thread_id, ns, f"checkpoint {current}", "missing in every tier", b""
-                        )
-                    )
-                    # A dangling index entry: no bad bytes to refuse, so even
-                    # the raise policy falls back, as for a deleted record.
-                    current = self._fall_back(
-                        Unusable(thread_id, ns, current, None, "it is listed but missing in every tier"),
-                        incidents,
-                        missing=True,
-                    )
-                    continue
-                result = (self._assemble([found], incidents))[0]
-                if not isinstance(result, Unusable):
-                    if current != cid:
-                        for incident in incidents:
-                            if incident.served is None:
-                                incident.served = f"ancestor checkpoint {current}"
-                    return result
-                unusable = result
-            except Unusable as exc:
-                unusable = exc
-            current = self._fall_back(unusable, incidents)
-        return None
-
-    def _fall_back(self, unusable: Unusable, incidents: list[Incident], *, missing: bool = False) -> str:
-        """Withdraw an unusable checkpoint and name the one to try instead."""
-        key = f"{unusable.thread_id}/{unusable.ns}/{unusable.checkpoint_id}"
-        if self.policy.raise_on_loss and not missing:
-            reasons = _reasons(incidents)
-            self._settle(incidents, "nothing: CorruptCheckpoint raised (on_corruption='raise')")
-            raise CorruptCheckpoint(
-                f"checkpoint {unusable.checkpoint_id!r} of thread {unusable.thread_id!r} (ns {unusable.ns!r}) "
-                f"cannot be read intact: {unusable.what}. Run `langgraph-durable verify` for details, or use "
-                "on_corruption='fallback' to resume from the newest intact checkpoint.",
-                key=key,
-                reasons=reasons,
-            )
-        previous = unusable.parent_id
-        if previous is None or previous >= unusable.checkpoint_id:
-            previous = self._older(unusable.thread_id, unusable.ns, unusable.checkpoint_id)
-        # Withdraw it everywhere, so "latest" moves back and nobody serves it;
-        # its bad bytes go to quarantine when the read settles.
-        self._everywhere_reachable(
-            lambda t: t.delete_checkpoint(unusable.thread_id, unusable.ns, unusable.checkpoint_id)
-        )
-        if previous is None:
-            self._no_ancestor(key, incidents)
-        logger.error("checkpoint %s is unusable (%s); falling back to %s", key, unusable.what, previous)
-        return previous
-
-    def _older(self, thread_id: str, ns: str, checkpoint_id: str) -> str | None:
-        older = self._authority(
-            "ancestor", lambda t: t.list_checkpoints(thread_id, ns, None, checkpoint_id, None, 1)
-        )
-        return older[0].checkpoint_id if older else None
-
-    def _no_ancestor(self, key: str, incidents: list[Incident]) -> NoReturn:
-        reasons = _reasons(incidents)
-        self._settle(incidents, "nothing: no intact ancestor")
-        raise CorruptCheckpoint(
-            f"checkpoint {key} cannot be read intact and has no intact ancestor. "
-            "Run `langgraph-durable verify` to list the damaged records.",
-            key=key,
-            reasons=reasons,
-        )
-
-    def _everywhere_reachable(self, call: Callable[[Tier], Any]) -> None:
-        for result in run_all([functools.partial(call, t) for t in self.tiers]):
-            if isinstance(result, TierUnavailable):
-                logger.warning("%s", result)
-            elif isinstance(result, BaseException):
-                raise result
+        if latest:
+            return self.reads.latest(thread_id, ns, incidents)
+        return self.reads.serve(thread_id, ns, cid, incidents)
 
     def _settle(self, incidents: list[Incident], default: str = "nothing") -> None:
-        """Quarantine, log, count and report each bad copy met by a read."""
-        for incident in incidents:
-            tier_name = incident.tier.name if incident.tier is not None else "every tier"
-            if incident.tier is not None:  # a record missing everywhere has no bytes to keep
-                try:
-                    incident.tier.quarantine(
-                        incident.thread_id,
-                        incident.checkpoint_ns,
-                        incident.kind,
-                        incident.key,
-                        incident.reason,
-                        incident.envelope,
-                    )
-                except DurableError as exc:
-                    logger.warning("could not quarantine a bad %s in %s: %s", incident.kind, tier_name, exc)
-            self.policy.report(
-                CorruptionEvent(
-                    tier=tier_name,
-                    kind=incident.kind,
-                    thread_id=incident.thread_id,
-                    checkpoint_ns=incident.checkpoint_ns,
-                    key=incident.key,
-                    reason=incident.reason,
-                    served_instead=incident.served or default,
-                )
-            )
-        incidents.clear()
+        self.reads.settle(incidents, default)
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         thread_id = thread_of(config, what="get_tuple")
         configurable = config["configurable"]
         ns = configurable.get("checkpoint_ns", "") or ""
-        cid = configurable.get("checkpoint_id")
         self.ensure_setup()
-        if not cid:
-            cid = self._authority("latest checkpoint", lambda t: t.latest_id(thread_id, ns))
-            if cid is None:
-                return None
-        incidents: list[Incident] = []
-        try:
-            return self._serve(thread_id, ns, cid, incidents, latest=not configurable.get("checkpoint_id"))
-        finally:
-            self._settle(incidents)
+        return self.reads.get_tuple(thread_id, ns, configurable.get("checkpoint_id"))
 
     def list_tuples(
         self,
@@ -516,90 +369,27 @@ class TierChain:
     ) -> list[CheckpointTuple]:
         configurable = (config or {}).get("configurable") or {}
         thread_id = configurable.get("thread_id")
-        thread_id = str(thread_id) if thread_id is not None else None
+        thread_id = thread_id_of(thread_id, what="list") if thread_id is not None else None
         ns = configurable.get("checkpoint_ns")  # absent: every namespace
+        if ns:
+            check_key_part(ns, what="list: checkpoint_ns", limit=None)
         cid = configurable.get("checkpoint_id")
         before_id = ((before or {}).get("configurable") or {}).get("checkpoint_id")
         self.ensure_setup()
-        rows = self._authority(
-            "checkpoint list", lambda t: t.list_checkpoints(thread_id, ns, cid, before_id, filter, limit)
-        )
-        incidents: list[Incident] = []
-        try:
-            found: list[Found] = []
-            for row in rows:
-                try:
-                    item: Found | None = (row, *self.codec.decode_checkpoint(row))
-                except BadRecord:
-                    try:
-                        item = self._checkpoint(row.thread_id, row.checkpoint_ns, row.checkpoint_id, incidents)
-                    except Unusable as exc:
-                        self._omit(exc, incidents)
-                        continue
-                if item is not None and metadata_matches(item[2], filter):
-                    found.append(item)
-            out = []
-            for result in self._assemble(found, incidents):
-                if isinstance(result, Unusable):
-                    self._omit(result, incidents)
-                    continue
-                out.append(result)
-                if limit is not None and len(out) >= limit:
-                    break
-            return out
-        finally:
-            self._settle(incidents)
-
-    def _omit(self, unusable: Unusable, incidents: list[Incident]) -> None:
-        """`list` leaves an unusable checkpoint out (or raises, by policy)."""
-        if self.policy.raise_on_loss:
-            self._fall_back(unusable, incidents)  # raises
-        self._everywhere_reachable(
-            lambda t: t.delete_checkpoint(unusable.thread_id, unusable.ns, unusable.checkpoint_id)
-        )
-        for incident in incidents:
-            if incident.served is None:
-                incident.served = f"left out of list: {unusable.what}"
+        return self.reads.list_tuples(thread_id, ns, cid, before_id, filter, limit)
 
     # -- non-resumable actions and resume validation ----------------------------------
 
     def actions(self, thread_id: str) -> dict[str, LedgerEntry]:
-        """The thread's action ledger, from the authoritative tier."""
+        """The thread's action ledger, reconciled across the tiers."""
+        thread_id = thread_id_of(thread_id, what="actions")
         self.ensure_setup()
-        raw = self._authority("action ledger", lambda t: t.read_ledger(thread_id))
-        out: dict[str, LedgerEntry] = {}
-        for key, envelope in raw.items():
-            try:
-                out[key] = self.codec.decode_ledger(thread_id, key, envelope)
-            except BadRecord as exc:
-                out[key] = self._ledger_from_elsewhere(thread_id, key, envelope, exc.reason)
-        return out
-
-    def _ledger_from_elsewhere(self, thread_id: str, key: str, bad: bytes, reason: str) -> LedgerEntry:
-        for tier in self.tiers:
-            try:
-                other = (tier.read_ledger(thread_id)).get(key)
-            except TierUnavailable:
-                continue
-            if other is None or other == bad:
-                continue
-            try:
-                entry = self.codec.decode_ledger(thread_id, key, other)
-            except BadRecord:
-                continue
-            logger.error("ledger entry %s/%s was damaged (%s); using the copy in %s", thread_id, key, reason, tier.name)
-            return entry
-        # Unknown whether the action ran: as unsafe as an unconfirmed one.
-        raise CorruptCheckpoint(
-            f"the ledger entry for action {key!r} of thread {thread_id!r} is damaged in every tier ({reason}); "
-            "whether the action ran is unknown. Record the answer with resolve_action().",
-            key=f"{thread_id}/ledger/{key}",
-            reasons=[reason],
-        )
+        return self.reads.ledger(thread_id)
 
     def record_action(self, thread_id: str, entry: LedgerEntry) -> None:
         """Write one ledger entry through every tier before returning: an
         intent must be durable before the action runs."""
+        check_key_part(entry.key, what="action key", limit=DEFAULT_MAX_ID_BYTES)
         envelope = self.codec.encode_ledger(thread_id, entry)
         self.ensure_setup()
         self._everywhere(lambda t: t.write_ledger(thread_id, entry.key, envelope))
@@ -700,61 +490,70 @@ class TierChain:
     def scan(
         self, thread_id: str | None, *, repair: bool, progress: Callable[[int, int], None] | None = None
     ) -> ScanReport:
-        """Verify every copy of every record in every tier (one thread or all).
-        With `repair`, replace each bad copy by an intact copy from another
-        tier (the bad bytes go to quarantine first)."""
+        """Verify every copy of every record in every tier (one thread or
+        all), and compare the shared tiers; with `repair`, restore bad and
+        missing copies from intact ones and re-seal old-key records
+        (`scan.Scanner`)."""
         self.ensure_setup()
-        if thread_id is not None:
-            threads = [str(thread_id)]
-        else:
-            names: set[str] = set()
-            for tier in self.tiers:
-                names.update(tier.thread_ids())
-            threads = sorted(names)
-        report = ScanReport(threads=len(threads))
-        decoders: dict[str, Callable[[Any], Any]] = {
-            "checkpoint": self.codec.decode_checkpoint,
-            "blob": self.codec.decode_blob,
-            "write": self.codec.decode_write,
-        }
-        for done, t in enumerate(threads, 1):
-            intact: dict[tuple[Any, ...], Any] = {}
-            bad: list[tuple[Tier, Any, BadCopy]] = []
-            for tier in self.tiers:
-                records = tier.thread_records(t)
-                for kind, rows in (
-                    ("checkpoint", records.checkpoints),
-                    ("blob", records.blobs),
-                    ("write", records.writes),
-                ):
-                    for row in rows:
-                        report.copies_checked += 1
-                        try:
-                            decoders[kind](row)
-                        except BadRecord as exc:
-                            copy = BadCopy(tier.name, kind, t, row.checkpoint_ns, record_label(kind, row), exc.reason)  # type: ignore[arg-type]
-                            bad.append((tier, row, copy))
-                            continue
-                        intact.setdefault(record_identity(kind, row), row)
-            for tier, row, copy in bad:
-                report.bad.append(copy)
-                if not repair:
-                    continue
-                good = intact.get(record_identity(copy.kind, row))
-                if good is None:
-                    report.unrestorable.append(copy)
-                    continue
-                tier.quarantine(t, copy.checkpoint_ns, copy.kind, copy.key, copy.reason, row.envelope)
-                if copy.kind == "checkpoint":
-                    tier.write_checkpoint(good, [])
-                elif copy.kind == "blob":
-                    tier.write_blobs([good])
-                else:
-                    tier.write_writes([good], True)
-                report.restored.append(copy)
-            if progress is not None:
-                progress(done, len(threads))
-        return report
+        return Scanner(self.tiers, self.codec).scan(thread_id, repair=repair, progress=progress)
+
+    def restore_quarantined(
+        self, records: Sequence[QuarantinedRecord]
+    ) -> tuple[list[QuarantinedRecord], list[QuarantinedRecord]]:
+        """Put quarantined copies back into their tiers' live tables; the next
+        read verifies them again. A copy whose slot holds an intact record
+        now is not put back over it (it stays quarantined). Returns
+        (restored, kept)."""
+        self.ensure_setup()
+        by_name = {t.name: t for t in self.tiers}
+        restored: list[QuarantinedRecord] = []
+        kept: list[QuarantinedRecord] = []
+        for q in records:
+            tier = by_name.get(q.tier)
+            if tier is None:
+                raise ConfigError(
+                    f"quarantined record {q.tier}:{q.id} is in the {q.tier} tier, which this saver has not configured."
+                )
+            row = q.row()
+            if row is None:
+                raise ConfigError(
+                    f"quarantined record {q.tier}:{q.id} ({q.kind} {q.key}) was kept without the fields of its row, "
+                    "so it cannot be put back; it stays in the quarantine for inspection."
+                )
+            if self._intact_in(tier, row):
+                kept.append(q)
+                continue
+            if isinstance(row, CheckpointRow):
+                tier.write_checkpoint(row, [])
+            elif isinstance(row, BlobRow):
+                tier.write_blobs([row])
+            else:
+                tier.write_writes([row], True)
+            tier.drop_quarantined([q.id])
+            restored.append(q)
+        return restored, kept
+
+    def _intact_in(self, tier: Tier, row: Any) -> bool:
+        """Whether `tier` holds an intact copy of `row`'s record right now."""
+        try:
+            if isinstance(row, CheckpointRow):
+                live = tier.read_checkpoint(row.thread_id, row.checkpoint_ns, row.checkpoint_id)
+                if live is not None:
+                    self.codec.decode_checkpoint(live)
+            elif isinstance(row, BlobRow):
+                live = (tier.read_blobs(row.thread_id, row.checkpoint_ns, [(row.channel, row.version)])).get(
+                    (row.channel, row.version)
+                )
+                if live is not None:
+                    self.codec.decode_blob(live)
+            else:
+                rows = tier.read_writes(row.thread_id, row.checkpoint_ns, [row.checkpoint_id])
+                live = next((w for w in rows if (w.task_id, w.idx) == (row.task_id, row.idx)), None)
+                if live is not None:
+                    self.codec.decode_write(live)
+        except BadRecord:
+            return False
+        return live is not None
 
     # -- maintenance -------------------------------------------------------------------
 
@@ -763,98 +562,24 @@ class TierChain:
 
     def delete_thread(self, thread_id: str) -> None:
         self.ensure_setup()
-        self._everywhere(lambda t: t.delete_thread(str(thread_id)))
+        self.maintenance.delete_thread(thread_id)
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         if not run_ids:
             return
         self.ensure_setup()
-        ids = [str(r) for r in run_ids]
-        self._everywhere(lambda t: t.delete_for_runs(ids))
+        self.maintenance.delete_for_runs(run_ids)
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        """Copy every checkpoint, channel value and pending write, with the
-        same checkpoint ids, re-sealed under the target thread's keys."""
-        src, dst = str(source_thread_id), str(target_thread_id)
         self.ensure_setup()
-        rows = self._authority("copy source", lambda t: t.list_checkpoints(src, None, None, None, None, None))
-        by_ns: dict[str, list[CheckpointRow]] = defaultdict(list)
-        for row in rows:
-            by_ns[row.checkpoint_ns].append(row)
-        incidents: list[Incident] = []
-        try:
-            for ns, ns_rows in by_ns.items():
-                self._copy_namespace(src, dst, ns, ns_rows, incidents)
-        finally:
-            self._settle(incidents, "not copied")
-
-    def _copy_namespace(
-        self, src: str, dst: str, ns: str, rows: Sequence[CheckpointRow], incidents: list[Incident]
-    ) -> None:
-        """Copy the checkpoints of one namespace that can be read intact."""
-        candidates: list[Found] = []
-        for row in rows:
-            try:
-                found = self._checkpoint(src, ns, row.checkpoint_id, incidents)
-            except Unusable:
-                continue
-            if found is not None:
-                candidates.append(found)
-        keys = [(ch, version_key(v)) for _, cp, _ in candidates for ch, v in cp["channel_versions"].items()]
-        blob_map = self._blobs(src, ns, keys, incidents)
-        written, lost = self._writes(src, ns, [r.checkpoint_id for r, _, _ in candidates], incidents)
-        verified = [
-            (row, cp, md)
-            for row, cp, md in candidates
-            if row.checkpoint_id not in lost
-            and all((ch, version_key(v)) in blob_map for ch, v in cp["channel_versions"].items())
-        ]
-        blobs = [self._rekey(b, dst) for b, _ in blob_map.values()]
-        writes = [self._rekey(w, dst) for cid, pairs in written.items() if cid not in lost for w, _ in pairs]
-        checkpoints = [self._rekey(r, dst) for r, _, _ in sorted(verified, key=lambda item: item[0].checkpoint_id)]
-        # Blobs, then checkpoints oldest first, then writes: a reader never
-        # sees a checkpoint whose values are not there yet.
-        self._everywhere(lambda t: t.write_blobs(blobs))
-        for row in checkpoints:
-            self._everywhere(functools.partial(_write_checkpoint, row))
-        self._everywhere(lambda t: t.write_writes(writes, True))
-
-    def _rekey(self, row: RowT, thread_id: str) -> RowT:
-        """The same record under another thread, its envelope re-sealed."""
-        moved = replace(row, thread_id=thread_id)
-        return replace(moved, envelope=self.codec.reseal(row.context, moved.context, row.envelope))
+        self.maintenance.copy_thread(source_thread_id, target_thread_id)
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         if strategy not in ("keep_latest", "delete"):
             raise ConfigError(f"unknown prune strategy {strategy!r}: use 'keep_latest' or 'delete'.")
         self.ensure_setup()
-        for thread_id in map(str, thread_ids):
-            if strategy == "delete":
-                self._everywhere(lambda t: t.delete_thread(thread_id))
-                continue
-            rows = self._authority("prune", lambda t: t.list_checkpoints(thread_id, None, None, None, None, None))
-            latest: dict[str, CheckpointRow] = {}
-            for row in rows:  # newest first
-                latest.setdefault(row.checkpoint_ns, row)
-            keep: set[tuple[str, str]] = set()
-            keep_blobs: set[tuple[str, str, str]] = set()
-            incidents: list[Incident] = []
-            try:
-                for ns, row in latest.items():
-                    # The newest *intact* checkpoint survives, never a damaged one.
-                    tup = self._serve(thread_id, ns, row.checkpoint_id, incidents)
-                    if tup is None:
-                        continue
-                    keep.add((ns, tup.checkpoint["id"]))
-                    keep_blobs.update((ns, ch, version_key(v)) for ch, v in tup.checkpoint["channel_versions"].items())
-            finally:
-                self._settle(incidents)
-            self._everywhere(lambda t: t.prune(thread_id, keep, keep_blobs))
+        self.maintenance.prune(thread_ids, strategy=strategy)
 
 
 def _reasons(incidents: Sequence[Incident]) -> list[str]:
     return [f"{i.tier.name if i.tier is not None else 'every tier'}: {i.key}: {i.reason}" for i in incidents]
-
-
-def _write_checkpoint(row: CheckpointRow, tier: Tier) -> None:
-    tier.write_checkpoint(row, [])

@@ -5,9 +5,22 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
-from typing import TextIO
+from typing import Any, TextIO
 
 from . import demo
+from .errors import ConfigError, DurableError
+
+# Exit status, documented in --help.
+EXIT_OK = 0
+EXIT_FINDINGS = 1  # verify found bad copies, or repair could not restore some
+EXIT_USAGE = 2  # bad command line (argparse exits with 2 itself)
+EXIT_CANNOT_RUN = 3  # a tier is unreachable or the configuration is wrong
+EXIT_INTERRUPTED = 130  # Ctrl-C, as shells report SIGINT
+EXIT_CODES_HELP = (
+    f"exit status: {EXIT_OK} ok; {EXIT_FINDINGS} verify found bad copies or repair could not restore "
+    f"some; {EXIT_USAGE} usage error; {EXIT_CANNOT_RUN} could not run (a tier unreachable, a configuration "
+    f"error; one line on stderr says why); {EXIT_INTERRUPTED} interrupted."
+)
 
 
 def _tier_flags(p: argparse.ArgumentParser) -> None:
@@ -41,25 +54,61 @@ def _progress(out: TextIO) -> Callable[[int, int], None]:
 
 def _scan(args: argparse.Namespace, *, repair: bool) -> int:
     with demo.saver_from_args(args) as saver:
+        saver.setup()  # an unreachable tier fails here, before any output
         print(f"{'repairing' if repair else 'verifying'} tiers {' -> '.join(saver.tier_names)}", file=sys.stderr)
         run = saver.repair if repair else saver.verify
         report = run(args.thread, progress=_progress(sys.stderr))
-    for copy in report.bad:
+    for copy in [*report.bad, *report.missing]:
         state = ""
         if repair:
             state = "restored  " if copy in report.restored else "NOT RESTORED  "
         print(f"{state}{copy}")
     print(
-        f"{report.threads} thread(s), {report.copies_checked} record copies checked, {len(report.bad)} bad"
-        + (f", {len(report.restored)} restored, {len(report.unrestorable)} could not be restored" if repair else "")
+        f"{report.threads} thread(s), {report.copies_checked} record copies checked, {len(report.bad)} bad, "
+        f"{len(report.missing)} missing from a shared tier"
+        + (
+            f", {len(report.restored)} restored, {len(report.unrestorable)} could not be restored, "
+            f"{report.resealed} re-sealed with the current key"
+            if repair
+            else ""
+        )
     )
     if repair:
-        return 1 if report.unrestorable else 0
-    return 1 if report.bad else 0
+        return EXIT_FINDINGS if report.unrestorable else EXIT_OK
+    return EXIT_FINDINGS if report.bad or report.missing else EXIT_OK
+
+
+def _quarantine(args: argparse.Namespace) -> int:
+    with demo.saver_from_args(args) as saver:
+        if args.action == "list":
+            records = saver.quarantined(args.thread)
+            for q in records:
+                ns = f" ns {q.checkpoint_ns!r}" if q.checkpoint_ns else ""
+                restorable = "" if q.fields is not None else "  (not restorable)"
+                print(f"{q.tier}:{q.id}  thread {q.thread_id!r}{ns} {q.key}: {q.reason}{restorable}")
+            print(f"{len(records)} quarantined record(s)")
+            return EXIT_OK
+        if args.all:
+            if args.ids:
+                raise ConfigError("give quarantine ids or --all, not both.")
+            chosen: list[Any] = [q for q in saver.quarantined(args.thread) if q.fields is not None]
+        elif args.ids:
+            chosen = list(args.ids)
+        else:
+            raise ConfigError("name the quarantined records to restore (ids from `quarantine list`), or pass --all.")
+        restored, kept = saver.restore_quarantined(chosen)
+    for q in restored:
+        print(f"restored  {q.tier}:{q.id}  thread {q.thread_id!r} {q.key}")
+    for q in kept:
+        print(f"kept      {q.tier}:{q.id}  thread {q.thread_id!r} {q.key} (an intact copy is in place)")
+    print(f"{len(restored)} restored, {len(kept)} kept; the next read verifies them again")
+    return EXIT_OK
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="langgraph-durable", description="Tiered, checksummed LangGraph checkpoints.")
+    parser = argparse.ArgumentParser(
+        prog="langgraph-durable", description="Tiered, checksummed LangGraph checkpoints.", epilog=EXIT_CODES_HELP
+    )
     commands = parser.add_subparsers(dest="command", required=True)
 
     p = commands.add_parser("demo", help="kill a running graph with SIGKILL and resume it from its last checkpoint")
@@ -72,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         ("verify", "check every record copy in every tier; exit 1 if any is bad"),
         ("repair", "replace bad record copies with intact ones from other tiers; exit 1 if any cannot be"),
     ):
-        c = commands.add_parser(name, help=what)
+        c = commands.add_parser(name, help=what, epilog=EXIT_CODES_HELP)
         _tier_flags(c)
         c.add_argument("--thread", default=None, help="only this thread (default: every thread)")
 
@@ -89,6 +138,19 @@ def main(argv: list[str] | None = None) -> int:
     answer.add_argument("--done", action="store_true", help="it happened: later runs must not repeat it")
     answer.add_argument("--not-done", action="store_true", help="it did not happen: the next run may do it")
 
+    q = commands.add_parser(
+        "quarantine",
+        help="list quarantined record copies, or put them back",
+        description="Bad copies and withdrawn checkpoints are moved into their tier's quarantine, never "
+        "deleted. `list` shows them; `restore` puts them back (the next read verifies them again).",
+        epilog=EXIT_CODES_HELP,
+    )
+    _tier_flags(q)
+    q.add_argument("action", choices=("list", "restore"))
+    q.add_argument("ids", nargs="*", help="with restore: ids as `list` prints them (tier:id)")
+    q.add_argument("--thread", default=None, help="only this thread (default: every thread)")
+    q.add_argument("--all", action="store_true", help="with restore: every restorable record (of --thread)")
+
     w = commands.add_parser("_demo-worker")  # internal: the process the demo kills
     _tier_flags(w)
     w.add_argument("--thread", required=True)
@@ -97,6 +159,19 @@ def main(argv: list[str] | None = None) -> int:
     w.add_argument("--resume", action="store_true")
 
     args = parser.parse_args(argv)
+    # A tier that cannot be reached or a wrong setting is the user's to fix,
+    # not a bug: one line saying what is wrong, not a driver's traceback.
+    try:
+        return _run(parser, args)
+    except DurableError as exc:
+        print(f"langgraph-durable: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return EXIT_CANNOT_RUN
+    except KeyboardInterrupt:
+        print("langgraph-durable: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if args.command == "demo":
         if args.steps < 2:
             parser.error("--steps must be at least 2")
@@ -109,14 +184,16 @@ def main(argv: list[str] | None = None) -> int:
             by = f" (by {e.resolved_by})" if e.resolved_by else ""
             print(f"{flag}{key}: {e.state}{by}{' idempotent' if e.idempotent else ''}")
         print(f"{len(entries)} action(s), {sum(e.escalated() for e in entries.values())} escalated")
-        return 0
+        return EXIT_OK
     if args.command == "resolve-action":
         with demo.saver_from_args(args) as saver:
             entry = saver.resolve_action(args.thread, args.key, done=args.done)
         print(f"{args.key}: {entry.state}; thread {args.thread!r} may run again")
-        return 0
+        return EXIT_OK
     if args.command in ("verify", "repair"):
         return _scan(args, repair=args.command == "repair")
+    if args.command == "quarantine":
+        return _quarantine(args)
     return demo.worker(args)
 
 

@@ -6,7 +6,12 @@ serialized once per `put`, and the resulting rows are handed to every tier.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import copy
+import json
+import logging
+import math
+import uuid
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any, cast
 
 from langchain_core.runnables import RunnableConfig
@@ -20,6 +25,8 @@ from langgraph.checkpoint.base import (
     get_serializable_checkpoint_metadata,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from .errors import ConfigError, RecordTooLarge, SerializationError
 from .ledger import LedgerEntry
@@ -30,12 +37,15 @@ from .records import (
     WriteRow,
     blob_context,
     checkpoint_context,
+    key_fingerprint,
     ledger_context,
     metadata_json,
-    open_envelope,
+    open_envelope_any,
     seal,
     write_context,
 )
+
+logger = logging.getLogger("langgraph_durable")
 
 EMPTY_TAG = "empty"
 # Generous: a state this large is almost always a mistake (a file or a model
@@ -43,8 +53,57 @@ EMPTY_TAG = "empty"
 DEFAULT_MAX_RECORD_BYTES = 64 * 1024 * 1024
 
 
+# Ids and names become parts of every tier's keys. Postgres caps one index
+# entry at 2,704 bytes and indexes (thread, namespace, checkpoint id, task id)
+# or (thread, namespace, channel, version) together: two ids plus two names
+# stay under that cap with room to spare. Limits are in UTF-8 bytes.
+DEFAULT_MAX_ID_BYTES = 1024  # thread ids, checkpoint namespaces
+DEFAULT_MAX_NAME_BYTES = 256  # checkpoint ids, task ids, channel names, channel versions
+
+
+def check_key_part(value: object, *, what: str, limit: int | None) -> str:
+    """`value` if every tier can store it as part of a key, else `ConfigError`.
+
+    Checked before any tier is touched: Postgres text cannot hold a NUL (and
+    Redis keys use NUL as a separator), no tier can encode a lone surrogate,
+    and an over-long key fails in Postgres only after nearer tiers took it.
+    `limit` None checks everything but the length.
+    """
+    if not isinstance(value, str):
+        raise ConfigError(f"{what} must be a str, not {type(value).__name__} ({value!r:.80}).")
+    if "\x00" in value:
+        raise ConfigError(
+            f"{what} {value!r:.80} contains a NUL character (\\x00), which Postgres text cannot store; remove it."
+        )
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise ConfigError(
+            f"{what} {value!r:.80} is not valid Unicode ({exc.reason}); pass a str that encodes to UTF-8."
+        ) from exc
+    if limit is not None and size > limit:
+        raise ConfigError(
+            f"{what} is {size:,} bytes long (UTF-8), over the limit of {limit:,} (it is part of every "
+            f"tier's keys): use a shorter id, e.g. a hash or uuid of it ({value[:40]!r}...)."
+        )
+    return value
+
+
+def thread_id_of(thread_id: object, *, what: str) -> str:
+    """A bare thread id (`delete_thread`, `copy_thread`, the ledger, ...),
+    checked and converted as `thread_of` does."""
+    return thread_of({"configurable": {"thread_id": thread_id}}, what=what)
+
+
 def thread_of(config: RunnableConfig | None, *, what: str) -> str:
-    """`thread_id` from a config, or a `ConfigError` that says how to pass it."""
+    """`thread_id` from a config, or a `ConfigError` that says how to pass it.
+
+    Also checks the config's ``checkpoint_ns`` and ``checkpoint_id``, so a
+    key no tier can store is refused before any tier is touched. An int or
+    UUID thread id is taken as ``str(thread_id)``, as LangGraph's own
+    ``invoke`` and ``get_state`` do (5 and "5" are one thread there too);
+    any other non-str raises `ConfigError`.
+    """
     configurable = (config or {}).get("configurable") or {}
     thread_id = configurable.get("thread_id")
     if thread_id is None or thread_id == "":
@@ -53,7 +112,73 @@ def thread_of(config: RunnableConfig | None, *, what: str) -> str:
             '{"configurable": {"thread_id": "<your thread>"}} as the config '
             "(graph.invoke(inputs, config) / saver methods)."
         )
-    return str(thread_id)
+    if isinstance(thread_id, (int, uuid.UUID)) and not isinstance(thread_id, bool):
+        thread_id = str(thread_id)
+    elif not isinstance(thread_id, str):
+        raise ConfigError(
+            f"{what}: thread_id must be a str, not {type(thread_id).__name__} ({thread_id!r:.80}); "
+            "pass str(thread_id) if its text names the thread."
+        )
+    check_key_part(thread_id, what=f"{what}: thread_id", limit=DEFAULT_MAX_ID_BYTES)
+    if ns := configurable.get("checkpoint_ns"):
+        check_key_part(ns, what=f"{what}: checkpoint_ns", limit=DEFAULT_MAX_ID_BYTES)
+    if cid := configurable.get("checkpoint_id"):
+        check_key_part(cid, what=f"{what}: checkpoint_id", limit=DEFAULT_MAX_NAME_BYTES)
+    return thread_id
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _non_finite(value: Any, path: str = "", depth: int = 0) -> tuple[str, float] | None:
+    """Key path and value of the first NaN or infinity inside `value`."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return path, value
+    if depth < 32:
+        items: Any = (
+            value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, (list, tuple)) else ()
+        )
+        for key, item in items:
+            found = _non_finite(item, f"{path}[{key!r}]", depth + 1)
+            if found is not None:
+                return found
+    return None
+
+
+def checked_metadata_json(md: dict[str, Any]) -> str:
+    """`metadata_json(md)`, or `SerializationError` naming the metadata key
+    that every tier cannot store: NaN or infinity (not JSON; the Postgres
+    jsonb column rejects them), text that is not valid Unicode, a dict key
+    JSON cannot hold."""
+    try:
+        text = metadata_json(md)
+        json.loads(text, parse_constant=_reject_constant)
+        text.encode("utf-8")
+        return text
+    except (TypeError, ValueError, RecursionError) as whole:
+        for key, value in md.items():
+            try:
+                one = metadata_json({key: value})
+                json.loads(one, parse_constant=_reject_constant)
+                one.encode("utf-8")
+            except (TypeError, ValueError, RecursionError) as exc:
+                bad = _non_finite(value)
+                if bad is not None:
+                    where = f" at {bad[0]}" if bad[0] else ""
+                    problem = f"holds {bad[1]!r}{where}, which JSON (and the Postgres jsonb column) cannot store"
+                    fix = "store None or a string such as 'nan' instead"
+                else:
+                    problem = f"cannot be stored as JSON ({exc})"
+                    fix = "store plain JSON data (str keys, valid Unicode text, finite numbers)"
+                raise SerializationError(
+                    f"checkpoint metadata key {key!r} {problem}: {fix}, or keep the value in the state.",
+                    channel=str(key),
+                ) from exc
+        raise SerializationError(
+            f"checkpoint metadata cannot be stored as JSON ({whole}); keep it to plain JSON data.",
+            channel="metadata",
+        ) from whole
 
 
 def version_key(version: str | int | float) -> str:
@@ -65,11 +190,51 @@ class RecordCodec:
     """Serializes checkpoints, blobs and writes into sealed rows and back."""
 
     def __init__(
-        self, serde: SerializerProtocol, *, signing_key: bytes = b"", max_record_bytes: int | None = None
+        self,
+        serde: SerializerProtocol,
+        *,
+        signing_keys: Sequence[bytes] = (b"",),
+        max_record_bytes: int | None = None,
+        strict: bool = False,
     ) -> None:
+        """`signing_keys`: the key that seals new records first, then older
+        keys still accepted when verifying (b"" stands for unsigned records).
+        `strict`: decode with LangGraph's allowlisted msgpack (see
+        `strict_serializer`) instead of `serde` as given."""
         self.serde = serde
-        self.key = signing_key
+        self.keys = tuple(signing_keys) or (b"",)
+        self.key = self.keys[0]
         self.max_record_bytes = max_record_bytes
+        self.strict = strict
+        self.loader: SerializerProtocol = serde
+        if strict:
+            loader = strict_serializer(serde)
+            if loader is None:
+                logger.warning(
+                    "serde %s has no msgpack allowlist, so records read from Redis/Postgres without a "
+                    "signing key are decoded with it as is; set signing_key= to protect them",
+                    type(serde).__name__,
+                )
+            else:
+                self.loader = loader
+
+    def with_allowlist(self, serde: SerializerProtocol, extra: Collection[tuple[str, ...]]) -> RecordCodec:
+        """The same codec for `serde` (a saver clone's), its strict loader
+        also allowing `extra` (the types of a compiled graph's state)."""
+        clone = copy.copy(self)
+        clone.serde = serde
+        clone.loader = serde
+        if self.strict:
+            loader = strict_serializer(serde)
+            if isinstance(loader, JsonPlusSerializer):
+                loader = loader.with_msgpack_allowlist(extra)
+            clone.loader = loader or serde
+        return clone
+
+    @property
+    def fingerprints(self) -> list[str]:
+        """`key_fingerprint` of each accepted key, the sealing key first."""
+        return [key_fingerprint(k) for k in self.keys]
 
     # -- encode ------------------------------------------------------------
 
@@ -123,14 +288,18 @@ class RecordCodec:
         configurable = config["configurable"]
         ns = configurable.get("checkpoint_ns", "") or ""
         parent_id = configurable.get("checkpoint_id")
+        cid = check_key_part(checkpoint.get("id"), what="put: checkpoint['id']", limit=DEFAULT_MAX_NAME_BYTES)
         values = checkpoint.get("channel_values", {})
         blobs = []
         for channel, version in new_versions.items():
+            check_key_part(channel, what="put: channel name", limit=DEFAULT_MAX_NAME_BYTES)
+            v = check_key_part(
+                version_key(version), what=f"put: version of channel {channel!r}", limit=DEFAULT_MAX_NAME_BYTES
+            )
             if channel in values:
                 tag, payload = self._dump(values[channel], channel=channel, what="state key")
             else:
                 tag, payload = EMPTY_TAG, b""
-            v = version_key(version)
             blobs.append(
                 BlobRow(
                     thread_id, ns, channel, v, seal(blob_context(thread_id, ns, channel, v), tag, payload, key=self.key)
@@ -139,14 +308,13 @@ class RecordCodec:
         stored = {k: v for k, v in checkpoint.items() if k != "channel_values"}
         md = cast(dict[str, Any], get_serializable_checkpoint_metadata(config, metadata))
         tag, payload = self._dump({"checkpoint": stored, "metadata": md}, channel="metadata", what="checkpoint")
-        cid = checkpoint["id"]
         row = CheckpointRow(
             thread_id=thread_id,
             checkpoint_ns=ns,
             checkpoint_id=cid,
             parent_id=parent_id,
             run_id=str(md["run_id"]) if md.get("run_id") is not None else None,
-            metadata_json=metadata_json(md),
+            metadata_json=checked_metadata_json(md),
             envelope=seal(checkpoint_context(thread_id, ns, cid, parent_id), tag, payload, key=self.key),
         )
         return row, blobs
@@ -173,6 +341,10 @@ class RecordCodec:
                 "put_writes needs the checkpoint the writes belong to: pass the config "
                 "returned by put() (it carries configurable.checkpoint_id)."
             )
+        check_key_part(task_id, what="put_writes: task_id", limit=DEFAULT_MAX_NAME_BYTES)
+        check_key_part(task_path, what="put_writes: task_path", limit=None)
+        for channel, _ in writes:
+            check_key_part(channel, what="put_writes: channel name", limit=DEFAULT_MAX_NAME_BYTES)
         rows = []
         for i, (channel, value) in enumerate(writes):
             idx = WRITES_IDX_MAP.get(channel, i)
@@ -188,11 +360,11 @@ class RecordCodec:
     # Each raises BadRecord when the row cannot be trusted.
 
     def _load(self, context: str, envelope: bytes) -> Any:
-        tag, payload = open_envelope(context, envelope, key=self.key)
+        tag, payload, _ = open_envelope_any(context, envelope, self.keys)
         if tag == EMPTY_TAG:
             return _EMPTY
         try:
-            return self.serde.loads_typed((tag, payload))
+            return self.loader.loads_typed((tag, payload))
         except Exception as exc:  # any decoder failure means this copy is unusable
             raise BadRecord(f"undecodable payload ({type(exc).__name__}: {exc})") from exc
 
@@ -240,8 +412,33 @@ class RecordCodec:
         )
 
     def reseal(self, old_context: str, new_context: str, envelope: bytes) -> bytes:
-        tag, payload = open_envelope(old_context, envelope, key=self.key)
+        """The envelope verified under `old_context` (any accepted key) and
+        sealed under `new_context` with the sealing key; not deserialized."""
+        tag, payload, _ = open_envelope_any(old_context, envelope, self.keys)
         return seal(new_context, tag, payload, key=self.key)
+
+    def sealed_with_old_key(self, context: str, envelope: bytes) -> bool:
+        """Whether a verifying envelope was sealed with an older accepted key."""
+        return open_envelope_any(context, envelope, self.keys)[2] > 0
+
+
+def strict_serializer(serde: SerializerProtocol) -> SerializerProtocol | None:
+    """`serde` restricted to LangGraph's msgpack allowlist (its "strict" mode):
+    only LangGraph's safe types plus the ones `serde` was told to allow are
+    rebuilt, anything else comes back as its plain data, and pickle is off.
+    A record planted by someone who can write to a shared tier then cannot
+    make this process import and call arbitrary code. None when `serde` is
+    not LangGraph's JsonPlusSerializer (or one wrapped by EncryptedSerializer)."""
+    if isinstance(serde, EncryptedSerializer):
+        inner = strict_serializer(serde.serde)
+        return EncryptedSerializer(serde.cipher, inner) if inner is not None else None
+    if not isinstance(serde, JsonPlusSerializer):
+        return None
+    allowed = getattr(serde, "_allowed_msgpack_modules", None)
+    return JsonPlusSerializer(
+        pickle_fallback=False,
+        allowed_msgpack_modules=tuple(allowed) if isinstance(allowed, (set, frozenset, tuple, list)) else None,
+    )
 
 
 class _Empty:

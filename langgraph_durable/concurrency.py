@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import threading
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -65,3 +66,12 @@ def maybe_await(value: Any) -> Any:
             "use graph.ainvoke / astream, or make the validator a plain function."
         )
     return value
+
+
+# Waiting in both faces (the async source calls `asleep`; its sync twin `sleep`).
+async def asleep(seconds: float) -> None:
+    await asyncio.sleep(seconds)
+
+
+def sleep(seconds: float) -> None:
+    time.sleep(seconds)

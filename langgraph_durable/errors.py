@@ -12,9 +12,11 @@ __all__ = [
     "ConfigError",
     "CorruptCheckpoint",
     "DurableError",
+    "LeaseLost",
     "RecordTooLarge",
     "ResumeRejected",
     "SerializationError",
+    "ThreadBusy",
     "TierUnavailable",
 ]
 
@@ -103,3 +105,41 @@ class ResumeRejected(DurableError):
         self.checkpoint = checkpoint
         self.validator = validator
         self.actions = actions or []
+
+
+# -- one writer per thread (see lease.py) -----------------------------------------------
+
+
+class ThreadBusy(DurableError):
+    """Another writer (another process or saver) holds the thread's writer
+    lease, so this one may not run the thread now.
+
+    Raised from ``invoke`` / ``ainvoke`` / ``stream`` (or a direct ``put``)
+    before anything is written. `holder` names the writer, `expires_in` says
+    how many seconds its lease has left unless it writes again. Wait and
+    retry, use ``on_busy="wait"``, or have the holder ``release_thread()``.
+    """
+
+    def __init__(self, message: str, *, thread_id: str, holder: str, token: int, expires_in: float) -> None:
+        super().__init__(message)
+        self.thread_id = thread_id
+        self.holder = holder
+        self.token = token
+        self.expires_in = expires_in
+
+
+class LeaseLost(DurableError):
+    """This run's writer lease on the thread was taken over by another writer
+    (after it expired) or released, so the run may not write any more.
+
+    The write that raised it was not stored in the authoritative tier (nor
+    kept in the nearer ones). Run the thread again to continue from its latest
+    checkpoint. `token` is the run's fencing token, `holder` the new holder
+    if known.
+    """
+
+    def __init__(self, message: str, *, thread_id: str, token: int | None = None, holder: str | None = None) -> None:
+        super().__init__(message)
+        self.thread_id = thread_id
+        self.token = token
+        self.holder = holder

@@ -17,7 +17,7 @@ from typing import Any, Literal, Protocol
 
 logger = logging.getLogger("langgraph_durable")
 
-RecordKind = Literal["checkpoint", "blob", "write"]
+RecordKind = Literal["checkpoint", "blob", "write", "ledger"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +65,10 @@ class Incident:
     reason: str
     envelope: bytes
     served: str | None = field(default=None)
+    row: Any = None  # the bad copy's row, so the quarantine can put it back
+    # Every tier holds these very bytes: no bit flip does that, a different
+    # signing key does. Reported, never quarantined or withdrawn.
+    keep: bool = False
 
 
 class Unusable(Exception):
@@ -77,6 +81,7 @@ class Unusable(Exception):
         self.checkpoint_id = checkpoint_id
         self.parent_id = parent_id
         self.what = what
+        self.keep = False  # served around, but not withdrawn (see Incident.keep)
 
 
 class IntegrityPolicy:
@@ -138,6 +143,11 @@ class ScanReport:
     bad: list[BadCopy] = field(default_factory=list)
     restored: list[BadCopy] = field(default_factory=list)
     unrestorable: list[BadCopy] = field(default_factory=list)
+    # Records a shared tier lacks while another tier holds them intact: a lost
+    # copy (or a tier rolled back), not a deletion. `repair` copies them back.
+    missing: list[BadCopy] = field(default_factory=list)
+    # Intact records still sealed with an older signing key; `repair` re-seals them.
+    resealed: int = 0
 
 
 def record_label(kind: str, row: Any) -> str:

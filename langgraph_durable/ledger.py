@@ -30,22 +30,20 @@ from __future__ import annotations
 import functools
 import inspect
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
 from langgraph.config import get_config
 
 from .errors import ConfigError, ResumeRejected
 
-if TYPE_CHECKING:
-    from .saver import DurableSaver
-
 ActionState = Literal["intent", "done", "not_done"]
 CHECKPOINTER_KEY = "__pregel_checkpointer"  # where Pregel puts the saver in a node's config
 
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,16 +76,25 @@ def unconfirmed_message(thread_id: str, keys: list[str]) -> str:
     )
 
 
-def _saver_and_thread() -> tuple[DurableSaver, str]:
-    from .saver import DurableSaver
+@runtime_checkable
+class ActionLedger(Protocol):
+    """What `action` needs of the run's checkpointer (DurableSaver has it).
+    A Protocol rather than the saver's class: the saver imports this module."""
 
+    def actions(self, thread_id: str) -> dict[str, LedgerEntry]: ...
+    async def aactions(self, thread_id: str) -> dict[str, LedgerEntry]: ...
+    def record_action(self, thread_id: str, entry: LedgerEntry) -> None: ...
+    async def arecord_action(self, thread_id: str, entry: LedgerEntry) -> None: ...
+
+
+def _saver_and_thread() -> tuple[ActionLedger, str]:
     try:
         config = get_config()
     except RuntimeError as exc:
         raise ConfigError("action() must be used inside a LangGraph node (it reads the run's config).") from exc
     configurable = config.get("configurable") or {}
     saver = configurable.get(CHECKPOINTER_KEY)
-    if not isinstance(saver, DurableSaver):
+    if not isinstance(saver, ActionLedger):
         raise ConfigError(
             "action() needs the graph to be compiled with checkpointer=DurableSaver(...); "
             f"this run's checkpointer is {type(saver).__name__}."
@@ -105,7 +112,7 @@ class action:
         self.idempotent = idempotent
         self.done = False
         self.result: Any = None
-        self._saver: DurableSaver | None = None
+        self._saver: ActionLedger | None = None
         self._thread = ""
 
     def _plan(self, entry: LedgerEntry | None) -> LedgerEntry | None:
@@ -194,3 +201,11 @@ def resolved(entry: LedgerEntry | None, key: str, *, done: bool, result: Any = N
     return replace(
         base, state="done" if done else "not_done", result=result, updated_at=time.time(), resolved_by="operator"
     )
+
+
+def newest_entry(copies: Sequence[tuple[LedgerEntry, T]]) -> tuple[LedgerEntry, T]:
+    """Of several tiers' copies of one entry, the one to believe: an entry
+    never moves backwards, so a confirmed action stays confirmed whatever
+    another tier (one that lost or rolled back its copy) says; otherwise the
+    most recent answer wins (an operator's, or a new intent after it)."""
+    return max(copies, key=lambda c: (c[0].state == "done", c[0].updated_at))

@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,6 +79,39 @@ def open_envelope(context: str, data: bytes, *, key: bytes = b"") -> tuple[str, 
     if _digest(context.encode(), tag, payload, key) != digest:
         raise BadRecord("checksum mismatch")
     return tag.decode(), payload
+
+
+def open_envelope_any(context: str, data: bytes, keys: Sequence[bytes]) -> tuple[str, bytes, int]:
+    """`open_envelope` under the first of `keys` that verifies it.
+
+    Returns ``(type_tag, payload, index of the key)``: an index above 0 means
+    the record was sealed with an older key (rotation) and `repair` re-seals it.
+    Raises `BadRecord` when no key verifies it.
+    """
+    last: BadRecord | None = None
+    for i, key in enumerate(keys):
+        try:
+            tag, payload = open_envelope(context, data, key=key)
+        except BadRecord as exc:
+            if exc.reason != "checksum mismatch":
+                raise  # damage no other key can explain
+            last = exc
+            continue
+        return tag, payload, i
+    assert last is not None
+    raise last
+
+
+def key_fingerprint(key: bytes) -> str:
+    """What a tier records about the key that seals it: never the key itself.
+
+    ``"unsigned"`` for plain SHA-256 checksums. The fingerprint is an HMAC of
+    a fixed label, so it reveals nothing about the key and cannot be used to
+    forge records.
+    """
+    if not key:
+        return "unsigned"
+    return "hmac-sha256:" + hmac.new(key, b"langgraph-durable key fingerprint", hashlib.sha256).hexdigest()[:16]
 
 
 def reseal(old_context: str, new_context: str, data: bytes, *, key: bytes = b"") -> bytes:
@@ -191,3 +225,29 @@ def metadata_matches(metadata: dict[str, Any], filter: dict[str, Any] | None) ->
     if not filter:
         return True
     return all(metadata.get(k) == v for k, v in filter.items())
+
+
+# --- quarantine: a copy's row, kept so that it can be put back ----------------
+
+Row = CheckpointRow | BlobRow | WriteRow
+
+
+def row_fields(row: Row) -> list[Any]:
+    """The fields of a row besides its thread, namespace and envelope."""
+    if isinstance(row, CheckpointRow):
+        return [row.checkpoint_id, row.parent_id, row.run_id, row.metadata_json]
+    if isinstance(row, BlobRow):
+        return [row.channel, row.version]
+    return [row.checkpoint_id, row.task_id, row.idx, row.channel, row.task_path]
+
+
+def row_from_fields(kind: str, thread_id: str, ns: str, fields: Sequence[Any], envelope: bytes) -> Row:
+    """The row `row_fields` described. Raises ValueError on a shape that does not fit `kind`."""
+    f = list(fields)
+    if kind == "checkpoint" and len(f) == 4:
+        return CheckpointRow(thread_id, ns, str(f[0]), f[1], f[2], str(f[3]), envelope)
+    if kind == "blob" and len(f) == 2:
+        return BlobRow(thread_id, ns, str(f[0]), str(f[1]), envelope)
+    if kind == "write" and len(f) == 5:
+        return WriteRow(thread_id, ns, str(f[0]), str(f[1]), int(f[2]), str(f[3]), str(f[4]), envelope)
+    raise ValueError(f"a quarantined {kind} record has fields {f!r}, which do not describe a {kind}")

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import contextlib
 import contextvars
+import copy
 import logging
 import os
 import random
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Collection, Iterator, Sequence
 from types import TracebackType
 from typing import Any, cast
 
@@ -25,11 +27,14 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from .chain import TierChain
 from .chain_async import AsyncTierChain
-from .codec import DEFAULT_MAX_RECORD_BYTES, RecordCodec
+from .codec import DEFAULT_MAX_RECORD_BYTES, RecordCodec, thread_id_of
 from .errors import ConfigError
 from .integrity import IntegrityPolicy, OnCorruption, ScanReport
+from .lease import DEFAULT_LEASE_TTL_S, DEFAULT_LEASE_WAIT_S, DEFAULT_ON_BUSY, LeaseBook, OnBusy
+from .lease_keeper import LeaseKeeper
+from .lease_keeper_async import AsyncLeaseKeeper
 from .ledger import LedgerEntry, resolved
-from .tiers.base import QuarantinedRecord
+from .tiers.base import QuarantinedRecord, redact
 from .tiers.postgres import PostgresTier
 from .tiers.postgres_async import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_POOL_SIZE, AsyncPostgresTier
 from .tiers.redis import RedisTier
@@ -50,20 +55,77 @@ ENV_SQLITE = "LANGGRAPH_DURABLE_SQLITE"
 ENV_REDIS_URL = "LANGGRAPH_DURABLE_REDIS_URL"
 ENV_POSTGRES_URL = "LANGGRAPH_DURABLE_POSTGRES_URL"
 ENV_SIGNING_KEY = "LANGGRAPH_DURABLE_SIGNING_KEY"
+# Comma-separated keys still accepted for verification (rotation); the word
+# "unsigned" accepts records without a key.
+ENV_OLD_SIGNING_KEYS = "LANGGRAPH_DURABLE_OLD_SIGNING_KEYS"
 
 _REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 _POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 _UNSET: Any = object()
 
 
+def _signing_keys(signing_key: bytes | str | None, signing_keys: Sequence[bytes | str | None] | None) -> list[bytes]:
+    """The accepted keys, sealing key first; b"" stands for unsigned."""
+    if signing_key is not None and signing_keys is not None:
+        raise ConfigError("pass signing_key= or signing_keys=[new, old, ...], not both.")
+    given = list(signing_keys) if signing_keys is not None else [signing_key]
+    if not given:
+        raise ConfigError("signing_keys= needs at least one key (the one that seals new records) first.")
+    keys: list[bytes] = []
+    for k in given:
+        key = k.encode() if isinstance(k, str) else (k or b"")
+        if not isinstance(key, bytes):
+            raise ConfigError(f"a signing key must be bytes, str or None, not {type(k).__name__}.")
+        if key and len(key) < 16:
+            raise ConfigError("a signing key must be at least 16 bytes; use 32 random bytes (secrets.token_bytes(32)).")
+        if key not in keys:
+            keys.append(key)
+    return keys
+
+
+def _resolve(
+    records: Sequence[QuarantinedRecord | str], listing: Callable[[], list[QuarantinedRecord]]
+) -> list[QuarantinedRecord]:
+    """Quarantined records, given as records or as ``"tier:id"`` strings."""
+    if not any(isinstance(r, str) for r in records):
+        return [r for r in records if isinstance(r, QuarantinedRecord)]
+    known = {f"{q.tier}:{q.id}": q for q in listing()}
+    out = []
+    for r in records:
+        if isinstance(r, QuarantinedRecord):
+            out.append(r)
+        elif r in known:
+            out.append(known[r])
+        else:
+            raise ConfigError(
+                f"no quarantined record {r!r}: ids look like 'sqlite:12' or 'redis:<thread>/<hex>'; "
+                "list them with `langgraph-durable quarantine list` or saver.quarantined()."
+            )
+    return out
+
+
 def _check_url(kind: str, url: str, schemes: tuple[str, ...]) -> str:
     if not isinstance(url, str) or not url.startswith(schemes):
-        shown = url if isinstance(url, str) else type(url).__name__
+        shown = redact(url) if isinstance(url, str) else type(url).__name__
         raise ConfigError(
             f"{kind}= got {shown!r}, which is not a {kind} URL: it must start with "
             f"{' or '.join(schemes)} (for example {schemes[0]}127.0.0.1/...)."
         )
     return url
+
+
+async def _close_at_loop_shutdown(chain: AsyncTierChain) -> None:
+    """Close `chain` from ``loop.shutdown_asyncgens()``. asyncio.run has
+    cancelled every task by then, psycopg_pool's workers included, and the
+    pool's close() re-raises their cancellation before it closes its idle
+    connections: drain() (psycopg_pool 3.3+) closes those first."""
+    for tier in chain.shared:
+        if isinstance(tier, AsyncPostgresTier) and hasattr(tier.pool, "drain"):
+            await tier.pool.drain()
+    with contextlib.suppress(asyncio.CancelledError):
+        await chain.close()
+    if chain.local is not None:
+        await chain.local.close()
 
 
 class DurableSaver(BaseCheckpointSaver[str]):
@@ -84,8 +146,22 @@ class DurableSaver(BaseCheckpointSaver[str]):
         redis: a ``redis://`` URL, or None.
         postgres: a ``postgresql://`` URL, or None.
         serde: the serializer (default: LangGraph's JsonPlusSerializer).
-        signing_key: bytes or str. Makes each record's checksum an HMAC, so
-            records planted without the key are rejected.
+        signing_key: bytes or str (16 bytes or more). Makes each record's
+            checksum an HMAC, so records planted without the key are rejected.
+            Each tier records the key's fingerprint (never the key); a saver
+            whose key does not match raises `ConfigError` at setup, before it
+            reads anything.
+        signing_keys: for key rotation, instead of ``signing_key``: the new
+            key first, then older keys still accepted when verifying (None
+            accepts unsigned records, to start signing an existing store).
+            `repair` re-seals old records under the new key.
+        permissive_decoding: decode records from Redis/Postgres with ``serde``
+            as given even without a signing key. By default such records are
+            decoded with LangGraph's strict msgpack allowlist, so a record
+            planted in a shared tier cannot construct arbitrary objects; types
+            outside the allowlist then come back as plain data unless the
+            graph is compiled with ``LANGGRAPH_STRICT_MSGPACK=true`` (which
+            registers the state's types) or a signing key is set.
         redis_key_prefix: prefix of every Redis key this saver writes.
         postgres_pool_size: maximum connections in each psycopg pool.
         sqlite_busy_timeout: seconds to wait for another process's SQLite lock.
@@ -106,6 +182,23 @@ class DurableSaver(BaseCheckpointSaver[str]):
         on_validation: called with a `ValidationOutcome` after each validation.
         app_version: stamped into every checkpoint's metadata (``app_version``)
             so `validation.pin_version` can tell which version wrote it.
+        lease_ttl: seconds a graph run keeps its thread's writer lease after
+            its last write (one writer per thread, see `langgraph_durable.lease`).
+            A run takes the lease in the most authoritative tier before it
+            reads the thread; each write checks and renews it in the same
+            transaction; the run gives it back when it ends (the sync face
+            before ``invoke`` returns, the async face just after), so another
+            replica may run the thread right away. The TTL only matters for a
+            holder that crashed or hangs: another writer may take the lease
+            over once it expired; the first run then gets `LeaseLost` at its
+            next write, which is not stored. Direct ``put`` / ``put_writes``
+            calls (and ``update_state``) use this saver's lease if it holds
+            one, else take one for the single write.
+        on_busy: when another writer is running the thread: ``"raise"``
+            (default) raises `ThreadBusy` naming the holder (after looking
+            again for a fraction of a second, in case its run has just ended),
+            ``"wait"`` waits for it to be released or to expire.
+        lease_wait: longest wait with ``on_busy="wait"``, then `ThreadBusy`.
     """
 
     def __init__(
@@ -116,6 +209,8 @@ class DurableSaver(BaseCheckpointSaver[str]):
         postgres: str | None = None,
         serde: SerializerProtocol | None = None,
         signing_key: bytes | str | None = None,
+        signing_keys: Sequence[bytes | str | None] | None = None,
+        permissive_decoding: bool = False,
         redis_key_prefix: str = DEFAULT_KEY_PREFIX,
         postgres_pool_size: int = DEFAULT_POOL_SIZE,
         sqlite_busy_timeout: float = DEFAULT_BUSY_TIMEOUT_S,
@@ -125,6 +220,9 @@ class DurableSaver(BaseCheckpointSaver[str]):
         validators: Sequence[Validator] = (),
         on_validation: ValidationHook | None = None,
         app_version: str | None = None,
+        lease_ttl: float = DEFAULT_LEASE_TTL_S,
+        on_busy: OnBusy = DEFAULT_ON_BUSY,
+        lease_wait: float = DEFAULT_LEASE_WAIT_S,
     ) -> None:
         super().__init__(serde=serde)
         if sqlite is None and redis is None and postgres is None:
@@ -137,9 +235,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
             _check_url("postgres", postgres, _POSTGRES_SCHEMES)
         if postgres_pool_size < 1:
             raise ConfigError(f"postgres_pool_size must be at least 1, got {postgres_pool_size}.")
-        key = signing_key.encode() if isinstance(signing_key, str) else (signing_key or b"")
-        if key and len(key) < 16:
-            raise ConfigError("signing_key must be at least 16 bytes; use 32 random bytes (secrets.token_bytes(32)).")
+        keys = _signing_keys(signing_key, signing_keys)
         self.sqlite_path = os.fspath(sqlite) if sqlite is not None else None
         self.redis_url = redis
         self.postgres_url = postgres
@@ -148,7 +244,12 @@ class DurableSaver(BaseCheckpointSaver[str]):
         self.connect_timeout = connect_timeout
         if max_record_bytes is not None and max_record_bytes < 1:
             raise ConfigError(f"max_record_bytes must be positive or None, got {max_record_bytes}.")
-        self._codec = RecordCodec(self.serde, signing_key=key, max_record_bytes=max_record_bytes)
+        # Without a signing key anyone who can write to Redis or Postgres can
+        # plant a record that verifies; decoding it with LangGraph's default
+        # msgpack would import and call whatever it names. A local-only store
+        # is as trusted as the process's own disk, so it keeps the default.
+        strict = not keys[0] and (redis is not None or postgres is not None) and not permissive_decoding
+        self._codec = RecordCodec(self.serde, signing_keys=keys, max_record_bytes=max_record_bytes, strict=strict)
         self._policy = IntegrityPolicy(on_corruption)
         self._validators: list[Validator] = []
         for v in validators:
@@ -160,6 +261,13 @@ class DurableSaver(BaseCheckpointSaver[str]):
         self._sync: TierChain | None = None
         self._async: AsyncTierChain | None = None
         self._async_loop: asyncio.AbstractEventLoop | None = None
+        self._async_closer: AsyncGenerator[None, None] | None = None
+        # A `with_allowlist` clone works through the saver it was made from.
+        self._origin: DurableSaver | None = None
+        # One writer per thread (lease.py): the leases this saver holds.
+        self._leases = LeaseBook(ttl=lease_ttl, on_busy=on_busy, wait=lease_wait)
+        self._lease_keeper: LeaseKeeper | None = None
+        self._alease_keeper: AsyncLeaseKeeper | None = None
 
     # -- construction -----------------------------------------------------------
 
@@ -180,7 +288,8 @@ class DurableSaver(BaseCheckpointSaver[str]):
         """Tiers from ``LANGGRAPH_DURABLE_SQLITE`` (a path, ``:memory:``, or
         empty for no local tier; default ``.langgraph_durable/checkpoints.sqlite``),
         ``LANGGRAPH_DURABLE_REDIS_URL``, ``LANGGRAPH_DURABLE_POSTGRES_URL`` and
-        ``LANGGRAPH_DURABLE_SIGNING_KEY``. Keyword options override them."""
+        ``LANGGRAPH_DURABLE_SIGNING_KEY`` (plus ``LANGGRAPH_DURABLE_OLD_SIGNING_KEYS``,
+        comma-separated, during a key rotation). Keyword options override them."""
         env = os.environ
         sqlite = env.get(ENV_SQLITE, DEFAULT_SQLITE_PATH) or None
         kwargs: dict[str, Any] = {
@@ -188,8 +297,9 @@ class DurableSaver(BaseCheckpointSaver[str]):
             "redis": env.get(ENV_REDIS_URL) or None,
             "postgres": env.get(ENV_POSTGRES_URL) or None,
         }
-        if env.get(ENV_SIGNING_KEY):
-            kwargs["signing_key"] = env[ENV_SIGNING_KEY]
+        if env.get(ENV_SIGNING_KEY) or env.get(ENV_OLD_SIGNING_KEYS):
+            old = [k.strip() for k in env.get(ENV_OLD_SIGNING_KEYS, "").split(",") if k.strip()]
+            kwargs["signing_keys"] = [env.get(ENV_SIGNING_KEY) or None] + [None if k == "unsigned" else k for k in old]
         kwargs.update(options)
         return cls(**kwargs)
 
@@ -216,7 +326,27 @@ class DurableSaver(BaseCheckpointSaver[str]):
             )
         return shared
 
+    def with_allowlist(self, extra_allowlist: Collection[tuple[str, ...]]) -> DurableSaver:
+        """A view of this saver that also rebuilds `extra_allowlist` types.
+
+        LangGraph's ``compile()`` calls this with the types of the graph's
+        state (under ``LANGGRAPH_STRICT_MSGPACK=true``). The clone shares this
+        saver's connections, leases and counters; only its decoding differs,
+        including the strict decoding of unsigned shared-tier records."""
+        clone = cast(DurableSaver, super().with_allowlist(extra_allowlist))
+        if clone is self:
+            if not self._codec.strict:
+                return self
+            clone = copy.copy(self)
+        clone._origin = self._origin or self
+        clone._codec = self._codec.with_allowlist(clone.serde, extra_allowlist)
+        clone._lease_keeper = None
+        clone._alease_keeper = None
+        return clone
+
     def _sync_chain(self) -> TierChain:
+        if self._origin is not None:
+            return self._origin._sync_chain().with_codec(self._codec)
         with self._lock:
             if self._sync is None:
                 self._sync = TierChain(
@@ -225,6 +355,8 @@ class DurableSaver(BaseCheckpointSaver[str]):
             return self._sync
 
     def _async_chain(self) -> AsyncTierChain:
+        if self._origin is not None:
+            return self._origin._async_chain().with_codec(self._codec)
         # Async drivers bind to the event loop that first uses them.
         loop = asyncio.get_running_loop()
         if self._async is not None and self._async_loop is not loop:
@@ -233,14 +365,58 @@ class DurableSaver(BaseCheckpointSaver[str]):
                     "this DurableSaver's async connections belong to another running event loop; "
                     "use one saver per event loop (or `await saver.aclose()` before switching loops)."
                 )
-            self._async = None  # its loop is gone, and its connections with it
+            # Its loop was closed without finalizing async generators (not by
+            # asyncio.run), so its sockets can no longer be closed properly.
+            logger.warning(
+                "the event loop this DurableSaver's async connections belonged to was closed without "
+                "`await saver.aclose()`; they are left to the garbage collector."
+            )
+            self._async = None
+            self._async_loop = None
+            closer, self._async_closer = self._async_closer, None
+            if closer is not None:
+                with contextlib.suppress(StopIteration):
+                    closer.aclose().send(None)  # finishes it (no I/O: the chain is detached)
         if self._async is None:
             local = AsyncSqliteTier(self._local) if self._local is not None else None
             self._async = AsyncTierChain(
                 local, self._shared_tiers(AsyncRedisTier, AsyncPostgresTier), self._codec, self._policy
             )
             self._async_loop = loop
+            self._async_closer = self._close_at_loop_end(self._async, loop)
         return self._async
+
+    def _close_at_loop_end(self, chain: AsyncTierChain, loop: asyncio.AbstractEventLoop) -> AsyncGenerator[None, None]:
+        """Arrange for `chain` to be closed when `loop` shuts down.
+
+        redis.asyncio connections and psycopg's async pool belong to the loop
+        that opened them and can only be closed while it runs. A saver used
+        from successive ``asyncio.run()`` calls would otherwise leave each
+        loop's connections open. asyncio has no public "on shutdown" hook, but
+        ``asyncio.run`` (like pytest-asyncio and uvloop) finalizes the loop's
+        async generators with ``loop.shutdown_asyncgens()`` just before closing
+        it, while I/O still works: a generator paused at its ``yield`` is that
+        hook. `aclose` finalizes it earlier. Returns the generator, which must
+        be kept referenced (the loop only holds it weakly).
+        """
+
+        async def closer() -> AsyncGenerator[None, None]:
+            try:
+                yield
+            finally:
+                # Still in use while its loop shuts down: the last moment its
+                # I/O works. (`aclose` and a dead loop detach it first.)
+                if self._async is chain:
+                    self._async = None
+                    self._async_loop = None
+                    await _close_at_loop_shutdown(chain)
+
+        gen = closer()
+        # Run it to its yield now, without awaiting: the first step registers
+        # it with the running loop, which then finalizes it at shutdown.
+        with contextlib.suppress(StopIteration):
+            gen.__anext__().send(None)
+        return gen
 
     # -- lifecycle --------------------------------------------------------------
 
@@ -257,7 +433,11 @@ class DurableSaver(BaseCheckpointSaver[str]):
     def close(self) -> None:
         """Close the sync connections and the local file. The saver may not be
         used afterwards. Call `aclose` instead if you used the async face."""
+        if self._origin is not None:  # a with_allowlist clone: its origin owns the connections
+            self._origin.close()
+            return
         if self._sync is not None:
+            self._sync_leases().release_all()  # writer leases (lease.py)
             self._sync.close()
             self._sync = None
         if self._async is not None:
@@ -270,12 +450,27 @@ class DurableSaver(BaseCheckpointSaver[str]):
 
     async def aclose(self) -> None:
         """Close every connection, sync and async, and the local file."""
-        if self._async is not None:
-            await self._async.close()
-            if self._async.local is not None:
-                await self._async.local.close()
-            self._async = None
-            self._async_loop = None
+        if self._origin is not None:
+            await self._origin.aclose()
+            return
+        if self._async is not None and self._async_loop is asyncio.get_running_loop():
+            await self._async_leases().release_all()  # writer leases (lease.py)
+        chain, loop, closer = self._async, self._async_loop, self._async_closer
+        self._async = None
+        self._async_loop = None
+        self._async_closer = None
+        if closer is not None:
+            await closer.aclose()  # the chain is detached: it only finishes
+        if chain is not None:
+            if loop is asyncio.get_running_loop():
+                await chain.close()
+                if chain.local is not None:
+                    await chain.local.close()
+            else:
+                logger.warning(
+                    "DurableSaver.aclose() ran on another event loop than the one its async connections "
+                    "belong to; they are left to the garbage collector."
+                )
         self.close()
 
     def __enter__(self) -> DurableSaver:
@@ -296,9 +491,18 @@ class DurableSaver(BaseCheckpointSaver[str]):
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         chain = self._sync_chain()
-        tup = chain.get_tuple(config)
-        if tup is not None and self._first_call_of_run(config):
-            tup = chain.validate(tup, self._validators, self._on_validation)
+        first = self._first_call_of_run(config)
+        # A run takes the thread's writer lease before it reads "latest" (also
+        # for a new thread), and gives it back if it fails to start.
+        lease = self._sync_leases().begin_run(config) if first else None
+        try:
+            tup = chain.get_tuple(config)
+            if tup is not None and first:
+                tup = chain.validate(tup, self._validators, self._on_validation)
+        except BaseException:
+            if lease is not None:
+                self._sync_leases().abandon_run(lease)
+            raise
         return tup
 
     def list(
@@ -318,12 +522,12 @@ class DurableSaver(BaseCheckpointSaver[str]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        return self._sync_chain().put(config, checkpoint, self._stamped(metadata), new_versions)
+        return self._sync_leases().put(config, checkpoint, self._stamped(metadata), new_versions)
 
     def put_writes(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
     ) -> None:
-        self._sync_chain().put_writes(config, writes, task_id, task_path)
+        self._sync_leases().put_writes(config, writes, task_id, task_path)
 
     def delete_thread(self, thread_id: str) -> None:
         self._sync_chain().delete_thread(thread_id)
@@ -341,9 +545,16 @@ class DurableSaver(BaseCheckpointSaver[str]):
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         chain = self._async_chain()
-        tup = await chain.get_tuple(config)
-        if tup is not None and self._first_call_of_run(config):
-            tup = await chain.validate(tup, self._validators, self._on_validation)
+        first = self._first_call_of_run(config)
+        lease = await self._async_leases().begin_run(config) if first else None  # see get_tuple
+        try:
+            tup = await chain.get_tuple(config)
+            if tup is not None and first:
+                tup = await chain.validate(tup, self._validators, self._on_validation)
+        except BaseException:
+            if lease is not None:
+                await self._async_leases().abandon_run(lease)
+            raise
         return tup
 
     async def alist(
@@ -364,12 +575,12 @@ class DurableSaver(BaseCheckpointSaver[str]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        return await self._async_chain().put(config, checkpoint, self._stamped(metadata), new_versions)
+        return await self._async_leases().put(config, checkpoint, self._stamped(metadata), new_versions)
 
     async def aput_writes(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
     ) -> None:
-        await self._async_chain().put_writes(config, writes, task_id, task_path)
+        await self._async_leases().put_writes(config, writes, task_id, task_path)
 
     async def adelete_thread(self, thread_id: str) -> None:
         await self._async_chain().delete_thread(thread_id)
@@ -419,19 +630,19 @@ class DurableSaver(BaseCheckpointSaver[str]):
 
     def actions(self, thread_id: str) -> dict[str, LedgerEntry]:
         """The thread's ledger of non-resumable actions, by key."""
-        return self._sync_chain().actions(str(thread_id))
+        return self._sync_chain().actions(thread_id)
 
     async def aactions(self, thread_id: str) -> dict[str, LedgerEntry]:
         """Async `actions`."""
-        return await self._async_chain().actions(str(thread_id))
+        return await self._async_chain().actions(thread_id)
 
     def record_action(self, thread_id: str, entry: LedgerEntry) -> None:
         """Write a ledger entry through every tier (used by `ledger.action`)."""
-        self._sync_chain().record_action(str(thread_id), entry)
+        self._sync_chain().record_action(thread_id_of(thread_id, what="record_action"), entry)
 
     async def arecord_action(self, thread_id: str, entry: LedgerEntry) -> None:
         """Async `record_action`."""
-        await self._async_chain().record_action(str(thread_id), entry)
+        await self._async_chain().record_action(thread_id_of(thread_id, what="record_action"), entry)
 
     def resolve_action(self, thread_id: str, key: str, *, done: bool, result: Any = None) -> LedgerEntry:
         """An operator's answer for an escalated action: ``done=True`` (it
@@ -454,8 +665,33 @@ class DurableSaver(BaseCheckpointSaver[str]):
         """Bad copies met by reads of this saver since it was created."""
         return self._policy.count
 
+    def restore_quarantined(
+        self, records: Sequence[QuarantinedRecord | str]
+    ) -> tuple[builtins.list[QuarantinedRecord], builtins.list[QuarantinedRecord]]:
+        """Put quarantined copies back where they were (`quarantined` lists
+        them; a string names one as ``"tier:id"``, as the CLI prints it).
+
+        Nothing is trusted because it was restored: the next read verifies
+        the copy again (and quarantines it again if it is still bad). A copy
+        whose place holds an intact record now stays in the quarantine.
+        Returns ``(restored, kept)``. Raises `ConfigError` for an unknown id
+        or a copy kept without its row's fields."""
+        chain = self._sync_chain()
+        chain.ensure_setup()
+        return chain.restore_quarantined(_resolve(records, lambda: self.quarantined()))
+
+    async def arestore_quarantined(
+        self, records: Sequence[QuarantinedRecord | str]
+    ) -> tuple[builtins.list[QuarantinedRecord], builtins.list[QuarantinedRecord]]:
+        """Async `restore_quarantined`."""
+        known = await self.aquarantined() if any(isinstance(r, str) for r in records) else []
+        return await self._async_chain().restore_quarantined(_resolve(records, lambda: known))
+
     def quarantined(self, thread_id: str | None = None) -> builtins.list[QuarantinedRecord]:
-        """Bad copies kept for forensics, from every tier (one thread or all)."""
+        """Quarantined copies, from every tier (one thread or all): bad copies
+        met by reads, `repair` or the journal, and withdrawn checkpoints.
+        Each carries its tier, id, reason and bytes; `restore_quarantined`
+        puts them back."""
         chain = self._sync_chain()
         chain.ensure_setup()
         return [q for tier in chain.tiers for q in tier.list_quarantine(thread_id)]
@@ -502,3 +738,29 @@ class DurableSaver(BaseCheckpointSaver[str]):
         else:
             n = int(str(current).split(".")[0])
         return f"{n + 1:032}.{random.random():016}"
+
+    # -- one writer per thread (lease.py) -------------------------------------------------
+
+    def _sync_leases(self) -> LeaseKeeper:
+        chain = self._sync_chain()
+        if self._lease_keeper is None or self._lease_keeper.chain is not chain:
+            self._lease_keeper = LeaseKeeper(chain, self._leases)
+        return self._lease_keeper
+
+    def _async_leases(self) -> AsyncLeaseKeeper:
+        chain = self._async_chain()
+        if self._alease_keeper is None or self._alease_keeper.chain is not chain:
+            self._alease_keeper = AsyncLeaseKeeper(chain, self._leases)
+        return self._alease_keeper
+
+    def release_thread(self, thread_id: str) -> None:
+        """Give back this saver's writer lease of `thread_id` now. Not needed
+        after a run: a run gives its lease back when it ends. A run of this
+        saver still going on the thread gets `LeaseLost` at its next write.
+        Raises `TierUnavailable` if the lease tier cannot be reached (the
+        lease then expires by itself after ``lease_ttl``)."""
+        self._sync_leases().release(str(thread_id))
+
+    async def arelease_thread(self, thread_id: str) -> None:
+        """Async `release_thread`."""
+        await self._async_leases().release(str(thread_id))

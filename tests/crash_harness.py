@@ -384,9 +384,24 @@ def _open_spans(trace: Path) -> tuple[list[str], bool, bool, str]:
 def inflight_ledger_writes(trace: Path) -> set[str]:
     """Actions whose ledger write was in flight when the worker died: the
     server may apply it after the death (a Postgres commit or a Redis command
-    already sent), i.e. after the harness looked at the ledger."""
+    already sent), i.e. after the harness looked at the ledger; or it reached
+    some tiers and not others (the worker died between them). Reads take the
+    union of the tiers' ledgers (an entry never moves backwards), so such an
+    intent is seen, and rightly escalated, although the harness's observer
+    (the authoritative tier alone) may not hold it."""
     names, _, _, _ = _open_spans(trace)
-    return {n.split(":", 3)[3] for n in names if n.startswith("tier:") and n.split(":", 3)[2:3] == ["write_ledger"]}
+    out = {n.split(":", 3)[3] for n in names if n.startswith("tier:") and n.split(":", 3)[2:3] == ["write_ledger"]}
+    done: dict[str, dict[str, int]] = {}  # action -> tier -> ledger writes completed there
+    for _, kind, name in _trace_lines(trace):
+        parts = name.split(":", 3)
+        if kind == "E" and parts[0] == "tier" and parts[2:3] == ["write_ledger"]:
+            per_tier = done.setdefault(parts[3], {})
+            per_tier[parts[1]] = per_tier.get(parts[1], 0) + 1
+    tiers = {t for per_tier in done.values() for t in per_tier}
+    for key, per_tier in done.items():
+        if any(per_tier.get(t, 0) < max(per_tier.values()) for t in tiers):
+            out.add(key)
+    return out
 
 
 def ledger_writes(trace: Path) -> set[str]:

@@ -196,6 +196,9 @@ def test_every_redis_key_of_a_thread_is_on_one_cluster_slot(make_saver: Any) -> 
         r = redis_lib.Redis.from_url(REDIS_URL)
         keys = list(r.scan_iter(match=f"{saver.redis_key_prefix}:*"))
         r.close()
+        # One store-wide key besides the threads': the signing key's fingerprint.
+        assert f"{saver.redis_key_prefix}:meta".encode() in keys
+        keys.remove(f"{saver.redis_key_prefix}:meta".encode())
         slots: dict[str, set[int]] = {}
         for key in keys:
             thread = key.decode().split("{", 1)[1].split("}", 1)[0]

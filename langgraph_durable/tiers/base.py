@@ -6,13 +6,17 @@ it never decodes an envelope and makes no decision about other tiers.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import ormsgpack
+
 from ..errors import TierUnavailable
-from ..records import BlobRow, CheckpointRow, WriteRow
+from ..lease import Fence, Lease
+from ..records import BlobRow, CheckpointRow, WriteRow, row_from_fields
 
 BlobKey = tuple[str, str]  # (channel, version)
 
@@ -29,6 +33,63 @@ class QuarantinedRecord:
     reason: str
     record: bytes
     detected_at: float
+    id: str = ""  # unique within its tier; what `restore` takes
+    fields: list[Any] | None = None  # `records.row_fields` of the copy, None if not restorable
+
+    def row(self) -> Any:
+        """The live row this copy was, to be written back (None if unknown)."""
+        if self.fields is None:
+            return None
+        try:
+            return row_from_fields(self.kind, self.thread_id, self.checkpoint_ns, self.fields, self.record)
+        except (ValueError, TypeError):
+            return None
+
+
+# Meta key: the fingerprints (`records.key_fingerprint`) of the keys that
+# seal the tier's records, comma-separated.
+KEYS_META = "key_fingerprints"
+
+
+def key_mismatch_message(tier: str, foreign: list[str], accepted: list[str]) -> str:
+    """What to tell an operator whose saver's key does not fit the store."""
+    ours = "no signing key" if accepted == ["unsigned"] else f"key fingerprint(s) {', '.join(accepted)}"
+    if foreign == ["unsigned"]:
+        hint = (
+            "The store was written without a signing key. To start signing it, pass "
+            "signing_keys=[key, None] (or LANGGRAPH_DURABLE_OLD_SIGNING_KEYS=unsigned) and run "
+            "`langgraph-durable repair` to seal the old records with the key; then drop None."
+        )
+    elif accepted == ["unsigned"]:
+        hint = "Set LANGGRAPH_DURABLE_SIGNING_KEY (or signing_key=) to the key the store was written with."
+    else:
+        hint = (
+            "Use the key the store was written with, or during a rotation pass signing_keys=[new, old] "
+            "(LANGGRAPH_DURABLE_OLD_SIGNING_KEYS) and run `langgraph-durable repair` to re-seal."
+        )
+    return (
+        f"the {tier} tier holds records sealed with {', '.join(foreign)}, which this saver ({ours}) cannot "
+        f"verify. Nothing was read or changed. {hint}"
+    )
+
+
+def deleted_key(thread_id: str) -> str:
+    """The meta key of a thread's deletion marker."""
+    return f"deleted:{thread_id}"
+
+
+def pack_fields(fields: Sequence[Any]) -> bytes:
+    return ormsgpack.packb(list(fields))
+
+
+def _fields(data: bytes | None) -> list[Any] | None:
+    if not data:
+        return None
+    try:
+        value = ormsgpack.unpackb(bytes(data))
+    except ormsgpack.MsgpackDecodeError:
+        return None
+    return value if isinstance(value, list) else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,14 +109,17 @@ class TierProtocol(Protocol):
     def setup(self) -> None: ...
     def close(self) -> None: ...
 
-    def write_checkpoint(self, row: CheckpointRow, blobs: Sequence[BlobRow]) -> None:
-        """Store a checkpoint and its new blobs atomically (checkpoint upserts)."""
+    def write_checkpoint(self, row: CheckpointRow, blobs: Sequence[BlobRow], *, fence: Fence | None = None) -> None:
+        """Store a checkpoint and its new blobs atomically (checkpoint upserts).
+        With a `fence`, only if the thread's lease still matches it, checked
+        and renewed in the same transaction; else `LeaseLost`, nothing stored."""
 
     def write_blobs(self, blobs: Sequence[BlobRow]) -> None:
         """Store blobs, replacing any copy under the same key (read-repair)."""
 
-    def write_writes(self, rows: Sequence[WriteRow], upsert: bool) -> None:
-        """Store pending writes: replace on `upsert`, else insert-or-ignore."""
+    def write_writes(self, rows: Sequence[WriteRow], upsert: bool, *, fence: Fence | None = None) -> None:
+        """Store pending writes: replace on `upsert`, else insert-or-ignore.
+        `fence` as for `write_checkpoint`."""
 
     def read_checkpoint(self, thread_id: str, ns: str, checkpoint_id: str) -> CheckpointRow | None: ...
     def read_blobs(self, thread_id: str, ns: str, keys: Sequence[BlobKey]) -> dict[BlobKey, BlobRow]: ...
@@ -79,8 +143,9 @@ class TierProtocol(Protocol):
 
     def list_quarantine(self, thread_id: str | None) -> list[QuarantinedRecord]: ...
     def thread_ids(self) -> list[str]: ...
-    def write_ledger(self, thread_id: str, key: str, envelope: bytes) -> None:
-        """Store (replace) one ledger entry."""
+    def write_ledger(self, thread_id: str, key: str, envelope: bytes, *, only_if_absent: bool = False) -> None:
+        """Store (replace) one ledger entry; with `only_if_absent`, only where
+        the tier has none (read-repair must never overwrite a newer state)."""
 
     def read_ledger(self, thread_id: str) -> dict[str, bytes]: ...
     def thread_records(self, thread_id: str) -> ThreadRecords: ...
@@ -90,6 +155,21 @@ class TierProtocol(Protocol):
     def prune(self, thread_id: str, keep: set[tuple[str, str]], keep_blobs: set[tuple[str, str, str]]) -> None:
         """Delete the thread's checkpoints and writes except `keep` (ns, id),
         and its blobs except `keep_blobs` (ns, channel, version)."""
+
+    # -- writer leases (lease.py); used on the most authoritative tier only --
+
+    def read_lease(self, thread_id: str) -> tuple[Lease | None, float]:
+        """The thread's lease record (None if it never had one) and the
+        tier's clock now, in seconds since the epoch."""
+
+    def swap_lease(self, thread_id: str, expected: Lease | None, holder: str, token: int, ttl: float) -> Lease | None:
+        """Atomically replace the lease record, if it still equals `expected`
+        (or is still absent), by (`holder`, `token`) expiring `ttl` seconds
+        from the tier's now. The new record, or None if it had changed."""
+
+    def release_lease(self, thread_id: str, holder: str, token: int | None) -> None:
+        """Clear the holder (keeping the token), if the lease is `holder`'s
+        (with `token`, unless None)."""
 
 
 @contextmanager
@@ -109,11 +189,24 @@ def unavailable_on(tier: str, where: str, *errors: type[BaseException]) -> Itera
         ) from exc
 
 
+# psycopg and redis-py both take a password from the query string too
+# (``?password=...``, ``&sslpassword=...``), and libpq from a conninfo string
+# (``password='...'``), which a misconfigured URL may turn out to be.
+_SECRET_PARAM = re.compile(r"(\b(?:ssl)?password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&]*)", re.IGNORECASE)
+
+
 def redact(url: str) -> str:
-    """A URL without its password, for error messages and logs."""
-    if "://" not in url or "@" not in url:
-        return url
-    scheme, rest = url.split("://", 1)
-    creds, host = rest.rsplit("@", 1)
-    user = creds.split(":", 1)[0]
-    return f"{scheme}://{user}:***@{host}" if ":" in creds else f"{scheme}://{user}@{host}"
+    """A URL (or conninfo string) without its passwords, for error messages and logs."""
+    text = _SECRET_PARAM.sub(r"\1***", url)
+    scheme, sep, rest = text.partition("://")
+    if not sep:
+        return text
+    # The user info ends at the last "@" before the query string, so a
+    # password holding an unescaped "@" or "/" is hidden whole.
+    query = rest.find("?")
+    at = rest.rfind("@", 0, query if query >= 0 else len(rest))
+    if at < 0:
+        return text
+    creds, host = rest[:at], rest[at + 1 :]
+    user, colon, _ = creds.partition(":")
+    return f"{scheme}://{user}:***@{host}" if colon else text

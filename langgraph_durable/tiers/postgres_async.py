@@ -19,8 +19,10 @@ from psycopg.rows import TupleRow
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
-from ..records import BlobRow, CheckpointRow, WriteRow
-from .base import BlobKey, QuarantinedRecord, ThreadRecords, redact, unavailable_on
+from ..errors import ConfigError, DurableError, TierUnavailable
+from ..lease import Fence, Lease, lease_lost
+from ..records import BlobRow, CheckpointRow, Row, WriteRow
+from .base import BlobKey, QuarantinedRecord, ThreadRecords, _fields, deleted_key, redact, unavailable_on
 
 DEFAULT_POOL_SIZE = 10
 DEFAULT_CONNECT_TIMEOUT_S = 5.0
@@ -84,11 +86,37 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (thread_id, key)
     );
     """,
+    # A quarantined copy keeps the fields of its row (msgpack), so it can be
+    # put back; the store's key fingerprint; per-thread writer leases.
+    """
+    ALTER TABLE lgd_quarantine ADD COLUMN IF NOT EXISTS fields bytea;
+    CREATE TABLE IF NOT EXISTS lgd_meta (
+        key text PRIMARY KEY,
+        value text NOT NULL
+    );
+    CREATE TABLE IF NOT EXISTS lgd_leases (
+        thread_id text PRIMARY KEY,
+        holder text NOT NULL,
+        token bigint NOT NULL,
+        expires_at double precision NOT NULL
+    );
+    """,
 ]
 
 _CP_COLS = "thread_id, checkpoint_ns, checkpoint_id, parent_id, run_id, metadata::text, record"
 _W_COLS = "thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, task_path, record"
 _ERRORS = (psycopg.OperationalError,)
+_NOW = "extract(epoch FROM clock_timestamp())::double precision"  # the server's clock
+# What the server says when it was reached but will not take this URL's
+# user, password or database: a configuration problem, not an outage.
+_CONFIG_FAILURES = (
+    "does not exist",
+    "authentication failed",
+    "no password supplied",
+    "pg_hba.conf",
+    "not permitted to log in",
+    "permission denied",
+)
 
 
 def _cp(r: TupleRow) -> CheckpointRow:
@@ -97,6 +125,27 @@ def _cp(r: TupleRow) -> CheckpointRow:
 
 def _w(r: TupleRow) -> WriteRow:
     return WriteRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], bytes(r[7]))
+
+
+def _locate(row: Row) -> tuple[str, str, tuple[Any, ...]]:
+    """Table, WHERE clause and parameters of one record's live row."""
+    if isinstance(row, CheckpointRow):
+        return (
+            "lgd_checkpoints",
+            "thread_id = %s AND checkpoint_ns = %s AND checkpoint_id = %s",
+            (row.thread_id, row.checkpoint_ns, row.checkpoint_id),
+        )
+    if isinstance(row, BlobRow):
+        return (
+            "lgd_blobs",
+            "thread_id = %s AND checkpoint_ns = %s AND channel = %s AND version = %s",
+            (row.thread_id, row.checkpoint_ns, row.channel, row.version),
+        )
+    return (
+        "lgd_writes",
+        "thread_id = %s AND checkpoint_ns = %s AND checkpoint_id = %s AND task_id = %s AND idx = %s",
+        (row.thread_id, row.checkpoint_ns, row.checkpoint_id, row.task_id, row.idx),
+    )
 
 
 class AsyncPostgresTier:
@@ -126,9 +175,39 @@ class AsyncPostgresTier:
 
     async def _open(self) -> None:
         if not self._opened:
-            with unavailable_on("postgres", self.where, *_ERRORS):
+            try:
                 await self.pool.open(wait=True, timeout=self.connect_timeout)
+            except psycopg.OperationalError as exc:
+                raise await self._open_error(exc) from exc
             self._opened = True
+
+    async def _open_error(self, pool_error: psycopg.OperationalError) -> DurableError:
+        """Why the pool did not open. The pool only says PoolTimeout ("is the
+        server running?") whatever happened, so one direct connection asks
+        the server: a wrong database, role or password is a `ConfigError`,
+        anything else `TierUnavailable`, both with the server's own words."""
+        try:
+            conn = await self.pool.connection_class.connect(
+                self.url, autocommit=True, connect_timeout=max(1, int(self.connect_timeout))
+            )
+        except psycopg.Error as exc:
+            reason = " ".join(str(exc).split())
+            if isinstance(exc, psycopg.OperationalError) and not any(m in reason for m in _CONFIG_FAILURES):
+                return TierUnavailable(
+                    f"postgres tier at {self.where} is unreachable ({reason}). "
+                    "Check that the server is running and the URL is right.",
+                    tier="postgres",
+                )
+            return ConfigError(
+                f"postgres tier at {self.where} refused the connection ({reason}). Check the user, password "
+                "and database name in postgres=: the database must exist and the user must be allowed to connect."
+            )
+        await conn.close()
+        return TierUnavailable(
+            f"postgres tier at {self.where} did not open its connection pool in {self.connect_timeout} s "
+            f"({type(pool_error).__name__}: {pool_error}). Check that the server is running and not overloaded.",
+            tier="postgres",
+        )
 
     async def setup(self) -> None:
         await self._open()
@@ -149,9 +228,12 @@ class AsyncPostgresTier:
 
     # -- writes ---------------------------------------------------------------------
 
-    async def write_checkpoint(self, row: CheckpointRow, blobs: Sequence[BlobRow]) -> None:
+    async def write_checkpoint(
+        self, row: CheckpointRow, blobs: Sequence[BlobRow], *, fence: Fence | None = None
+    ) -> None:
         with unavailable_on("postgres", self.where, *_ERRORS):
             async with self.pool.connection() as conn, conn.transaction(), conn.pipeline():
+                await self._check_fence(conn, fence)
                 await conn.execute(
                     "INSERT INTO lgd_checkpoints VALUES (%s, %s, %s, %s, %s, %s::jsonb, %s) "
                     "ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET "
@@ -185,7 +267,7 @@ class AsyncPostgresTier:
                     [(b.thread_id, b.checkpoint_ns, b.channel, b.version, b.envelope) for b in blobs],
                 )
 
-    async def write_writes(self, rows: Sequence[WriteRow], upsert: bool) -> None:
+    async def write_writes(self, rows: Sequence[WriteRow], upsert: bool, *, fence: Fence | None = None) -> None:
         if not rows:
             return
         conflict = (
@@ -196,6 +278,7 @@ class AsyncPostgresTier:
         )
         with unavailable_on("postgres", self.where, *_ERRORS):
             async with self.pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+                await self._check_fence(conn, fence)
                 await cur.executemany(
                     f"INSERT INTO lgd_writes VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT {conflict}",
                     [
@@ -295,18 +378,27 @@ class AsyncPostgresTier:
                 for table in ("lgd_checkpoints", "lgd_blobs", "lgd_writes", "lgd_quarantine", "lgd_ledger"):
                     await conn.execute(f"DELETE FROM {table} WHERE thread_id = %s", (thread_id,))
 
-    async def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+    async def delete_for_runs(self, run_ids: Sequence[str], retain: Sequence[tuple[str, str, str]] = ()) -> None:
+        """Delete the checkpoints (and their writes) of these runs, except
+        the `retain` ones, (thread, ns, checkpoint id): still needed by a
+        surviving checkpoint's delta channels."""
         if not run_ids:
             return
+        kept = sorted(set(retain))
+        params = ([k[0] for k in kept], [k[1] for k in kept], [k[2] for k in kept])
+        doomed = (
+            "c.run_id = ANY(%s) AND (c.thread_id, c.checkpoint_ns, c.checkpoint_id) NOT IN "
+            "(SELECT * FROM unnest(%s::text[], %s::text[], %s::text[]))"
+        )
         with unavailable_on("postgres", self.where, *_ERRORS):
             async with self.pool.connection() as conn, conn.transaction():
                 await conn.execute(
-                    "DELETE FROM lgd_writes w USING lgd_checkpoints c WHERE c.run_id = ANY(%s) "
+                    f"DELETE FROM lgd_writes w USING lgd_checkpoints c WHERE {doomed} "
                     "AND w.thread_id = c.thread_id AND w.checkpoint_ns = c.checkpoint_ns "
                     "AND w.checkpoint_id = c.checkpoint_id",
-                    (list(run_ids),),
+                    (list(run_ids), *params),
                 )
-                await conn.execute("DELETE FROM lgd_checkpoints WHERE run_id = ANY(%s)", (list(run_ids),))
+                await conn.execute(f"DELETE FROM lgd_checkpoints c WHERE {doomed}", (list(run_ids), *params))
 
     async def delete_checkpoint(self, thread_id: str, ns: str, checkpoint_id: str) -> None:
         with unavailable_on("postgres", self.where, *_ERRORS):
@@ -316,11 +408,12 @@ class AsyncPostgresTier:
                     (thread_id, ns, checkpoint_id),
                 )
 
-    async def write_ledger(self, thread_id: str, key: str, envelope: bytes) -> None:
+    async def write_ledger(self, thread_id: str, key: str, envelope: bytes, *, only_if_absent: bool = False) -> None:
+        conflict = "DO NOTHING" if only_if_absent else "DO UPDATE SET record = EXCLUDED.record"
         with unavailable_on("postgres", self.where, *_ERRORS):
             async with self.pool.connection() as conn:
                 await conn.execute(
-                    "INSERT INTO lgd_ledger VALUES (%s, %s, %s) ON CONFLICT (thread_id, key) DO UPDATE SET record = EXCLUDED.record",
+                    f"INSERT INTO lgd_ledger VALUES (%s, %s, %s) ON CONFLICT (thread_id, key) {conflict}",
                     (thread_id, key, envelope),
                 )
 
@@ -350,22 +443,72 @@ class AsyncPostgresTier:
             [_w(r) for r in writes],
         )
 
-    async def quarantine(self, thread_id: str, ns: str, kind: str, key: str, reason: str, envelope: bytes) -> None:
+    async def quarantine(
+        self, thread_id: str, ns: str, kind: str, key: str, reason: str, envelope: bytes, fields: bytes = b""
+    ) -> None:
+        """Keep a copy for forensics and for `restore`, out of every read path."""
         with unavailable_on("postgres", self.where, *_ERRORS):
             async with self.pool.connection() as conn:
                 await conn.execute(
-                    "INSERT INTO lgd_quarantine (thread_id, checkpoint_ns, kind, key, reason, record) "
-                    "VALUES (%s, %s, %s, %s, %s, %s)",
-                    (thread_id, ns, kind, key, reason, envelope),
+                    "INSERT INTO lgd_quarantine (thread_id, checkpoint_ns, kind, key, reason, record, fields) "
+                    "VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                    (thread_id, ns, kind, key, reason, envelope, fields or None),
                 )
 
+    async def remove_copy(self, kind: str, row: Row) -> None:
+        """Delete this exact copy from the live table; a different copy under
+        the same key (one repaired meanwhile) stays."""
+        table, where, params = _locate(row)
+        with unavailable_on("postgres", self.where, *_ERRORS):
+            async with self.pool.connection() as conn:
+                await conn.execute(f"DELETE FROM {table} WHERE {where} AND record = %s", (*params, row.envelope))
+
     async def list_quarantine(self, thread_id: str | None) -> list[QuarantinedRecord]:
-        sql = "SELECT thread_id, checkpoint_ns, kind, key, reason, record, detected_at FROM lgd_quarantine"
+        sql = "SELECT id, thread_id, checkpoint_ns, kind, key, reason, record, detected_at, fields FROM lgd_quarantine"
         if thread_id is None:
             rows = await self._fetchall(sql + " ORDER BY id", ())
         else:
             rows = await self._fetchall(sql + " WHERE thread_id = %s ORDER BY id", (thread_id,))
-        return [QuarantinedRecord("postgres", r[0], r[1], r[2], r[3], r[4], bytes(r[5]), r[6]) for r in rows]
+        return [
+            QuarantinedRecord("postgres", r[1], r[2], r[3], r[4], r[5], bytes(r[6]), r[7], str(r[0]), _fields(r[8]))
+            for r in rows
+        ]
+
+    async def drop_quarantined(self, ids: Sequence[str]) -> None:
+        with unavailable_on("postgres", self.where, *_ERRORS):
+            async with self.pool.connection() as conn:
+                await conn.execute("DELETE FROM lgd_quarantine WHERE id = ANY(%s)", ([int(i) for i in ids],))
+
+    async def read_meta(self, key: str) -> str | None:
+        rows = await self._fetchall("SELECT value FROM lgd_meta WHERE key = %s", (key,))
+        return rows[0][0] if rows else None
+
+    async def write_meta(self, key: str, value: str | None) -> None:
+        """Set (or, with None, remove) one store-wide setting."""
+        with unavailable_on("postgres", self.where, *_ERRORS):
+            async with self.pool.connection() as conn:
+                if value is None:
+                    await conn.execute("DELETE FROM lgd_meta WHERE key = %s", (key,))
+                else:
+                    await conn.execute(
+                        "INSERT INTO lgd_meta VALUES (%s, %s) ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+                        (key, value),
+                    )
+
+    async def head(self, thread_id: str, ns: str) -> tuple[str | None, str | None]:
+        """The newest checkpoint id of (thread, ns) and the thread's deletion
+        marker (`mark_deleted`), in one round trip."""
+        rows = await self._fetchall(
+            "SELECT (SELECT checkpoint_id FROM lgd_checkpoints WHERE thread_id = %s AND checkpoint_ns = %s "
+            "ORDER BY checkpoint_id DESC LIMIT 1), (SELECT value FROM lgd_meta WHERE key = %s)",
+            (thread_id, ns, deleted_key(thread_id)),
+        )
+        return rows[0][0], rows[0][1]
+
+    async def mark_deleted(self, thread_id: str, marker: str | None) -> None:
+        """Record that every checkpoint of the thread up to `marker` was
+        deleted (None clears it); see `SqliteTier.mark_deleted`."""
+        await self.write_meta(deleted_key(thread_id), marker)
 
     async def prune(self, thread_id: str, keep: set[tuple[str, str]], keep_blobs: set[tuple[str, str, str]]) -> None:
         kept_ns = [ns for ns, _ in keep]
@@ -382,4 +525,60 @@ class AsyncPostgresTier:
                     "DELETE FROM lgd_blobs WHERE thread_id = %s AND (checkpoint_ns, channel, version) NOT IN "
                     "(SELECT * FROM unnest(%s::text[], %s::text[], %s::text[]))",
                     (thread_id, [b[0] for b in keep_blobs], [b[1] for b in keep_blobs], [b[2] for b in keep_blobs]),
+                )
+
+    # -- writer leases (lease.py): the server's clock, so replicas' skew does not matter --
+
+    async def _check_fence(self, conn: Any, fence: Fence | None) -> None:
+        """First statement of a write transaction: renew the lease if it still
+        matches `fence`, else `LeaseLost` (the transaction rolls back). The
+        UPDATE locks the lease row until the write commits, so a takeover
+        waits for the write and then sees the renewed lease."""
+        if fence is None:
+            return
+        cur = await conn.execute(
+            f"UPDATE lgd_leases SET expires_at = {_NOW} + %s WHERE thread_id = %s AND holder = %s AND token = %s "
+            "RETURNING token",
+            (fence.ttl, fence.thread_id, fence.holder, fence.token),
+        )
+        if await cur.fetchone() is None:
+            cur = await conn.execute(
+                "SELECT holder, token, expires_at FROM lgd_leases WHERE thread_id = %s", (fence.thread_id,)
+            )
+            r = await cur.fetchone()
+            raise lease_lost(fence, Lease(fence.thread_id, r[0], r[1], r[2]) if r else None, "postgres")
+
+    async def read_lease(self, thread_id: str) -> tuple[Lease | None, float]:
+        rows = await self._fetchall(
+            f"SELECT l.holder, l.token, l.expires_at, {_NOW} FROM (SELECT 1) AS one "
+            "LEFT JOIN lgd_leases l ON l.thread_id = %s",
+            (thread_id,),
+        )
+        r = rows[0]
+        return (Lease(thread_id, r[0], r[1], r[2]) if r[0] is not None else None), r[3]
+
+    async def swap_lease(
+        self, thread_id: str, expected: Lease | None, holder: str, token: int, ttl: float
+    ) -> Lease | None:
+        if expected is None:
+            rows = await self._fetchall(
+                f"INSERT INTO lgd_leases VALUES (%s, %s, %s, {_NOW} + %s) ON CONFLICT (thread_id) DO NOTHING "
+                "RETURNING expires_at",
+                (thread_id, holder, token, ttl),
+            )
+        else:
+            rows = await self._fetchall(
+                f"UPDATE lgd_leases SET holder = %s, token = %s, expires_at = {_NOW} + %s "
+                "WHERE thread_id = %s AND holder = %s AND token = %s AND expires_at = %s RETURNING expires_at",
+                (holder, token, ttl, thread_id, expected.holder, expected.token, expected.expires_at),
+            )
+        return Lease(thread_id, holder, token, rows[0][0]) if rows else None
+
+    async def release_lease(self, thread_id: str, holder: str, token: int | None) -> None:
+        with unavailable_on("postgres", self.where, *_ERRORS):
+            async with self.pool.connection() as conn:
+                await conn.execute(
+                    "UPDATE lgd_leases SET holder = '', expires_at = 0 WHERE thread_id = %s AND holder = %s "
+                    "AND (%s::bigint IS NULL OR token = %s)",
+                    (thread_id, holder, token, token),
                 )

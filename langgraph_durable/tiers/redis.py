@@ -12,8 +12,11 @@ its multi-key transactions stay legal. Layout, under the key prefix ``P``::
     P:{T}:blob            hash  "ns\\0channel\\0ver" -> envelope
     P:{T}:w:<ns>\\0<id>    hash  "task\\0idx"       -> [channel, task_path, envelope]
     P:{T}:wkeys           set   the thread's write hashes (for deletes)
-    P:{T}:quarantine      list  bad copies kept for forensics
+    P:{T}:quarantined     hash  id -> a quarantined copy and its row fields (restorable)
+    P:{T}:deleted         str   deletion marker: checkpoints up to this id were deleted
+    P:meta                hash  store-wide settings (the signing key's fingerprint)
     P:{T}:ledger          hash  action key -> envelope (non-resumable actions)
+    P:{T}:lease           hash  holder, token, expires_at: the thread's writer lease (lease.py)
 
 Every write touches one thread's keys only, so it is one MULTI/EXEC on one
 slot. There is deliberately no global index (it would put a second slot in
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -35,9 +39,11 @@ import ormsgpack
 from redis import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.exceptions import WatchError
 
-from ..records import BlobRow, CheckpointRow, WriteRow, metadata_matches
-from .base import BlobKey, QuarantinedRecord, ThreadRecords, redact, unavailable_on
+from ..lease import Fence, Lease, lease_lost
+from ..records import BlobRow, CheckpointRow, Row, WriteRow, metadata_matches
+from .base import BlobKey, QuarantinedRecord, ThreadRecords, _fields, redact, unavailable_on
 
 DEFAULT_KEY_PREFIX = "langgraph_durable"
 DEFAULT_SOCKET_TIMEOUT_S = 5.0
@@ -118,20 +124,10 @@ class RedisTier:
 
     # -- writes -------------------------------------------------------------------
 
-    def write_checkpoint(self, row: CheckpointRow, blobs: Sequence[BlobRow]) -> None:
-        t, ns, cid = row.thread_id, row.checkpoint_ns, row.checkpoint_id
-        with unavailable_on("redis", self.where, *_ERRORS):
-            with self.client.pipeline(transaction=True) as pipe:
-                pipe.hset(
-                    self._k(t, "cp"),
-                    f"{ns}{_SEP}{cid}",
-                    _pack(row.parent_id, row.run_id, row.metadata_json, row.envelope),
-                )
-                pipe.zadd(self._k(t, f"ids:{ns}"), {cid: 0})
-                pipe.sadd(self._k(t, "nss"), ns)
-                for b in blobs:
-                    pipe.hsetnx(self._k(t, "blob"), f"{b.checkpoint_ns}{_SEP}{b.channel}{_SEP}{b.version}", b.envelope)
-                pipe.execute()
+    def write_checkpoint(
+        self, row: CheckpointRow, blobs: Sequence[BlobRow], *, fence: Fence | None = None
+    ) -> None:
+        self._transaction(fence, lambda pipe: self._queue_checkpoint(pipe, row, blobs))
 
     def write_blobs(self, blobs: Sequence[BlobRow]) -> None:
         if not blobs:
@@ -144,21 +140,10 @@ class RedisTier:
                     )
                 pipe.execute()
 
-    def write_writes(self, rows: Sequence[WriteRow], upsert: bool) -> None:
+    def write_writes(self, rows: Sequence[WriteRow], upsert: bool, *, fence: Fence | None = None) -> None:
         if not rows:
             return
-        with unavailable_on("redis", self.where, *_ERRORS):
-            with self.client.pipeline(transaction=True) as pipe:
-                for w in rows:
-                    key = self._wkey(w.thread_id, w.checkpoint_ns, w.checkpoint_id)
-                    field = f"{w.task_id}{_SEP}{w.idx}"
-                    value = _pack(w.channel, w.task_path, w.envelope)
-                    if upsert:
-                        pipe.hset(key, field, value)
-                    else:
-                        pipe.hsetnx(key, field, value)
-                    pipe.sadd(self._k(w.thread_id, "wkeys"), key)
-                pipe.execute()
+        self._transaction(fence, lambda pipe: self._queue_writes(pipe, rows, upsert))
 
     # -- reads ----------------------------------------------------------------------
 
@@ -251,23 +236,29 @@ class RedisTier:
             nss = self.client.smembers(self._k(t, "nss"))
             wkeys = self.client.smembers(self._k(t, "wkeys"))
             with self.client.pipeline(transaction=True) as pipe:
-                keys = [self._k(t, p) for p in ("cp", "nss", "blob", "wkeys", "quarantine", "ledger")]
+                keys = [self._k(t, p) for p in ("cp", "nss", "blob", "wkeys", "quarantine", "quarantined", "ledger")]
                 keys += [self._k(t, f"ids:{n.decode()}") for n in nss]
                 keys += [k.decode() for k in wkeys]
                 pipe.delete(*keys)
                 pipe.execute()
 
-    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+    def delete_for_runs(self, run_ids: Sequence[str], retain: Sequence[tuple[str, str, str]] = ()) -> None:
+        """Delete the checkpoints (and their writes) of these runs, except
+        the `retain` ones, (thread, ns, checkpoint id): still needed by a
+        surviving checkpoint's delta channels."""
         wanted = set(run_ids)
         if not wanted:
             return
+        kept = set(retain)
         with unavailable_on("redis", self.where, *_ERRORS):
             for t in self._all_threads():
                 stored = self.client.hgetall(self._k(t, "cp"))
                 doomed = []
                 for field, data in stored.items():
                     if _unpack(data, 4)[1] in wanted:
-                        doomed.append(field.decode().split(_SEP))
+                        ns, cid = field.decode().split(_SEP)
+                        if (t, ns, cid) not in kept:
+                            doomed.append((ns, cid))
                 if not doomed:
                     continue
                 with self.client.pipeline(transaction=True) as pipe:
@@ -288,9 +279,12 @@ class RedisTier:
                 pipe.zrem(self._k(thread_id, f"ids:{ns}"), checkpoint_id)
                 pipe.execute()
 
-    def write_ledger(self, thread_id: str, key: str, envelope: bytes) -> None:
+    def write_ledger(self, thread_id: str, key: str, envelope: bytes, *, only_if_absent: bool = False) -> None:
         with unavailable_on("redis", self.where, *_ERRORS):
-            self.client.hset(self._k(thread_id, "ledger"), key, envelope)
+            if only_if_absent:
+                self.client.hsetnx(self._k(thread_id, "ledger"), key, envelope)
+            else:
+                self.client.hset(self._k(thread_id, "ledger"), key, envelope)
 
     def read_ledger(self, thread_id: str) -> dict[str, bytes]:
         with unavailable_on("redis", self.where, *_ERRORS):
@@ -327,25 +321,114 @@ class RedisTier:
                 writes.append(WriteRow(t, ns, cid, task_id, int(idx), channel or "", task_path or "", envelope))
         return ThreadRecords(checkpoints, blob_rows, writes)
 
-    def quarantine(self, thread_id: str, ns: str, kind: str, key: str, reason: str, envelope: bytes) -> None:
+    def quarantine(
+        self, thread_id: str, ns: str, kind: str, key: str, reason: str, envelope: bytes, fields: bytes = b""
+    ) -> None:
+        """Keep a copy for forensics and for `restore`, out of every read path."""
         with unavailable_on("redis", self.where, *_ERRORS):
-            self.client.rpush(
-                self._k(thread_id, "quarantine"), _pack(ns, kind, key, reason, envelope, time.time())
+            self.client.hset(
+                self._k(thread_id, "quarantined"),
+                uuid.uuid4().hex,
+                _pack(ns, kind, key, reason, fields.hex() if fields else None, time.time(), envelope),
             )
+
+    def remove_copy(self, kind: str, row: Row) -> None:
+        """Delete this exact copy from the live hash; a different copy under
+        the same key (one repaired meanwhile) stays. WATCH makes the compare
+        and the delete one step."""
+        t = row.thread_id
+        if isinstance(row, CheckpointRow):
+            key, field = self._k(t, "cp"), f"{row.checkpoint_ns}{_SEP}{row.checkpoint_id}"
+        elif isinstance(row, BlobRow):
+            key, field = self._k(t, "blob"), f"{row.checkpoint_ns}{_SEP}{row.channel}{_SEP}{row.version}"
+        else:
+            key, field = self._wkey(t, row.checkpoint_ns, row.checkpoint_id), f"{row.task_id}{_SEP}{row.idx}"
+        with unavailable_on("redis", self.where, *_ERRORS):
+            with self.client.pipeline(transaction=True) as pipe:
+                try:
+                    pipe.watch(key)
+                    current = pipe.hget(key, field)
+                    if current is None:
+                        return
+                    stored = (
+                        current if isinstance(row, BlobRow) else _unpack(current, 4 if kind == "checkpoint" else 3)[-1]
+                    )
+                    if stored != row.envelope:
+                        return
+                    pipe.multi()
+                    pipe.hdel(key, field)
+                    if isinstance(row, CheckpointRow):
+                        pipe.zrem(self._k(t, f"ids:{row.checkpoint_ns}"), row.checkpoint_id)
+                    pipe.execute()
+                except WatchError:
+                    return  # rewritten meanwhile: that copy is not ours to remove
 
     def list_quarantine(self, thread_id: str | None) -> list[QuarantinedRecord]:
         out = []
         with unavailable_on("redis", self.where, *_ERRORS):
             threads = [thread_id] if thread_id is not None else self._all_threads()
             for t in threads:
-                for item in self.client.lrange(self._k(t, "quarantine"), 0, -1):
-                    ns, kind, key, reason, envelope, at = _unpack(item, 6)
+                for qid, item in sorted((self.client.hgetall(self._k(t, "quarantined"))).items()):
+                    ns, kind, key, reason, fields_hex, at, envelope = _unpack(item, 7)
+                    try:
+                        fields = bytes.fromhex(fields_hex) if isinstance(fields_hex, str) else None
+                    except ValueError:  # a damaged entry: listed, not restorable
+                        fields = None
                     out.append(
                         QuarantinedRecord(
-                            "redis", t, ns or "", kind or "", key or "", reason or "", envelope, at or 0.0
+                            "redis",
+                            t,
+                            ns or "",
+                            kind or "",
+                            key or "",
+                            reason or "",
+                            envelope,
+                            at or 0.0,
+                            f"{t}/{qid.decode()}",
+                            _fields(fields),
                         )
                     )
+        out.sort(key=lambda q: q.detected_at)
         return out
+
+    def drop_quarantined(self, ids: Sequence[str]) -> None:
+        with unavailable_on("redis", self.where, *_ERRORS):
+            for qid in ids:
+                t, field = qid.rsplit("/", 1)
+                self.client.hdel(self._k(t, "quarantined"), field)
+
+    def read_meta(self, key: str) -> str | None:
+        with unavailable_on("redis", self.where, *_ERRORS):
+            value = self.client.hget(f"{self.prefix}:meta", key)
+        return value.decode() if value is not None else None
+
+    def write_meta(self, key: str, value: str | None) -> None:
+        """Set (or, with None, remove) one store-wide setting."""
+        with unavailable_on("redis", self.where, *_ERRORS):
+            if value is None:
+                self.client.hdel(f"{self.prefix}:meta", key)
+            else:
+                self.client.hset(f"{self.prefix}:meta", key, value)
+
+    def head(self, thread_id: str, ns: str) -> tuple[str | None, str | None]:
+        """The newest checkpoint id of (thread, ns) and the thread's deletion
+        marker (`mark_deleted`), in one round trip."""
+        with unavailable_on("redis", self.where, *_ERRORS):
+            with self.client.pipeline(transaction=False) as pipe:
+                pipe.zrevrangebylex(self._k(thread_id, f"ids:{ns}"), "+", "-", start=0, num=1)
+                pipe.get(self._k(thread_id, "deleted"))
+                ids, marker = pipe.execute()
+        return (ids[0].decode() if ids else None), (marker.decode() if marker is not None else None)
+
+    def mark_deleted(self, thread_id: str, marker: str | None) -> None:
+        """Record that every checkpoint of the thread up to `marker` was
+        deleted (None clears it). Kept on the thread's slot, apart from its
+        other keys, so `delete_thread` does not remove it."""
+        with unavailable_on("redis", self.where, *_ERRORS):
+            if marker is None:
+                self.client.delete(self._k(thread_id, "deleted"))
+            else:
+                self.client.set(self._k(thread_id, "deleted"), marker)
 
     def prune(self, thread_id: str, keep: set[tuple[str, str]], keep_blobs: set[tuple[str, str, str]]) -> None:
         t = thread_id
@@ -368,6 +451,81 @@ class RedisTier:
                         pipe.hdel(self._k(t, "blob"), f)
                 pipe.execute()
 
+    # -- transactions that write records (optionally fenced) ------------------------
+
+    def _queue_checkpoint(self, pipe: Any, row: CheckpointRow, blobs: Sequence[BlobRow]) -> None:
+        t, ns, cid = row.thread_id, row.checkpoint_ns, row.checkpoint_id
+        pipe.hset(
+            self._k(t, "cp"), f"{ns}{_SEP}{cid}", _pack(row.parent_id, row.run_id, row.metadata_json, row.envelope)
+        )
+        pipe.zadd(self._k(t, f"ids:{ns}"), {cid: 0})
+        pipe.sadd(self._k(t, "nss"), ns)
+        for b in blobs:
+            pipe.hsetnx(self._k(t, "blob"), f"{b.checkpoint_ns}{_SEP}{b.channel}{_SEP}{b.version}", b.envelope)
+
+    def _queue_writes(self, pipe: Any, rows: Sequence[WriteRow], upsert: bool) -> None:
+        for w in rows:
+            key = self._wkey(w.thread_id, w.checkpoint_ns, w.checkpoint_id)
+            field = f"{w.task_id}{_SEP}{w.idx}"
+            value = _pack(w.channel, w.task_path, w.envelope)
+            if upsert:
+                pipe.hset(key, field, value)
+            else:
+                pipe.hsetnx(key, field, value)
+            pipe.sadd(self._k(w.thread_id, "wkeys"), key)
+
+    def _transaction(self, fence: Fence | None, queue: Any) -> None:
+        """One MULTI/EXEC of what `queue(pipe)` adds. With a `fence`, the
+        lease key is WATCHed and checked first and renewed inside the MULTI:
+        EXEC fails if the lease moved in between (a takeover, or a renewal by
+        a parallel write of the same run), and then the check runs again."""
+        with unavailable_on("redis", self.where, *_ERRORS):
+            with self.client.pipeline(transaction=True) as pipe:
+                while True:
+                    if fence is not None:
+                        key = self._k(fence.thread_id, "lease")
+                        pipe.watch(key)
+                        holder, token, expires = pipe.hmget(key, ["holder", "token", "expires_at"])
+                        if token is None or holder.decode() != fence.holder or int(token) != fence.token:
+                            raise lease_lost(fence, _lease(fence.thread_id, holder, token, expires), "redis")
+                        pipe.multi()
+                        pipe.eval(_RENEW_LEASE, 1, key, repr(float(fence.ttl)))
+                    queue(pipe)
+                    try:
+                        pipe.execute()
+                        return
+                    except WatchError:
+                        continue
+
+    # -- writer leases (lease.py): Redis's clock (TIME), so replicas' skew does not matter --
+
+    def read_lease(self, thread_id: str) -> tuple[Lease | None, float]:
+        with unavailable_on("redis", self.where, *_ERRORS):
+            with self.client.pipeline(transaction=True) as pipe:
+                pipe.hmget(self._k(thread_id, "lease"), ["holder", "token", "expires_at"])
+                pipe.time()
+                (holder, token, expires), (sec, usec) = pipe.execute()
+        return _lease(thread_id, holder, token, expires), sec + usec / 1e6
+
+    def swap_lease(
+        self, thread_id: str, expected: Lease | None, holder: str, token: int, ttl: float
+    ) -> Lease | None:
+        if expected is None:
+            want = ["0", "", "", ""]
+        else:
+            want = ["1", expected.holder, str(expected.token), _ts(expected.expires_at)]
+        with unavailable_on("redis", self.where, *_ERRORS):
+            expires = self.client.eval(
+                _SWAP_LEASE, 1, self._k(thread_id, "lease"), *want, holder, str(token), repr(float(ttl))
+            )
+        return Lease(thread_id, holder, token, float(expires)) if expires else None
+
+    def release_lease(self, thread_id: str, holder: str, token: int | None) -> None:
+        with unavailable_on("redis", self.where, *_ERRORS):
+            self.client.eval(
+                _RELEASE_LEASE, 1, self._k(thread_id, "lease"), holder, "" if token is None else str(token)
+            )
+
 
 def _glob_escape(text: str) -> str:
     return "".join("\\" + c if c in "*?[]\\" else c for c in text)
@@ -379,3 +537,48 @@ def _loads(metadata_json: str) -> dict[str, Any]:
     except ValueError:
         return {}
     return value if isinstance(value, dict) else {}
+
+
+def _ts(seconds: float) -> str:
+    """A lease time as stored: fixed microseconds, so it compares as a string."""
+    return f"{seconds:.6f}"
+
+
+def _lease(thread_id: str, holder: bytes | None, token: bytes | None, expires: bytes | None) -> Lease | None:
+    if token is None:
+        return None
+    return Lease(thread_id, (holder or b"").decode(), int(token), float(expires or 0))
+
+
+# Compare-and-swap of a lease hash; the expiry comes from the server's clock.
+_SWAP_LEASE = """
+local cur = redis.call('HMGET', KEYS[1], 'holder', 'token', 'expires_at')
+if ARGV[1] == '0' then
+  if cur[2] then return false end
+elseif cur[1] ~= ARGV[2] or cur[2] ~= ARGV[3] or cur[3] ~= ARGV[4] then
+  return false
+end
+if redis.replicate_commands then redis.replicate_commands() end
+local t = redis.call('TIME')
+local expires = string.format('%.6f', tonumber(t[1]) + tonumber(t[2]) / 1000000 + tonumber(ARGV[7]))
+redis.call('HSET', KEYS[1], 'holder', ARGV[5], 'token', ARGV[6], 'expires_at', expires)
+return expires
+"""
+
+# Inside a fenced MULTI (the lease key WATCHed and checked): renew from the server's clock.
+_RENEW_LEASE = """
+if redis.replicate_commands then redis.replicate_commands() end
+local t = redis.call('TIME')
+local expires = string.format('%.6f', tonumber(t[1]) + tonumber(t[2]) / 1000000 + tonumber(ARGV[1]))
+redis.call('HSET', KEYS[1], 'expires_at', expires)
+return expires
+"""
+
+# Clear the holder if it is ARGV[1] (with token ARGV[2], unless empty); the token stays.
+_RELEASE_LEASE = """
+local cur = redis.call('HMGET', KEYS[1], 'holder', 'token')
+if cur[1] ~= ARGV[1] then return 0 end
+if ARGV[2] ~= '' and cur[2] ~= ARGV[2] then return 0 end
+redis.call('HSET', KEYS[1], 'holder', '', 'expires_at', '0.000000')
+return 1
+"""

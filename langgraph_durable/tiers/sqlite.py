@@ -12,6 +12,7 @@ worker thread, as aiosqlite does, so the SQL is written once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import os
@@ -24,8 +25,9 @@ from contextlib import contextmanager
 from typing import Any
 
 from ..errors import ConfigError
-from ..records import BlobRow, CheckpointRow, WriteRow, metadata_matches
-from .base import BlobKey, QuarantinedRecord, ThreadRecords, unavailable_on
+from ..lease import Fence, Lease, lease_lost
+from ..records import BlobRow, CheckpointRow, Row, WriteRow, metadata_matches
+from .base import BlobKey, QuarantinedRecord, ThreadRecords, _fields, deleted_key, unavailable_on
 
 DEFAULT_BUSY_TIMEOUT_S = 30.0
 
@@ -95,6 +97,21 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (thread_id, key)
     ) WITHOUT ROWID;
     """,
+    # A quarantined copy keeps the fields of its row (msgpack), so it can be
+    # put back; the store's key fingerprint; per-thread writer leases.
+    """
+    ALTER TABLE lgd_quarantine ADD COLUMN fields BLOB;
+    CREATE TABLE IF NOT EXISTS lgd_meta (
+        key TEXT PRIMARY KEY,
+        value TEXT NOT NULL
+    ) WITHOUT ROWID;
+    CREATE TABLE IF NOT EXISTS lgd_leases (
+        thread_id TEXT PRIMARY KEY,
+        holder TEXT NOT NULL,
+        token INTEGER NOT NULL,
+        expires_at REAL NOT NULL
+    ) WITHOUT ROWID;
+    """,
 ]
 
 _CP_COLS = "thread_id, checkpoint_ns, checkpoint_id, parent_id, run_id, metadata, record"
@@ -102,6 +119,27 @@ _CP_COLS = "thread_id, checkpoint_ns, checkpoint_id, parent_id, run_id, metadata
 
 def _cp(row: tuple[Any, ...]) -> CheckpointRow:
     return CheckpointRow(row[0], row[1], row[2], row[3], row[4], row[5], bytes(row[6]))
+
+
+def _locate(kind: str, row: Row) -> tuple[str, str, tuple[Any, ...]]:
+    """Table, WHERE clause and parameters of one record's live row."""
+    if isinstance(row, CheckpointRow):
+        return (
+            "lgd_checkpoints",
+            "thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?",
+            (row.thread_id, row.checkpoint_ns, row.checkpoint_id),
+        )
+    if isinstance(row, BlobRow):
+        return (
+            "lgd_blobs",
+            "thread_id = ? AND checkpoint_ns = ? AND channel = ? AND version = ?",
+            (row.thread_id, row.checkpoint_ns, row.channel, row.version),
+        )
+    return (
+        "lgd_writes",
+        "thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ? AND task_id = ? AND idx = ?",
+        (row.thread_id, row.checkpoint_ns, row.checkpoint_id, row.task_id, row.idx),
+    )
 
 
 class SqliteTier:
@@ -121,10 +159,11 @@ class SqliteTier:
     def _connect(self) -> sqlite3.Connection:
         if self._conn is not None:
             return self._conn
+        created = False
         if self.path != ":memory:":
             parent = os.path.dirname(os.path.abspath(self.path))
             try:
-                os.makedirs(parent, exist_ok=True)
+                created = _create_private(parent, self.path)
             except OSError as exc:
                 raise ConfigError(
                     f"cannot create the folder {parent!r} for the SQLite tier ({exc}); "
@@ -133,6 +172,12 @@ class SqliteTier:
         with unavailable_on("sqlite", self.path, sqlite3.OperationalError):
             conn = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False)
             self._enable_wal(conn)
+            if created:
+                # SQLite gives -wal and -shm the database file's mode; say so
+                # explicitly in case they were left behind by an older file.
+                for suffix in ("-wal", "-shm"):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.chmod(self.path + suffix, 0o600)
             # NORMAL in WAL mode: a commit survives a process crash (the
             # case we guard against); only an OS crash may lose the last ones.
             conn.execute("PRAGMA synchronous=NORMAL")
@@ -217,11 +262,14 @@ class SqliteTier:
                 [(b.thread_id, b.checkpoint_ns, b.channel, b.version, b.envelope) for b in blobs],
             )
 
-    def write_checkpoint(self, row: CheckpointRow, blobs: Sequence[BlobRow], *, journal: bool = False) -> int | None:
+    def write_checkpoint(
+        self, row: CheckpointRow, blobs: Sequence[BlobRow], *, journal: bool = False, fence: Fence | None = None
+    ) -> int | None:
         """Store the checkpoint; with `journal`, also record it as not yet
         acknowledged by the shared tiers, in the same transaction. Returns the
-        journal entry's id."""
+        journal entry's id. With a `fence`, only if the lease matches it."""
         with self._tx() as conn:
+            self._check_fence(conn, fence)
             self._insert_checkpoint(conn, row, blobs)
             if journal:
                 cur = conn.execute(
@@ -239,9 +287,12 @@ class SqliteTier:
                 [(b.thread_id, b.checkpoint_ns, b.channel, b.version, b.envelope) for b in blobs],
             )
 
-    def write_writes(self, rows: Sequence[WriteRow], upsert: bool, *, journal: bool = False) -> int | None:
+    def write_writes(
+        self, rows: Sequence[WriteRow], upsert: bool, *, journal: bool = False, fence: Fence | None = None
+    ) -> int | None:
         verb = "INSERT OR REPLACE" if upsert else "INSERT OR IGNORE"
         with self._tx() as conn:
+            self._check_fence(conn, fence)
             conn.executemany(
                 f"{verb} INTO lgd_writes VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 [
@@ -367,19 +418,27 @@ class SqliteTier:
             for table in ("lgd_checkpoints", "lgd_blobs", "lgd_writes", "lgd_journal", "lgd_quarantine", "lgd_ledger"):
                 conn.execute(f"DELETE FROM {table} WHERE thread_id = ?", (thread_id,))
 
-    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+    def delete_for_runs(self, run_ids: Sequence[str], retain: Sequence[tuple[str, str, str]] = ()) -> None:
+        """Delete the checkpoints (and their writes) of these runs, except
+        the `retain` ones, (thread, ns, checkpoint id): still needed by a
+        surviving checkpoint's delta channels."""
         if not run_ids:
             return
         marks = ",".join("?" * len(run_ids))
+        kept = set(retain)
         with self._tx() as conn:
-            doomed = conn.execute(
-                f"SELECT thread_id, checkpoint_ns, checkpoint_id FROM lgd_checkpoints WHERE run_id IN ({marks})",
-                list(run_ids),
-            ).fetchall()
-            conn.executemany(
-                "DELETE FROM lgd_writes WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?", doomed
-            )
-            conn.execute(f"DELETE FROM lgd_checkpoints WHERE run_id IN ({marks})", list(run_ids))
+            doomed = [
+                key
+                for key in conn.execute(
+                    f"SELECT thread_id, checkpoint_ns, checkpoint_id FROM lgd_checkpoints WHERE run_id IN ({marks})",
+                    list(run_ids),
+                ).fetchall()
+                if tuple(key) not in kept
+            ]
+            for table in ("lgd_writes", "lgd_checkpoints"):
+                conn.executemany(
+                    f"DELETE FROM {table} WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?", doomed
+                )
 
     def delete_checkpoint(self, thread_id: str, ns: str, checkpoint_id: str) -> None:
         with self._tx() as conn:
@@ -388,9 +447,10 @@ class SqliteTier:
                 (thread_id, ns, checkpoint_id),
             )
 
-    def write_ledger(self, thread_id: str, key: str, envelope: bytes) -> None:
+    def write_ledger(self, thread_id: str, key: str, envelope: bytes, *, only_if_absent: bool = False) -> None:
+        verb = "INSERT OR IGNORE" if only_if_absent else "INSERT OR REPLACE"
         with self._tx() as conn:
-            conn.execute("INSERT OR REPLACE INTO lgd_ledger VALUES (?, ?, ?)", (thread_id, key, envelope))
+            conn.execute(f"{verb} INTO lgd_ledger VALUES (?, ?, ?)", (thread_id, key, envelope))
 
     def read_ledger(self, thread_id: str) -> dict[str, bytes]:
         with self._read() as conn:
@@ -424,23 +484,69 @@ class SqliteTier:
             [WriteRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], bytes(r[7])) for r in writes],
         )
 
-    def quarantine(self, thread_id: str, ns: str, kind: str, key: str, reason: str, envelope: bytes) -> None:
-        """Keep a bad copy for forensics, out of every read path."""
+    def quarantine(
+        self, thread_id: str, ns: str, kind: str, key: str, reason: str, envelope: bytes, fields: bytes = b""
+    ) -> None:
+        """Keep a copy for forensics and for `restore`, out of every read path."""
         with self._tx() as conn:
             conn.execute(
-                "INSERT INTO lgd_quarantine (thread_id, checkpoint_ns, kind, key, reason, record, detected_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (thread_id, ns, kind, key, reason, envelope, time.time()),
+                "INSERT INTO lgd_quarantine (thread_id, checkpoint_ns, kind, key, reason, record, detected_at, fields) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (thread_id, ns, kind, key, reason, envelope, time.time(), fields or None),
             )
 
+    def remove_copy(self, kind: str, row: Row) -> None:
+        """Delete this exact copy from the live table; a different copy under
+        the same key (one repaired meanwhile) stays."""
+        table, where, params = _locate(kind, row)
+        with self._tx() as conn:
+            conn.execute(f"DELETE FROM {table} WHERE {where} AND record = ?", (*params, row.envelope))
+
     def list_quarantine(self, thread_id: str | None) -> list[QuarantinedRecord]:
-        sql = "SELECT thread_id, checkpoint_ns, kind, key, reason, record, detected_at FROM lgd_quarantine"
+        sql = "SELECT id, thread_id, checkpoint_ns, kind, key, reason, record, detected_at, fields FROM lgd_quarantine"
         with self._read() as conn:
             if thread_id is None:
                 rows = conn.execute(sql + " ORDER BY id").fetchall()
             else:
                 rows = conn.execute(sql + " WHERE thread_id = ? ORDER BY id", (thread_id,)).fetchall()
-        return [QuarantinedRecord("sqlite", r[0], r[1], r[2], r[3], r[4], bytes(r[5]), r[6]) for r in rows]
+        return [
+            QuarantinedRecord("sqlite", r[1], r[2], r[3], r[4], r[5], bytes(r[6]), r[7], str(r[0]), _fields(r[8]))
+            for r in rows
+        ]
+
+    def drop_quarantined(self, ids: Sequence[str]) -> None:
+        with self._tx() as conn:
+            conn.executemany("DELETE FROM lgd_quarantine WHERE id = ?", [(int(i),) for i in ids])
+
+    def read_meta(self, key: str) -> str | None:
+        with self._read() as conn:
+            row = conn.execute("SELECT value FROM lgd_meta WHERE key = ?", (key,)).fetchone()
+        return row[0] if row else None
+
+    def write_meta(self, key: str, value: str | None) -> None:
+        """Set (or, with None, remove) one store-wide setting."""
+        with self._tx() as conn:
+            if value is None:
+                conn.execute("DELETE FROM lgd_meta WHERE key = ?", (key,))
+            else:
+                conn.execute("INSERT OR REPLACE INTO lgd_meta VALUES (?, ?)", (key, value))
+
+    def head(self, thread_id: str, ns: str) -> tuple[str | None, str | None]:
+        """The newest checkpoint id of (thread, ns) and the thread's deletion
+        marker (`mark_deleted`), in one read."""
+        with self._read() as conn:
+            row = conn.execute(
+                "SELECT (SELECT checkpoint_id FROM lgd_checkpoints WHERE thread_id = ? AND checkpoint_ns = ? "
+                "ORDER BY checkpoint_id DESC LIMIT 1), (SELECT value FROM lgd_meta WHERE key = ?)",
+                (thread_id, ns, deleted_key(thread_id)),
+            ).fetchone()
+        return row[0], row[1]
+
+    def mark_deleted(self, thread_id: str, marker: str | None) -> None:
+        """Record that every checkpoint of the thread up to `marker` (a
+        checkpoint id) was deleted, so a copy another replica still caches is
+        not taken for a lost one; None clears it."""
+        self.write_meta(deleted_key(thread_id), marker)
 
     def prune(self, thread_id: str, keep: set[tuple[str, str]], keep_blobs: set[tuple[str, str, str]]) -> None:
         with self._tx() as conn:
@@ -460,6 +566,69 @@ class SqliteTier:
                 "DELETE FROM lgd_blobs WHERE thread_id = ? AND checkpoint_ns = ? AND channel = ? AND version = ?",
                 [(thread_id, *b) for b in blobs if tuple(b) not in keep_blobs],
             )
+
+    # -- writer leases (lease.py): the local clock; every step is one transaction --
+
+    @staticmethod
+    def _check_fence(conn: sqlite3.Connection, fence: Fence | None) -> None:
+        """Inside a write transaction: the lease still matches `fence`
+        (renewed), or `LeaseLost` and the transaction rolls back."""
+        if fence is None:
+            return
+        renewed = conn.execute(
+            "UPDATE lgd_leases SET expires_at = ? WHERE thread_id = ? AND holder = ? AND token = ?",
+            (time.time() + fence.ttl, fence.thread_id, fence.holder, fence.token),
+        ).rowcount
+        if not renewed:
+            raise lease_lost(fence, _lease(conn, fence.thread_id), "sqlite")
+
+    def read_lease(self, thread_id: str) -> tuple[Lease | None, float]:
+        with self._read() as conn:
+            return _lease(conn, thread_id), time.time()
+
+    def swap_lease(self, thread_id: str, expected: Lease | None, holder: str, token: int, ttl: float) -> Lease | None:
+        with self._tx() as conn:
+            if _lease(conn, thread_id) != expected:
+                return None
+            taken = Lease(thread_id, holder, token, time.time() + ttl)
+            conn.execute(
+                "INSERT OR REPLACE INTO lgd_leases VALUES (?, ?, ?, ?)",
+                (thread_id, holder, token, taken.expires_at),
+            )
+            return taken
+
+    def release_lease(self, thread_id: str, holder: str, token: int | None) -> None:
+        with self._tx() as conn:
+            conn.execute(
+                "UPDATE lgd_leases SET holder = '', expires_at = 0 WHERE thread_id = ? AND holder = ? "
+                "AND (? IS NULL OR token = ?)",
+                (thread_id, holder, token, token),
+            )
+
+
+def _lease(conn: sqlite3.Connection, thread_id: str) -> Lease | None:
+    row = conn.execute("SELECT holder, token, expires_at FROM lgd_leases WHERE thread_id = ?", (thread_id,)).fetchone()
+    return Lease(thread_id, row[0], int(row[1]), float(row[2])) if row else None
+
+
+def _create_private(folder: str, path: str) -> bool:
+    """Create `folder` (mode 0700) and the database file `path` (mode 0600)
+    when they do not exist yet, whatever the umask: checkpoints hold the
+    agent's state, which is nobody else's to read. An existing folder or
+    file keeps its mode (it may be shared on purpose). True if the file was
+    created here."""
+    if not os.path.isdir(folder):
+        os.makedirs(folder, exist_ok=True)
+        os.chmod(folder, 0o700)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return False
+    try:
+        os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
+    return True
 
 
 class AsyncSqliteTier:

@@ -1,0 +1,445 @@
+"""Per-thread writer leases: the decisions, with no I/O.
+
+One writer per thread. A graph run takes the thread's lease before it reads
+the thread's latest checkpoint, and every write it makes is *fenced*: the
+most authoritative configured tier (Postgres, else Redis, else SQLite) stores
+the write only if the lease still carries the run's token, in the same
+transaction. A second process that tries to run the thread meanwhile gets
+`ThreadBusy` (or waits, ``on_busy="wait"``); a run whose lease expired and
+was taken over gets `LeaseLost` at its next write, and that write is not
+stored. Two writers therefore never fork a thread's history.
+
+A run gives the lease back when it ends, so another replica may run the
+thread right after it. LangGraph tells a checkpointer nothing at the end of
+a run; the sign used is the run's ``stream_writer`` (a function Pregel makes
+per run and keeps in the run's Runtime) being freed: `LeaseBook` watches it
+with a weak reference. The TTL is the fallback for a holder that crashed, or
+a run whose end is only seen by the garbage collector later (or never, should
+a LangGraph version keep the stream writer alive).
+
+The lease record (holder, token, expires_at) lives in the authoritative tier,
+with that tier's clock (Postgres ``clock_timestamp()``, Redis ``TIME``,
+SQLite the local clock), so replicas' clock skew does not matter. Tokens only
+grow, per thread: releasing keeps the token and clears the holder.
+
+Everything here takes the time as an argument (like psycopg_pool's
+``AttemptWithBackoff``), so it is tested without servers and without
+sleeping. `lease_keeper_async.py` does the I/O.
+"""
+
+from __future__ import annotations
+
+import gc
+import inspect
+import os
+import secrets
+import socket
+import threading
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from .errors import ConfigError, LeaseLost, ThreadBusy
+from .validation import RUNTIME_KEY
+
+# A run's writes renew the lease; a run that writes nothing for this long
+# may be taken over. LangGraph writes at least once per super-step, so the
+# TTL must outlast one step (an LLM or tool call: usually seconds, rarely a
+# minute) and should not block other replicas much longer than that after a
+# holder crashed (a run that ends gives the lease back at once). Takeover is
+# always safe: fencing turns the stale holder's next write into `LeaseLost`,
+# never a fork.
+DEFAULT_LEASE_TTL_S = 30.0
+# How long ``on_busy="wait"`` waits for a busy thread: two TTLs outlast any
+# holder that stopped writing.
+DEFAULT_LEASE_WAIT_S = 60.0
+# Polling a busy lease: from the first to the last interval, doubling.
+LEASE_POLL_FIRST_S = 0.02
+LEASE_POLL_MAX_S = 0.5
+# ``on_busy="raise"`` still looks again for this long before raising: an
+# async run's release is sent by a task scheduled when the run ends, so a
+# replica handed the thread at that moment may see the lease an instant
+# before it is given back.
+LEASE_HANDOFF_GRACE_S = 0.3
+# Threads whose lease one saver remembers. Beyond this the least recently
+# used is forgotten, and its lease released.
+MAX_TRACKED_THREADS = 10_000
+
+OnBusy = Literal["raise", "wait"]
+ON_BUSY_CHOICES: tuple[str, ...] = ("raise", "wait")
+# A second writer is refused at once, with who holds the thread and until when.
+DEFAULT_ON_BUSY: OnBusy = "raise"
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A thread's lease record as the lease tier stores it. ``holder == ""``
+    means released (free, but the token is kept so tokens only grow)."""
+
+    thread_id: str
+    holder: str
+    token: int
+    expires_at: float  # seconds since the epoch, in the lease tier's clock
+
+    def free(self, now: float) -> bool:
+        return not self.holder or self.expires_at <= now
+
+    def remaining(self, now: float) -> float:
+        return max(0.0, self.expires_at - now)
+
+
+@dataclass(frozen=True, slots=True)
+class Fence:
+    """What a fenced write checks in the lease tier (in the same transaction
+    as the write): the thread's lease is still `holder`'s with `token`. The
+    write renews it for `ttl` seconds."""
+
+    thread_id: str
+    holder: str
+    token: int
+    ttl: float
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """Whether a holder may take a thread's lease now, and with which token."""
+
+    take: bool
+    token: int
+    why: Literal["new", "released", "expired", "ours", "holder gone", "busy"]
+
+
+def decide(current: Lease | None, holder: str, now: float, *, holder_gone: bool = False) -> Verdict:
+    """May `holder` take the lease now? Taking always means a new token, also
+    for the holder that has it already: a new run of the same saver fences
+    out that saver's previous run of the thread."""
+    if current is None:
+        return Verdict(True, 1, "new")
+    token = current.token + 1
+    if not current.holder:
+        return Verdict(True, token, "released")
+    if current.holder == holder:
+        return Verdict(True, token, "ours")
+    if current.expires_at <= now:
+        return Verdict(True, token, "expired")
+    if holder_gone:
+        return Verdict(True, token, "holder gone")
+    return Verdict(False, current.token, "busy")
+
+
+@dataclass(slots=True)
+class BusyWait:
+    """How long ``on_busy="wait"`` sleeps between looks at a busy lease:
+    doubling from `first` to `most`, never past the lease's expiry (by much)
+    nor past the caller's deadline. None means give up."""
+
+    limit: float
+    started: float
+    first: float = LEASE_POLL_FIRST_S
+    most: float = LEASE_POLL_MAX_S
+    attempts: int = 0
+
+    def next_delay(self, now: float, remaining: float) -> float | None:
+        left = self.limit - (now - self.started)
+        if left <= 0:
+            return None
+        backoff = min(self.first * (2**self.attempts), self.most)
+        self.attempts += 1
+        # A lease that expires sooner than the backoff is looked at again
+        # right after it expires (plus the first interval, for clock jitter).
+        return max(0.0, min(backoff, remaining + self.first, left))
+
+
+# -- who holds a lease --------------------------------------------------------------
+
+
+def new_holder() -> str:
+    """A saver's identity in lease records: ``host:pid:random``."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+
+
+def parse_holder(holder: str) -> tuple[str, int] | None:
+    """(host, pid) of a holder written by `new_holder`, or None."""
+    parts = holder.rsplit(":", 2)
+    if len(parts) != 3:
+        return None
+    try:
+        return parts[0], int(parts[1])
+    except ValueError:
+        return None
+
+
+def holder_gone(holder: str, *, host: str, pid: int, alive: Any) -> bool:
+    """Is `holder` known dead? Only a process on this same host that no longer
+    exists counts (a crashed worker restarted on the same machine resumes at
+    once instead of waiting out the TTL). Anything unsure counts as alive;
+    taking over from a live holder would still be safe (fencing), but would
+    fail its run. `alive(pid)` probes the process."""
+    parsed = parse_holder(holder)
+    if parsed is None or parsed[0] != host or parsed[1] == pid:
+        return False
+    return not alive(parsed[1])
+
+
+def pid_alive(pid: int) -> bool:
+    """The one OS probe here: does process `pid` exist (and is it no zombie)?"""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+# -- errors -----------------------------------------------------------------------------
+
+
+def thread_busy(thread_id: str, current: Lease, now: float, *, waited: float | None) -> ThreadBusy:
+    left = current.remaining(now)
+    how = (
+        f"waited {waited:.1f} s (lease_wait) and it is still held"
+        if waited is not None
+        else "pass on_busy='wait' to wait for it (up to lease_wait seconds)"
+    )
+    return ThreadBusy(
+        f"thread {thread_id!r} is being run by another writer ({current.holder}, lease token {current.token}); "
+        f"it gives the lease back when its run ends, and the lease expires in {left:.1f} s unless it writes "
+        "again. Only one writer may run a thread at a time: "
+        f"{how}, retry later, or have that writer call release_thread({thread_id!r}). Nothing was written.",
+        thread_id=thread_id,
+        holder=current.holder,
+        token=current.token,
+        expires_in=left,
+    )
+
+
+def lease_lost(fence: Fence, current: Lease | None, tier: str) -> LeaseLost:
+    if current is None or not current.holder:
+        now = "it was released"
+    else:
+        now = f"it now belongs to {current.holder} (token {current.token})"
+    return LeaseLost(
+        f"this run of thread {fence.thread_id!r} no longer holds the thread's writer lease (its token was "
+        f"{fence.token}; {now}): another writer took the thread over after the lease expired "
+        f"(lease_ttl={fence.ttl:g} s without a write) or it was released. This write was not stored in the "
+        f"{tier} tier. Run the thread again (graph.invoke(None, config)) to continue from its latest "
+        "checkpoint, or raise lease_ttl if your steps take longer.",
+        thread_id=fence.thread_id,
+        token=fence.token,
+        holder=current.holder if current is not None else None,
+    )
+
+
+def run_superseded(thread_id: str, why: str) -> LeaseLost:
+    return LeaseLost(
+        f"this run of thread {thread_id!r} no longer holds the thread's writer lease: {why}. "
+        "Nothing from this write was stored. Run the thread again (graph.invoke(None, config)).",
+        thread_id=thread_id,
+    )
+
+
+# -- which run of this saver holds which thread -----------------------------------------
+
+
+# The thread running the garbage collector right now, if any (see `in_gc`).
+_gc_thread: int | None = None
+
+
+def _track_gc(phase: str, info: Mapping[str, Any]) -> None:
+    global _gc_thread
+    _gc_thread = threading.get_ident() if phase == "start" else None
+
+
+gc.callbacks.append(_track_gc)
+
+
+def in_gc() -> bool:
+    """Is this thread inside the garbage collector? A run's end seen there
+    (its stream writer was in a reference cycle) may interrupt any code of
+    this thread, also code holding a tier's lock: no I/O there."""
+    return _gc_thread == threading.get_ident()
+
+
+@dataclass(slots=True)
+class _Held:
+    """The run of this saver holding a thread's lease.
+
+    Nothing here keeps the run alive: the Runtime is known by its id(), which
+    stays unique while `writer` (its stream writer, which it references) is
+    alive, and `writer`'s callback ends the run. `control` (the run's
+    RunControl, which references nothing) is kept to tell the run's
+    subgraphs. Only a stream writer that cannot be watched makes the book
+    keep the Runtime itself (`runtime`), and the lease then lasts until the
+    TTL.
+    """
+
+    lease: Lease
+    run: int
+    control: Any
+    writer: weakref.ref[Any] | None
+    runtime: Any = None
+
+    def is_run(self, runtime: Any) -> bool:
+        if self.runtime is not None:
+            return runtime is self.runtime
+        writer = self.writer() if self.writer is not None else None
+        return id(runtime) == self.run and writer is not None and getattr(runtime, "stream_writer", None) is writer
+
+    def is_subgraph_of_run(self, runtime: Any) -> bool:
+        """A subgraph's Runtime is derived from its root run's and shares the
+        root's ``control`` (a RunControl made per run). Without one (older
+        LangGraph) a subgraph write counts as the current run's."""
+        control = getattr(runtime, "control", None)
+        return control is None or self.control is None or control is self.control
+
+
+def _watch(runtime: Any, ended: Callable[[Any], None]) -> weakref.ref[Any] | None:
+    """A weak reference to the run's stream writer calling `ended` when the
+    run lets go of it, or None if it cannot be watched."""
+    writer = getattr(runtime, "stream_writer", None)
+    if writer is None or inspect.ismethod(writer):  # a bound method is made anew at each access
+        return None
+    try:
+        return weakref.ref(writer, ended)
+    except TypeError:
+        return None
+
+
+class LeaseBook:
+    """The leases one saver holds: thread -> the run holding it.
+
+    A run is told apart by the Runtime object Pregel puts under
+    ``__pregel_runtime`` in every config of one run, and it ends when the
+    stream writer that Runtime carries is freed (see `_Held`). A subgraph's
+    Runtime is a different object sharing its root run's ``control``; that
+    links the two. A subgraph's end ends nothing: only a root run takes a
+    lease and is watched (a subgraph has a stream writer of its own, freed
+    when it ends, or shares its root's when streaming with subgraphs=True).
+    At most `MAX_TRACKED_THREADS` threads are remembered.
+    """
+
+    def __init__(
+        self,
+        *,
+        ttl: float = DEFAULT_LEASE_TTL_S,
+        on_busy: OnBusy = DEFAULT_ON_BUSY,
+        wait: float = DEFAULT_LEASE_WAIT_S,
+        max_threads: int = MAX_TRACKED_THREADS,
+    ) -> None:
+        if not isinstance(ttl, (int, float)) or ttl <= 0:
+            raise ConfigError(f"lease_ttl must be a positive number of seconds, got {ttl!r}.")
+        if on_busy not in ON_BUSY_CHOICES:
+            raise ConfigError(f"on_busy must be 'raise' or 'wait', got {on_busy!r}.")
+        if not isinstance(wait, (int, float)) or wait < 0:
+            raise ConfigError(f"lease_wait must be a number of seconds (0 or more), got {wait!r}.")
+        self.ttl = ttl
+        self.on_busy = on_busy
+        self.wait = wait
+        self.max_threads = max_threads
+        # Reentrant: a run's end may be seen (a weakref callback) while this
+        # thread is inside the book.
+        self._lock = threading.RLock()
+        self._held: OrderedDict[str, _Held] = OrderedDict()
+        self._holder = ""
+        self._pid = -1
+
+    @property
+    def holder(self) -> str:
+        self._after_fork()
+        return self._holder
+
+    def _after_fork(self) -> None:
+        """A forked child is another writer than its parent, and holds none of
+        its parent's leases."""
+        if self._pid != os.getpid():
+            with self._lock:
+                self._held.clear()
+                self._holder, self._pid = new_holder(), os.getpid()
+
+    def fence(self, lease: Lease) -> Fence:
+        return Fence(lease.thread_id, lease.holder, lease.token, self.ttl)
+
+    def begin(self, runtime: Any, lease: Lease, on_end: Callable[[Lease], None] | None = None) -> list[Lease]:
+        """Record the run now holding `lease`; returns the leases forgotten
+        to stay within `max_threads` (the caller releases them).
+
+        When the run ends (its stream writer is freed) the book forgets it
+        and calls `on_end(lease)` to give the lease back, in whichever thread
+        let go of the writer last, possibly inside the garbage collector
+        (`in_gc`); `on_end` must not raise. Nothing happens if the book
+        forgot the run before (a newer run, `drop`, eviction)."""
+
+        def ended(_: Any) -> None:
+            if self.drop(lease.thread_id, lease.token) is not None and on_end is not None:
+                on_end(lease)
+
+        writer = _watch(runtime, ended)
+        held = _Held(
+            lease,
+            run=id(runtime),
+            control=getattr(runtime, "control", None),
+            writer=writer,
+            runtime=runtime if writer is None else None,
+        )
+        with self._lock:
+            self._held[lease.thread_id] = held
+            self._held.move_to_end(lease.thread_id)
+            evicted = []
+            while len(self._held) > self.max_threads:
+                evicted.append(self._held.popitem(last=False)[1].lease)
+            return evicted
+
+    def fence_for(self, thread_id: str, configurable: Mapping[str, Any]) -> tuple[Fence | None, bool]:
+        """The fence for a write to `thread_id`, and whether it is a run's
+        write. A run's write whose run no longer holds the lease in this
+        saver raises `LeaseLost` here, before anything is written. A plain
+        call (no runtime: ``update_state``, a direct ``saver.put``) gets the
+        fence of this saver's lease if it holds one, else None."""
+        runtime = configurable.get(RUNTIME_KEY)
+        nested = bool(configurable.get("checkpoint_ns"))
+        self._after_fork()
+        with self._lock:
+            held = self._held.get(thread_id)
+            if held is not None:
+                self._held.move_to_end(thread_id)
+        if runtime is None:
+            return (self.fence(held.lease) if held is not None else None), False
+        if held is None:
+            if nested:
+                # A subgraph whose root run another checkpointer started.
+                return None, False
+            raise run_superseded(
+                thread_id,
+                "it was released while the run was going (release_thread(), close(), or this saver "
+                f"holding more than {self.max_threads} threads)",
+            )
+        if held.is_run(runtime) or (nested and held.is_subgraph_of_run(runtime)):
+            return self.fence(held.lease), True
+        raise run_superseded(thread_id, "a newer run of the same thread started on this saver")
+
+    def drop(self, thread_id: str, token: int | None = None) -> Lease | None:
+        """Forget this saver's lease of `thread_id` (only if it has `token`)."""
+        with self._lock:
+            held = self._held.get(thread_id)
+            if held is None or (token is not None and held.lease.token != token):
+                return None
+            del self._held[thread_id]
+            return held.lease
+
+    def drop_all(self) -> list[Lease]:
+        with self._lock:
+            leases = [h.lease for h in self._held.values()]
+            self._held.clear()
+            return leases
+
+    def held(self, thread_id: str) -> Lease | None:
+        with self._lock:
+            h = self._held.get(thread_id)
+            return h.lease if h is not None else None

@@ -1,0 +1,263 @@
+# WARNING: generated from lease_keeper_async.py by langgraph_durable/_codegen.py. DO NOT EDIT.
+# Edit the async source and run `python -m langgraph_durable._codegen`.
+"""Writer leases at work: a run takes its thread's lease, waits while another
+writer has it, fences every write with it, and gives it back.
+
+The decisions (who may take a lease, how long to wait, which run a write
+belongs to) are in `lease.py`; this file only does the I/O, always on the
+most authoritative configured tier (Postgres, else Redis, else SQLite), the
+one every replica asks for "latest".
+
+A run gives its lease back when it ends (`LeaseBook` sees its stream writer
+freed): the sync face at once, in the thread that let go of the run (right
+before ``invoke`` returns, normally), the async face from a task on the
+saver's event loop. The TTL covers whatever is not released that way.
+
+This is the async source; ``lease_keeper.py`` is generated from it by
+``python -m langgraph_durable._codegen``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import os
+import socket
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata
+
+from .chain import TierChain
+from .codec import thread_of
+from .concurrency import _POOL, maybe_await, sleep
+from .errors import DurableError, LeaseLost
+from .lease import (
+    LEASE_HANDOFF_GRACE_S,
+    BusyWait,
+    Fence,
+    Lease,
+    LeaseBook,
+    decide,
+    holder_gone,
+    in_gc,
+    pid_alive,
+    thread_busy,
+)
+from .validation import RUNTIME_KEY
+
+logger = logging.getLogger("langgraph_durable")
+
+
+class LeaseKeeper:
+    """Takes, checks and gives back the writer leases of one saver's threads."""
+
+    def __init__(self, chain: TierChain, book: LeaseBook) -> None:
+        self.chain = chain
+        self.book = book
+        self.tier = chain.tiers[-1]  # the most authoritative configured tier
+        # The event loop of the runs (async face), the leases of ended runs
+        # it is to release, and the tasks releasing them.
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._to_release: set[Lease] = set()
+        self._releasing: set[asyncio.Task[bool]] = set()
+
+    # -- runs -----------------------------------------------------------------------
+
+    def begin_run(self, config: RunnableConfig) -> Lease:
+        """A graph run is about to read its thread: take the lease *first*, so
+        the checkpoint it then reads as latest stays the latest. Raises
+        `ThreadBusy` while another writer holds it (after waiting, with
+        ``on_busy="wait"``)."""
+        thread_id = thread_of(config, what="get_tuple")
+        lease = self._acquire(thread_id)
+        self._loop = _running_loop()
+        for forgotten in self.book.begin(config["configurable"][RUNTIME_KEY], lease, self._run_ended):
+            self._release_quietly(forgotten)
+        return lease
+
+    def abandon_run(self, lease: Lease) -> None:
+        """The run failed before it started (e.g. `ResumeRejected`): let go."""
+        if self.book.drop(lease.thread_id, lease.token) is not None:
+            self._release_quietly(lease)
+
+    def _run_ended(self, lease: Lease) -> None:
+        """A run of this saver ended (`LeaseBook` forgot it already): give its
+        lease back, only if it still carries the run's token. Called from a
+        weakref callback, so it never raises; what it cannot do is left to
+        the TTL."""
+        try:
+            if sys.is_finalizing():
+                return
+            if inspect.iscoroutinefunction(self._release_at_run_end):
+                # The async face: a task on the runs' event loop.
+                loop = self._loop
+                if loop is not None and not loop.is_closed() and loop.is_running():
+                    self._to_release.add(lease)
+                    loop.call_soon_threadsafe(self._release_on_loop, lease)
+            elif in_gc():
+                # The sync face inside the garbage collector, which may have
+                # interrupted this thread anywhere (even holding a tier's lock).
+                _POOL.submit(self._release_at_run_end, lease)
+            else:
+                # The sync face, in the thread that let go of the run: done
+                # before ``invoke`` returns to its caller.
+                _ = self._release_at_run_end(lease)
+        except Exception as exc:  # a weakref callback must not raise
+            self._not_released(lease, exc)
+
+    def _release_on_loop(self, lease: Lease) -> None:
+        """(async face, on the event loop) Start the release, unless
+        `release_all` did it; keep its task."""
+        if lease not in self._to_release:
+            return
+        self._to_release.discard(lease)
+        released = self._release_at_run_end(lease)
+        if inspect.isawaitable(released):
+            task = asyncio.ensure_future(released)
+            self._releasing.add(task)
+            task.add_done_callback(self._releasing.discard)
+
+    def _release_at_run_end(self, lease: Lease) -> bool:
+        """Give back an ended run's lease (if it still has the run's token);
+        False if that failed (logged)."""
+        try:
+            self.tier.release_lease(lease.thread_id, lease.holder, lease.token)
+        except Exception as exc:  # a TierUnavailable, or the saver closed meanwhile
+            self._not_released(lease, exc)
+            return False
+        return True
+
+    def _not_released(self, lease: Lease, exc: BaseException) -> None:
+        logger.warning(
+            "could not release the writer lease of thread %r at the end of its run (%s); it expires in at most %s s",
+            lease.thread_id,
+            exc,
+            self.book.ttl,
+        )
+
+    # -- fenced writes --------------------------------------------------------------
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return self._fenced(
+            config, "put", lambda fence: self.chain.put(config, checkpoint, metadata, new_versions, fence=fence)
+        )
+
+    def put_writes(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
+    ) -> None:
+        self._fenced(
+            config,
+            "put_writes",
+            lambda fence: self.chain.put_writes(config, writes, task_id, task_path, fence=fence),
+        )
+
+    def _fenced(self, config: RunnableConfig, what: str, write: Callable[[Fence], Any]) -> Any:
+        """Write with the fence of the run the config belongs to.
+
+        A call without a runtime (``update_state``, ``saver.put`` by hand,
+        the conformance suite) is no run: it uses this saver's lease of the
+        thread if it holds one, and otherwise takes a lease just for this one
+        write (so it, too, waits for or refuses a thread another writer is
+        running) and gives it back at once.
+        """
+        thread_id = thread_of(config, what=what)
+        fence, of_run = self.book.fence_for(thread_id, config.get("configurable") or {})
+        if fence is not None:
+            try:
+                return write(fence)
+            except LeaseLost:
+                self.book.drop(thread_id, fence.token)
+                if of_run:
+                    raise
+                # A lease this saver held earlier and lost since: ask anew.
+        lease = self._acquire(thread_id)
+        try:
+            return write(self.book.fence(lease))
+        finally:
+            self._release_quietly(lease)
+
+    # -- release --------------------------------------------------------------------
+
+    def release(self, thread_id: str) -> None:
+        """Give back this saver's lease of `thread_id` (whichever run has it)."""
+        self.book.drop(thread_id)
+        self.chain.ensure_setup()
+        self.tier.release_lease(thread_id, self.book.holder, None)
+
+    def release_all(self) -> None:
+        """Give back every lease this saver holds (on close), also those of
+        ended runs not given back yet. A failure is logged: the leases then
+        expire by themselves after their TTL."""
+        while self._to_release:
+            self._release_at_run_end(self._to_release.pop())
+        while self._releasing:
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                maybe_await(self._releasing.pop())
+        for lease in self.book.drop_all():
+            self._release_quietly(lease)
+
+    def _release_quietly(self, lease: Lease) -> None:
+        try:
+            self.tier.release_lease(lease.thread_id, lease.holder, lease.token)
+        except DurableError as exc:
+            logger.warning(
+                "could not release the writer lease of thread %r (%s); it expires in at most %s s",
+                lease.thread_id,
+                exc,
+                self.book.ttl,
+            )
+
+    # -- acquire --------------------------------------------------------------------
+
+    def _acquire(self, thread_id: str) -> Lease:
+        self.chain.ensure_setup()
+        book = self.book
+        # With on_busy="raise", a short grace still: see LEASE_HANDOFF_GRACE_S.
+        wait = BusyWait(book.wait if book.on_busy == "wait" else LEASE_HANDOFF_GRACE_S, time.monotonic())
+        while True:
+            current, now = self.tier.read_lease(thread_id)
+            verdict = decide(current, book.holder, now)
+            if not verdict.take and current is not None and self._gone(current.holder):
+                verdict = decide(current, book.holder, now, holder_gone=True)
+            if verdict.take:
+                taken = self.tier.swap_lease(thread_id, current, book.holder, verdict.token, book.ttl)
+                if taken is None:
+                    continue  # it changed meanwhile: look again
+                if current is not None and verdict.why in ("expired", "holder gone"):
+                    logger.warning(
+                        "took over the writer lease of thread %r from %s (%s; token %s -> %s)",
+                        thread_id,
+                        current.holder,
+                        verdict.why,
+                        current.token,
+                        taken.token,
+                    )
+                return taken
+            assert current is not None
+            delay = wait.next_delay(time.monotonic(), current.remaining(now))
+            if delay is None:
+                waited = time.monotonic() - wait.started if book.on_busy == "wait" else None
+                raise thread_busy(thread_id, current, now, waited=waited)
+            sleep(delay)
+
+    def _gone(self, holder: str) -> bool:
+        return holder_gone(holder, host=socket.gethostname(), pid=os.getpid(), alive=pid_alive)
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None

@@ -1,0 +1,238 @@
+"""Whole-thread operations: delete, delete runs, copy, prune.
+
+None of them may remove what a surviving checkpoint still needs: the
+ancestors and writes a LangGraph `DeltaChannel` is rebuilt from (module
+`retention` decides which), and never the newest intact checkpoint any tier
+holds (a tier that lost it does not get to decide what "latest" is).
+
+This file is the async source. ``maintenance.py`` is generated from it by
+``langgraph_durable/_codegen.py``; edit this one and regenerate.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any, TypeVar
+
+from .codec import EMPTY, RecordCodec, thread_id_of, version_key
+from .concurrency import arun_all
+from .integrity import Incident, Unusable
+from .reads_async import AsyncTierReader, Found
+from .records import BadRecord, BlobRow, CheckpointRow, WriteRow
+from .retention import Node, ReplayPlanner, Walk, blobs_of, older_than
+
+logger = logging.getLogger("langgraph_durable")
+
+Tier = Any  # the TierProtocol names, awaited
+RowT = TypeVar("RowT", CheckpointRow, BlobRow, WriteRow)
+
+
+class AsyncMaintenance:
+    """delete_thread, delete_for_runs, copy_thread and prune, on every tier."""
+
+    def __init__(self, tiers: Sequence[Tier], codec: RecordCodec, reads: AsyncTierReader) -> None:
+        self.tiers = list(tiers)
+        self.codec = codec
+        self.reads = reads
+
+    async def _everywhere(self, call: Callable[[Tier], Any]) -> None:
+        for result in await arun_all([functools.partial(call, t) for t in self.tiers]):
+            if isinstance(result, BaseException):
+                raise result
+
+    async def delete_thread(self, thread_id: str) -> None:
+        """Delete the thread everywhere, leaving a marker (its newest
+        checkpoint id) in every tier: a copy that another replica's local
+        cache still holds is then known to be deleted, not lost."""
+        thread_id = thread_id_of(thread_id, what="delete_thread")
+        newest = await self.reads._each(
+            "delete_thread", lambda t: t.list_checkpoints(thread_id, None, None, None, None, 1)
+        )
+        ids = [rows[0].checkpoint_id for _, rows in newest if rows]
+        await self._everywhere(lambda t: t.delete_thread(thread_id))
+        if ids:
+            await self._everywhere(lambda t: t.mark_deleted(thread_id, max(ids)))
+
+    async def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Delete the checkpoints and writes of these runs, except those a
+        surviving checkpoint rebuilds a `DeltaChannel` from (its ancestors
+        back to stored snapshots, with their writes; see `retention`):
+        deleting them would make that channel read back short, silently.
+        Those stay, listed and readable as before, until nothing needs them
+        (a later `delete_for_runs` or `prune`)."""
+        if not run_ids:
+            return
+        ids = [str(r) for r in run_ids]
+        retain = sorted(await self._needed_by_survivors(set(ids)))
+        if retain:
+            logger.info("delete_for_runs keeps %d checkpoint(s) surviving delta channels still read", len(retain))
+        await self._everywhere(lambda t: t.delete_for_runs(ids, retain))
+
+    async def _needed_by_survivors(self, run_ids: set[str]) -> set[tuple[str, str, str]]:
+        """(thread, ns, id) of the checkpoints of `run_ids` that checkpoints
+        of other runs rebuild their delta channels from."""
+        threads: set[str] = set()
+        for run_id in sorted(run_ids):
+            rows = await self.reads.rows(None, None, None, None, {"run_id": run_id}, None)
+            threads.update(r.thread_id for r in rows if r.run_id in run_ids)
+        needed: set[tuple[str, str, str]] = set()
+        incidents: list[Incident] = []
+        try:
+            for thread_id in sorted(threads):
+                rows = await self.reads.rows(thread_id, None, None, None, None, None)
+                by_ns: dict[str, list[CheckpointRow]] = defaultdict(list)
+                for row in rows:
+                    by_ns[row.checkpoint_ns].append(row)
+                for ns, ns_rows in by_ns.items():
+                    doomed = {r.checkpoint_id for r in ns_rows if r.run_id in run_ids}
+                    if not doomed:
+                        continue
+                    nodes = await self._nodes(thread_id, ns, ns_rows, incidents)
+                    planner = ReplayPlanner(nodes)
+                    if not planner.channels:
+                        continue
+                    # Newest first, so older walks stop where a newer one
+                    # already went; a survivor older than every doomed
+                    # checkpoint has none of them among its ancestors.
+                    oldest = min(doomed)
+                    for row in ns_rows:
+                        if row.checkpoint_id in doomed or row.checkpoint_id < oldest:
+                            continue
+                        walk = await self._replay_walk(planner, thread_id, ns, row.checkpoint_id, incidents)
+                        reads = set(walk.checkpoints)
+                        if walk.broken:  # what lies past an unreadable ancestor is unknown: keep it
+                            reads |= older_than(nodes, walk.checkpoints[-1])
+                        needed.update((thread_id, ns, cid) for cid in reads & doomed)
+        finally:
+            await self.reads.settle(incidents)
+        return needed
+
+    async def _nodes(
+        self, thread_id: str, ns: str, rows: Sequence[CheckpointRow], incidents: list[Incident]
+    ) -> dict[str, Node | None]:
+        """What retention needs of each listed checkpoint; None for one no
+        tier holds intact."""
+        nodes: dict[str, Node | None] = {}
+        for row in rows:
+            try:
+                checkpoint, metadata = self.codec.decode_checkpoint(row)
+            except BadRecord:
+                try:
+                    found = await self.reads.checkpoint(thread_id, ns, row.checkpoint_id, incidents)
+                except Unusable:
+                    found = None
+                if found is None:
+                    nodes[row.checkpoint_id] = None
+                    continue
+                row, checkpoint, metadata = found
+            nodes[row.checkpoint_id] = Node.of(row.checkpoint_id, row.parent_id, checkpoint, metadata)
+        return nodes
+
+    async def _replay_walk(
+        self, planner: ReplayPlanner, thread_id: str, ns: str, start: str, incidents: list[Incident]
+    ) -> Walk:
+        """`planner.walk(start)`, reading the channel values it asks about."""
+        while True:
+            walk = planner.walk(start)
+            if not walk.needs:
+                return walk
+            found = await self.reads.blobs(thread_id, ns, sorted(walk.needs), incidents)
+            planner.learn({key: key in found and found[key][1] is not EMPTY for key in walk.needs})
+
+    async def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Copy every checkpoint, channel value and pending write, with the
+        same checkpoint ids, re-sealed under the target thread's keys."""
+        src = thread_id_of(source_thread_id, what="copy_thread: source")
+        dst = thread_id_of(target_thread_id, what="copy_thread: target")
+        # The copies keep their ids: a deletion marker left on the target
+        # thread would hide them.
+        await self._everywhere(lambda t: t.mark_deleted(dst, None))
+        rows = await self.reads.rows(src, None, None, None, None, None)
+        by_ns: dict[str, list[CheckpointRow]] = defaultdict(list)
+        for row in rows:
+            by_ns[row.checkpoint_ns].append(row)
+        incidents: list[Incident] = []
+        try:
+            for ns, ns_rows in by_ns.items():
+                await self._copy_namespace(src, dst, ns, ns_rows, incidents)
+        finally:
+            await self.reads.settle(incidents, "not copied")
+
+    async def _copy_namespace(
+        self, src: str, dst: str, ns: str, rows: Sequence[CheckpointRow], incidents: list[Incident]
+    ) -> None:
+        """Copy the checkpoints of one namespace that can be read intact."""
+        candidates: list[Found] = []
+        for row in rows:
+            try:
+                found = await self.reads.checkpoint(src, ns, row.checkpoint_id, incidents)
+            except Unusable:
+                continue
+            if found is not None:
+                candidates.append(found)
+        keys = [(ch, version_key(v)) for _, cp, _ in candidates for ch, v in cp["channel_versions"].items()]
+        blob_map = await self.reads.blobs(src, ns, keys, incidents)
+        written = await self.reads.writes(src, ns, [r.checkpoint_id for r, _, _ in candidates], incidents)
+        verified = [
+            (row, cp, md)
+            for row, cp, md in candidates
+            if all((ch, version_key(v)) in blob_map for ch, v in cp["channel_versions"].items())
+        ]
+        blobs = [self._rekey(b, dst) for b, _ in blob_map.values()]
+        writes = [self._rekey(w, dst) for pairs in written.values() for w, _ in pairs]
+        checkpoints = [self._rekey(r, dst) for r, _, _ in sorted(verified, key=lambda item: item[0].checkpoint_id)]
+        # Blobs, then checkpoints oldest first, then writes: a reader never
+        # sees a checkpoint whose values are not there yet.
+        await self._everywhere(lambda t: t.write_blobs(blobs))
+        for row in checkpoints:
+            await self._everywhere(functools.partial(_write_checkpoint, row))
+        await self._everywhere(lambda t: t.write_writes(writes, True))
+
+    def _rekey(self, row: RowT, thread_id: str) -> RowT:
+        """The same record under another thread, its envelope re-sealed."""
+        moved = replace(row, thread_id=thread_id)
+        return replace(moved, envelope=self.codec.reseal(row.context, moved.context, row.envelope))
+
+    async def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """keep_latest: per namespace, the newest intact checkpoint and what
+        its delta channels are rebuilt from; delete: the whole thread."""
+        for thread_id in [thread_id_of(t, what="prune") for t in thread_ids]:
+            if strategy == "delete":
+                await self._everywhere(lambda t: t.delete_thread(thread_id))
+                continue
+            rows = await self.reads.rows(thread_id, None, None, None, None, None)
+            namespaces = sorted({row.checkpoint_ns for row in rows})
+            keep: set[tuple[str, str]] = set()
+            keep_blobs: set[tuple[str, str, str]] = set()
+            incidents: list[Incident] = []
+            try:
+                for ns in namespaces:
+                    # The newest intact checkpoint any tier holds survives:
+                    # never a damaged one, and never one tier's older view.
+                    tup = await self.reads.latest(thread_id, ns, incidents)
+                    if tup is None:
+                        continue
+                    keep.add((ns, tup.checkpoint["id"]))
+                    keep_blobs.update((ns, ch, version_key(v)) for ch, v in tup.checkpoint["channel_versions"].items())
+                    # Its delta channels are rebuilt from its ancestors' writes
+                    # back to their nearest stored snapshot: those ancestors
+                    # stay, with their writes and values (module `retention`).
+                    ns_rows = [r for r in rows if r.checkpoint_ns == ns]
+                    nodes = await self._nodes(thread_id, ns, ns_rows, incidents)
+                    walk = await self._replay_walk(ReplayPlanner(nodes), thread_id, ns, tup.checkpoint["id"], incidents)
+                    reads = set(walk.checkpoints)
+                    if walk.broken:  # what lies past an unreadable ancestor is unknown: keep it
+                        reads |= older_than(nodes, walk.checkpoints[-1])
+                    keep.update((ns, cid) for cid in reads)
+                    keep_blobs.update((ns, ch, v) for ch, v in blobs_of(nodes, reads))
+            finally:
+                await self.reads.settle(incidents)
+            await self._everywhere(lambda t: t.prune(thread_id, keep, keep_blobs))
+
+
+async def _write_checkpoint(row: CheckpointRow, tier: Tier) -> None:
+    await tier.write_checkpoint(row, [])

@@ -1,0 +1,630 @@
+# WARNING: generated from reads_async.py by langgraph_durable/_codegen.py. DO NOT EDIT.
+# Edit the async source and run `python -m langgraph_durable._codegen`.
+"""Reading across the tiers: verify every copy, reconcile, repair, fall back.
+
+Records are immutable, so any tier holding a verified copy may serve one.
+What can go stale or be lost is *which* records exist: the newest checkpoint
+of a thread, its pending writes, a ledger entry. No single tier's absence is
+trusted for those, not even the system of record's: each read asks every
+reachable tier, takes the union of what verifies, and copies it back into the
+tiers that lacked it. A deletion is told apart from a loss by the marker
+`delete_thread` leaves behind.
+
+A bad copy is moved to its own tier's quarantine (restorable) and, where
+another tier holds an intact copy, replaced by it. Nothing intact is ever
+deleted to recover: a checkpoint that cannot be assembled intact from any tier
+is *withdrawn* (its copies quarantined, so that "latest" moves back) and the
+newest intact ancestor is served instead.
+
+This file is the async source. ``reads.py`` is generated from it by
+``langgraph_durable/_codegen.py``; edit this one and regenerate.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
+
+from langgraph.checkpoint.base import CheckpointTuple, PendingWrite
+
+from .codec import RecordCodec, assemble_tuple, version_key
+from .concurrency import run_all
+from .errors import CorruptCheckpoint, DurableError, TierUnavailable
+from .integrity import CorruptionEvent, Incident, IntegrityPolicy, Unusable
+from .ledger import LedgerEntry, newest_entry
+from .records import BadRecord, BlobRow, CheckpointRow, WriteRow, metadata_json, metadata_matches, row_fields
+from .tiers.base import pack_fields
+
+logger = logging.getLogger("langgraph_durable")
+
+Tier = Any  # SqliteTier | RedisTier | PostgresTier: the TierProtocol names, awaited
+BlobKey = tuple[str, str]
+Found = tuple[CheckpointRow, dict[str, Any], dict[str, Any]]  # row, checkpoint, metadata
+WriteKey = tuple[str, str, int]  # checkpoint id, task id, idx
+
+
+class TierReader:
+    """Every read of records: by id, latest, list, pending writes, ledger."""
+
+    def __init__(self, tiers: Sequence[Tier], codec: RecordCodec, policy: IntegrityPolicy) -> None:
+        self.tiers = list(tiers)
+        self.codec = codec
+        self.policy = policy
+
+    # -- asking every reachable tier ------------------------------------------------
+
+    def _each(self, what: str, call: Callable[[Tier], Any]) -> list[tuple[Tier, Any]]:
+        """`call` on every tier at once: (tier, result) of each reachable
+        one, nearest first. `TierUnavailable` only when none is reachable."""
+        results = run_all([functools.partial(call, t) for t in self.tiers])
+        out: list[tuple[Tier, Any]] = []
+        down: TierUnavailable | None = None
+        for tier, result in zip(self.tiers, results):
+            if isinstance(result, TierUnavailable):
+                down = result
+                continue
+            if isinstance(result, BaseException):
+                raise result
+            out.append((tier, result))
+        if not out:
+            assert down is not None
+            raise down
+        if down is not None:
+            logger.warning("degraded read: %s without %s (%s)", what, down.tier, down)
+        return out
+
+    def _repair(self, tiers: Sequence[Tier], write: Callable[[Tier], Any]) -> None:
+        """Copy a good record into tiers that lacked it or held a bad copy; a
+        failure here never fails the read."""
+        for tier in dict.fromkeys(tiers):
+            try:
+                write(tier)
+            except DurableError as exc:
+                logger.warning("read-repair into %s failed: %s", tier.name, exc)
+
+    @staticmethod
+    def _identical(bad: Sequence[Incident]) -> bool:
+        """Every copy of a record fails its checksum with the very same bytes
+        in two or more tiers: no bit flip does that, a signing key other than
+        the writer's (or a record sealed for another key) does. Such copies
+        are reported and read around, never quarantined or withdrawn: moving
+        them would destroy what the right key still reads."""
+        # Whatever the reason, not only a checksum mismatch: the very same bad
+        # bytes in several tiers (a truncated envelope, an unknown format, a
+        # Redis frame seen as b"") were written that way, not damaged in place
+        # one tier at a time, so they are left where they are just the same.
+        if len(bad) < 2 or len({i.envelope for i in bad}) != 1:
+            return False
+        for incident in bad:
+            incident.keep = True
+            incident.reason += (
+                " (the same bytes fail in every tier: if this saver's signing key is not the one the store was "
+                "written with, fix the key; nothing was quarantined)"
+            )
+        return True
+
+    # -- one checkpoint -----------------------------------------------------------
+
+    def checkpoint(self, thread_id: str, ns: str, cid: str, incidents: list[Incident]) -> Found | None:
+        """A verified checkpoint row, asked of every reachable tier; tiers that
+        lacked it or held a bad copy get the good one. None if no tier has
+        it; `Unusable` if every copy is bad."""
+        copies = self._each("checkpoint", lambda t: t.read_checkpoint(thread_id, ns, cid))
+        good: tuple[Tier, Found] | None = None
+        lacking: list[Tier] = []
+        bad: list[Incident] = []
+        # Farthest first: with equal verifying copies, the system of record's.
+        for tier, row in reversed(copies):
+            if row is None:
+                lacking.append(tier)
+                continue
+            try:
+                checkpoint, metadata = self.codec.decode_checkpoint(row)
+            except BadRecord as exc:
+                bad.append(
+                    Incident(tier, "checkpoint", thread_id, ns, f"checkpoint {cid}", exc.reason, row.envelope, row=row)
+                )
+                continue
+            if good is None:
+                good = (tier, (row, checkpoint, metadata))
+        if good is None:
+            if bad:
+                keep = self._identical(bad)
+                incidents.extend(bad)
+                # No parent pointer: the bad copies' own is not to be trusted.
+                unusable = Unusable(thread_id, ns, cid, None, "the checkpoint record is damaged in every tier")
+                unusable.keep = keep
+                raise unusable
+            return None
+        source, found = good
+        for incident in bad:
+            incident.served = f"intact copy from {source.name}"
+        incidents.extend(bad)
+        row, _, metadata = found
+        # Written back with the run id and metadata JSON of the verified record,
+        # not the source tier's copies of them: those columns lie outside the
+        # checksum, and a damaged one (not JSON) would fail the repair (the
+        # Postgres jsonb column rejects it) or spread to every tier.
+        run_id = metadata.get("run_id")
+        fixed = dataclasses.replace(
+            row, run_id=str(run_id) if run_id is not None else None, metadata_json=metadata_json(metadata)
+        )
+        self._repair(lacking + [i.tier for i in bad], lambda t: t.write_checkpoint(fixed, []))
+        return found
+
+    def blobs(
+        self, thread_id: str, ns: str, keys: Sequence[BlobKey], incidents: list[Incident]
+    ) -> dict[BlobKey, tuple[BlobRow, Any]]:
+        """Verified channel values (row and decoded value), nearest tier
+        first; nearer tiers that lacked one or held a bad copy get the good
+        one. Keys no tier holds intact are absent from the result."""
+        found: dict[BlobKey, tuple[BlobRow, Any]] = {}
+        found_in: dict[BlobKey, str] = {}
+        missing = list(dict.fromkeys(keys))
+        lacking: list[Tier] = []
+        bad: dict[BlobKey, list[Incident]] = defaultdict(list)
+        for tier in self.tiers:
+            if not missing:
+                break
+            try:
+                rows = tier.read_blobs(thread_id, ns, missing)
+            except TierUnavailable:
+                continue
+            good: list[BlobRow] = []
+            for key, brow in rows.items():
+                try:
+                    found[key] = (brow, self.codec.decode_blob(brow))
+                    found_in[key] = tier.name
+                    good.append(brow)
+                except BadRecord as exc:
+                    label = f"channel {key[0]} @ {key[1]}"
+                    bad[key].append(Incident(tier, "blob", thread_id, ns, label, exc.reason, brow.envelope, row=brow))
+            fix = lacking + [i.tier for key in rows if key in found for i in bad.get(key, []) if i.tier is not tier]
+            if good:
+                self._repair(fix, lambda t: t.write_blobs(good))
+            missing = [k for k in missing if k not in found]
+            lacking.append(tier)
+        for key, key_incidents in bad.items():
+            if key in found:
+                for incident in key_incidents:
+                    incident.served = f"intact copy from {found_in[key]}"
+            else:
+                self._identical(key_incidents)
+            incidents.extend(key_incidents)
+        return found
+
+    def writes(
+        self, thread_id: str, ns: str, cids: Sequence[str], incidents: list[Incident]
+    ) -> dict[str, list[tuple[WriteRow, PendingWrite]]]:
+        """The pending writes of these checkpoints: the union of what every
+        reachable tier holds intact (a write one tier lost is still served,
+        and copied back). A task with a write that no tier holds intact loses
+        all its writes, so LangGraph runs it again instead of resuming from a
+        partial set; the checkpoint itself stays usable."""
+        if not cids:
+            return {}
+        copies = self._each("pending writes", lambda t: t.read_writes(thread_id, ns, cids))
+        holders: dict[WriteKey, list[tuple[Tier, WriteRow]]] = defaultdict(list)
+        # Farthest first, so that an upserted special write (an interrupt, an
+        # error) is taken from the system of record when copies differ.
+        for tier, rows in reversed(copies):
+            for w in rows:
+                holders[(w.checkpoint_id, w.task_id, w.idx)].append((tier, w))
+        reachable = [tier for tier, _ in copies]
+        chosen: dict[WriteKey, tuple[WriteRow, PendingWrite]] = {}
+        dropped: set[tuple[str, str]] = set()
+        fix: dict[tuple[Any, bool], list[WriteRow]] = defaultdict(list)  # (tier, replace) -> rows
+        for key, held in holders.items():
+            good: tuple[Tier, WriteRow, PendingWrite] | None = None
+            bad: list[Incident] = []
+            for tier, w in held:
+                try:
+                    decoded = self.codec.decode_write(w)
+                except BadRecord as exc:
+                    label = f"write {w.task_id}/{w.idx} of checkpoint {w.checkpoint_id}"
+                    bad.append(Incident(tier, "write", thread_id, ns, label, exc.reason, w.envelope, row=w))
+                    continue
+                if good is None:
+                    good = (tier, w, decoded)
+            if good is None:
+                self._identical(bad)
+                for incident in bad:
+                    incident.served = f"no write: task {key[1]} runs again"
+                dropped.add((key[0], key[1]))
+            else:
+                source, w, decoded = good
+                chosen[key] = (w, decoded)
+                for incident in bad:
+                    incident.served = f"intact copy from {source.name}"
+                have = {id(t) for t, _ in held}
+                for tier in reachable:
+                    if any(i.tier is tier for i in bad):
+                        fix[(tier, True)].append(w)
+                    elif id(tier) not in have:
+                        # Insert-or-ignore: never over a write stored meanwhile.
+                        fix[(tier, False)].append(w)
+            incidents.extend(bad)
+        for (tier, replace), rows in fix.items():
+            self._repair([tier], lambda t: t.write_writes(rows, replace))
+        out: dict[str, list[tuple[WriteRow, PendingWrite]]] = defaultdict(list)
+        for (cid, task_id, _), pair in chosen.items():
+            if (cid, task_id) not in dropped:
+                out[cid].append(pair)
+        return out
+
+    def assemble(self, found: Sequence[Found], incidents: list[Incident]) -> list[CheckpointTuple | Unusable]:
+        """Attach channel values and pending writes, batched per (thread, ns).
+        A checkpoint missing an intact channel value comes back `Unusable`."""
+        groups: dict[tuple[str, str], list[Found]] = defaultdict(list)
+        for item in found:
+            groups[(item[0].thread_id, item[0].checkpoint_ns)].append(item)
+        done: dict[tuple[str, str, str], CheckpointTuple | Unusable] = {}
+        for (thread_id, ns), items in groups.items():
+            keys = [(ch, version_key(v)) for _, cp, _ in items for ch, v in cp["channel_versions"].items()]
+            blobs = self.blobs(thread_id, ns, keys, incidents)
+            writes = self.writes(thread_id, ns, [row.checkpoint_id for row, _, _ in items], incidents)
+            for row, cp, md in items:
+                cid = row.checkpoint_id
+                absent = [
+                    (ch, version_key(v))
+                    for ch, v in cp["channel_versions"].items()
+                    if (ch, version_key(v)) not in blobs
+                ]
+                for ch, v in absent:
+                    key = f"channel {ch} @ {v}"
+                    if not any(i.kind == "blob" and i.key == key for i in incidents):
+                        incidents.append(Incident(None, "blob", thread_id, ns, key, "missing in every tier", b""))
+                if absent:
+                    names = ", ".join(f"{ch} @ {v}" for ch, v in absent)
+                    what = f"channel value(s) {names} missing or damaged in every tier"
+                    unusable = Unusable(thread_id, ns, cid, row.parent_id, what)
+                    labels = {f"channel {ch} @ {v}" for ch, v in absent}
+                    unusable.keep = any(i.keep for i in incidents if i.kind == "blob" and i.key in labels)
+                    done[(thread_id, ns, cid)] = unusable
+                    continue
+                values = {ch: blobs[(ch, version_key(v))][1] for ch, v in cp["channel_versions"].items()}
+                done[(thread_id, ns, cid)] = assemble_tuple(row, cp, md, values, writes.get(cid, []))
+        return [done[(r.thread_id, r.checkpoint_ns, r.checkpoint_id)] for r, _, _ in found]
+
+    # -- serving, and falling back ------------------------------------------------------
+
+    def serve(self, thread_id: str, ns: str, cid: str, incidents: list[Incident]) -> CheckpointTuple | None:
+        """Checkpoint `cid`; if it cannot be assembled intact, its newest
+        intact ancestor (the unusable ones are withdrawn). None if no tier
+        has `cid` at all."""
+        current: str | None = cid
+        while current is not None:
+            try:
+                found = self.checkpoint(thread_id, ns, current, incidents)
+                if found is None:
+                    if current == cid:
+                        return None
+                    # An ancestor named by a parent pointer that no tier has.
+                    incidents.append(
+                        Incident(
+                            None, "checkpoint", thread_id, ns, f"checkpoint {current}", "missing in every tier", b""
+                        )
+                    )
+                    current = self._fall_back(
+                        Unusable(thread_id, ns, current, None, "it is missing in every tier"), incidents, missing=True
+                    )
+                    continue
+                result = (self.assemble([found], incidents))[0]
+                if not isinstance(result, Unusable):
+                    if current != cid:
+                        for incident in incidents:
+                            if incident.served is None:
+                                incident.served = f"ancestor checkpoint {current}"
+                    return result
+                unusable = result
+            except Unusable as exc:
+                unusable = exc
+            current = self._fall_back(unusable, incidents)
+        return None
+
+    def _fall_back(self, unusable: Unusable, incidents: list[Incident], *, missing: bool = False) -> str:
+        """Withdraw an unusable checkpoint and name the one to try instead."""
+        key = f"{unusable.thread_id}/{unusable.ns}/{unusable.checkpoint_id}"
+        if self.policy.raise_on_loss and not missing:
+            reasons = _reasons(incidents)
+            for incident in incidents:
+                # Left in place: every later read must refuse just the same
+                # until someone repairs or restores it.
+                if incident.served is None:
+                    incident.keep = True
+            self.settle(incidents, "nothing: CorruptCheckpoint raised (on_corruption='raise')")
+            raise CorruptCheckpoint(
+                f"checkpoint {unusable.checkpoint_id!r} of thread {unusable.thread_id!r} (ns {unusable.ns!r}) "
+                f"cannot be read intact: {unusable.what}. Run `langgraph-durable verify` for details, or use "
+                "on_corruption='fallback' to resume from the newest intact checkpoint.",
+                key=key,
+                reasons=reasons,
+            )
+        previous = unusable.parent_id
+        if previous is None or previous >= unusable.checkpoint_id:
+            previous = self._older(unusable.thread_id, unusable.ns, unusable.checkpoint_id)
+        if not missing and not unusable.keep:
+            self._withdraw(unusable)
+        if previous is None:
+            self._no_ancestor(key, incidents)
+        logger.error("checkpoint %s is unusable (%s); falling back to %s", key, unusable.what, previous)
+        return previous
+
+    def _withdraw(self, unusable: Unusable) -> None:
+        """Move the intact copies of an unusable checkpoint into each tier's
+        quarantine, so "latest" moves back and nobody serves it; `restore`
+        puts them back. Its damaged copies are quarantined when the read
+        settles; its channel values and writes stay where they are."""
+        t, ns, cid = unusable.thread_id, unusable.ns, unusable.checkpoint_id
+        for tier, row in self._each("withdrawal", lambda x: x.read_checkpoint(t, ns, cid)):
+            if row is None:
+                continue
+            try:
+                self.codec.decode_checkpoint(row)
+            except BadRecord:
+                continue  # a damaged copy: an incident of its own
+            try:
+                tier.quarantine(
+                    t, ns, "checkpoint", f"checkpoint {cid}", f"withdrawn: {unusable.what}", row.envelope,
+                    pack_fields(row_fields(row)),
+                )  # fmt: skip
+                tier.remove_copy("checkpoint", row)
+            except DurableError as exc:
+                logger.warning("could not withdraw checkpoint %s from %s: %s", cid, tier.name, exc)
+
+    def _older(self, thread_id: str, ns: str, checkpoint_id: str) -> str | None:
+        """The newest checkpoint before `checkpoint_id` that any tier lists."""
+        answers = self._each(
+            "ancestor", lambda t: t.list_checkpoints(thread_id, ns, None, checkpoint_id, None, 1)
+        )
+        ids = [rows[0].checkpoint_id for _, rows in answers if rows]
+        return max(ids) if ids else None
+
+    def _no_ancestor(self, key: str, incidents: list[Incident]) -> NoReturn:
+        reasons = _reasons(incidents)
+        self.settle(incidents, "nothing: no intact ancestor")
+        raise CorruptCheckpoint(
+            f"checkpoint {key} cannot be read intact and has no intact ancestor. "
+            "Run `langgraph-durable verify` to list the damaged records.",
+            key=key,
+            reasons=reasons,
+        )
+
+    def settle(self, incidents: list[Incident], default: str = "nothing") -> None:
+        """Quarantine, log, count and report each bad copy met by a read."""
+        seen: set[tuple[Any, ...]] = set()
+        for incident in incidents:
+            tier_name = incident.tier.name if incident.tier is not None else "every tier"
+            identity = (tier_name, incident.kind, incident.thread_id, incident.checkpoint_ns, incident.key)
+            if identity in seen:
+                continue
+            seen.add(identity)
+            if incident.tier is not None and not incident.keep:  # a record missing everywhere has no bytes
+                try:
+                    fields = pack_fields(row_fields(incident.row)) if incident.row is not None else b""
+                    incident.tier.quarantine(
+                        incident.thread_id,
+                        incident.checkpoint_ns,
+                        incident.kind,
+                        incident.key,
+                        incident.reason,
+                        incident.envelope,
+                        fields,
+                    )
+                    if incident.row is not None and self._still_there(incident):
+                        # Only this bad copy: one repaired meanwhile stays.
+                        incident.tier.remove_copy(incident.kind, incident.row)
+                except DurableError as exc:
+                    logger.warning("could not quarantine a bad %s in %s: %s", incident.kind, tier_name, exc)
+            self.policy.report(
+                CorruptionEvent(
+                    tier=tier_name,
+                    kind=incident.kind,
+                    thread_id=incident.thread_id,
+                    checkpoint_ns=incident.checkpoint_ns,
+                    key=incident.key,
+                    reason=incident.reason,
+                    served_instead=incident.served or default,
+                )
+            )
+        incidents.clear()
+
+    @staticmethod
+    def _still_there(incident: Incident) -> bool:
+        """Whether the tier still holds this very bad copy, key fields
+        included. `remove_copy` compares the envelope only, and a copy whose
+        parent id (or a write's channel) alone was damaged has the intact
+        envelope: once read-repair has rewritten it, removing "those bytes"
+        would remove the repaired copy."""
+        row = incident.row
+        if isinstance(row, CheckpointRow):
+            return incident.tier.read_checkpoint(row.thread_id, row.checkpoint_ns, row.checkpoint_id) == row
+        if isinstance(row, WriteRow):
+            return row in incident.tier.read_writes(row.thread_id, row.checkpoint_ns, [row.checkpoint_id])
+        return True  # a blob has no key fields: its envelope says it all
+
+    # -- the public reads ------------------------------------------------------------------
+
+    def latest(self, thread_id: str, ns: str, incidents: list[Incident]) -> CheckpointTuple | None:
+        """The newest checkpoint any reachable tier holds intact. A tier that
+        lost it (or was rolled back) is not believed over the others; one
+        that was told of a deletion (`mark_deleted`) is."""
+        heads = self._each("latest checkpoint", lambda t: t.head(thread_id, ns))
+        markers = [marker for _, (_, marker) in heads if marker]
+        deleted_through = max(markers) if markers else None
+        candidates = sorted(
+            {cid for _, (cid, _) in heads if cid and (deleted_through is None or cid > deleted_through)},
+            reverse=True,
+        )
+        for cid in candidates:
+            tup = self.serve(thread_id, ns, cid, incidents)
+            if tup is not None:
+                return tup
+            # An index entry with no record behind it in any tier (a Redis id
+            # whose hash field is gone): nothing to lose by dropping it.
+            for tier, (head, _) in heads:
+                if head == cid:
+                    self._repair([tier], lambda t: t.delete_checkpoint(thread_id, ns, cid))
+        if candidates:
+            # Every tier's index named checkpoints that none of them holds.
+            older = self._older(thread_id, ns, candidates[-1])
+            if older is not None and (deleted_through is None or older > deleted_through):
+                return self.serve(thread_id, ns, older, incidents)
+        return None
+
+    def get_tuple(self, thread_id: str, ns: str, cid: str | None) -> CheckpointTuple | None:
+        incidents: list[Incident] = []
+        try:
+            if cid:
+                return self.serve(thread_id, ns, cid, incidents)
+            return self.latest(thread_id, ns, incidents)
+        finally:
+            self.settle(incidents)
+
+    def list_tuples(
+        self,
+        thread_id: str | None,
+        ns: str | None,
+        cid: str | None,
+        before_id: str | None,
+        filter: dict[str, Any] | None,
+        limit: int | None,
+    ) -> list[CheckpointTuple]:
+        """`list`: the union of the shared tiers' indexes (see `rows`),
+        verified and assembled, newest first."""
+        ordered = self.rows(thread_id, ns, cid, before_id, filter, limit)
+        incidents: list[Incident] = []
+        try:
+            found: list[Found] = []
+            for row in ordered:
+                try:
+                    item: Found | None = (row, *self.codec.decode_checkpoint(row))
+                except BadRecord:
+                    try:
+                        item = self.checkpoint(row.thread_id, row.checkpoint_ns, row.checkpoint_id, incidents)
+                    except Unusable as exc:
+                        self._omit(exc, incidents)
+                        continue
+                if item is not None and metadata_matches(item[2], filter):
+                    found.append(item)
+            out = []
+            for result in self.assemble(found, incidents):
+                if isinstance(result, Unusable):
+                    self._omit(result, incidents)
+                    continue
+                out.append(result)
+                if limit is not None and len(out) >= limit:
+                    break
+            return out
+        finally:
+            self.settle(incidents)
+
+    def rows(
+        self,
+        thread_id: str | None,
+        ns: str | None,
+        cid: str | None,
+        before_id: str | None,
+        filter: dict[str, Any] | None,
+        limit: int | None,
+    ) -> list[CheckpointRow]:
+        """Checkpoint rows as `list_checkpoints` gives them, from every
+        reachable shared tier at once, deduplicated, newest first: one tier
+        that lost a checkpoint does not hide it. The local cache of one
+        replica may hold what another pruned, so it answers only when it is
+        the only tier (or no shared tier is reachable)."""
+        shared = self.tiers[1:] if len(self.tiers) > 1 and self.tiers[0].name == "sqlite" else self.tiers
+        answers = _each_of(
+            shared, self.tiers, "checkpoint list",
+            lambda t: t.list_checkpoints(thread_id, ns, cid, before_id, filter, limit),
+        )  # fmt: skip
+        rows: dict[tuple[str, str, str], CheckpointRow] = {}
+        for _, tier_rows in answers:
+            for row in tier_rows:
+                rows.setdefault((row.thread_id, row.checkpoint_ns, row.checkpoint_id), row)
+        return sorted(rows.values(), key=lambda r: r.checkpoint_id, reverse=True)
+
+    def _omit(self, unusable: Unusable, incidents: list[Incident]) -> None:
+        """`list` leaves an unusable checkpoint out (or raises, by policy)."""
+        if self.policy.raise_on_loss:
+            self._fall_back(unusable, incidents)  # raises
+        if not unusable.keep:
+            self._withdraw(unusable)
+        for incident in incidents:
+            if incident.served is None:
+                incident.served = f"left out of list: {unusable.what}"
+
+    def ledger(self, thread_id: str) -> dict[str, LedgerEntry]:
+        """The thread's action ledger, reconciled across every reachable tier:
+        an entry never moves backwards (a confirmed action stays confirmed
+        even where one tier lost or rolled back its copy), and tiers that are
+        behind get the winning copy."""
+        copies = self._each("action ledger", lambda t: t.read_ledger(thread_id))
+        keys = sorted({key for _, entries in copies for key in entries})
+        out: dict[str, LedgerEntry] = {}
+        for key in keys:
+            candidates: list[tuple[LedgerEntry, bytes]] = []
+            reasons: list[str] = []
+            for tier, entries in copies:
+                envelope = entries.get(key)
+                if envelope is None:
+                    continue
+                try:
+                    candidates.append((self.codec.decode_ledger(thread_id, key, envelope), envelope))
+                except BadRecord as exc:
+                    logger.error("ledger entry %s/%s is damaged in %s (%s)", thread_id, key, tier.name, exc.reason)
+                    reasons.append(f"{tier.name}: {exc.reason}")
+            if not candidates:
+                # Unknown whether the action ran: as unsafe as an unconfirmed one.
+                raise CorruptCheckpoint(
+                    f"the ledger entry for action {key!r} of thread {thread_id!r} is damaged in every tier "
+                    f"({'; '.join(reasons)}); whether the action ran is unknown. Record the answer with "
+                    "resolve_action().",
+                    key=f"{thread_id}/ledger/{key}",
+                    reasons=reasons,
+                )
+            entry, envelope = newest_entry(candidates)
+            out[key] = entry
+            # Only into tiers that lack the entry, and only if they still do:
+            # a task of this run may be confirming the action right now, and a
+            # blind write could put an older state over its confirmation. A
+            # tier holding an older state is left to `repair`.
+            lacking = [tier for tier, entries in copies if key not in entries]
+            self._repair(lacking, lambda t: t.write_ledger(thread_id, key, envelope, only_if_absent=True))
+        return out
+
+
+def _each_of(
+    tiers: Sequence[Tier], fallback: Sequence[Tier], what: str, call: Callable[[Tier], Any]
+) -> list[tuple[Tier, Any]]:
+    """`call` on `tiers` at once; if none is reachable, on the first
+    reachable tier of `fallback` (the local cache) instead."""
+    results = run_all([functools.partial(call, t) for t in tiers])
+    out = [(t, r) for t, r in zip(tiers, results) if not isinstance(r, BaseException)]
+    for r in results:
+        if isinstance(r, BaseException) and not isinstance(r, TierUnavailable):
+            raise r
+    if out:
+        if len(out) < len(tiers):
+            logger.warning("degraded read: %s from %s only", what, ", ".join(t.name for t, _ in out))
+        return out
+    down = next(r for r in results if isinstance(r, TierUnavailable))
+    for tier in fallback:
+        if tier in tiers:
+            continue
+        try:
+            result = call(tier)
+        except TierUnavailable:
+            continue
+        logger.warning("degraded read: %s answered by %s (%s)", what, tier.name, down)
+        return [(tier, result)]
+    raise down
+
+
+def _reasons(incidents: Sequence[Incident]) -> list[str]:
+    return [f"{i.tier.name if i.tier is not None else 'every tier'}: {i.key}: {i.reason}" for i in incidents]
+

@@ -1,0 +1,213 @@
+"""What `prune` and `delete_for_runs` must keep so `DeltaChannel`s still read
+back whole. No I/O here.
+
+A `DeltaChannel` stores only a sentinel at most checkpoints. LangGraph
+rebuilds its value at checkpoint C by walking C's parent chain
+(`get_delta_channel_history`), collecting each ancestor's pending writes,
+until it meets an ancestor that stores a value for the channel (a
+`_DeltaSnapshot`, or a plain value from before a migration); that value is
+the seed and the seed ancestor's own writes are replayed too. Deleting any
+checkpoint or write on that stretch makes the channel read back short, with
+no error (a missing ancestor just ends the walk).
+
+So a kept checkpoint drags along its ancestors up to, for each delta
+channel it rebuilds, the nearest one storing that channel's value (or the
+root). And every ancestor kept that way is itself listed by
+`get_state_history` and may be read by time travel, so the same holds for it
+in turn: the walk goes on until every checkpoint it took can rebuild all its
+delta channels, i.e. to the nearest ancestor that stores a value for every
+delta channel it has a version of (or the root). With one delta channel, or
+several that snapshot together, that is the nearest snapshot; channels
+snapshotting at different steps can make it reach further back. Nothing
+kept ever reads back a different value than before.
+
+`ReplayPlanner` computes that stretch from what the tiers hold; the chain
+fetches the facts it asks for (`Walk.needs`) and asks again, so a walk reads
+only the channel values it needs.
+
+Which channels are delta channels is not recorded as such: LangGraph puts
+every delta channel of the graph in the checkpoint metadata field
+``counters_since_delta_snapshot`` except at the step where it snapshots
+(where its value is stored, so nothing needs rebuilding). The union of that
+field over a namespace's checkpoints is the set walked; it errs on the side
+of keeping more. A thread without delta channels walks nothing and prunes as
+before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+DELTA_COUNTERS_KEY = "counters_since_delta_snapshot"
+# How many ancestors a walk asks facts for at once: fewer round trips to the
+# tiers, at the price of maybe reading a few values past the seed.
+DEFAULT_LOOKAHEAD = 32
+
+BlobKey = tuple[str, str]  # channel, version (as tiers key blobs)
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """What retention needs to know about one stored checkpoint."""
+
+    checkpoint_id: str
+    parent_id: str | None
+    versions: Mapping[str, str]  # channel -> version key of the blob it reads
+    delta_channels: frozenset[str]  # channels named in its delta counters
+
+    @classmethod
+    def of(
+        cls, checkpoint_id: str, parent_id: str | None, checkpoint: Mapping[str, Any], metadata: Mapping[str, Any]
+    ) -> Node:
+        counters = metadata.get(DELTA_COUNTERS_KEY) or {}
+        return cls(
+            checkpoint_id,
+            parent_id or None,
+            {ch: str(v) for ch, v in (checkpoint.get("channel_versions") or {}).items()},
+            frozenset(counters) if isinstance(counters, Mapping) else frozenset(),
+        )
+
+    def blob_keys(self) -> set[BlobKey]:
+        return set(self.versions.items())
+
+
+def delta_channels(nodes: Iterable[Node | None]) -> frozenset[str]:
+    """Every channel any of these checkpoints names as a delta channel."""
+    out: set[str] = set()
+    for node in nodes:
+        if node is not None:
+            out |= node.delta_channels
+    return frozenset(out)
+
+
+@dataclass(slots=True)
+class Walk:
+    """The outcome of walking back from one checkpoint.
+
+    `needs` non-empty: the walk cannot go on until it learns whether these
+    blobs hold a value (`ReplayPlanner.learn`); walk again after. Otherwise
+    `checkpoints` (the start first, then its ancestors) is everything the
+    start's delta channels are rebuilt from, and `broken` says the walk met
+    an ancestor that exists but cannot be read, so what lies beyond it is
+    unknown.
+    """
+
+    checkpoints: list[str] = field(default_factory=list)
+    needs: set[BlobKey] = field(default_factory=set)
+    broken: bool = False
+
+
+class ReplayPlanner:
+    """The ancestors a kept checkpoint's delta channels are rebuilt from,
+    for checkpoints of one (thread, namespace).
+
+    `nodes` maps checkpoint id to its `Node`, or to None for a checkpoint
+    that exists but no tier can read intact; an id absent from `nodes` is not
+    stored (LangGraph's walk ends there: `get_tuple` returns None).
+    """
+
+    def __init__(
+        self,
+        nodes: Mapping[str, Node | None],
+        *,
+        channels: Collection[str] | None = None,
+        lookahead: int = DEFAULT_LOOKAHEAD,
+    ) -> None:
+        self.nodes = nodes
+        self.channels = frozenset(channels) if channels is not None else delta_channels(nodes.values())
+        self.lookahead = lookahead
+        # (channel, version) -> does that blob hold a value (not the empty sentinel)?
+        self.stored: dict[BlobKey, bool] = {}
+        # checkpoint id -> channels a finished walk was still rebuilding when
+        # it reached that checkpoint: a later walk arriving with no more than
+        # those has nothing new to find past it.
+        self._covered: dict[str, frozenset[str]] = {}
+
+    def learn(self, facts: Mapping[BlobKey, bool]) -> None:
+        """Record which blobs hold a value. A blob no tier has counts as
+        holding none: LangGraph cannot seed from it, so the walk goes on."""
+        self.stored.update(facts)
+
+    def walk(self, start: str) -> Walk:
+        """Walk back from `start` to where it and every checkpoint passed
+        can rebuild their delta channels (module docstring)."""
+        result = Walk([start])
+        if not self.channels or start not in self.nodes:
+            return result
+        node = self.nodes[start]
+        if node is None:
+            result.broken = True
+            return result
+        rebuilding = self._rebuilding_after(node, set(), result)
+        reached: list[tuple[str, frozenset[str]]] = []
+        cursor = node.parent_id
+        while not result.needs and cursor is not None and rebuilding:
+            if cursor not in self.nodes or self._covered.get(cursor, frozenset()) >= rebuilding:
+                break
+            ancestor = self.nodes[cursor]
+            result.checkpoints.append(cursor)
+            if ancestor is None:
+                result.broken = True
+                break
+            reached.append((cursor, frozenset(rebuilding)))
+            rebuilding = self._rebuilding_after(ancestor, rebuilding, result)
+            cursor = ancestor.parent_id
+        if result.needs:
+            self._look_ahead(cursor, result)
+            return result
+        for cid, channels in reached:
+            self._covered[cid] = self._covered.get(cid, frozenset()) | channels
+        return result
+
+    def _rebuilding_after(self, node: Node, rebuilding: set[str], result: Walk) -> set[str]:
+        """The delta channels still looking for a seed once the walk has
+        taken `node`: those `node` itself must rebuild (a version but no
+        stored value: what LangGraph replays when it reads `node`), plus
+        those already looked for that `node` has no version of (the walk
+        goes on past a branch point where the channel was not written yet).
+        A channel stored at `node` is seeded there. Unknown facts go to
+        `result.needs` and count as no value for now."""
+        left = set()
+        for ch in self.channels:
+            version = node.versions.get(ch)
+            if version is None:
+                if ch in rebuilding:
+                    left.add(ch)
+                continue
+            fact = self.stored.get((ch, version))
+            if fact is None:
+                result.needs.add((ch, version))
+            if not fact:
+                left.add(ch)
+        return left
+
+    def _look_ahead(self, cursor: str | None, result: Walk) -> None:
+        """Ask for the facts of the next ancestors too: fewer round trips."""
+        for _ in range(self.lookahead):
+            node = self.nodes.get(cursor) if cursor is not None else None
+            if node is None:
+                return
+            result.needs.update(
+                (ch, v)
+                for ch in self.channels
+                if (v := node.versions.get(ch)) is not None and (ch, v) not in self.stored
+            )
+            cursor = node.parent_id
+
+
+def older_than(nodes: Iterable[str], checkpoint_id: str) -> set[str]:
+    """Checkpoint ids older than `checkpoint_id` (ids sort by time)."""
+    return {cid for cid in nodes if cid < checkpoint_id}
+
+
+def blobs_of(nodes: Mapping[str, Node | None], kept: Iterable[str]) -> set[BlobKey]:
+    """Every channel value a kept checkpoint reads: dropping one would make
+    it unreadable."""
+    out: set[BlobKey] = set()
+    for cid in kept:
+        node = nodes.get(cid)
+        if node is not None:
+            out |= node.blob_keys()
+    return out

@@ -1,0 +1,180 @@
+"""`verify` and `repair`: every copy of every record in every tier.
+
+Reads only check what they touch; a scan checks everything, so it is also
+where the tiers are compared with each other: a record that one shared tier
+holds intact and another shared tier lacks is a lost copy (or a tier restored
+from an older backup), reported as *missing* and copied back by `repair`.
+(The local tier is a cache of one replica: what it lacks is not missing, and
+what only it holds may have been pruned elsewhere, so it is not evidence.)
+
+`repair` also re-seals intact records that an older signing key sealed, and
+once a whole-store repair leaves nothing unrestorable, records in each tier
+that only the current key is needed from now on.
+
+This file is the async source. ``scan.py`` is generated from it by
+``langgraph_durable/_codegen.py``; edit this one and regenerate.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any
+
+from .codec import RecordCodec
+from .integrity import BadCopy, ScanReport, record_identity, record_label
+from .ledger import newest_entry
+from .records import BadRecord, BlobRow, CheckpointRow, ledger_context, row_fields
+from .tiers.base import KEYS_META, pack_fields
+
+logger = logging.getLogger("langgraph_durable")
+
+Tier = Any  # the TierProtocol names, awaited
+
+
+class AsyncScanner:
+    """Verifies (and repairs) every copy of every record of a thread."""
+
+    def __init__(self, tiers: Sequence[Tier], codec: RecordCodec) -> None:
+        self.tiers = list(tiers)
+        self.shared = [t for t in self.tiers if t.name != "sqlite"]
+        self.codec = codec
+
+    async def scan(
+        self, thread_id: str | None, *, repair: bool, progress: Callable[[int, int], None] | None = None
+    ) -> ScanReport:
+        if thread_id is not None:
+            threads = [str(thread_id)]
+        else:
+            names: set[str] = set()
+            for tier in self.tiers:
+                names.update(await tier.thread_ids())
+            threads = sorted(names)
+        report = ScanReport(threads=len(threads))
+        for done, t in enumerate(threads, 1):
+            await self._thread(t, report, repair=repair)
+            await self._ledger(t, report, repair=repair)
+            if progress is not None:
+                progress(done, len(threads))
+        if repair and thread_id is None and not report.unrestorable and len(self.codec.keys) > 1:
+            # Everything verifies under the current key now: replicas that
+            # only have it may open the store.
+            for tier in self.tiers:
+                await tier.write_meta(KEYS_META, self.codec.fingerprints[0])
+        return report
+
+    def _decode(self, kind: str, row: Any) -> None:
+        if kind == "checkpoint":
+            self.codec.decode_checkpoint(row)
+        elif kind == "blob":
+            self.codec.decode_blob(row)
+        else:
+            self.codec.decode_write(row)
+
+    async def _thread(self, t: str, report: ScanReport, *, repair: bool) -> None:
+        intact: dict[tuple[Any, ...], Any] = {}
+        held_intact: dict[tuple[Any, ...], set[str]] = {}
+        bad: list[tuple[Tier, Any, BadCopy]] = []
+        old_key: list[tuple[Tier, str, Any]] = []
+        for tier in self.tiers:
+            records = await tier.thread_records(t)
+            for kind, rows in (("checkpoint", records.checkpoints), ("blob", records.blobs), ("write", records.writes)):
+                for row in rows:
+                    report.copies_checked += 1
+                    try:
+                        self._decode(kind, row)
+                    except BadRecord as exc:
+                        label = record_label(kind, row)
+                        bad.append((tier, row, BadCopy(tier.name, kind, t, row.checkpoint_ns, label, exc.reason)))  # type: ignore[arg-type]
+                        continue
+                    identity = record_identity(kind, row)
+                    intact.setdefault(identity, (kind, row))
+                    held_intact.setdefault(identity, set()).add(tier.name)
+                    if self.codec.sealed_with_old_key(row.context, row.envelope):
+                        old_key.append((tier, kind, row))
+        for tier, row, copy in bad:
+            report.bad.append(copy)
+            if not repair:
+                continue
+            good = intact.get(record_identity(copy.kind, row))
+            if good is None:
+                report.unrestorable.append(copy)
+                continue
+            await tier.quarantine(
+                t, copy.checkpoint_ns, copy.kind, copy.key, copy.reason, row.envelope, pack_fields(row_fields(row))
+            )
+            await _write(tier, good[0], good[1])
+            report.restored.append(copy)
+        # Copies a shared tier lost while another shared tier holds them intact.
+        bad_in = {(tier.name, record_identity(c.kind, row)) for tier, row, c in bad}
+        for identity, (kind, row) in intact.items():
+            holders = held_intact[identity]
+            if not holders & {s.name for s in self.shared}:
+                continue
+            for tier in self.shared:
+                if tier.name in holders or (tier.name, identity) in bad_in:
+                    continue
+                why = f"missing (intact in {', '.join(sorted(holders))})"
+                copy = BadCopy(tier.name, kind, t, row.checkpoint_ns, record_label(kind, row), why)
+                report.missing.append(copy)
+                if repair:
+                    await _write(tier, kind, row)
+                    report.restored.append(copy)
+        if repair:
+            for tier, kind, row in old_key:
+                resealed = replace(row, envelope=self.codec.reseal(row.context, row.context, row.envelope))
+                await _write(tier, kind, resealed)
+                report.resealed += 1
+
+    async def _ledger(self, t: str, report: ScanReport, *, repair: bool) -> None:
+        copies = [(tier, await tier.read_ledger(t)) for tier in self.tiers]
+        for key in sorted({k for _, entries in copies for k in entries}):
+            good: list[tuple[Any, bytes]] = []
+            bad: list[tuple[Tier, BadCopy]] = []
+            for tier, entries in copies:
+                envelope = entries.get(key)
+                if envelope is None:
+                    continue
+                report.copies_checked += 1
+                try:
+                    good.append((self.codec.decode_ledger(t, key, envelope), envelope))
+                except BadRecord as exc:
+                    bad.append((tier, BadCopy(tier.name, "ledger", t, "", f"action {key}", exc.reason)))
+            report.bad.extend(copy for _, copy in bad)
+            if not good:
+                if repair:
+                    report.unrestorable.extend(copy for _, copy in bad)
+                continue
+            _, chosen = newest_entry(good)
+            envelope = chosen
+            context = ledger_context(t, key)
+            if repair and self.codec.sealed_with_old_key(context, chosen):
+                envelope = self.codec.reseal(context, context, chosen)
+                report.resealed += 1
+            for tier, entries in copies:
+                current = entries.get(key)
+                if current == envelope:
+                    continue
+                damaged = [copy for b, copy in bad if b is tier]
+                if current is None and tier.name == "sqlite":
+                    continue  # the local cache need not hold it
+                if not damaged and current != chosen and tier in self.shared:
+                    # A tier that lost the entry, or holds an older state of
+                    # it (a rollback): an action must never move backwards.
+                    why = "missing" if current is None else "behind (an older state of the action)"
+                    report.missing.append(BadCopy(tier.name, "ledger", t, "", f"action {key}", why))
+                if repair:
+                    await tier.write_ledger(t, key, envelope)
+                    report.restored.extend(damaged)
+
+
+async def _write(tier: Tier, kind: str, row: Any) -> None:
+    if kind == "checkpoint":
+        assert isinstance(row, CheckpointRow)
+        await tier.write_checkpoint(row, [])
+    elif kind == "blob":
+        assert isinstance(row, BlobRow)
+        await tier.write_blobs([row])
+    else:
+        await tier.write_writes([row], True)
