@@ -1,0 +1,435 @@
+"""The attacks and careless-operator mistakes that used to destroy or expose
+data, performed against the real tiers, each asserting what a user expects:
+intact data survives, the newest acknowledged state is served, no action
+runs twice, nothing planted is executed.
+
+Records are planted, damaged, deleted and replayed directly in the stores
+(SQL, redis-py), never through the saver under test.
+"""
+
+from __future__ import annotations
+
+import operator
+import sqlite3
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, TypedDict
+
+import ormsgpack
+import psycopg
+import pytest
+import redis as redis_lib
+from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_config, generate_metadata
+from langgraph.checkpoint.serde.jsonplus import EXT_CONSTRUCTOR_SINGLE_ARG
+from langgraph.graph import END, START, StateGraph
+
+from langgraph_durable import ConfigError, CorruptCheckpoint, DurableSaver, LedgerEntry, action, cli
+from langgraph_durable.records import blob_context, seal
+
+from .conftest import REDIS_URL
+from .graphs import LoopState, loop_graph
+
+ALL = "sqlite+redis+postgres"
+KEY = b"k" * 32
+KEY2 = b"n" * 32
+SEP = "\x00"
+
+
+def _cfg(thread: str) -> Any:
+    return {"configurable": {"thread_id": thread}}
+
+
+def _pg(saver: DurableSaver) -> psycopg.Connection[Any]:
+    assert saver.postgres_url is not None
+    return psycopg.connect(saver.postgres_url, autocommit=True)
+
+
+def _redis() -> redis_lib.Redis:
+    return redis_lib.Redis.from_url(REDIS_URL)
+
+
+def _chain(saver: DurableSaver, thread: str, n: int, *, writes: bool = True) -> list[Any]:
+    """n checkpoints, each with one task's pending writes; returns their configs."""
+    configs = []
+    config = generate_config(thread)
+    for i in range(n):
+        cp = generate_checkpoint(channel_values={"v": f"value {i}"}) | {"channel_versions": {"v": i + 1}}
+        config = saver.put(config, cp, generate_metadata(step=i), {"v": i + 1})
+        if writes:
+            saver.put_writes(config, [("x", f"write {i}")], f"task-{i}")
+        configs.append(config)
+    return configs
+
+
+def _ids_in_every_tier(saver: DurableSaver, thread: str) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    if saver.sqlite_path:
+        with sqlite3.connect(saver.sqlite_path) as conn:
+            rows = conn.execute("SELECT checkpoint_id FROM lgd_checkpoints WHERE thread_id = ?", (thread,))
+            out["sqlite"] = {r[0] for r in rows}
+    if saver.redis_url:
+        r = _redis()
+        out["redis"] = {f.decode().split(SEP)[1] for f in r.hkeys(f"{saver.redis_key_prefix}:{{{thread}}}:cp")}
+        r.close()
+    if saver.postgres_url:
+        with _pg(saver) as conn:
+            rows = conn.execute("SELECT checkpoint_id FROM lgd_checkpoints WHERE thread_id = %s", (thread,))
+            out["postgres"] = {r[0] for r in rows}
+    return out
+
+
+# -- keys: a configuration error is not corruption ------------------------------------
+
+
+@pytest.mark.parametrize("tiers", [ALL, "sqlite"])
+@pytest.mark.parametrize("wrong", [None, b"w" * 32])
+def test_a_reader_with_a_missing_or_wrong_key_is_refused_and_destroys_nothing(
+    make_saver: Any, tiers: str, wrong: bytes | None
+) -> None:
+    with make_saver(tiers, signing_key=KEY) as keyed:
+        loop_graph(4).compile(checkpointer=keyed).invoke({"messages": [], "n": 0}, _cfg("t"))
+        history = [t.checkpoint["id"] for t in keyed.list(_cfg("t"))]
+    with make_saver(tiers, signing_key=wrong) as other:
+        for call in (other.setup, lambda: other.get_tuple(_cfg("t")), lambda: list(other.list(_cfg("t")))):
+            with pytest.raises(ConfigError, match=r"cannot verify\. Nothing was read or changed"):
+                call()
+    with make_saver(tiers, signing_key=KEY) as keyed:
+        assert keyed.get_tuple(_cfg("t")).checkpoint["channel_values"]["n"] == 4
+        assert [t.checkpoint["id"] for t in keyed.list(_cfg("t"))] == history
+        report = keyed.verify()
+        assert report.bad == [] and report.missing == []
+        assert keyed.quarantined() == []
+
+
+def test_every_copy_failing_alike_is_read_around_but_never_quarantined(make_saver: Any) -> None:
+    """Were the fingerprint lost, identical bad bytes in every tier still say
+    "key", not "corruption": the copies stay where they are."""
+    with make_saver(ALL, signing_key=KEY) as keyed:
+        configs = _chain(keyed, "t", 2)
+    r = _redis()
+    prefix = make_saver(ALL).redis_key_prefix
+    r.delete(f"{prefix}:meta")
+    r.close()
+    with make_saver(ALL, signing_key=KEY) as s:
+        with _pg(s) as conn:
+            conn.execute("DELETE FROM lgd_meta")
+        with sqlite3.connect(s.sqlite_path) as conn:
+            conn.execute("DELETE FROM lgd_meta")
+    events: list[Any] = []
+    with make_saver(ALL, signing_key=KEY2, on_corruption=events.append) as other:
+        with pytest.raises(CorruptCheckpoint, match="no intact ancestor"):
+            other.get_tuple(_cfg("t"))  # nothing it can verify, and it says so
+        assert events and all("the same bytes fail in every tier" in e.reason for e in events)
+        assert other.quarantined("t") == []
+    for tier, ids in _ids_in_every_tier(make_saver(ALL), "t").items():
+        assert ids == {c["configurable"]["checkpoint_id"] for c in configs}, tier
+
+
+def test_turning_a_key_on_and_rotating_it(make_saver: Any) -> None:
+    with make_saver(ALL) as plain:
+        _chain(plain, "t", 3)
+        plain.record_action("t", LedgerEntry("email", "done", result="sent"))
+    with make_saver(ALL, signing_key=KEY) as keyed, pytest.raises(ConfigError, match=r"signing_keys=\[key, None\]"):
+        keyed.setup()
+    with make_saver(ALL, signing_keys=[KEY, None]) as migrating:
+        assert migrating.get_tuple(_cfg("t")).checkpoint["channel_values"] == {"v": "value 2"}
+        report = migrating.repair()
+        assert report.resealed > 0 and not report.unrestorable
+    with make_saver(ALL, signing_key=KEY) as keyed:
+        assert keyed.get_tuple(_cfg("t")).checkpoint["channel_values"] == {"v": "value 2"}
+        assert keyed.actions("t")["email"].result == "sent"
+        assert keyed.verify().bad == []
+    with make_saver(ALL, signing_keys=[KEY2, KEY]) as rotating:
+        assert rotating.repair().resealed > 0
+    with make_saver(ALL, signing_key=KEY2) as rotated:
+        assert len(list(rotated.list(_cfg("t")))) == 3
+        assert rotated.actions("t")["email"].result == "sent"
+    with make_saver(ALL, signing_key=KEY) as stale, pytest.raises(ConfigError):
+        stale.setup()
+
+
+# -- one bad or missing row in one tier ---------------------------------------------
+
+
+@pytest.mark.parametrize("face", ["sync", "async"])
+async def test_a_garbage_write_in_postgres_only_deletes_nothing(make_saver: Any, face: str) -> None:
+    with make_saver(ALL) as saver:
+        configs = _chain(saver, "t", 3)
+    ids = [c["configurable"]["checkpoint_id"] for c in configs]
+    with _pg(saver) as conn:
+        for cid in ids:
+            conn.execute("INSERT INTO lgd_writes VALUES ('t', '', %s, 'evil', 0, 'x', '', %s)", (cid, b"garbage" * 10))
+    saver = make_saver(ALL)
+    if face == "sync":
+        with saver:
+            tup = saver.get_tuple(_cfg("t"))
+            listed = list(saver.list(_cfg("t")))
+            quarantined = saver.quarantined("t")
+    else:
+        async with saver:
+            tup = await saver.aget_tuple(_cfg("t"))
+            listed = [t async for t in saver.alist(_cfg("t"))]
+            quarantined = await saver.aquarantined("t")
+    assert tup.checkpoint["id"] == ids[-1]
+    assert tup.pending_writes == [("task-2", "x", "write 2")]
+    assert [t.checkpoint["id"] for t in listed] == ids[::-1]
+    for tier, held in _ids_in_every_tier(saver, "t").items():
+        assert held == set(ids), f"{tier} lost checkpoints"
+    assert {(q.tier, q.kind) for q in quarantined} == {("postgres", "write")} and len(quarantined) == 3
+
+
+def test_planted_and_damaged_local_rows_with_journal_entries_are_never_shipped(make_saver: Any) -> None:
+    with make_saver(ALL, signing_key=KEY) as saver:
+        configs = _chain(saver, "t", 2)
+    cid = configs[-1]["configurable"]["checkpoint_id"]
+    with sqlite3.connect(saver.sqlite_path) as conn:
+        conn.execute("INSERT INTO lgd_writes VALUES ('t', '', ?, 'evil', 0, 'x', '', ?)", (cid, b"\xd7LGD planted"))
+        conn.execute(
+            "INSERT INTO lgd_journal (kind, thread_id, checkpoint_ns, checkpoint_id, task_id, created_at) "
+            "VALUES ('writes', 't', '', ?, 'evil', 0)",
+            (cid,),
+        )
+        record = conn.execute("SELECT record FROM lgd_checkpoints WHERE checkpoint_id = ?", (cid,)).fetchone()[0]
+        conn.execute(
+            "UPDATE lgd_checkpoints SET record = ? WHERE checkpoint_id = ?", (record[:-3] + b"\x00\x00\x00", cid)
+        )
+        conn.execute(
+            "INSERT INTO lgd_journal (kind, thread_id, checkpoint_ns, checkpoint_id, task_id, created_at) "
+            "VALUES ('checkpoint', 't', '', ?, NULL, 0)",
+            (cid,),
+        )
+    with make_saver(ALL, signing_key=KEY) as restarted:
+        restarted.setup()  # neither raises nor ships anything
+        with _pg(restarted) as conn:
+            assert conn.execute("SELECT count(*) FROM lgd_writes WHERE task_id = 'evil'").fetchone()[0] == 0
+            pg_record = conn.execute("SELECT record FROM lgd_checkpoints WHERE checkpoint_id = %s", (cid,)).fetchone()
+        assert bytes(pg_record[0]) == bytes(record)  # the intact copy was not overwritten
+        with sqlite3.connect(restarted.sqlite_path) as conn:
+            assert conn.execute("SELECT count(*) FROM lgd_journal").fetchone()[0] == 0
+        assert {q.kind for q in restarted.quarantined("t") if q.tier == "sqlite"} == {"write", "checkpoint"}
+        assert restarted.get_tuple(_cfg("t")).checkpoint["id"] == cid
+
+
+@pytest.mark.parametrize("tiers", [ALL, "sqlite+postgres", "redis+postgres"])
+def test_the_newest_checkpoint_lost_by_postgres_alone_is_still_served(make_saver: Any, tiers: str) -> None:
+    with make_saver(tiers) as saver:
+        configs = _chain(saver, "t", 3)
+    newest = configs[-1]["configurable"]["checkpoint_id"]
+    with _pg(saver) as conn:
+        conn.execute("DELETE FROM lgd_checkpoints WHERE checkpoint_id = %s", (newest,))
+    with make_saver(tiers) as saver:
+        if "redis" in tiers:
+            assert [m.key for m in saver.verify("t").missing] == [f"checkpoint {newest}"]
+        tup = saver.get_tuple(_cfg("t"))
+        assert tup.checkpoint["id"] == newest
+        assert tup.pending_writes == [("task-2", "x", "write 2")]
+    assert newest in _ids_in_every_tier(saver, "t")["postgres"]  # read-repaired
+
+
+class FanState(TypedDict):
+    log: Annotated[list[str], operator.add]
+
+
+def test_pending_writes_lost_by_postgres_alone_do_not_run_a_finished_node_again(make_saver: Any) -> None:
+    runs = {"a": 0, "b": 0}
+
+    def a(state: FanState) -> dict[str, Any]:
+        runs["a"] += 1
+        return {"log": ["a"]}
+
+    def b(state: FanState) -> dict[str, Any]:
+        runs["b"] += 1
+        if runs["b"] == 1:
+            time.sleep(0.3)  # "a" has finished and its writes are stored
+            raise RuntimeError("the container died here")
+        return {"log": ["b"]}
+
+    g = StateGraph(FanState)
+    g.add_node("a", a)
+    g.add_node("b", b)
+    g.add_edge(START, "a")
+    g.add_edge(START, "b")
+    g.add_edge("a", END)
+    g.add_edge("b", END)
+    with make_saver(ALL) as saver:
+        with pytest.raises(RuntimeError):
+            g.compile(checkpointer=saver).invoke({"log": []}, _cfg("t"), durability="sync")
+    with _pg(saver) as conn:
+        assert conn.execute("DELETE FROM lgd_writes WHERE thread_id = 't'").rowcount > 0
+    with make_saver(ALL) as saver:
+        result = g.compile(checkpointer=saver).invoke(None, _cfg("t"), durability="sync")
+    assert sorted(result["log"]) == ["a", "b"]
+    assert runs == {"a": 1, "b": 2}
+
+
+def _charging_graph(charged: list[str]) -> StateGraph:
+    def charge(state: LoopState) -> dict[str, Any]:
+        with action("charge:order-1") as act:
+            if not act.done:
+                charged.append("order-1")
+                act.result = "receipt-1"
+        return {"messages": [f"charged: {act.result}"], "n": state.get("n", 0) + 1}
+
+    g = StateGraph(LoopState)
+    g.add_node("charge", charge)
+    g.add_edge(START, "charge")
+    g.add_edge("charge", END)
+    return g
+
+
+@pytest.mark.parametrize("attack", ["delete", "replay-intent"])
+def test_a_confirmed_action_lost_or_rolled_back_in_postgres_alone_never_runs_again(
+    make_saver: Any, attack: str
+) -> None:
+    charged: list[str] = []
+    with make_saver(ALL, signing_key=KEY) as saver:
+        _charging_graph(charged).compile(checkpointer=saver).invoke({"messages": [], "n": 0}, _cfg("t"))
+        # An older record of the same action, signed and genuine: the intent.
+        intent = saver._sync_chain().codec.encode_ledger("t", LedgerEntry("charge:order-1", "intent", updated_at=1.0))
+    with _pg(saver) as conn:
+        if attack == "delete":
+            conn.execute("DELETE FROM lgd_ledger WHERE thread_id = 't'")
+        else:
+            conn.execute("UPDATE lgd_ledger SET record = %s WHERE thread_id = 't'", (intent,))
+    with make_saver(ALL, signing_key=KEY) as saver:
+        result = _charging_graph(charged).compile(checkpointer=saver).invoke({"messages": [], "n": 0}, _cfg("t"))
+        assert saver.actions("t")["charge:order-1"].state == "done"
+        # verify names the tier that is behind; repair brings it forward.
+        assert [(m.tier, m.key) for m in saver.verify("t").missing] == (
+            [] if attack == "delete" else [("postgres", "action charge:order-1")]
+        )  # a lost entry was already copied back by the reads (into the empty slot only)
+        saver.repair("t")
+        assert not saver.verify("t").missing
+    assert charged == ["order-1"]
+    assert result["messages"][-1] == "charged: receipt-1"
+    with _pg(saver) as conn:
+        record = conn.execute("SELECT record FROM lgd_ledger WHERE thread_id = 't'").fetchone()
+    assert record is not None and bytes(record[0]) != intent
+
+
+def test_postgres_restored_from_an_older_backup_is_detected_and_repaired(make_saver: Any) -> None:
+    tables = ("lgd_checkpoints", "lgd_blobs", "lgd_writes", "lgd_ledger")
+    with make_saver(ALL) as saver:
+        graph = loop_graph(2).compile(checkpointer=saver)
+        graph.invoke({"messages": [], "n": 0}, _cfg("t"))
+        with _pg(saver) as conn:
+            for t in tables:
+                conn.execute(f"CREATE TABLE backup_{t} AS SELECT * FROM {t}")
+        loop_graph(5).compile(checkpointer=saver).invoke({"messages": []}, _cfg("t"))
+        newest = saver.get_tuple(_cfg("t")).checkpoint["id"]
+    with _pg(saver) as conn:
+        for t in tables:
+            conn.execute(f"DELETE FROM {t}")
+            conn.execute(f"INSERT INTO {t} SELECT * FROM backup_{t}")
+    with make_saver(ALL) as saver:
+        report = saver.verify()
+        assert report.missing and {m.tier for m in report.missing} == {"postgres"}
+        state = loop_graph(5).compile(checkpointer=saver).get_state(_cfg("t"))
+        assert state.values["n"] == 5 and state.config["configurable"]["checkpoint_id"] == newest
+        assert saver.repair().missing
+        assert not saver.verify().missing
+    with make_saver("postgres") as postgres_only:  # the system of record is whole again
+        assert postgres_only.get_tuple(_cfg("t")).checkpoint["id"] == newest
+
+
+# -- planted records and the serializer ----------------------------------------------------
+
+
+def test_a_planted_record_never_executes_code_without_a_signing_key(make_saver: Any, tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    with make_saver("redis+postgres") as saver:
+        config = saver.put(
+            generate_config("t"),
+            generate_checkpoint(channel_values={"v": "real"}) | {"channel_versions": {"v": 1}},
+            generate_metadata(),
+            {"v": 1},
+        )
+    payload = ormsgpack.packb(
+        ormsgpack.Ext(EXT_CONSTRUCTOR_SINGLE_ARG, ormsgpack.packb(("os", "system", f"touch {marker}")))
+    )
+    envelope = seal(blob_context("t", "", "v", "1"), "msgpack", payload)  # the unkeyed checksum verifies
+    r = _redis()
+    r.hset(f"{saver.redis_key_prefix}:{{t}}:blob", f"{SEP}v{SEP}1", envelope)
+    r.close()
+    with _pg(saver) as conn:
+        conn.execute("UPDATE lgd_blobs SET record = %s WHERE thread_id = 't'", (envelope,))
+    with make_saver("redis+postgres") as saver:
+        value = saver.get_tuple(config).checkpoint["channel_values"]["v"]
+    assert not marker.exists()
+    assert value == f"touch {marker}"  # LangGraph's strict mode: the plain data, nothing called
+    # The option that restores LangGraph's permissive default does what it says.
+    with make_saver("redis+postgres", permissive_decoding=True) as permissive:
+        permissive.get_tuple(config)
+    assert marker.exists()
+
+
+@dataclass
+class Item:
+    name: str
+
+
+class ItemState(TypedDict):
+    items: Annotated[list[Item], operator.add]
+
+
+def test_state_types_round_trip_through_with_allowlist_in_strict_mode(make_saver: Any) -> None:
+    g = StateGraph(ItemState)
+    g.add_node("add", lambda s: {"items": [Item(f"item {len(s['items'])}")]})
+    g.add_edge(START, "add")
+    g.add_edge("add", END)
+    with make_saver("redis+postgres") as saver:
+        clone = saver.with_allowlist([(Item.__module__, "Item")])
+        assert clone is not saver
+        graph = g.compile(checkpointer=clone)
+        graph.invoke({"items": []}, _cfg("t"))
+        graph.invoke({"items": []}, _cfg("t"))
+        assert graph.get_state(_cfg("t")).values["items"] == [Item("item 0"), Item("item 1")]
+        # The saver itself does not allow the type: it sees plain data.
+        raw = saver.get_tuple(_cfg("t")).checkpoint["channel_values"]["items"]
+        assert raw == [{"name": "item 0"}, {"name": "item 1"}]
+
+
+# -- quarantine is reversible ------------------------------------------------------------
+
+
+def test_a_withdrawn_checkpoint_comes_back_from_quarantine(make_saver: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    with make_saver(ALL) as saver:
+        configs = _chain(saver, "t", 2)
+    newest = configs[-1]["configurable"]["checkpoint_id"]
+    field = f"{SEP}v{SEP}2"
+    r = _redis()
+    blob_key = f"{saver.redis_key_prefix}:{{t}}:blob"
+    original = r.hget(blob_key, field)
+    r.hset(blob_key, field, original[:-1] + b"\x01")
+    r.close()
+    with _pg(saver) as conn:
+        conn.execute("UPDATE lgd_blobs SET record = %s WHERE version = '2'", (original[:-1] + b"\x02",))
+    with sqlite3.connect(saver.sqlite_path) as conn:
+        conn.execute("UPDATE lgd_blobs SET record = ? WHERE version = '2'", (original[:-1] + b"\x03",))
+    with make_saver(ALL) as saver:
+        assert saver.get_tuple(_cfg("t")).checkpoint["id"] != newest  # fell back
+        kinds = {(q.tier, q.kind) for q in saver.quarantined("t")}
+        assert kinds == {(t, k) for t in ("sqlite", "redis", "postgres") for k in ("checkpoint", "blob")}
+    # The operator finds the value in a backup and puts it back in one tier...
+    with _pg(saver) as conn:
+        conn.execute("INSERT INTO lgd_blobs VALUES ('t', '', 'v', '2', %s)", (original,))
+    flags = [
+        "--sqlite", saver.sqlite_path, "--redis", REDIS_URL, "--redis-key-prefix", saver.redis_key_prefix,
+        "--postgres", saver.postgres_url,
+    ]  # fmt: skip
+    assert cli.main(["quarantine", "list", "--thread", "t", *flags]) == 0
+    assert "6 quarantined record(s)" in capsys.readouterr().out
+    # ...and restores the withdrawn checkpoint (the bad blob copies are kept
+    # out: an intact copy is in place where it matters).
+    assert cli.main(["quarantine", "restore", "--all", "--thread", "t", *flags]) == 0
+    assert "restored" in capsys.readouterr().out
+    with make_saver(ALL) as saver:
+        tup = saver.get_tuple(_cfg("t"))
+        assert tup.checkpoint["id"] == newest and tup.checkpoint["channel_values"] == {"v": "value 1"}
+        assert saver.verify("t").bad == []
+
+
+def test_restore_refuses_unknown_ids(make_saver: Any) -> None:
+    with make_saver("sqlite") as saver, pytest.raises(ConfigError, match="no quarantined record 'sqlite:999'"):
+        saver.restore_quarantined(["sqlite:999"])
