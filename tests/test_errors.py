@@ -3,18 +3,28 @@ nothing half-written left behind."""
 
 from __future__ import annotations
 
+import asyncio
+import math
+import os
+import random
+import re
 import sqlite3
+import stat
 import threading
+import time
+import uuid
 from typing import Any
 from urllib.parse import urlsplit
 
 import psycopg
 import pytest
 import redis as redis_lib
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_config, generate_metadata
 from langgraph.graph import END, START, StateGraph
 
-from langgraph_durable import ConfigError, DurableError, DurableSaver, SerializationError, TierUnavailable
+from langgraph_durable import ConfigError, DurableError, DurableSaver, SerializationError, TierUnavailable, cli
+from langgraph_durable.tiers.base import redact
 
 from .conftest import CONFIGS, REDIS_URL
 from .proxy import TcpProxy
@@ -184,3 +194,345 @@ async def test_failed_put_leaves_nothing_half_written(
     with psycopg.connect(postgres_url) as conn:
         rows = conn.execute("SELECT checkpoint_id FROM lgd_checkpoints WHERE thread_id = 't-cut'").fetchall()
     assert [r[0] for r in rows] == [cp1["id"]]
+
+
+# -- bad keys, bad metadata: refused before any tier is touched ------------------
+
+
+_DATA_TABLES = ("lgd_checkpoints", "lgd_blobs", "lgd_writes", "lgd_journal")
+# Redis keys holding records (`{thread}:<part>`); leases and the key
+# fingerprint are coordination, not data.
+_DATA_KEY = re.compile(rb"\}:(cp|blob|nss|ids:|w:)")
+
+
+def _footprint(saver: DurableSaver) -> dict[str, Any]:
+    """Every record stored in each of the saver's tiers, read directly."""
+    seen: dict[str, Any] = {}
+    if saver.sqlite_path:
+        local = sqlite3.connect(saver.sqlite_path)
+        seen["sqlite"] = {t: local.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in _DATA_TABLES}
+        local.close()
+    if saver.redis_url:
+        r = redis_lib.Redis.from_url(REDIS_URL)
+        keys = [k for k in r.scan_iter(match=f"{saver.redis_key_prefix}:*", count=1000) if _DATA_KEY.search(k)]
+        seen["redis"] = sorted((k, r.type(k), r.memory_usage(k)) for k in keys)
+        r.close()
+    if saver.postgres_url:
+        with psycopg.connect(saver.postgres_url) as conn:
+            seen["postgres"] = {
+                t: conn.execute(f"SELECT count(*) FROM {t}").fetchall() for t in _DATA_TABLES if t != "lgd_journal"
+            }
+    return seen
+
+
+def _bad_calls(stored: Any) -> list[tuple[str, Any, str]]:
+    """(label, call(saver), what the message must say) for keys no tier can store."""
+    nul, huge = "t\x00x", "t" * (1024 * 1024)
+
+    def put(thread: Any = "t-ok", ns: str = "", cp_id: str | None = None, channel: str = "a") -> Any:
+        cp = generate_checkpoint(checkpoint_id=cp_id, channel_values={channel: 1})
+        cp["channel_versions"] = {channel: 1}
+        cfg = {"configurable": {"thread_id": thread, "checkpoint_ns": ns}}
+        return lambda s: s.put(cfg, cp, generate_metadata(), {channel: 1})
+
+    def writes(task_id: str = "task", channel: str = "a", task_path: str = "") -> Any:
+        return lambda s: s.put_writes(stored, [(channel, 1)], task_id, task_path)
+
+    return [
+        ("NUL in thread id", put(thread=nul), "NUL"),
+        ("1 MB thread id", put(thread=huge), "over the limit"),
+        ("lone surrogate", put(thread="t\ud800"), "not valid Unicode"),
+        ("bytes thread id", put(thread=b"t"), "str(thread_id)"),
+        ("float thread id", put(thread=1.5), "str(thread_id)"),
+        ("NUL in namespace", put(ns="n\x00s"), "checkpoint_ns"),
+        ("1 MB namespace", put(ns=huge), "checkpoint_ns"),
+        ("NUL in checkpoint id", put(cp_id="1\x002"), "checkpoint['id']"),
+        ("NUL in channel name", put(channel="a\x00b"), "channel name"),
+        ("NUL in thread id (get_tuple)", lambda s: s.get_tuple({"configurable": {"thread_id": nul}}), "NUL"),
+        (
+            "NUL in checkpoint id (get_tuple)",
+            lambda s: s.get_tuple({"configurable": {"thread_id": "t-ok", "checkpoint_id": "1\x002"}}),
+            "checkpoint_id",
+        ),
+        ("NUL in task id", writes(task_id="ta\x00sk"), "task_id"),
+        ("long task id", writes(task_id="t" * 10_000), "over the limit"),
+        ("NUL in write channel", writes(channel="a\x00b"), "channel name"),
+        ("NUL in task path", writes(task_path="p\x00"), "task_path"),
+    ]
+
+
+@pytest.mark.parametrize("tiers", CONFIGS)
+def test_keys_no_tier_can_store_are_refused_before_any_write(make_saver: Any, tiers: str) -> None:
+    """NUL, over-long, non-str or non-Unicode ids and names: a ConfigError
+    saying what to change, and every tier exactly as it was."""
+    with make_saver(tiers) as saver:
+        stored = saver.put(generate_config("t-ok"), generate_checkpoint(), generate_metadata(), {})
+        before = _footprint(saver)
+        for label, call, needle in _bad_calls(stored):
+            with pytest.raises(ConfigError, match=re.escape(needle)) as info:
+                call(saver)
+            assert len(str(info.value)) < 400, label  # names the value, never dumps it
+            assert _footprint(saver) == before, label
+
+
+def test_int_and_uuid_thread_ids_are_their_text(make_saver: Any) -> None:
+    """As in LangGraph's own invoke/get_state: thread 5 is thread "5"."""
+    with make_saver("sqlite") as saver:
+        saver.put({"configurable": {"thread_id": 5}}, generate_checkpoint(), generate_metadata(), {})
+        tup = saver.get_tuple({"configurable": {"thread_id": "5"}})
+        assert tup is not None and tup.config["configurable"]["thread_id"] == "5"
+        tid = uuid.uuid4()
+        saver.put({"configurable": {"thread_id": tid}}, generate_checkpoint(), generate_metadata(), {})
+        assert saver.get_tuple({"configurable": {"thread_id": str(tid)}}) is not None
+        with pytest.raises(ConfigError, match="not bool"):
+            saver.get_tuple({"configurable": {"thread_id": True}})
+
+
+def test_longest_allowed_ids_fit_every_tier(make_saver: Any) -> None:
+    """The limits keep the Postgres index entries under their 2,704-byte cap
+    even for text that does not compress (4-byte characters, random)."""
+    rng = random.Random(7)
+
+    def text(n_bytes: int) -> str:
+        return "".join(chr(0x1F300 + rng.randrange(0x300)) for _ in range(n_bytes // 4))
+
+    thread, ns, channel, task = text(1024), text(1024), text(256), text(256)
+    with make_saver("sqlite+redis+postgres") as saver:
+        cp = generate_checkpoint(checkpoint_id=text(256), channel_values={channel: 1})
+        cp["channel_versions"] = {channel: text(256)}
+        cfg = {"configurable": {"thread_id": thread, "checkpoint_ns": ns}}
+        stored = saver.put(cfg, cp, generate_metadata(), {channel: cp["channel_versions"][channel]})
+        saver.put_writes(stored, [(channel, 2)], task)
+        tup = saver.get_tuple(stored)
+        assert tup is not None and tup.checkpoint["channel_values"] == {channel: 1}
+        assert tup.pending_writes == [(task, channel, 2)]
+        with pytest.raises(ConfigError, match="over the limit"):
+            saver.get_tuple({"configurable": {"thread_id": thread + "x"}})
+
+
+@pytest.mark.parametrize("tiers", CONFIGS)
+def test_metadata_json_cannot_hold_names_the_key_and_writes_nothing(make_saver: Any, tiers: str) -> None:
+    with make_saver(tiers) as saver:
+        saver.setup()
+        before = _footprint(saver)
+        for metadata, key, shown in [
+            (generate_metadata(score=math.nan), "score", "nan"),
+            (generate_metadata(stats={"p": [1.0, math.inf]}), "stats", "inf at ['p'][1]"),
+            (generate_metadata(low=-math.inf), "low", "-inf"),
+            (generate_metadata(text="a\ud800"), "text", ""),
+        ]:
+            with pytest.raises(SerializationError, match=re.escape(f"metadata key {key!r}")) as info:
+                saver.put(generate_config("t-md"), generate_checkpoint(), metadata, {})
+            assert info.value.channel == key
+            assert shown in str(info.value)
+            assert _footprint(saver) == before
+        # A NUL inside a metadata string is no error: LangGraph drops it.
+        stored = saver.put(generate_config("t-md"), generate_checkpoint(), generate_metadata(note="a\x00b"), {})
+        tup = saver.get_tuple(stored)
+        assert tup is not None and tup.metadata["note"] == "ab"
+
+
+# -- passwords ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("postgresql://u:secret@h:5432/db", "postgresql://u:***@h:5432/db"),
+        ("postgresql://u:sec@ret/x@h/db", "postgresql://u:***@h/db"),
+        (
+            "postgresql://h/db?user=u&password=secret&sslmode=require",
+            "postgresql://h/db?user=u&password=***&sslmode=require",
+        ),
+        ("postgresql://h/db?sslpassword=secret", "postgresql://h/db?sslpassword=***"),
+        ("host=h password='se cret' dbname=db", "host=h password=*** dbname=db"),
+        ("redis://:secret@h:6379/0", "redis://:***@h:6379/0"),
+        ("redis://h:6379/0?password=secret", "redis://h:6379/0?password=***"),
+        ("unix://:secret@/run/redis.sock?db=0", "unix://:***@/run/redis.sock?db=0"),
+        ("postgresql://u@h/db?application_name=me@x", "postgresql://u@h/db?application_name=me@x"),
+    ],
+)
+def test_redact_hides_every_password_form(url: str, shown: str) -> None:
+    assert redact(url) == shown
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"postgres": "mysql://u:secret@h/db"},
+        {"postgres": "host=h password=secret dbname=db"},
+        {"redis": "http://:secret@h:6379"},
+    ],
+)
+def test_wrong_scheme_error_hides_the_password(kwargs: dict[str, Any]) -> None:
+    with pytest.raises(ConfigError, match="URL") as info:
+        DurableSaver(sqlite=":memory:", **kwargs)
+    assert "secret" not in str(info.value) and "***" in str(info.value)
+
+
+@pytest.mark.parametrize("tier", ["redis", "postgres"])
+def test_unreachable_error_hides_a_query_string_password(tier: str, tmp_path: Any) -> None:
+    port = _closed_port()
+    url = (
+        f"redis://127.0.0.1:{port}/0?password=secret"
+        if tier == "redis"
+        else f"postgresql://127.0.0.1:{port}/db?user=u&password=secret"
+    )
+    tiers: dict[str, Any] = {tier: url}
+    saver = DurableSaver(sqlite=str(tmp_path / "x.sqlite"), **tiers, connect_timeout=1)
+    with pytest.raises(TierUnavailable) as info:
+        saver.setup()
+    assert "secret" not in str(info.value) and "password=***" in str(info.value)
+    saver.close()
+
+
+# -- the local folder and files are private ----------------------------------------
+
+
+def test_local_folder_and_files_are_private_whatever_the_umask(tmp_path: Any) -> None:
+    os.chmod(tmp_path, 0o755)
+    old = os.umask(0o002)
+    try:
+        with DurableSaver(sqlite=str(tmp_path / "state" / "checkpoints.sqlite")) as saver:
+            saver.put(generate_config("t"), generate_checkpoint(), generate_metadata(), {})
+            modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in (tmp_path / "state").iterdir()}
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "state").stat().st_mode) == 0o700
+    assert {"checkpoints.sqlite", "checkpoints.sqlite-wal", "checkpoints.sqlite-shm"} <= set(modes)
+    assert set(modes.values()) == {0o600}, modes
+    assert stat.S_IMODE(tmp_path.stat().st_mode) == 0o755  # a folder we did not create keeps its mode
+
+
+def test_an_existing_database_file_keeps_its_mode(tmp_path: Any) -> None:
+    path = tmp_path / "shared.sqlite"
+    sqlite3.connect(path).close()
+    os.chmod(path, 0o640)
+    with DurableSaver(sqlite=str(path)) as saver:
+        saver.put(generate_config("t"), generate_checkpoint(), generate_metadata(), {})
+    assert stat.S_IMODE(path.stat().st_mode) == 0o640
+
+
+# -- the real reason a Postgres connection fails -------------------------------------
+
+
+def _with(url: str, *, user: str | None = None, database: str | None = None) -> str:
+    parts = urlsplit(url)
+    netloc = parts.netloc if user is None else f"{user}@{parts.netloc.rsplit('@', 1)[-1]}"
+    path = parts.path if database is None else f"/{database}"
+    return parts._replace(netloc=netloc, path=path).geturl()
+
+
+@pytest.mark.parametrize("face", ["sync", "async"])
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"database": "lgd_no_such_database"}, 'database "lgd_no_such_database" does not exist'),
+        ({"user": "lgd_no_such_role"}, 'role "lgd_no_such_role" does not exist'),
+    ],
+)
+async def test_wrong_database_or_role_is_a_config_error_with_the_servers_reason(
+    postgres_url: str, tmp_path: Any, face: str, change: dict[str, str], reason: str
+) -> None:
+    saver = DurableSaver(sqlite=None, postgres=_with(postgres_url, **change), connect_timeout=1)
+    with pytest.raises(ConfigError) as info:
+        if face == "sync":
+            saver.setup()
+        else:
+            await saver.asetup()
+    assert reason in str(info.value) and "postgres=" in str(info.value)
+    assert not isinstance(info.value, TierUnavailable)
+    await saver.aclose()
+
+
+# -- the command line: one line and a documented exit code ----------------------------
+
+
+@pytest.fixture
+def no_tier_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("LANGGRAPH_DURABLE_SQLITE", "LANGGRAPH_DURABLE_REDIS_URL", "LANGGRAPH_DURABLE_POSTGRES_URL"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.mark.usefixtures("no_tier_env")
+@pytest.mark.parametrize("command", ["verify", "repair", "actions"])
+def test_cli_unreachable_tier_is_one_line_and_exit_3(command: str, tmp_path: Any, capsys: Any) -> None:
+    argv = [command, "--sqlite", str(tmp_path / "x.sqlite"), "--redis", "redis://:secret@127.0.0.1:1/0"]
+    if command == "actions":
+        argv += ["--thread", "t"]
+    assert cli.main(argv) == cli.EXIT_CANNOT_RUN == 3
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("langgraph-durable: error: redis tier at ")
+    assert "secret" not in err
+
+
+@pytest.mark.usefixtures("no_tier_env")
+def test_cli_exit_codes(tmp_path: Any, capsys: Any) -> None:
+    assert cli.main(["verify", "--sqlite", str(tmp_path / "x.sqlite"), "--postgres", "mysql://u:pw@h/db"]) == 3
+    assert "postgresql://" in capsys.readouterr().err
+    assert cli.main(["verify", "--sqlite", str(tmp_path / "x.sqlite")]) == cli.EXIT_OK
+    with pytest.raises(SystemExit) as info:
+        cli.main(["verify", "--no-such-flag"])
+    assert info.value.code == cli.EXIT_USAGE == 2
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        cli.main(["verify", "--help"])
+    assert "exit status" in capsys.readouterr().out
+
+
+# -- one saver, successive event loops ------------------------------------------------
+
+
+def _with_query(url: str, param: str) -> str:
+    return f"{url}{'&' if '?' in url else '?'}{param}"
+
+
+def test_successive_asyncio_runs_close_their_connections(make_saver: Any, postgres_url: str) -> None:
+    """Each asyncio.run() closes the connections its loop opened, when the
+    loop shuts down: none are left behind, and no run hangs."""
+    name = f"lgd-loops-{uuid.uuid4().hex[:8]}"
+    saver = make_saver(
+        "sqlite+redis+postgres",
+        redis=_with_query(REDIS_URL, f"client_name={name}"),
+        postgres=_with_query(postgres_url, f"application_name={name}"),
+    )
+    g: StateGraph[Any] = StateGraph(dict)
+    g.add_node("count", lambda s: {"n": s.get("n", 0) + 1})
+    g.add_edge(START, "count")
+    g.add_edge("count", END)
+    graph = g.compile(checkpointer=saver)
+    cfg: RunnableConfig = {"configurable": {"thread_id": "t-loops"}}
+    r = redis_lib.Redis.from_url(REDIS_URL)
+
+    def open_connections() -> tuple[int, int]:
+        with psycopg.connect(postgres_url, autocommit=True) as conn:
+            sql = "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s"
+            pg = conn.execute(sql, (name,)).fetchone()
+        return sum(c.get("name") == name for c in r.client_list()), pg[0] if pg else 0
+
+    async def one_run(i: int) -> int:
+        out = await graph.ainvoke({"n": i}, cfg, durability="sync")
+        assert await saver.aget_tuple(cfg) is not None
+        assert open_connections() >= (1, 1)  # the counts see this run's clients
+        return int(out["n"])
+
+    results: list[Any] = []
+
+    def runs() -> None:
+        try:
+            for i in range(3):
+                results.append(asyncio.run(one_run(10 * i)))
+                deadline = time.monotonic() + 5  # a server notices a closed socket a moment later
+                while open_connections() != (0, 0) and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                results.append(open_connections())
+        except Exception as exc:  # reported by the assertion below
+            results.append(exc)
+
+    worker = threading.Thread(target=runs, daemon=True)
+    worker.start()
+    worker.join(timeout=60)
+    r.close()
+    assert not worker.is_alive(), f"an asyncio.run() hung at loop shutdown after {results}"
+    assert results == [1, (0, 0), 11, (0, 0), 21, (0, 0)]
+    saver.close()
