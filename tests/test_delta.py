@@ -1,0 +1,224 @@
+"""DeltaChannel threads survive prune, copy_thread and delete_for_runs.
+
+A `DeltaChannel` stores only a sentinel at most checkpoints; LangGraph
+rebuilds it from the ancestors' pending writes back to the nearest stored
+`_DeltaSnapshot`. Every comparison is with the stock InMemorySaver running
+the same graph, on every tier configuration.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import Annotated, Any, TypedDict
+
+import pytest
+from langgraph.channels.delta import DeltaChannel
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, StateGraph
+
+from .conftest import CONFIGS
+from .graphs import loop_graph
+
+# `items` is written every step, `odd` every other step: their snapshots
+# fall on different checkpoints (seeds at different ancestors) and together
+# every 12 steps.
+ITEMS_EVERY = 4
+ODD_EVERY = 3
+DELTA_CHANNELS = ("items", "odd")
+
+
+def extend(state: list[Any], batches: Sequence[list[Any]]) -> list[Any]:
+    """A batching-invariant reducer: DeltaChannel passes a batch of writes."""
+    return [*state, *(x for batch in batches for x in batch)]
+
+
+class DeltaState(TypedDict, total=False):
+    items: Annotated[list[Any], DeltaChannel(extend, snapshot_frequency=ITEMS_EVERY)]
+    odd: Annotated[list[Any], DeltaChannel(extend, snapshot_frequency=ODD_EVERY)]
+    n: int
+    limit: int
+
+
+def delta_graph() -> StateGraph:
+    def step(state: DeltaState) -> dict[str, Any]:
+        n = state["n"]
+        update: dict[str, Any] = {"items": [f"item {n}"], "n": n + 1}
+        if n % 2:
+            update["odd"] = [n]
+        return update
+
+    g = StateGraph(DeltaState)
+    g.add_node("step", step)
+    g.add_edge(START, "step")
+    g.add_conditional_edges("step", lambda s: "step" if s["n"] < s["limit"] else END)
+    return g
+
+
+RUNS = [{"items": [], "odd": [], "n": 0, "limit": 24}, {"limit": 45}, {"limit": 50}]
+
+
+def _cfg(thread: str, run_id: str | None = None) -> dict[str, Any]:
+    # As LangGraph's server does: the run id reaches checkpoint metadata.
+    return {
+        "configurable": {"thread_id": thread},
+        "recursion_limit": 200,
+        **({"metadata": {"run_id": run_id}} if run_id else {}),
+    }
+
+
+async def _invoke(graph: Any, inputs: Any, cfg: dict[str, Any], use_async: bool) -> None:
+    if use_async:
+        await graph.ainvoke(inputs, cfg)
+    else:
+        graph.invoke(inputs, cfg)
+
+
+async def _values(graph: Any, cfg: dict[str, Any], use_async: bool) -> dict[str, Any]:
+    snap = await graph.aget_state(cfg) if use_async else graph.get_state(cfg)
+    return snap.values
+
+
+async def _history(graph: Any, cfg: dict[str, Any], use_async: bool) -> list[tuple[int, dict[str, Any]]]:
+    """(step, values) of every checkpoint, newest first, each read back
+    through a time-travel get_state on its own config."""
+    snaps = [s async for s in graph.aget_state_history(cfg)] if use_async else list(graph.get_state_history(cfg))
+    out = []
+    for snap in snaps:
+        again = await _values(graph, snap.config, use_async)
+        assert again == snap.values, f"time travel to step {snap.metadata['step']} reads other values"
+        out.append((snap.metadata["step"], snap.values))
+    return out
+
+
+async def _call(saver: Any, name: str, use_async: bool, *args: Any) -> None:
+    if use_async:
+        await getattr(saver, "a" + name)(*args)
+    else:
+        getattr(saver, name)(*args)
+
+
+def _needed_steps(reference: BaseCheckpointSaver, thread: str, start_step: int | None = None) -> list[int]:
+    """Steps of the checkpoints kept with the one at `start_step` (default
+    the latest), worked out on the reference: it and its ancestors back to
+    one at which every checkpoint kept can rebuild its delta channels, i.e.
+    the nearest one storing every delta channel it has a version of."""
+    by_id = {t.checkpoint["id"]: t for t in reference.list(_cfg(thread))}
+
+    def rebuilding(tup: Any, looking: set[str]) -> set[str]:
+        cp = tup.checkpoint
+        return {
+            ch
+            for ch in DELTA_CHANNELS
+            if (ch in cp["channel_versions"] and ch not in cp["channel_values"])
+            or (ch not in cp["channel_versions"] and ch in looking)
+        }
+
+    if start_step is None:
+        tup = by_id[max(by_id)]
+    else:
+        (tup,) = [t for t in by_id.values() if t.metadata["step"] == start_step]
+    steps = [tup.metadata["step"]]
+    looking = rebuilding(tup, set())
+    while tup.parent_config is not None and looking:
+        tup = by_id[tup.parent_config["configurable"]["checkpoint_id"]]
+        steps.append(tup.metadata["step"])
+        looking = rebuilding(tup, looking)
+    return steps
+
+
+async def _scenario(saver: Any, use_async: bool) -> None:
+    graph = delta_graph().compile(checkpointer=saver)
+    reference = InMemorySaver()
+    ref_graph = delta_graph().compile(checkpointer=reference)
+    run_ids = [str(uuid.uuid4()) for _ in RUNS]
+    for inputs, run_id in zip(RUNS[:2], run_ids, strict=False):
+        ref_graph.invoke(inputs, _cfg("t", run_id=run_id))
+        await _invoke(graph, inputs, _cfg("t", run_id=run_id), use_async)
+
+    expected = ref_graph.get_state(_cfg("t")).values
+    expected_history = await _history(ref_graph, _cfg("t"), False)
+    at_step = dict(expected_history)
+    assert len(at_step) == len(expected_history), "steps are not unique; the comparison below needs them to be"
+    assert len(expected["items"]) == RUNS[1]["limit"] and expected["odd"]
+    snapshots = sum(1 for t in reference.list(_cfg("t")) if "items" in t.checkpoint["channel_values"])
+    assert snapshots >= 3, "the run should store several snapshots"
+
+    assert await _values(graph, _cfg("t"), use_async) == expected
+    assert await _history(graph, _cfg("t"), use_async) == expected_history
+
+    # LangGraph's default history walk, through our get_tuple (no override).
+    assert type(saver).get_delta_channel_history is BaseCheckpointSaver.get_delta_channel_history
+    ours = saver.get_delta_channel_history(config=_cfg("t"), channels=list(DELTA_CHANNELS))
+    theirs = reference.get_delta_channel_history(config=_cfg("t"), channels=list(DELTA_CHANNELS))
+    for ch in DELTA_CHANNELS:
+        assert [w[1:] for w in ours[ch]["writes"]] == [w[1:] for w in theirs[ch]["writes"]]
+        assert ours[ch].get("seed") == theirs[ch].get("seed")
+
+    # copy_thread: the copy rebuilds the same values, at every checkpoint.
+    await _call(saver, "copy_thread", use_async, "t", "copy")
+    assert await _values(graph, _cfg("copy"), use_async) == expected
+    assert await _history(graph, _cfg("copy"), use_async) == expected_history
+
+    # delete_for_runs of the first run: the second run's checkpoints are
+    # rebuilt through the first run's last ones, which must stay.
+    await _call(saver, "delete_for_runs", use_async, [run_ids[0]])
+    for thread in ("t", "copy"):
+        assert await _values(graph, _cfg(thread), use_async) == expected
+        history = await _history(graph, _cfg(thread), use_async)
+        assert all(values == at_step[step] for step, values in history)
+        second_run = {step for step, _ in expected_history if step > RUNS[0]["limit"]}
+        assert {step for step, _ in history} == second_run | set(_needed_steps(reference, "t", min(second_run)))
+        assert len(history) < len(expected_history), "delete_for_runs deleted nothing"
+
+    # prune keep_latest: exactly the latest and what rebuilds it stay.
+    await _call(saver, "prune", use_async, ["t"])
+    assert await _values(graph, _cfg("t"), use_async) == expected
+    history = await _history(graph, _cfg("t"), use_async)
+    assert [step for step, _ in history] == _needed_steps(reference, "t")
+    assert 1 < len(history) < len(expected_history)
+    assert all(values == at_step[step] for step, values in history)
+
+    # The pruned thread runs on and still matches the reference.
+    ref_graph.invoke(RUNS[2], _cfg("t", run_id=run_ids[2]))
+    await _invoke(graph, RUNS[2], _cfg("t", run_id=run_ids[2]), use_async)
+    assert await _values(graph, _cfg("t"), use_async) == ref_graph.get_state(_cfg("t")).values
+    # And so does the copy, untouched by the prune.
+    assert await _values(graph, _cfg("copy"), use_async) == expected
+
+
+@pytest.mark.parametrize("tiers", CONFIGS)
+async def test_delta_channel_sync(make_saver: Any, tiers: str) -> None:
+    with make_saver(tiers) as saver:
+        await _scenario(saver, use_async=False)
+
+
+@pytest.mark.parametrize("tiers", ["sqlite", "sqlite+redis+postgres"])
+async def test_delta_channel_async(make_saver: Any, tiers: str) -> None:
+    async with make_saver(tiers) as saver:
+        await _scenario(saver, use_async=True)
+
+
+def test_prune_without_delta_channels_keeps_only_the_latest(make_saver: Any) -> None:
+    with make_saver("sqlite") as saver:
+        graph = loop_graph(6).compile(checkpointer=saver)
+        cfg = _cfg("plain")
+        graph.invoke({"messages": [], "n": 0}, cfg)
+        before = graph.get_state(cfg).values
+        saver.prune(["plain"])
+        assert len(list(saver.list(cfg))) == 1
+        assert graph.get_state(cfg).values == before
+
+
+def test_prune_twice_and_exit_durability(make_saver: Any) -> None:
+    """A second prune walks from a newer latest over an already pruned
+    chain; exit durability stores the run's writes on its first checkpoint."""
+    with make_saver("sqlite") as saver:
+        graph = delta_graph().compile(checkpointer=saver)
+        ref_graph = delta_graph().compile(checkpointer=InMemorySaver())
+        for inputs in RUNS:
+            for g in (graph, ref_graph):
+                g.invoke(inputs, _cfg("x"), durability="exit")
+            saver.prune(["x"])
+            assert graph.get_state(_cfg("x")).values == ref_graph.get_state(_cfg("x")).values
