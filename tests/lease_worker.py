@@ -1,0 +1,114 @@
+"""Child processes for tests/test_lease.py (started with multiprocessing "spawn").
+
+Each one builds its own DurableSaver from keyword arguments, runs a small
+counting graph on one thread and reports through a queue: ("ok", detail) or
+("error", type name, message).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import operator
+import random
+import time
+from typing import Annotated, Any, TypedDict
+
+from langgraph.graph import END, START, StateGraph
+
+from langgraph_durable import DurableSaver
+
+
+class CountState(TypedDict, total=False):
+    count: int
+    hits: Annotated[list[str], operator.add]
+
+
+def counter(node: Any = None) -> StateGraph:
+    """START -> inc -> END; `inc` adds one to `count` (a lost update shows)."""
+
+    def inc(state: CountState) -> dict[str, Any]:
+        return {"count": state.get("count", 0) + 1}
+
+    g = StateGraph(CountState)
+    g.add_node("inc", node or inc)
+    g.add_edge(START, "inc")
+    g.add_edge("inc", END)
+    return g
+
+
+def increments(saver_kwargs: dict[str, Any], thread_id: str, tag: str, runs: int, start: Any, results: Any) -> None:
+    """`runs` increment runs on `thread_id` (each gives the lease back when
+    it ends), pausing a little between them so the two processes interleave."""
+    try:
+        with DurableSaver(**saver_kwargs) as saver:
+            graph = counter().compile(checkpointer=saver)
+            config = {"configurable": {"thread_id": thread_id}}
+            start.wait(60)
+            for i in range(runs):
+                graph.invoke({"hits": [f"{tag}-{i}"]}, config)
+                time.sleep(random.uniform(0, 0.02))
+        results.put(("ok", tag))
+    except BaseException as exc:  # reported to the test
+        results.put(("error", type(exc).__name__, str(exc)))
+
+
+def hold(saver_kwargs: dict[str, Any], thread_id: str, entered: Any, proceed: Any, results: Any) -> None:
+    """One run whose node waits for `proceed`: it holds the thread's lease
+    meanwhile (the node signals `entered`)."""
+
+    def wait_inside(state: CountState) -> dict[str, Any]:
+        entered.set()
+        proceed.wait(60)
+        return {"count": state.get("count", 0) + 1}
+
+    try:
+        with DurableSaver(**saver_kwargs) as saver:
+            graph = counter(wait_inside).compile(checkpointer=saver)
+            out = graph.invoke({"hits": ["holder"]}, {"configurable": {"thread_id": thread_id}})
+        results.put(("ok", out))
+    except BaseException as exc:  # reported to the test
+        results.put(("error", type(exc).__name__, str(exc)))
+
+
+def alternate(
+    saver_kwargs: dict[str, Any], thread_id: str, tag: str, face: str, turns: list[Any], mine: int, results: Any
+) -> None:
+    """Runs `thread_id` at turns ``mine``, ``mine + 2``, ...: waits for its
+    turn's event, runs the graph once, then sets the next turn's event (the
+    other process's), as a load balancer handing the thread from replica to
+    replica would. Reports ("ok", [seconds each run took])."""
+
+    async def arun() -> list[float]:
+        took = []
+        async with DurableSaver(**saver_kwargs) as saver:
+            graph = counter().compile(checkpointer=saver)
+            for turn in range(mine, len(turns), 2):
+                if not await asyncio.to_thread(turns[turn].wait, 60):
+                    raise TimeoutError(f"turn {turn} never came")
+                t0 = time.monotonic()
+                await graph.ainvoke({"hits": [f"{tag}-{turn}"]}, {"configurable": {"thread_id": thread_id}})
+                took.append(time.monotonic() - t0)
+                if turn + 1 < len(turns):
+                    turns[turn + 1].set()
+        return took
+
+    def run() -> list[float]:
+        took = []
+        with DurableSaver(**saver_kwargs) as saver:
+            graph = counter().compile(checkpointer=saver)
+            for turn in range(mine, len(turns), 2):
+                if not turns[turn].wait(60):
+                    raise TimeoutError(f"turn {turn} never came")
+                t0 = time.monotonic()
+                graph.invoke({"hits": [f"{tag}-{turn}"]}, {"configurable": {"thread_id": thread_id}})
+                took.append(time.monotonic() - t0)
+                if turn + 1 < len(turns):
+                    turns[turn + 1].set()
+        return took
+
+    try:
+        results.put(("ok", asyncio.run(arun()) if face == "async" else run()))
+    except BaseException as exc:  # reported to the test
+        results.put(("error", type(exc).__name__, str(exc)))
+        for event in turns:  # let the other process finish
+            event.set()

@@ -1,0 +1,646 @@
+"""One writer per thread: writer leases with fencing tokens (lease.py).
+
+Real tiers and real processes; the decisions in lease.py are also tested on
+their own, with made-up clocks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import itertools
+import multiprocessing
+import os
+import signal
+import sqlite3
+import threading
+import time
+import uuid
+import weakref
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+import redis as redis_lib
+from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.config import get_config
+from langgraph.graph import END, START, StateGraph
+
+from langgraph_durable import ConfigError, DurableError, DurableSaver, LeaseLost, ThreadBusy, reject
+from langgraph_durable.lease import (
+    DEFAULT_LEASE_TTL_S,
+    DEFAULT_LEASE_WAIT_S,
+    BusyWait,
+    Fence,
+    Lease,
+    LeaseBook,
+    Verdict,
+    decide,
+    holder_gone,
+    lease_lost,
+    new_holder,
+    parse_holder,
+    pid_alive,
+    thread_busy,
+)
+from langgraph_durable.validation import RUNTIME_KEY
+from tests import lease_worker
+from tests.conftest import REDIS_URL
+from tests.graphs import LoopState, subgraph_graph
+
+SPAWN = multiprocessing.get_context("spawn")
+
+
+# -- lease.py: the decisions, no servers ------------------------------------------------
+
+
+def test_decide_takes_a_new_released_own_or_expired_lease_with_a_new_token() -> None:
+    me, other = "h:1:me", "h:2:other"
+    assert decide(None, me, 100.0) == Verdict(True, 1, "new")
+    assert decide(Lease("t", "", 4, 0.0), me, 100.0) == Verdict(True, 5, "released")
+    assert decide(Lease("t", me, 4, 200.0), me, 100.0) == Verdict(True, 5, "ours")
+    assert decide(Lease("t", other, 4, 100.0), me, 100.0) == Verdict(True, 5, "expired")
+    assert decide(Lease("t", other, 4, 100.5), me, 100.0) == Verdict(False, 4, "busy")
+    assert decide(Lease("t", other, 4, 100.5), me, 100.0, holder_gone=True) == Verdict(True, 5, "holder gone")
+
+
+def test_busy_wait_backs_off_wakes_at_expiry_and_gives_up_at_the_limit() -> None:
+    wait = BusyWait(limit=2.0, started=10.0, first=0.1, most=0.4)
+    assert [wait.next_delay(10.0, 60.0) for _ in range(4)] == [0.1, 0.2, 0.4, 0.4]
+    assert wait.next_delay(10.0, 0.05) == pytest.approx(0.15)  # expires sooner: look right after
+    assert wait.next_delay(11.9, 60.0) == pytest.approx(0.1)  # never past the limit
+    assert wait.next_delay(12.0, 60.0) is None
+
+
+def test_holder_identity_and_known_dead_holders() -> None:
+    holder = new_holder()
+    host, pid = parse_holder(holder) or ("", 0)
+    assert pid == os.getpid() and holder.startswith(host + ":")
+    assert parse_holder("not a holder") is None
+    dead = f"{host}:4242:abcd"
+    assert holder_gone(dead, host=host, pid=os.getpid(), alive=lambda p: False)
+    assert not holder_gone(dead, host=host, pid=os.getpid(), alive=lambda p: True)
+    assert not holder_gone("elsewhere:4242:abcd", host=host, pid=os.getpid(), alive=lambda p: False)
+    assert not holder_gone(holder, host=host, pid=os.getpid(), alive=lambda p: False)  # this process
+    assert pid_alive(os.getpid())
+
+
+class _Runtime:
+    """Like LangGraph's Runtime: no weakref, a RunControl shared with its
+    subgraphs, and a stream writer made per run."""
+
+    __slots__ = ("control", "stream_writer")
+
+    def __init__(self, control: object | None = None, writer: Any = None) -> None:
+        self.control = control if control is not None else object()
+        self.stream_writer = writer if writer is not None else (lambda chunk: None)
+
+
+def test_lease_book_tells_runs_apart_by_their_runtime() -> None:
+    book = LeaseBook(ttl=5.0)
+    run = _Runtime()
+    lease = Lease("t", book.holder, 7, 100.0)
+    book.begin(run, lease)
+    fence = Fence("t", book.holder, 7, 5.0)
+    assert book.fence_for("t", {RUNTIME_KEY: run}) == (fence, True)
+    # a subgraph of the run: another Runtime sharing the run's control
+    assert book.fence_for("t", {RUNTIME_KEY: _Runtime(run.control), "checkpoint_ns": "sub:1"}) == (fence, True)
+    # a plain call (update_state, saver.put) uses the saver's lease
+    assert book.fence_for("t", {}) == (fence, False)
+    assert book.fence_for("other thread", {}) == (None, False)
+    # an older run of the same saver is fenced out by the newer one
+    with pytest.raises(LeaseLost, match="newer run"):
+        book.fence_for("t", {RUNTIME_KEY: _Runtime()})
+    with pytest.raises(LeaseLost, match="newer run"):
+        book.fence_for("t", {RUNTIME_KEY: _Runtime(), "checkpoint_ns": "sub:1"})
+    # released while the run was going
+    assert book.drop("t", token=8) is None and book.drop("t") == lease
+    with pytest.raises(LeaseLost, match="released"):
+        book.fence_for("t", {RUNTIME_KEY: run})
+
+
+def test_lease_book_ends_a_run_when_its_stream_writer_is_freed_and_keeps_nothing_alive() -> None:
+    book = LeaseBook()
+    ended: list[Lease] = []
+    run, sub = _Runtime(), None
+    writer = weakref.ref(run.stream_writer)
+    first = Lease("t", book.holder, 1, 0.0)
+    book.begin(run, first, ended.append)
+    # a subgraph's end (its own stream writer freed) ends nothing
+    sub = _Runtime(run.control)
+    assert book.fence_for("t", {RUNTIME_KEY: sub, "checkpoint_ns": "sub:1"})[1]
+    del sub
+    assert ended == [] and book.held("t") == first
+    # the book holds neither the Runtime nor its writer: the run's end frees both
+    del run
+    assert writer() is None
+    assert ended == [first] and book.held("t") is None
+    # a run that ended after a newer run took the thread ends nothing
+    old, new = _Runtime(), _Runtime()
+    book.begin(old, Lease("t", book.holder, 2, 0.0), ended.append)
+    book.begin(new, Lease("t", book.holder, 3, 0.0), ended.append)
+    del old
+    assert ended == [first] and book.held("t") == Lease("t", book.holder, 3, 0.0)
+    del new
+    assert ended == [first, Lease("t", book.holder, 3, 0.0)]
+    # release_thread / close: forgotten, so its end releases nothing more
+    run = _Runtime()
+    book.begin(run, Lease("t", book.holder, 4, 0.0), ended.append)
+    assert book.drop("t") is not None
+    del run
+    assert len(ended) == 2
+
+
+def test_lease_book_keeps_a_run_it_cannot_watch_until_the_ttl() -> None:
+    class Writer:
+        __slots__ = ()  # no weakref
+
+        def __call__(self, chunk: Any) -> None: ...
+
+    book = LeaseBook()
+    run = _Runtime(writer=Writer())
+    book.begin(run, Lease("t", book.holder, 1, 0.0), lambda lease: pytest.fail("no end can be seen"))
+    assert book.fence_for("t", {RUNTIME_KEY: run})[1]
+    with pytest.raises(LeaseLost, match="newer run"):
+        book.fence_for("t", {RUNTIME_KEY: _Runtime(run.control, Writer())})
+
+
+def test_lease_book_forgets_the_least_recently_used_threads() -> None:
+    book = LeaseBook(max_threads=2)
+    runs = [_Runtime() for _ in range(3)]
+    for name, run in zip("ab", runs, strict=False):
+        assert book.begin(run, Lease(name, book.holder, 1, 0.0)) == []
+    book.fence_for("a", {})  # a is used again
+    assert book.begin(runs[2], Lease("c", book.holder, 1, 0.0)) == [Lease("b", book.holder, 1, 0.0)]
+    assert book.held("b") is None and book.held("a") is not None
+
+
+def test_lease_options_are_checked() -> None:
+    for bad in ({"lease_ttl": 0}, {"lease_ttl": "5"}, {"on_busy": "queue"}, {"lease_wait": -1}):
+        with pytest.raises(ConfigError):
+            DurableSaver(sqlite=":memory:", **bad)
+    assert DEFAULT_LEASE_WAIT_S >= 2 * DEFAULT_LEASE_TTL_S
+
+
+def test_errors_say_who_holds_the_thread_and_what_to_do() -> None:
+    busy = thread_busy("t1", Lease("t1", "host:12:ab", 3, 112.5), 100.0, waited=None)
+    assert isinstance(busy, DurableError)
+    assert busy.holder == "host:12:ab" and busy.expires_in == 12.5 and busy.token == 3
+    for part in ("t1", "host:12:ab", "12.5 s", "on_busy='wait'", "release_thread('t1')", "Nothing was written"):
+        assert part in str(busy)
+    lost = lease_lost(Fence("t1", "me", 3, 30.0), Lease("t1", "host:99:cd", 4, 0.0), "postgres")
+    assert isinstance(lost, DurableError) and lost.holder == "host:99:cd" and lost.token == 3
+    for part in ("t1", "host:99:cd", "not stored in the postgres tier", "graph.invoke(None, config)"):
+        assert part in str(lost)
+
+
+# -- two real processes on one thread -------------------------------------------------
+
+
+def _saver_kwargs(request: pytest.FixtureRequest, tmp_path: Path, tiers: str, name: str) -> dict[str, Any]:
+    """Keyword arguments for a DurableSaver in another process; the same
+    shared tiers as `make_saver`, a SQLite file of its own unless `tiers` is
+    SQLite alone (then the file is what the processes share)."""
+    parts = tiers.split("+")
+    kwargs: dict[str, Any] = {"sqlite": None}
+    if "sqlite" in parts:
+        kwargs["sqlite"] = str(tmp_path / ("shared.sqlite" if parts == ["sqlite"] else f"{name}.sqlite"))
+    if "redis" in parts:
+        kwargs["redis"] = REDIS_URL
+        kwargs["redis_key_prefix"] = request.getfixturevalue("redis_prefix")
+    if "postgres" in parts:
+        kwargs["postgres"] = request.getfixturevalue("postgres_url")
+    return kwargs
+
+
+def _history_is_one_line(saver: DurableSaver, thread_id: str) -> list[Any]:
+    """Every checkpoint's parent is the one written just before it."""
+    history = sorted(saver.list({"configurable": {"thread_id": thread_id}}), key=lambda t: t.checkpoint["id"])
+    assert history[0].parent_config is None
+    for parent, child in itertools.pairwise(history):
+        assert child.parent_config is not None
+        assert child.parent_config["configurable"]["checkpoint_id"] == parent.checkpoint["id"], "the history forked"
+    return history
+
+
+def _collect(results: Any, n: int, procs: list[Any]) -> list[Any]:
+    out = [results.get(timeout=120) for _ in range(n)]
+    for p in procs:
+        p.join(30)
+    return out
+
+
+@pytest.mark.parametrize("tiers", ["sqlite", "redis+postgres", "sqlite+redis+postgres"])
+def test_two_processes_increment_one_thread_without_losing_a_run(
+    request: pytest.FixtureRequest, tmp_path: Path, make_saver: Any, tiers: str
+) -> None:
+    runs, thread_id = 20, f"counter-{uuid.uuid4().hex[:8]}"
+    start, results = SPAWN.Event(), SPAWN.Queue()
+    procs = []
+    for tag in ("A", "B"):
+        kwargs = _saver_kwargs(request, tmp_path, tiers, tag) | {"on_busy": "wait", "lease_ttl": 2.0, "lease_wait": 60}
+        procs.append(SPAWN.Process(target=lease_worker.increments, args=(kwargs, thread_id, tag, runs, start, results)))
+    for p in procs:
+        p.start()
+    start.set()
+    outcomes = _collect(results, 2, procs)
+    assert sorted(outcomes) == [("ok", "A"), ("ok", "B")], outcomes
+    check = make_saver(tiers, sqlite_name="check.sqlite") if tiers != "sqlite" else None
+    with check or DurableSaver(sqlite=str(tmp_path / "shared.sqlite")) as saver:
+        state = saver.get_tuple({"configurable": {"thread_id": thread_id}}).checkpoint["channel_values"]
+        assert state["count"] == 2 * runs
+        assert sorted(state["hits"]) == sorted(f"{t}-{i}" for t in "AB" for i in range(runs))
+        _history_is_one_line(saver, thread_id)
+
+
+@pytest.mark.parametrize("tiers", ["sqlite", "redis+postgres"])
+def test_a_second_process_gets_thread_busy_and_writes_nothing(
+    request: pytest.FixtureRequest, tmp_path: Path, make_saver: Any, tiers: str
+) -> None:
+    thread_id = f"busy-{uuid.uuid4().hex[:8]}"
+    config = {"configurable": {"thread_id": thread_id}}
+    entered, proceed, results = SPAWN.Event(), SPAWN.Event(), SPAWN.Queue()
+    kwargs = _saver_kwargs(request, tmp_path, tiers, "holder")
+    holder = SPAWN.Process(target=lease_worker.hold, args=(kwargs, thread_id, entered, proceed, results))
+    holder.start()
+    try:
+        assert entered.wait(60), "the holder never started its run"
+        mine = _saver_kwargs(request, tmp_path, tiers, "loser")
+        with DurableSaver(**mine) as loser:  # default on_busy="raise"
+            graph = lease_worker.counter().compile(checkpointer=loser)
+            t0 = time.monotonic()
+            with pytest.raises(ThreadBusy) as busy:
+                graph.invoke({"hits": ["loser"]}, config)
+            assert time.monotonic() - t0 < 5  # refused at once
+            assert busy.value.thread_id == thread_id and busy.value.expires_in > 0
+            assert f":{holder.pid}:" in busy.value.holder
+            with pytest.raises(ThreadBusy):  # update_state is refused too
+                graph.update_state(config, {"hits": ["loser update"]})
+    finally:
+        proceed.set()
+    assert _collect(results, 1, [holder])[0][0] == "ok"
+    with DurableSaver(**_saver_kwargs(request, tmp_path, tiers, "check")) as check:
+        history = _history_is_one_line(check, thread_id)
+        assert check.get_tuple(config).checkpoint["channel_values"] == {"count": 1, "hits": ["holder"]}
+        assert not any("loser" in repr(t.checkpoint) + repr(t.pending_writes) for t in history)
+
+
+def test_a_killed_holder_on_this_host_is_taken_over_at_once(request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    """A crashed worker restarted on the same machine must not wait out the TTL."""
+    thread_id = "crashed"
+    entered, proceed, results = SPAWN.Event(), SPAWN.Event(), SPAWN.Queue()
+    kwargs = _saver_kwargs(request, tmp_path, "sqlite", "holder") | {"lease_ttl": 300.0}
+    holder = SPAWN.Process(target=lease_worker.hold, args=(kwargs, thread_id, entered, proceed, results))
+    holder.start()
+    assert entered.wait(60)
+    os.kill(holder.pid, signal.SIGKILL)
+    holder.join(30)
+    with DurableSaver(sqlite=kwargs["sqlite"]) as resumer:
+        out = (
+            lease_worker.counter()
+            .compile(checkpointer=resumer)
+            .invoke(None, {"configurable": {"thread_id": thread_id}})
+        )
+        assert out == {"count": 1, "hits": ["holder"]}
+
+
+# -- takeover after expiry: the stale holder's write is fenced out -------------------------
+
+
+@pytest.mark.parametrize("tiers", ["sqlite", "redis", "postgres", "sqlite+redis+postgres"])
+@pytest.mark.parametrize("durability", ["async", "sync"])
+def test_a_holder_that_stalls_past_the_ttl_loses_the_thread_and_its_write(
+    make_saver: Any, tiers: str, durability: str
+) -> None:
+    thread_id = f"stall-{durability}"
+    config = {"configurable": {"thread_id": thread_id}}
+    entered, proceed = threading.Event(), threading.Event()
+
+    def stall(state: dict[str, Any]) -> dict[str, Any]:
+        entered.set()
+        proceed.wait(30)
+        return {"count": state.get("count", 0) + 1, "hits": ["stale A"]}
+
+    # Replicas: their own SQLite files, unless SQLite alone is what they share.
+    own = (lambda name: "shared.sqlite") if tiers == "sqlite" else (lambda name: f"{name}.sqlite")
+    a = make_saver(tiers, sqlite_name=own("a"), lease_ttl=0.5)
+    b = make_saver(tiers, sqlite_name=own("b"), lease_ttl=5.0, on_busy="wait", lease_wait=20)
+    errors: list[BaseException] = []
+
+    def run_a() -> None:
+        try:
+            lease_worker.counter(stall).compile(checkpointer=a).invoke({"hits": ["A"]}, config, durability=durability)
+        except BaseException as exc:
+            errors.append(exc)
+
+    with a, b:
+        runner = threading.Thread(target=run_a)
+        runner.start()
+        try:
+            assert entered.wait(30)
+            t0 = time.monotonic()
+            out = lease_worker.counter().compile(checkpointer=b).invoke({"hits": ["B"]}, config)
+            assert 0.2 < time.monotonic() - t0 < 10  # waited for A's lease to expire, then took over
+        finally:
+            proceed.set()
+            runner.join(30)
+        assert len(errors) == 1 and isinstance(errors[0], LeaseLost), errors
+        assert out == {"count": 1, "hits": ["A", "B"]}
+        # Nothing A wrote after the takeover is in the authoritative tier
+        # (latest, list and pending writes are all answered by it).
+        history = _history_is_one_line(b, thread_id)
+        assert not [
+            (t.checkpoint, t.pending_writes)
+            for t in history
+            if "stale A" in repr(t.checkpoint) + repr(t.pending_writes)
+        ]
+        assert b.get_tuple(config).checkpoint["channel_values"] == {"count": 1, "hits": ["A", "B"]}
+        # A can run the thread again once B lets go.
+        b.release_thread(thread_id)
+        assert lease_worker.counter().compile(checkpointer=a).invoke(None, config)["count"] == 1
+
+
+# -- the holder itself: time travel, update_state, subgraphs, release ------------------------
+
+
+@pytest.mark.parametrize("tiers", ["sqlite", "redis", "postgres", "sqlite+redis+postgres"])
+def test_time_travel_and_update_state_still_work_for_the_holder(make_saver: Any, tiers: str) -> None:
+    config = {"configurable": {"thread_id": "travel"}}
+    with make_saver(tiers) as saver:
+        graph = lease_worker.counter().compile(checkpointer=saver)
+        for i in range(3):
+            graph.invoke({"hits": [f"run {i}"]}, config)
+        old = next(s for s in graph.get_state_history(config) if s.values.get("count") == 1 and not s.next)
+        # replay from an older checkpoint: a fork, run by the lease holder
+        assert graph.invoke({"hits": ["fork"]}, old.config)["count"] == 2
+        updated = graph.update_state(old.config, {"count": 10})
+        assert graph.invoke({"hits": ["after update"]}, updated)["count"] == 11
+        assert graph.get_state(config).values["count"] == 11
+        # subgraph writes belong to their root run
+        sub = subgraph_graph().compile(checkpointer=saver)
+        sub_config = {"configurable": {"thread_id": "travel-sub"}}
+        assert sub.invoke({"messages": [], "n": 0}, sub_config)["n"] == 2
+
+
+async def test_the_async_face_holds_fences_and_releases(make_saver: Any) -> None:
+    config = {"configurable": {"thread_id": "async"}}
+    entered, proceed = asyncio.Event(), asyncio.Event()
+
+    async def slow(state: dict[str, Any]) -> dict[str, Any]:
+        entered.set()
+        await proceed.wait()
+        return {"count": state.get("count", 0) + 1}
+
+    async with (
+        make_saver("sqlite+redis", sqlite_name="a.sqlite") as a,
+        make_saver("sqlite+redis", sqlite_name="b.sqlite") as b,
+    ):
+        ga, gb = lease_worker.counter().compile(checkpointer=a), lease_worker.counter().compile(checkpointer=b)
+        assert (await ga.ainvoke({"hits": ["a"]}, config))["count"] == 1
+        # a's run ended and gave the thread back: b runs it at once ...
+        assert (await gb.ainvoke({"hits": ["b"]}, config))["count"] == 2
+        # ... but not while a run of a is going
+        run = asyncio.ensure_future(lease_worker.counter(slow).compile(checkpointer=a).ainvoke({"hits": ["a"]}, config))
+        await asyncio.wait_for(entered.wait(), 30)
+        with pytest.raises(ThreadBusy):
+            await gb.ainvoke({"hits": ["b"]}, config)
+        with pytest.raises(ThreadBusy):
+            await gb.aupdate_state(config, {"count": 5})
+        proceed.set()
+        assert (await run)["count"] == 3
+        # update_state outside a run takes the lease for its one write
+        await ga.aupdate_state(config, {"count": 20})
+        assert (await gb.ainvoke({"hits": ["b"]}, config))["count"] == 21
+        # arelease_thread gives a lease back at once (here: of a run still going)
+        entered.clear()
+        proceed.clear()
+        run = asyncio.ensure_future(lease_worker.counter(slow).compile(checkpointer=a).ainvoke({"hits": ["a"]}, config))
+        await asyncio.wait_for(entered.wait(), 30)
+        await a.arelease_thread("async")
+        assert (await gb.ainvoke({"hits": ["b"]}, config))["count"] == 22
+        proceed.set()
+        with pytest.raises(LeaseLost):
+            await run
+
+
+# -- a run gives its lease back when it ends ---------------------------------------------
+
+
+def _lease_record(saver: DurableSaver, thread_id: str) -> tuple[str, int] | None:
+    with sqlite3.connect(saver.sqlite_path) as conn:
+        return conn.execute("SELECT holder, token FROM lgd_leases WHERE thread_id = ?", (thread_id,)).fetchone()
+
+
+def _writer_spy(writers: list[Any]) -> Any:
+    def node(state: dict[str, Any]) -> dict[str, Any]:
+        writers.append(weakref.ref(get_config()["configurable"][RUNTIME_KEY].stream_writer))
+        return {"count": state.get("count", 0) + 1}
+
+    return node
+
+
+def test_langgraph_frees_a_runs_stream_writer_when_its_sync_run_ends(make_saver: Any) -> None:
+    """Pins the run-end signal: LangGraph tells a checkpointer nothing when a
+    run ends, but frees the run's stream writer (made per run, kept in its
+    Runtime) as soon as ``invoke`` returns, without waiting for the garbage
+    collector. If this fails after a LangGraph upgrade, leases outlive runs
+    again (another replica gets ThreadBusy until lease_ttl): find another
+    sign of the end of a run."""
+    writers: list[Any] = []
+    with make_saver("sqlite") as saver:
+        graph = lease_worker.counter(_writer_spy(writers)).compile(checkpointer=saver)
+        graph.invoke({"hits": ["x"]}, {"configurable": {"thread_id": "pin"}})
+        assert len(writers) == 1
+        assert writers[0]() is None, "LangGraph kept the run's stream_writer alive after invoke returned"
+        # ... and the saver keeps nothing of the run: the lease is given back
+        assert saver._leases.held("pin") is None
+        assert _lease_record(saver, "pin") == ("", 1)
+
+
+async def test_langgraph_frees_a_runs_stream_writer_when_its_async_run_ends(make_saver: Any) -> None:
+    """The same for ``ainvoke`` (see the sync test); the release itself is a
+    task on the event loop, done right after."""
+    writers: list[Any] = []
+    async with make_saver("sqlite") as saver:
+        graph = lease_worker.counter(_writer_spy(writers)).compile(checkpointer=saver)
+        await graph.ainvoke({"hits": ["x"]}, {"configurable": {"thread_id": "pin"}})
+        assert len(writers) == 1
+        assert writers[0]() is None, "LangGraph kept the run's stream_writer alive after ainvoke returned"
+        assert saver._leases.held("pin") is None
+        for _ in range(200):
+            if _lease_record(saver, "pin") == ("", 1):
+                break
+            await asyncio.sleep(0.01)
+        assert _lease_record(saver, "pin") == ("", 1)
+
+
+def test_a_subgraph_ending_does_not_release_its_root_runs_lease(make_saver: Any) -> None:
+    seen: dict[str, Any] = {}
+
+    def inner(state: dict[str, Any]) -> dict[str, Any]:
+        seen["sub writer"] = weakref.ref(get_config()["configurable"][RUNTIME_KEY].stream_writer)
+        return {"messages": ["inner"], "n": state.get("n", 0) + 1}
+
+    def after(state: dict[str, Any]) -> dict[str, Any]:
+        gc.collect()  # whatever of the subgraph's run is garbage is gone
+        seen["sub writer gone"] = seen["sub writer"]() is None
+        seen["record"] = _lease_record(saver, "sub")
+        seen["held"] = saver._leases.held("sub")
+        return {"messages": ["after"]}
+
+    sub = StateGraph(LoopState)
+    sub.add_node("inner", inner)
+    sub.add_edge(START, "inner")
+    sub.add_edge("inner", END)
+    root = StateGraph(LoopState)
+    root.add_node("child", sub.compile())
+    root.add_node("after", after)
+    root.add_edge(START, "child")
+    root.add_edge("child", "after")
+    root.add_edge("after", END)
+    with make_saver("sqlite") as saver, make_saver("sqlite") as other:
+        root.compile(checkpointer=saver).invoke({"messages": [], "n": 0}, {"configurable": {"thread_id": "sub"}})
+        assert seen["sub writer gone"]  # the subgraph's run ended (it has a stream writer of its own) ...
+        assert seen["held"] is not None and seen["record"] == (saver._leases.holder, seen["held"].token)
+        # ... and the root run's end gave the thread back
+        assert _lease_record(saver, "sub") == ("", seen["held"].token)
+        assert root.compile(checkpointer=other).invoke(None, {"configurable": {"thread_id": "sub"}})["n"] == 1
+
+
+def test_a_run_ended_by_an_error_or_a_custom_stream_is_released_by_the_garbage_collector(make_saver: Any) -> None:
+    """Some runs leave their stream writer in a reference cycle (an error's
+    traceback; ``stream_mode="custom"``): their end is seen at the next
+    garbage collection, and the release is then sent from a worker thread
+    (the collector may have interrupted code holding a tier's lock)."""
+    config = {"configurable": {"thread_id": "cycles"}}
+
+    def fail(state: dict[str, Any]) -> dict[str, Any]:
+        raise ValueError("node failed")
+
+    with make_saver("sqlite") as a, make_saver("sqlite", on_busy="wait", lease_wait=10) as b:
+        gb = lease_worker.counter().compile(checkpointer=b)
+        for run in (
+            lambda: list(
+                lease_worker.counter().compile(checkpointer=a).stream({"hits": ["a"]}, config, stream_mode="custom")
+            ),
+            lambda: lease_worker.counter(fail).compile(checkpointer=a).invoke({"hits": ["a"]}, config),
+        ):
+            with contextlib.suppress(ValueError):
+                run()
+            gc.collect()
+            t0 = time.monotonic()
+            gb.invoke({"hits": ["b"]}, config)
+            assert time.monotonic() - t0 < 5  # not lease_ttl
+
+
+# -- two processes handing a thread to each other between runs -----------------------------
+
+
+@pytest.mark.parametrize("face", ["sync", "async"])
+@pytest.mark.parametrize("tiers", ["sqlite", "redis+postgres"])
+def test_processes_hand_a_thread_to_each_other_between_runs(
+    request: pytest.FixtureRequest, tmp_path: Path, make_saver: Any, tiers: str, face: str
+) -> None:
+    """Replicas behind a load balancer: each run of the thread may land on
+    another process, right after the previous run ended. With the default
+    on_busy="raise" and lease_ttl, no run is refused and none waits."""
+    rounds, thread_id = 6, f"handoff-{face}-{uuid.uuid4().hex[:8]}"
+    turns, results = [SPAWN.Event() for _ in range(rounds)], SPAWN.Queue()
+    procs = [
+        SPAWN.Process(
+            target=lease_worker.alternate,
+            args=(_saver_kwargs(request, tmp_path, tiers, tag), thread_id, tag, face, turns, mine, results),
+        )
+        for mine, tag in enumerate("AB")
+    ]
+    for p in procs:
+        p.start()
+    turns[0].set()
+    outcomes = _collect(results, 2, procs)
+    assert [o[0] for o in outcomes] == ["ok", "ok"], [o[2] if o[0] == "error" else o for o in outcomes]
+    took = [t for o in outcomes for t in o[1]]
+    assert len(took) == rounds and max(took) < 5, took  # nobody waited for a lease to expire
+    with DurableSaver(**_saver_kwargs(request, tmp_path, tiers, "check")) as check:
+        state = check.get_tuple({"configurable": {"thread_id": thread_id}}).checkpoint["channel_values"]
+        assert state["count"] == rounds
+        assert state["hits"] == [f"{'AB'[i % 2]}-{i}" for i in range(rounds)]
+        _history_is_one_line(check, thread_id)
+
+
+def test_close_releases_and_a_failed_start_keeps_nothing(make_saver: Any) -> None:
+    config = {"configurable": {"thread_id": "closing"}}
+    b = make_saver("sqlite+postgres", sqlite_name="b.sqlite")
+    with make_saver("sqlite+postgres", sqlite_name="a.sqlite") as a:
+        lease_worker.counter().compile(checkpointer=a).invoke({"hits": ["a"]}, config)
+    with b:
+        assert lease_worker.counter().compile(checkpointer=b).invoke({"hits": ["b"]}, config)["count"] == 2
+
+    def refuse(ctx: Any) -> Any:
+        return reject("not today")
+
+    with (
+        make_saver("sqlite+postgres", sqlite_name="c.sqlite", validators=[refuse]) as c,
+        make_saver("sqlite+postgres", sqlite_name="d.sqlite") as d,
+    ):
+        with pytest.raises(DurableError, match="not today"):
+            lease_worker.counter().compile(checkpointer=c).invoke(None, config)
+        # the rejected run gave the lease back
+        assert lease_worker.counter().compile(checkpointer=d).invoke({"hits": ["d"]}, config)["count"] == 3
+
+
+def test_direct_saver_calls_take_a_lease_for_one_write(make_saver: Any) -> None:
+    """Calls without a run (the conformance suite, update_state, scripts) keep
+    working and leave the thread free."""
+    with make_saver("sqlite") as a, make_saver("sqlite") as b:
+        config = {"configurable": {"thread_id": "direct", "checkpoint_ns": ""}}
+        stored = a.put(config, empty_checkpoint(), {"step": -1}, {})
+        a.put_writes(stored, [("ch", 1)], "task")
+        stored = b.put(stored, empty_checkpoint(), {"step": 0}, {})  # not busy: a let go
+        assert len(list(b.list(config))) == 2
+
+
+@pytest.mark.parametrize(
+    ("tiers", "where"),
+    [("sqlite", "sqlite"), ("sqlite+redis", "redis"), ("redis+postgres", "postgres")],
+)
+def test_the_lease_lives_in_the_most_authoritative_tier(make_saver: Any, tiers: str, where: str) -> None:
+    def lease_records(saver: DurableSaver) -> dict[str, Any]:
+        """Each tier's lease record of thread w: (holder, seconds left on the server's clock)."""
+        found: dict[str, Any] = {}
+        if "sqlite" in tiers:
+            with sqlite3.connect(saver.sqlite_path) as conn:
+                row = conn.execute("SELECT holder, expires_at FROM lgd_leases WHERE thread_id = 'w'").fetchone()
+                found["sqlite"] = row and (row[0], row[1] - time.time())
+        if "redis" in tiers:
+            client = redis_lib.Redis.from_url(REDIS_URL)
+            record = client.hmget(f"{saver.redis_key_prefix}:{{w}}:lease", ["holder", "expires_at"])
+            sec, usec = client.time()
+            found["redis"] = None if record[0] is None else (record[0].decode(), float(record[1]) - (sec + usec / 1e6))
+            client.close()
+        if "postgres" in tiers:
+            with psycopg.connect(saver.postgres_url) as conn:
+                found["postgres"] = conn.execute(
+                    "SELECT holder, expires_at - extract(epoch FROM clock_timestamp()) FROM lgd_leases "
+                    "WHERE thread_id = 'w'"
+                ).fetchone()
+        return {tier: record for tier, record in found.items() if record is not None}
+
+    during: dict[str, Any] = {}
+
+    def look(state: dict[str, Any]) -> dict[str, Any]:
+        during.update(lease_records(saver))
+        return {"count": 1}
+
+    with make_saver(tiers, lease_ttl=7.0) as saver:
+        lease_worker.counter(look).compile(checkpointer=saver).invoke(
+            {"hits": ["x"]}, {"configurable": {"thread_id": "w"}}
+        )
+        # while the run went on: held, for the TTL, on the server's clock
+        assert list(during) == [where]
+        holder, left = during[where]
+        assert holder == saver._leases.holder and 0 < left <= 7.0
+        # after it: given back
+        after = lease_records(saver)
+        assert list(after) == [where] and after[where][0] == ""
