@@ -433,3 +433,53 @@ def test_a_withdrawn_checkpoint_comes_back_from_quarantine(make_saver: Any, caps
 def test_restore_refuses_unknown_ids(make_saver: Any) -> None:
     with make_saver("sqlite") as saver, pytest.raises(ConfigError, match="no quarantined record 'sqlite:999'"):
         saver.restore_quarantined(["sqlite:999"])
+
+
+STRICT_SCRIPT = """
+import operator, sys
+from dataclasses import dataclass
+from typing import Annotated, TypedDict
+from langgraph.graph import END, START, StateGraph
+from langgraph_durable import DurableSaver
+
+@dataclass
+class Item:
+    name: str
+
+class ItemState(TypedDict):
+    items: Annotated[list[Item], operator.add]
+
+g = StateGraph(ItemState)
+g.add_node("add", lambda s: {"items": [Item(f"item {len(s['items'])}")]})
+g.add_edge(START, "add")
+g.add_edge("add", END)
+redis_url, prefix, postgres_url = sys.argv[1:4]
+with DurableSaver(sqlite=None, redis=redis_url, redis_key_prefix=prefix, postgres=postgres_url) as saver:
+    graph = g.compile(checkpointer=saver)  # compile() passes the state's types to with_allowlist
+    graph.invoke({"items": []}, {"configurable": {"thread_id": "t"}})
+with DurableSaver(sqlite=None, redis=redis_url, redis_key_prefix=prefix, postgres=postgres_url) as saver:
+    items = g.compile(checkpointer=saver).get_state({"configurable": {"thread_id": "t"}}).values["items"]
+    assert items == [Item("item 0")], items
+    print("round-tripped", type(items[0]).__name__)
+"""
+
+
+def test_compile_registers_the_state_types_under_langgraph_strict_msgpack(make_saver: Any) -> None:
+    """LangGraph's strict mode (read when it is imported, hence a process of
+    its own): compile() hands the state schema's types to with_allowlist, and
+    the saver decodes them, also for records from unsigned shared tiers."""
+    import os
+    import subprocess
+    import sys
+
+    saver = make_saver("redis+postgres")
+    env = {**os.environ, "LANGGRAPH_STRICT_MSGPACK": "true"}
+    done = subprocess.run(
+        [sys.executable, "-c", STRICT_SCRIPT, REDIS_URL, saver.redis_key_prefix, saver.postgres_url],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "round-tripped Item" in done.stdout
