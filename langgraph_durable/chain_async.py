@@ -15,8 +15,7 @@ import copy
 import functools
 import logging
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -25,28 +24,27 @@ from langgraph.checkpoint.base import (
     CheckpointMetadata,
     CheckpointTuple,
     PendingWrite,
-    copy_checkpoint,
 )
-from langgraph.checkpoint.base.id import uuid6
 
-from .codec import DEFAULT_MAX_ID_BYTES, RecordCodec, check_key_part, thread_id_of, thread_of, version_key
-from .concurrency import ALock, amaybe_await, arun_all
-from .errors import ConfigError, DurableError, ResumeRejected, TierUnavailable
+from .codec import DEFAULT_MAX_ID_BYTES, RecordCodec, check_key_part, thread_id_of, thread_of
+from .concurrency import ALock, arun_all
+from .errors import ConfigError, DurableError, TierUnavailable
 from .integrity import (
     Incident,
     IntegrityPolicy,
     ScanReport,
-    record_label,
 )
+from .journal_async import AsyncJournal
 from .lease import Fence
-from .ledger import LedgerEntry, unconfirmed_message
+from .ledger import LedgerEntry
 from .maintenance_async import AsyncMaintenance
 from .reads_async import AsyncTierReader
-from .records import BadRecord, BlobRow, CheckpointRow, WriteRow, row_fields
+from .records import BlobRow, CheckpointRow, WriteRow
+from .resume_async import AsyncResumeGate
 from .scan_async import AsyncScanner
-from .tiers.base import KEYS_META, QuarantinedRecord, key_mismatch_message, pack_fields
+from .tiers.base import KEYS_META, QuarantinedRecord, key_mismatch_message
 from .tiers.sqlite import AsyncSqliteTier
-from .validation import Reject, Rewind, ValidationHook, ValidationOutcome, make_context, validator_name
+from .validation import ValidationHook
 
 logger = logging.getLogger("langgraph_durable")
 
@@ -121,7 +119,8 @@ class AsyncTierChain:
         for tier in self.tiers:
             await tier.setup()
         await self._check_keys()
-        await self._replay_journal()
+        if self.local is not None and self.shared:
+            await AsyncJournal(self.local, self.shared, self.codec).replay()
         self._ready = True
 
     async def _check_keys(self) -> None:
@@ -151,68 +150,6 @@ class AsyncTierChain:
         # The local tier is shared by both faces; the saver closes it.
         for tier in self.shared:
             await tier.close()
-
-    async def _replay_journal(self) -> None:
-        """Push to the shared tiers what a crash left unacknowledged, in
-        order. Every record is verified first: a damaged or planted local row
-        is quarantined (locally) and never shipped, and never blocks startup."""
-        if self.local is None or not self.shared:
-            return
-        local = self.local
-        for seq, kind, thread_id, ns, cid, task_id in await local.pending_journal():
-            try:
-                if kind == "checkpoint":
-                    row = await local.read_checkpoint(thread_id, ns, cid)
-                    if row is not None:
-                        blobs = await self._verified_local_blobs(row)
-                        _raise_first(
-                            await arun_all([functools.partial(t.write_checkpoint, row, blobs) for t in self.shared])
-                        )
-                else:
-                    rows = [w for w in await local.read_writes(thread_id, ns, [cid]) if w.task_id == task_id]
-                    good = []
-                    for w in rows:
-                        try:
-                            self.codec.decode_write(w)
-                        except BadRecord as exc:
-                            await self._quarantine_local("write", w, exc.reason)
-                            continue
-                        good.append(w)
-                    _raise_first(await arun_all([functools.partial(t.write_writes, good, False) for t in self.shared]))
-            except BadRecord as exc:
-                logger.error(
-                    "journal entry %s (%s %s/%s/%s) was not shipped: %s", seq, kind, thread_id, ns, cid, exc.reason
-                )
-            await local.journal_done(seq)
-            logger.info("replayed journal entry %s (%s %s/%s/%s) to the shared tiers", seq, kind, thread_id, ns, cid)
-
-    async def _verified_local_blobs(self, row: CheckpointRow) -> list[BlobRow]:
-        """A journaled checkpoint's local row and channel values, verified.
-        Raises `BadRecord` (after quarantining the bad copy) when any fails."""
-        assert self.local is not None
-        try:
-            checkpoint, _ = self.codec.decode_checkpoint(row)
-        except BadRecord as exc:
-            await self._quarantine_local("checkpoint", row, exc.reason)
-            raise
-        keys = [(ch, version_key(v)) for ch, v in checkpoint["channel_versions"].items()]
-        blobs = list((await self.local.read_blobs(row.thread_id, row.checkpoint_ns, keys)).values())
-        for blob in blobs:
-            try:
-                self.codec.decode_blob(blob)
-            except BadRecord as exc:
-                await self._quarantine_local("blob", blob, exc.reason)
-                raise BadRecord(f"its channel value {blob.channel} @ {blob.version} is damaged ({exc.reason})") from exc
-        return blobs
-
-    async def _quarantine_local(self, kind: str, row: Any, reason: str) -> None:
-        assert self.local is not None
-        await self.local.quarantine(
-            row.thread_id, row.checkpoint_ns, kind, record_label(kind, row), reason, row.envelope,
-            pack_fields(row_fields(row)),
-        )  # fmt: skip
-        await self.local.remove_copy(kind, row)
-        logger.error("local %s %s is damaged (%s): quarantined, not shipped", kind, record_label(kind, row), reason)
 
     # -- writes -------------------------------------------------------------------
 
@@ -395,93 +332,8 @@ class AsyncTierChain:
     async def validate(
         self, tup: CheckpointTuple, validators: Sequence[Any], hook: ValidationHook | None
     ) -> CheckpointTuple:
-        """The checkpoint a run may resume from, given `tup`, the one it asked
-        for: `tup` itself, an earlier one (rewind), or `ResumeRejected`."""
-        configurable = tup.config["configurable"]
-        thread_id, ns = str(configurable["thread_id"]), configurable.get("checkpoint_ns", "") or ""
-        requested = tup.checkpoint["id"]
-        decisions: list[tuple[str, Any]] = []
-
-        def outcome(resumed_from: str | None) -> None:
-            if hook is None:
-                return
-            try:
-                hook(ValidationOutcome(thread_id, requested, resumed_from, tuple(decisions)))
-            except Exception:  # a hook never breaks a run
-                logger.exception("on_validation hook failed")
-
-        unconfirmed = sorted(k for k, e in (await self.actions(thread_id)).items() if e.escalated())
-        if unconfirmed:
-            decisions.append(("unconfirmed_actions", Reject(unconfirmed_message(thread_id, unconfirmed))))
-            outcome(None)
-            raise ResumeRejected(
-                unconfirmed_message(thread_id, unconfirmed),
-                reason="unconfirmed non-resumable action",
-                checkpoint_id=requested,
-                checkpoint=tup,
-                validator="unconfirmed_actions",
-                actions=unconfirmed,
-            )
-        candidate = tup
-        while True:
-            context = make_context(candidate)
-            decision: Any = None
-            name = ""
-            for v in validators:
-                name = validator_name(v)
-                decision = await amaybe_await(v(context))
-                decisions.append((name, decision))
-                if decision is not None:
-                    break
-            if decision is None:
-                if candidate is not tup:
-                    candidate = await self._fork(candidate, requested)
-                outcome(candidate.checkpoint["id"])
-                return candidate
-            if isinstance(decision, Rewind):
-                target = decision.checkpoint_id
-                if target is None and candidate.parent_config is not None:
-                    target = candidate.parent_config["configurable"]["checkpoint_id"]
-                previous = None
-                if target is not None and target < candidate.checkpoint["id"]:
-                    previous = await self.get_tuple(
-                        {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": target}}
-                    )
-                if previous is not None:
-                    logger.info("validator %s rewinds thread %r: %s", name, thread_id, decision.reason)
-                    candidate = previous
-                    continue
-                decision = Reject(f"{decision.reason}; and no earlier checkpoint to rewind to")
-            if not isinstance(decision, Reject):
-                raise ConfigError(f"validator {name} returned {decision!r}: return None, rewind(...) or reject(...).")
-            outcome(None)
-            raise ResumeRejected(
-                f"resuming thread {thread_id!r} from checkpoint {candidate.checkpoint['id']} was rejected by "
-                f"{name}: {decision.reason}",
-                reason=decision.reason,
-                checkpoint_id=candidate.checkpoint["id"],
-                checkpoint=candidate,
-                validator=name,
-            )
-
-    async def _fork(self, target: CheckpointTuple, rewound_from: str) -> CheckpointTuple:
-        """A rewind resumes from a fresh fork of `target`: the same state, no
-        pending writes, so the tasks that ran on it run again in the world as
-        it is now. The abandoned branch stays in the history."""
-        configurable = target.config["configurable"]
-        checkpoint = copy_checkpoint(target.checkpoint)
-        checkpoint["id"] = str(uuid6())
-        checkpoint["ts"] = datetime.now(UTC).isoformat()
-        metadata = cast(CheckpointMetadata, {**target.metadata, "source": "fork", "rewound_from": rewound_from})
-        stored = await self.put(dict(target.config), checkpoint, metadata, {})  # type: ignore[arg-type]
-        logger.warning(
-            "thread %r rewound from %s to %s (resuming from fork %s)",
-            configurable["thread_id"],
-            rewound_from,
-            target.checkpoint["id"],
-            checkpoint["id"],
-        )
-        return CheckpointTuple(stored, checkpoint, metadata, target.config, [])
+        """The checkpoint a run may resume from (`resume_async.AsyncResumeGate`)."""
+        return await AsyncResumeGate(self.actions, self.get_tuple, self.put).validate(tup, validators, hook)
 
     # -- verify / repair ------------------------------------------------------------
 
@@ -498,60 +350,9 @@ class AsyncTierChain:
     async def restore_quarantined(
         self, records: Sequence[QuarantinedRecord]
     ) -> tuple[list[QuarantinedRecord], list[QuarantinedRecord]]:
-        """Put quarantined copies back into their tiers' live tables; the next
-        read verifies them again. A copy whose slot holds an intact record
-        now is not put back over it (it stays quarantined). Returns
-        (restored, kept)."""
+        """Put quarantined copies back (`scan_async.AsyncScanner.restore`)."""
         await self.ensure_setup()
-        by_name = {t.name: t for t in self.tiers}
-        restored: list[QuarantinedRecord] = []
-        kept: list[QuarantinedRecord] = []
-        for q in records:
-            tier = by_name.get(q.tier)
-            if tier is None:
-                raise ConfigError(
-                    f"quarantined record {q.tier}:{q.id} is in the {q.tier} tier, which this saver has not configured."
-                )
-            row = q.row()
-            if row is None:
-                raise ConfigError(
-                    f"quarantined record {q.tier}:{q.id} ({q.kind} {q.key}) was kept without the fields of its row, "
-                    "so it cannot be put back; it stays in the quarantine for inspection."
-                )
-            if await self._intact_in(tier, row):
-                kept.append(q)
-                continue
-            if isinstance(row, CheckpointRow):
-                await tier.write_checkpoint(row, [])
-            elif isinstance(row, BlobRow):
-                await tier.write_blobs([row])
-            else:
-                await tier.write_writes([row], True)
-            await tier.drop_quarantined([q.id])
-            restored.append(q)
-        return restored, kept
-
-    async def _intact_in(self, tier: Tier, row: Any) -> bool:
-        """Whether `tier` holds an intact copy of `row`'s record right now."""
-        try:
-            if isinstance(row, CheckpointRow):
-                live = await tier.read_checkpoint(row.thread_id, row.checkpoint_ns, row.checkpoint_id)
-                if live is not None:
-                    self.codec.decode_checkpoint(live)
-            elif isinstance(row, BlobRow):
-                live = (await tier.read_blobs(row.thread_id, row.checkpoint_ns, [(row.channel, row.version)])).get(
-                    (row.channel, row.version)
-                )
-                if live is not None:
-                    self.codec.decode_blob(live)
-            else:
-                rows = await tier.read_writes(row.thread_id, row.checkpoint_ns, [row.checkpoint_id])
-                live = next((w for w in rows if (w.task_id, w.idx) == (row.task_id, row.idx)), None)
-                if live is not None:
-                    self.codec.decode_write(live)
-        except BadRecord:
-            return False
-        return live is not None
+        return await AsyncScanner(self.tiers, self.codec).restore(records)
 
     # -- maintenance -------------------------------------------------------------------
 

@@ -587,12 +587,14 @@ class AsyncTierReader:
                 )
             entry, envelope = newest_entry(candidates)
             out[key] = entry
-            # Only into tiers that lack the entry, and only if they still do:
-            # a task of this run may be confirming the action right now, and a
-            # blind write could put an older state over its confirmation. A
-            # tier holding an older state is left to `repair`.
-            lacking = [tier for tier, entries in copies if key not in entries]
-            await self._repair(lacking, lambda t: t.write_ledger(thread_id, key, envelope, only_if_absent=True))
+            # Bring behind tiers forward (lacking the entry, holding an older
+            # state, or a damaged copy), each only if it still holds what we
+            # saw: a task of this run may be confirming the action right now,
+            # and a blind write could put an older state over its confirmation.
+            for tier, entries in copies:
+                seen = entries.get(key)
+                if seen != envelope:
+                    await self._repair([tier], lambda t: t.swap_ledger(thread_id, key, seen, envelope))
         return out
 
 
@@ -625,4 +627,3 @@ async def _each_of(
 
 def _reasons(incidents: Sequence[Incident]) -> list[str]:
     return [f"{i.tier.name if i.tier is not None else 'every tier'}: {i.key}: {i.reason}" for i in incidents]
-

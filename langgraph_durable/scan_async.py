@@ -23,10 +23,11 @@ from dataclasses import replace
 from typing import Any
 
 from .codec import RecordCodec
+from .errors import ConfigError
 from .integrity import BadCopy, ScanReport, record_identity, record_label
 from .ledger import newest_entry
 from .records import BadRecord, BlobRow, CheckpointRow, ledger_context, row_fields
-from .tiers.base import KEYS_META, pack_fields
+from .tiers.base import KEYS_META, QuarantinedRecord, pack_fields
 
 logger = logging.getLogger("langgraph_durable")
 
@@ -63,6 +64,63 @@ class AsyncScanner:
             for tier in self.tiers:
                 await tier.write_meta(KEYS_META, self.codec.fingerprints[0])
         return report
+
+    async def restore(
+        self, records: Sequence[QuarantinedRecord]
+    ) -> tuple[list[QuarantinedRecord], list[QuarantinedRecord]]:
+        """Put quarantined copies back into their tiers' live tables; the next
+        read verifies them again. A copy whose slot holds an intact record
+        now is not put back over it (it stays quarantined). Returns
+        (restored, kept)."""
+        by_name = {t.name: t for t in self.tiers}
+        restored: list[QuarantinedRecord] = []
+        kept: list[QuarantinedRecord] = []
+        for q in records:
+            tier = by_name.get(q.tier)
+            if tier is None:
+                raise ConfigError(
+                    f"quarantined record {q.tier}:{q.id} is in the {q.tier} tier, which this saver has not configured."
+                )
+            row = q.row()
+            if row is None:
+                raise ConfigError(
+                    f"quarantined record {q.tier}:{q.id} ({q.kind} {q.key}) was kept without the fields of its row, "
+                    "so it cannot be put back; it stays in the quarantine for inspection."
+                )
+            if await self._intact_in(tier, row):
+                kept.append(q)
+                continue
+            if isinstance(row, CheckpointRow):
+                await tier.write_checkpoint(row, [])
+            elif isinstance(row, BlobRow):
+                await tier.write_blobs([row])
+            else:
+                await tier.write_writes([row], True)
+            await tier.drop_quarantined([q.id])
+            restored.append(q)
+        return restored, kept
+
+    async def _intact_in(self, tier: Tier, row: Any) -> bool:
+        """Whether `tier` holds an intact copy of `row`'s record right now."""
+        try:
+            if isinstance(row, CheckpointRow):
+                live = await tier.read_checkpoint(row.thread_id, row.checkpoint_ns, row.checkpoint_id)
+                if live is not None:
+                    self.codec.decode_checkpoint(live)
+            elif isinstance(row, BlobRow):
+                live = (await tier.read_blobs(row.thread_id, row.checkpoint_ns, [(row.channel, row.version)])).get(
+                    (row.channel, row.version)
+                )
+                if live is not None:
+                    self.codec.decode_blob(live)
+            else:
+                rows = await tier.read_writes(row.thread_id, row.checkpoint_ns, [row.checkpoint_id])
+                live = next((w for w in rows if (w.task_id, w.idx) == (row.task_id, row.idx)), None)
+                if live is not None:
+                    self.codec.decode_write(live)
+        except BadRecord:
+            return False
+        return live is not None
 
     def _decode(self, kind: str, row: Any) -> None:
         if kind == "checkpoint":

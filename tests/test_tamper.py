@@ -295,11 +295,8 @@ def test_a_confirmed_action_lost_or_rolled_back_in_postgres_alone_never_runs_aga
     with make_saver(ALL, signing_key=KEY) as saver:
         result = _charging_graph(charged).compile(checkpointer=saver).invoke({"messages": [], "n": 0}, _cfg("t"))
         assert saver.actions("t")["charge:order-1"].state == "done"
-        # verify names the tier that is behind; repair brings it forward.
-        assert [(m.tier, m.key) for m in saver.verify("t").missing] == (
-            [] if attack == "delete" else [("postgres", "action charge:order-1")]
-        )  # a lost entry was already copied back by the reads (into the empty slot only)
-        saver.repair("t")
+        # The reads brought Postgres forward (a compare-and-swap on the bytes
+        # they saw, so a confirmation written meanwhile is never overwritten).
         assert not saver.verify("t").missing
     assert charged == ["order-1"]
     assert result["messages"][-1] == "charged: receipt-1"
@@ -483,3 +480,24 @@ def test_compile_registers_the_state_types_under_langgraph_strict_msgpack(make_s
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "round-tripped Item" in done.stdout
+
+
+def test_ledger_read_repair_never_overwrites_a_state_written_meanwhile(make_saver: Any) -> None:
+    """What makes the reads' ledger repair safe while a task confirms its
+    action: each tier replaces an entry only if it still holds what was read."""
+    with make_saver(ALL) as saver:
+        chain = saver._sync_chain()
+        chain.ensure_setup()
+        codec = chain.codec
+        intent = codec.encode_ledger("t", LedgerEntry("k", "intent", updated_at=1.0))
+        done = codec.encode_ledger("t", LedgerEntry("k", "done", result="r", updated_at=2.0))
+        other = codec.encode_ledger("t", LedgerEntry("k", "intent", updated_at=3.0))
+        for tier in chain.tiers:
+            tier.swap_ledger("t", "k", None, intent)  # absent: inserted
+            assert tier.read_ledger("t")["k"] == intent, tier.name
+            tier.write_ledger("t", "k", done)  # a confirmation lands meanwhile
+            tier.swap_ledger("t", "k", intent, other)  # the repair saw the intent: refused
+            tier.swap_ledger("t", "k", None, other)  # "absent" is stale too: refused
+            assert tier.read_ledger("t")["k"] == done, tier.name
+            tier.swap_ledger("t", "k", done, other)  # still what it saw: replaced
+            assert tier.read_ledger("t")["k"] == other, tier.name

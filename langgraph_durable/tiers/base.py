@@ -143,9 +143,11 @@ class TierProtocol(Protocol):
 
     def list_quarantine(self, thread_id: str | None) -> list[QuarantinedRecord]: ...
     def thread_ids(self) -> list[str]: ...
-    def write_ledger(self, thread_id: str, key: str, envelope: bytes, *, only_if_absent: bool = False) -> None:
-        """Store (replace) one ledger entry; with `only_if_absent`, only where
-        the tier has none (read-repair must never overwrite a newer state)."""
+    def write_ledger(self, thread_id: str, key: str, envelope: bytes) -> None:
+        """Store (replace) one ledger entry."""
+
+    def swap_ledger(self, thread_id: str, key: str, old: bytes | None, new: bytes) -> None:
+        """Replace one ledger entry only if it still holds `old` (None: only if absent)."""
 
     def read_ledger(self, thread_id: str) -> dict[str, bytes]: ...
     def thread_records(self, thread_id: str) -> ThreadRecords: ...

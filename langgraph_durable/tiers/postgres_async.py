@@ -408,14 +408,30 @@ class AsyncPostgresTier:
                     (thread_id, ns, checkpoint_id),
                 )
 
-    async def write_ledger(self, thread_id: str, key: str, envelope: bytes, *, only_if_absent: bool = False) -> None:
-        conflict = "DO NOTHING" if only_if_absent else "DO UPDATE SET record = EXCLUDED.record"
+    async def write_ledger(self, thread_id: str, key: str, envelope: bytes) -> None:
         with unavailable_on("postgres", self.where, *_ERRORS):
             async with self.pool.connection() as conn:
                 await conn.execute(
-                    f"INSERT INTO lgd_ledger VALUES (%s, %s, %s) ON CONFLICT (thread_id, key) {conflict}",
+                    "INSERT INTO lgd_ledger VALUES (%s, %s, %s) "
+                    "ON CONFLICT (thread_id, key) DO UPDATE SET record = EXCLUDED.record",
                     (thread_id, key, envelope),
                 )
+
+    async def swap_ledger(self, thread_id: str, key: str, old: bytes | None, new: bytes) -> None:
+        """Replace one ledger entry only if it still holds `old` (None: only
+        if there is none); see `SqliteTier.swap_ledger`."""
+        with unavailable_on("postgres", self.where, *_ERRORS):
+            async with self.pool.connection() as conn:
+                if old is None:
+                    await conn.execute(
+                        "INSERT INTO lgd_ledger VALUES (%s, %s, %s) ON CONFLICT (thread_id, key) DO NOTHING",
+                        (thread_id, key, new),
+                    )
+                else:
+                    await conn.execute(
+                        "UPDATE lgd_ledger SET record = %s WHERE thread_id = %s AND key = %s AND record = %s",
+                        (new, thread_id, key, old),
+                    )
 
     async def read_ledger(self, thread_id: str) -> dict[str, bytes]:
         rows = await self._fetchall("SELECT key, record FROM lgd_ledger WHERE thread_id = %s", (thread_id,))

@@ -279,12 +279,28 @@ class RedisTier:
                 pipe.zrem(self._k(thread_id, f"ids:{ns}"), checkpoint_id)
                 pipe.execute()
 
-    def write_ledger(self, thread_id: str, key: str, envelope: bytes, *, only_if_absent: bool = False) -> None:
+    def write_ledger(self, thread_id: str, key: str, envelope: bytes) -> None:
         with unavailable_on("redis", self.where, *_ERRORS):
-            if only_if_absent:
-                self.client.hsetnx(self._k(thread_id, "ledger"), key, envelope)
-            else:
-                self.client.hset(self._k(thread_id, "ledger"), key, envelope)
+            self.client.hset(self._k(thread_id, "ledger"), key, envelope)
+
+    def swap_ledger(self, thread_id: str, key: str, old: bytes | None, new: bytes) -> None:
+        """Replace one ledger entry only if it still holds `old` (None: only
+        if there is none); WATCH makes the compare and the write one step."""
+        ledger = self._k(thread_id, "ledger")
+        with unavailable_on("redis", self.where, *_ERRORS):
+            if old is None:
+                self.client.hsetnx(ledger, key, new)
+                return
+            with self.client.pipeline(transaction=True) as pipe:
+                try:
+                    pipe.watch(ledger)
+                    if pipe.hget(ledger, key) != old:
+                        return
+                    pipe.multi()
+                    pipe.hset(ledger, key, new)
+                    pipe.execute()
+                except WatchError:
+                    return  # written meanwhile: that state is newer than ours
 
     def read_ledger(self, thread_id: str) -> dict[str, bytes]:
         with unavailable_on("redis", self.where, *_ERRORS):

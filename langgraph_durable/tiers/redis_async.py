@@ -277,12 +277,28 @@ class AsyncRedisTier:
                 pipe.zrem(self._k(thread_id, f"ids:{ns}"), checkpoint_id)
                 await pipe.execute()
 
-    async def write_ledger(self, thread_id: str, key: str, envelope: bytes, *, only_if_absent: bool = False) -> None:
+    async def write_ledger(self, thread_id: str, key: str, envelope: bytes) -> None:
         with unavailable_on("redis", self.where, *_ERRORS):
-            if only_if_absent:
-                await self.client.hsetnx(self._k(thread_id, "ledger"), key, envelope)
-            else:
-                await self.client.hset(self._k(thread_id, "ledger"), key, envelope)
+            await self.client.hset(self._k(thread_id, "ledger"), key, envelope)
+
+    async def swap_ledger(self, thread_id: str, key: str, old: bytes | None, new: bytes) -> None:
+        """Replace one ledger entry only if it still holds `old` (None: only
+        if there is none); WATCH makes the compare and the write one step."""
+        ledger = self._k(thread_id, "ledger")
+        with unavailable_on("redis", self.where, *_ERRORS):
+            if old is None:
+                await self.client.hsetnx(ledger, key, new)
+                return
+            async with self.client.pipeline(transaction=True) as pipe:
+                try:
+                    await pipe.watch(ledger)
+                    if await pipe.hget(ledger, key) != old:
+                        return
+                    pipe.multi()
+                    pipe.hset(ledger, key, new)
+                    await pipe.execute()
+                except WatchError:
+                    return  # written meanwhile: that state is newer than ours
 
     async def read_ledger(self, thread_id: str) -> dict[str, bytes]:
         with unavailable_on("redis", self.where, *_ERRORS):

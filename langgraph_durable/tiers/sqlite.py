@@ -447,10 +447,22 @@ class SqliteTier:
                 (thread_id, ns, checkpoint_id),
             )
 
-    def write_ledger(self, thread_id: str, key: str, envelope: bytes, *, only_if_absent: bool = False) -> None:
-        verb = "INSERT OR IGNORE" if only_if_absent else "INSERT OR REPLACE"
+    def write_ledger(self, thread_id: str, key: str, envelope: bytes) -> None:
         with self._tx() as conn:
-            conn.execute(f"{verb} INTO lgd_ledger VALUES (?, ?, ?)", (thread_id, key, envelope))
+            conn.execute("INSERT OR REPLACE INTO lgd_ledger VALUES (?, ?, ?)", (thread_id, key, envelope))
+
+    def swap_ledger(self, thread_id: str, key: str, old: bytes | None, new: bytes) -> None:
+        """Replace one ledger entry only if it still holds `old` (None: only
+        if there is none): read-repair never overwrites a state written
+        meanwhile."""
+        with self._tx() as conn:
+            if old is None:
+                conn.execute("INSERT OR IGNORE INTO lgd_ledger VALUES (?, ?, ?)", (thread_id, key, new))
+            else:
+                conn.execute(
+                    "UPDATE lgd_ledger SET record = ? WHERE thread_id = ? AND key = ? AND record = ?",
+                    (new, thread_id, key, old),
+                )
 
     def read_ledger(self, thread_id: str) -> dict[str, bytes]:
         with self._read() as conn:
