@@ -31,10 +31,12 @@ FILES = {
     "lease_keeper_async.py": "lease_keeper.py",
     "tiers/redis_async.py": "tiers/redis.py",
     "tiers/postgres_async.py": "tiers/postgres.py",
+    "tiers/protocol_async.py": "tiers/protocol.py",
 }
 
 NAMES = {
     "AsyncTierChain": "TierChain",
+    "AsyncTier": "Tier",
     "AsyncTierReader": "TierReader",
     "AsyncScanner": "Scanner",
     "AsyncMaintenance": "Maintenance",
@@ -60,6 +62,7 @@ NAMES = {
     "lease_keeper_async": "lease_keeper",
     "redis_async": "redis",
     "postgres_async": "postgres",
+    "protocol_async": "protocol",
 }
 
 RULES: list[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]]] = [

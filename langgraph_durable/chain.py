@@ -45,12 +45,12 @@ from .records import BlobRow, CheckpointRow, WriteRow
 from .resume import ResumeGate
 from .scan import Scanner
 from .tiers.base import KEYS_META, QuarantinedRecord, key_mismatch_message
+from .tiers.protocol import Tier
 from .tiers.sqlite import SqliteTier
 from .validation import ValidationHook
 
 logger = logging.getLogger("langgraph_durable")
 
-Tier = Any  # SqliteTier | RedisTier | PostgresTier: same method names
 BlobKey = tuple[str, str]
 Found = tuple[CheckpointRow, dict[str, Any], dict[str, Any]]  # row, checkpoint, metadata
 RowT = TypeVar("RowT", CheckpointRow, BlobRow, WriteRow)

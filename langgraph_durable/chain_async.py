@@ -43,12 +43,12 @@ from .records import BlobRow, CheckpointRow, WriteRow
 from .resume_async import AsyncResumeGate
 from .scan_async import AsyncScanner
 from .tiers.base import KEYS_META, QuarantinedRecord, key_mismatch_message
+from .tiers.protocol_async import AsyncTier
 from .tiers.sqlite import AsyncSqliteTier
 from .validation import ValidationHook
 
 logger = logging.getLogger("langgraph_durable")
 
-Tier = Any  # AsyncSqliteTier | AsyncRedisTier | AsyncPostgresTier: same method names
 BlobKey = tuple[str, str]
 Found = tuple[CheckpointRow, dict[str, Any], dict[str, Any]]  # row, checkpoint, metadata
 RowT = TypeVar("RowT", CheckpointRow, BlobRow, WriteRow)
@@ -66,7 +66,7 @@ class AsyncTierChain:
     def __init__(
         self,
         local: AsyncSqliteTier | None,
-        shared: Sequence[Tier],
+        shared: Sequence[AsyncTier],
         codec: RecordCodec,
         policy: IntegrityPolicy | None = None,
     ) -> None:
@@ -74,7 +74,7 @@ class AsyncTierChain:
             raise ConfigError("at least one tier is needed: pass sqlite=, redis= or postgres=.")
         self.local = local
         self.shared = list(shared)
-        self.tiers: list[Tier] = ([local] if local is not None else []) + self.shared
+        self.tiers: list[AsyncTier] = ([local] if local is not None else []) + self.shared
         self.codec = codec
         self.policy = policy or IntegrityPolicy()
         self.reads = AsyncTierReader(self.tiers, codec, self.policy)
@@ -131,7 +131,7 @@ class AsyncTierChain:
         checksum and take it all for corruption; this is a configuration
         error, found before anything is read or quarantined."""
         accepted = self.codec.fingerprints
-        stored: list[tuple[Tier, set[str] | None]] = []
+        stored: list[tuple[AsyncTier, set[str] | None]] = []
         for tier in self.tiers:
             value = await tier.read_meta(KEYS_META)
             stored.append((tier, set(value.split(",")) if value else None))
@@ -228,7 +228,7 @@ class AsyncTierChain:
             await self.local.journal_done(seq)
         _raise_first(results)
 
-    async def _fenced_first(self, fence: Fence | None, write: Callable[[Tier], Any]) -> list[Tier]:
+    async def _fenced_first(self, fence: Fence | None, write: Callable[[AsyncTier], Any]) -> list[AsyncTier]:
         """A fenced write (lease.py) goes to the lease tier first, alone: reads
         take the union of what every tier holds and repair the gaps, so a
         write the fence refuses (`LeaseLost`) must reach no tier at all. The
@@ -240,11 +240,11 @@ class AsyncTierChain:
 
     # -- reads ----------------------------------------------------------------------
 
-    async def _authority(self, what: str, call: Callable[[Tier], Any]) -> Any:
+    async def _authority(self, what: str, call: Callable[[AsyncTier], Any]) -> Any:
         """Ask the farthest reachable tier; nearer ones answer only when it is down."""
         return (await self._authority_tier(what, call))[1]
 
-    async def _authority_tier(self, what: str, call: Callable[[Tier], Any]) -> tuple[Tier, Any]:
+    async def _authority_tier(self, what: str, call: Callable[[AsyncTier], Any]) -> tuple[AsyncTier, Any]:
         """`_authority`, also naming the tier that answered."""
         last: TierUnavailable | None = None
         for i, tier in enumerate(reversed(self.tiers)):
@@ -356,7 +356,7 @@ class AsyncTierChain:
 
     # -- maintenance -------------------------------------------------------------------
 
-    async def _everywhere(self, call: Callable[[Tier], Any]) -> None:
+    async def _everywhere(self, call: Callable[[AsyncTier], Any]) -> None:
         _raise_first(await arun_all([functools.partial(call, t) for t in self.tiers]))
 
     async def delete_thread(self, thread_id: str) -> None:

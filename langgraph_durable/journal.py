@@ -24,11 +24,10 @@ from .concurrency import run_all
 from .integrity import record_label
 from .records import BadRecord, BlobRow, CheckpointRow, row_fields
 from .tiers.base import pack_fields
+from .tiers.protocol import Tier
 from .tiers.sqlite import SqliteTier
 
 logger = logging.getLogger("langgraph_durable")
-
-Tier = Any  # the TierProtocol names, awaited
 
 
 def _raise_first(results: Sequence[Any]) -> None:

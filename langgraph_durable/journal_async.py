@@ -22,11 +22,10 @@ from .concurrency import arun_all
 from .integrity import record_label
 from .records import BadRecord, BlobRow, CheckpointRow, row_fields
 from .tiers.base import pack_fields
+from .tiers.protocol_async import AsyncTier
 from .tiers.sqlite import AsyncSqliteTier
 
 logger = logging.getLogger("langgraph_durable")
-
-Tier = Any  # the TierProtocol names, awaited
 
 
 def _raise_first(results: Sequence[Any]) -> None:
@@ -38,7 +37,7 @@ def _raise_first(results: Sequence[Any]) -> None:
 class AsyncJournal:
     """Ships journaled records from the local tier to the shared ones."""
 
-    def __init__(self, local: AsyncSqliteTier, shared: Sequence[Tier], codec: RecordCodec) -> None:
+    def __init__(self, local: AsyncSqliteTier, shared: Sequence[AsyncTier], codec: RecordCodec) -> None:
         self.local = local
         self.shared = list(shared)
         self.codec = codec

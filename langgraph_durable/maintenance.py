@@ -26,10 +26,10 @@ from .integrity import Incident, Unusable
 from .reads import TierReader, Found
 from .records import BadRecord, BlobRow, CheckpointRow, WriteRow
 from .retention import Node, ReplayPlanner, Walk, blobs_of, older_than
+from .tiers.protocol import Tier
 
 logger = logging.getLogger("langgraph_durable")
 
-Tier = Any  # the TierProtocol names, awaited
 RowT = TypeVar("RowT", CheckpointRow, BlobRow, WriteRow)
 
 

@@ -24,22 +24,22 @@ from .integrity import Incident, Unusable
 from .reads_async import AsyncTierReader, Found
 from .records import BadRecord, BlobRow, CheckpointRow, WriteRow
 from .retention import Node, ReplayPlanner, Walk, blobs_of, older_than
+from .tiers.protocol_async import AsyncTier
 
 logger = logging.getLogger("langgraph_durable")
 
-Tier = Any  # the TierProtocol names, awaited
 RowT = TypeVar("RowT", CheckpointRow, BlobRow, WriteRow)
 
 
 class AsyncMaintenance:
     """delete_thread, delete_for_runs, copy_thread and prune, on every tier."""
 
-    def __init__(self, tiers: Sequence[Tier], codec: RecordCodec, reads: AsyncTierReader) -> None:
+    def __init__(self, tiers: Sequence[AsyncTier], codec: RecordCodec, reads: AsyncTierReader) -> None:
         self.tiers = list(tiers)
         self.codec = codec
         self.reads = reads
 
-    async def _everywhere(self, call: Callable[[Tier], Any]) -> None:
+    async def _everywhere(self, call: Callable[[AsyncTier], Any]) -> None:
         for result in await arun_all([functools.partial(call, t) for t in self.tiers]):
             if isinstance(result, BaseException):
                 raise result
@@ -234,5 +234,5 @@ class AsyncMaintenance:
             await self._everywhere(lambda t: t.prune(thread_id, keep, keep_blobs))
 
 
-async def _write_checkpoint(row: CheckpointRow, tier: Tier) -> None:
+async def _write_checkpoint(row: CheckpointRow, tier: AsyncTier) -> None:
     await tier.write_checkpoint(row, [])

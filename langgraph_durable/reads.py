@@ -38,10 +38,10 @@ from .integrity import CorruptionEvent, Incident, IntegrityPolicy, Unusable
 from .ledger import LedgerEntry, newest_entry
 from .records import BadRecord, BlobRow, CheckpointRow, WriteRow, metadata_json, metadata_matches, row_fields
 from .tiers.base import pack_fields
+from .tiers.protocol import Tier
 
 logger = logging.getLogger("langgraph_durable")
 
-Tier = Any  # SqliteTier | RedisTier | PostgresTier: the TierProtocol names, awaited
 BlobKey = tuple[str, str]
 Found = tuple[CheckpointRow, dict[str, Any], dict[str, Any]]  # row, checkpoint, metadata
 WriteKey = tuple[str, str, int]  # checkpoint id, task id, idx

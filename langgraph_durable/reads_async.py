@@ -36,10 +36,10 @@ from .integrity import CorruptionEvent, Incident, IntegrityPolicy, Unusable
 from .ledger import LedgerEntry, newest_entry
 from .records import BadRecord, BlobRow, CheckpointRow, WriteRow, metadata_json, metadata_matches, row_fields
 from .tiers.base import pack_fields
+from .tiers.protocol_async import AsyncTier
 
 logger = logging.getLogger("langgraph_durable")
 
-Tier = Any  # AsyncSqliteTier | AsyncRedisTier | AsyncPostgresTier: the TierProtocol names, awaited
 BlobKey = tuple[str, str]
 Found = tuple[CheckpointRow, dict[str, Any], dict[str, Any]]  # row, checkpoint, metadata
 WriteKey = tuple[str, str, int]  # checkpoint id, task id, idx
@@ -48,18 +48,18 @@ WriteKey = tuple[str, str, int]  # checkpoint id, task id, idx
 class AsyncTierReader:
     """Every read of records: by id, latest, list, pending writes, ledger."""
 
-    def __init__(self, tiers: Sequence[Tier], codec: RecordCodec, policy: IntegrityPolicy) -> None:
+    def __init__(self, tiers: Sequence[AsyncTier], codec: RecordCodec, policy: IntegrityPolicy) -> None:
         self.tiers = list(tiers)
         self.codec = codec
         self.policy = policy
 
     # -- asking every reachable tier ------------------------------------------------
 
-    async def _each(self, what: str, call: Callable[[Tier], Any]) -> list[tuple[Tier, Any]]:
+    async def _each(self, what: str, call: Callable[[AsyncTier], Any]) -> list[tuple[AsyncTier, Any]]:
         """`call` on every tier at once: (tier, result) of each reachable
         one, nearest first. `TierUnavailable` only when none is reachable."""
         results = await arun_all([functools.partial(call, t) for t in self.tiers])
-        out: list[tuple[Tier, Any]] = []
+        out: list[tuple[AsyncTier, Any]] = []
         down: TierUnavailable | None = None
         for tier, result in zip(self.tiers, results):
             if isinstance(result, TierUnavailable):
@@ -75,7 +75,7 @@ class AsyncTierReader:
             logger.warning("degraded read: %s without %s (%s)", what, down.tier, down)
         return out
 
-    async def _repair(self, tiers: Sequence[Tier], write: Callable[[Tier], Any]) -> None:
+    async def _repair(self, tiers: Sequence[AsyncTier], write: Callable[[AsyncTier], Any]) -> None:
         """Copy a good record into tiers that lacked it or held a bad copy; a
         failure here never fails the read."""
         for tier in dict.fromkeys(tiers):
@@ -112,8 +112,8 @@ class AsyncTierReader:
         lacked it or held a bad copy get the good one. None if no tier has
         it; `Unusable` if every copy is bad."""
         copies = await self._each("checkpoint", lambda t: t.read_checkpoint(thread_id, ns, cid))
-        good: tuple[Tier, Found] | None = None
-        lacking: list[Tier] = []
+        good: tuple[AsyncTier, Found] | None = None
+        lacking: list[AsyncTier] = []
         bad: list[Incident] = []
         # Farthest first: with equal verifying copies, the system of record's.
         for tier, row in reversed(copies):
@@ -163,7 +163,7 @@ class AsyncTierReader:
         found: dict[BlobKey, tuple[BlobRow, Any]] = {}
         found_in: dict[BlobKey, str] = {}
         missing = list(dict.fromkeys(keys))
-        lacking: list[Tier] = []
+        lacking: list[AsyncTier] = []
         bad: dict[BlobKey, list[Incident]] = defaultdict(list)
         for tier in self.tiers:
             if not missing:
@@ -206,7 +206,7 @@ class AsyncTierReader:
         if not cids:
             return {}
         copies = await self._each("pending writes", lambda t: t.read_writes(thread_id, ns, cids))
-        holders: dict[WriteKey, list[tuple[Tier, WriteRow]]] = defaultdict(list)
+        holders: dict[WriteKey, list[tuple[AsyncTier, WriteRow]]] = defaultdict(list)
         # Farthest first, so that an upserted special write (an interrupt, an
         # error) is taken from the system of record when copies differ.
         for tier, rows in reversed(copies):
@@ -217,7 +217,7 @@ class AsyncTierReader:
         dropped: set[tuple[str, str]] = set()
         fix: dict[tuple[Any, bool], list[WriteRow]] = defaultdict(list)  # (tier, replace) -> rows
         for key, held in holders.items():
-            good: tuple[Tier, WriteRow, PendingWrite] | None = None
+            good: tuple[AsyncTier, WriteRow, PendingWrite] | None = None
             bad: list[Incident] = []
             for tier, w in held:
                 try:
@@ -599,8 +599,8 @@ class AsyncTierReader:
 
 
 async def _each_of(
-    tiers: Sequence[Tier], fallback: Sequence[Tier], what: str, call: Callable[[Tier], Any]
-) -> list[tuple[Tier, Any]]:
+    tiers: Sequence[AsyncTier], fallback: Sequence[AsyncTier], what: str, call: Callable[[AsyncTier], Any]
+) -> list[tuple[AsyncTier, Any]]:
     """`call` on `tiers` at once; if none is reachable, on the first
     reachable tier of `fallback` (the local cache) instead."""
     results = await arun_all([functools.partial(call, t) for t in tiers])

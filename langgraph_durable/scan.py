@@ -30,10 +30,9 @@ from .integrity import BadCopy, ScanReport, record_identity, record_label
 from .ledger import newest_entry
 from .records import BadRecord, BlobRow, CheckpointRow, ledger_context, row_fields
 from .tiers.base import KEYS_META, QuarantinedRecord, pack_fields
+from .tiers.protocol import Tier
 
 logger = logging.getLogger("langgraph_durable")
-
-Tier = Any  # the TierProtocol names, awaited
 
 
 class Scanner:
@@ -104,25 +103,22 @@ class Scanner:
 
     def _intact_in(self, tier: Tier, row: Any) -> bool:
         """Whether `tier` holds an intact copy of `row`'s record right now."""
+        live: Any
+        if isinstance(row, CheckpointRow):
+            live = tier.read_checkpoint(row.thread_id, row.checkpoint_ns, row.checkpoint_id)
+        elif isinstance(row, BlobRow):
+            blobs = tier.read_blobs(row.thread_id, row.checkpoint_ns, [(row.channel, row.version)])
+            live = blobs.get((row.channel, row.version))
+        else:
+            rows = tier.read_writes(row.thread_id, row.checkpoint_ns, [row.checkpoint_id])
+            live = next((w for w in rows if (w.task_id, w.idx) == (row.task_id, row.idx)), None)
+        if live is None:
+            return False
         try:
-            if isinstance(row, CheckpointRow):
-                live = tier.read_checkpoint(row.thread_id, row.checkpoint_ns, row.checkpoint_id)
-                if live is not None:
-                    self.codec.decode_checkpoint(live)
-            elif isinstance(row, BlobRow):
-                live = (tier.read_blobs(row.thread_id, row.checkpoint_ns, [(row.channel, row.version)])).get(
-                    (row.channel, row.version)
-                )
-                if live is not None:
-                    self.codec.decode_blob(live)
-            else:
-                rows = tier.read_writes(row.thread_id, row.checkpoint_ns, [row.checkpoint_id])
-                live = next((w for w in rows if (w.task_id, w.idx) == (row.task_id, row.idx)), None)
-                if live is not None:
-                    self.codec.decode_write(live)
+            self._decode(record_kind(row), live)
         except BadRecord:
             return False
-        return live is not None
+        return True
 
     def _decode(self, kind: str, row: Any) -> None:
         if kind == "checkpoint":
@@ -227,6 +223,10 @@ class Scanner:
                 if repair:
                     tier.write_ledger(t, key, envelope)
                     report.restored.extend(damaged)
+
+
+def record_kind(row: Any) -> str:
+    return "checkpoint" if isinstance(row, CheckpointRow) else "blob" if isinstance(row, BlobRow) else "write"
 
 
 def _write(tier: Tier, kind: str, row: Any) -> None:

@@ -28,16 +28,15 @@ from .integrity import BadCopy, ScanReport, record_identity, record_label
 from .ledger import newest_entry
 from .records import BadRecord, BlobRow, CheckpointRow, ledger_context, row_fields
 from .tiers.base import KEYS_META, QuarantinedRecord, pack_fields
+from .tiers.protocol_async import AsyncTier
 
 logger = logging.getLogger("langgraph_durable")
-
-Tier = Any  # the TierProtocol names, awaited
 
 
 class AsyncScanner:
     """Verifies (and repairs) every copy of every record of a thread."""
 
-    def __init__(self, tiers: Sequence[Tier], codec: RecordCodec) -> None:
+    def __init__(self, tiers: Sequence[AsyncTier], codec: RecordCodec) -> None:
         self.tiers = list(tiers)
         self.shared = [t for t in self.tiers if t.name != "sqlite"]
         self.codec = codec
@@ -100,27 +99,24 @@ class AsyncScanner:
             restored.append(q)
         return restored, kept
 
-    async def _intact_in(self, tier: Tier, row: Any) -> bool:
+    async def _intact_in(self, tier: AsyncTier, row: Any) -> bool:
         """Whether `tier` holds an intact copy of `row`'s record right now."""
+        live: Any
+        if isinstance(row, CheckpointRow):
+            live = await tier.read_checkpoint(row.thread_id, row.checkpoint_ns, row.checkpoint_id)
+        elif isinstance(row, BlobRow):
+            blobs = await tier.read_blobs(row.thread_id, row.checkpoint_ns, [(row.channel, row.version)])
+            live = blobs.get((row.channel, row.version))
+        else:
+            rows = await tier.read_writes(row.thread_id, row.checkpoint_ns, [row.checkpoint_id])
+            live = next((w for w in rows if (w.task_id, w.idx) == (row.task_id, row.idx)), None)
+        if live is None:
+            return False
         try:
-            if isinstance(row, CheckpointRow):
-                live = await tier.read_checkpoint(row.thread_id, row.checkpoint_ns, row.checkpoint_id)
-                if live is not None:
-                    self.codec.decode_checkpoint(live)
-            elif isinstance(row, BlobRow):
-                live = (await tier.read_blobs(row.thread_id, row.checkpoint_ns, [(row.channel, row.version)])).get(
-                    (row.channel, row.version)
-                )
-                if live is not None:
-                    self.codec.decode_blob(live)
-            else:
-                rows = await tier.read_writes(row.thread_id, row.checkpoint_ns, [row.checkpoint_id])
-                live = next((w for w in rows if (w.task_id, w.idx) == (row.task_id, row.idx)), None)
-                if live is not None:
-                    self.codec.decode_write(live)
+            self._decode(record_kind(row), live)
         except BadRecord:
             return False
-        return live is not None
+        return True
 
     def _decode(self, kind: str, row: Any) -> None:
         if kind == "checkpoint":
@@ -133,8 +129,8 @@ class AsyncScanner:
     async def _thread(self, t: str, report: ScanReport, *, repair: bool) -> None:
         intact: dict[tuple[Any, ...], Any] = {}
         held_intact: dict[tuple[Any, ...], set[str]] = {}
-        bad: list[tuple[Tier, Any, BadCopy]] = []
-        old_key: list[tuple[Tier, str, Any]] = []
+        bad: list[tuple[AsyncTier, Any, BadCopy]] = []
+        old_key: list[tuple[AsyncTier, str, Any]] = []
         for tier in self.tiers:
             records = await tier.thread_records(t)
             for kind, rows in (("checkpoint", records.checkpoints), ("blob", records.blobs), ("write", records.writes)):
@@ -189,7 +185,7 @@ class AsyncScanner:
         copies = [(tier, await tier.read_ledger(t)) for tier in self.tiers]
         for key in sorted({k for _, entries in copies for k in entries}):
             good: list[tuple[Any, bytes]] = []
-            bad: list[tuple[Tier, BadCopy]] = []
+            bad: list[tuple[AsyncTier, BadCopy]] = []
             for tier, entries in copies:
                 envelope = entries.get(key)
                 if envelope is None:
@@ -227,7 +223,11 @@ class AsyncScanner:
                     report.restored.extend(damaged)
 
 
-async def _write(tier: Tier, kind: str, row: Any) -> None:
+def record_kind(row: Any) -> str:
+    return "checkpoint" if isinstance(row, CheckpointRow) else "blob" if isinstance(row, BlobRow) else "write"
+
+
+async def _write(tier: AsyncTier, kind: str, row: Any) -> None:
     if kind == "checkpoint":
         assert isinstance(row, CheckpointRow)
         await tier.write_checkpoint(row, [])

@@ -1,2 +1,3 @@
-"""Storage tiers. Each implements the small surface in `base.TierProtocol`;
-the tier chain (`chain_async.py`) owns every decision about them."""
+"""Storage tiers. Each implements the small surface in `protocol_async.AsyncTier`
+(and its generated sync twin `protocol.Tier`); the rooms above them own
+every decision about them."""

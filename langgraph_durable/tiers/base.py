@@ -10,12 +10,11 @@ import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import ormsgpack
 
 from ..errors import TierUnavailable
-from ..lease import Fence, Lease
 from ..records import BlobRow, CheckpointRow, WriteRow, row_from_fields
 
 BlobKey = tuple[str, str]  # (channel, version)
@@ -99,79 +98,6 @@ class ThreadRecords:
     checkpoints: list[CheckpointRow]
     blobs: list[BlobRow]
     writes: list[WriteRow]
-
-
-class TierProtocol(Protocol):
-    """What the chain calls on a tier (sync face; the async face awaits the same names)."""
-
-    name: str
-
-    def setup(self) -> None: ...
-    def close(self) -> None: ...
-
-    def write_checkpoint(self, row: CheckpointRow, blobs: Sequence[BlobRow], *, fence: Fence | None = None) -> None:
-        """Store a checkpoint and its new blobs atomically (checkpoint upserts).
-        With a `fence`, only if the thread's lease still matches it, checked
-        and renewed in the same transaction; else `LeaseLost`, nothing stored."""
-
-    def write_blobs(self, blobs: Sequence[BlobRow]) -> None:
-        """Store blobs, replacing any copy under the same key (read-repair)."""
-
-    def write_writes(self, rows: Sequence[WriteRow], upsert: bool, *, fence: Fence | None = None) -> None:
-        """Store pending writes: replace on `upsert`, else insert-or-ignore.
-        `fence` as for `write_checkpoint`."""
-
-    def read_checkpoint(self, thread_id: str, ns: str, checkpoint_id: str) -> CheckpointRow | None: ...
-    def read_blobs(self, thread_id: str, ns: str, keys: Sequence[BlobKey]) -> dict[BlobKey, BlobRow]: ...
-    def read_writes(self, thread_id: str, ns: str, checkpoint_ids: Sequence[str]) -> list[WriteRow]: ...
-    def latest_id(self, thread_id: str, ns: str) -> str | None: ...
-
-    def list_checkpoints(
-        self,
-        thread_id: str | None,
-        ns: str | None,
-        checkpoint_id: str | None,
-        before: str | None,
-        filter: dict[str, Any] | None,
-        limit: int | None,
-    ) -> list[CheckpointRow]:
-        """Newest first. `filter` may be applied loosely (the chain re-checks
-        it exactly); `limit` is only passed when there is no filter."""
-
-    def quarantine(self, thread_id: str, ns: str, kind: str, key: str, reason: str, envelope: bytes) -> None:
-        """Keep a bad copy for forensics, out of every read path."""
-
-    def list_quarantine(self, thread_id: str | None) -> list[QuarantinedRecord]: ...
-    def thread_ids(self) -> list[str]: ...
-    def write_ledger(self, thread_id: str, key: str, envelope: bytes) -> None:
-        """Store (replace) one ledger entry."""
-
-    def swap_ledger(self, thread_id: str, key: str, old: bytes | None, new: bytes) -> None:
-        """Replace one ledger entry only if it still holds `old` (None: only if absent)."""
-
-    def read_ledger(self, thread_id: str) -> dict[str, bytes]: ...
-    def thread_records(self, thread_id: str) -> ThreadRecords: ...
-    def delete_thread(self, thread_id: str) -> None: ...
-    def delete_for_runs(self, run_ids: Sequence[str]) -> None: ...
-    def delete_checkpoint(self, thread_id: str, ns: str, checkpoint_id: str) -> None: ...
-    def prune(self, thread_id: str, keep: set[tuple[str, str]], keep_blobs: set[tuple[str, str, str]]) -> None:
-        """Delete the thread's checkpoints and writes except `keep` (ns, id),
-        and its blobs except `keep_blobs` (ns, channel, version)."""
-
-    # -- writer leases (lease.py); used on the most authoritative tier only --
-
-    def read_lease(self, thread_id: str) -> tuple[Lease | None, float]:
-        """The thread's lease record (None if it never had one) and the
-        tier's clock now, in seconds since the epoch."""
-
-    def swap_lease(self, thread_id: str, expected: Lease | None, holder: str, token: int, ttl: float) -> Lease | None:
-        """Atomically replace the lease record, if it still equals `expected`
-        (or is still absent), by (`holder`, `token`) expiring `ttl` seconds
-        from the tier's now. The new record, or None if it had changed."""
-
-    def release_lease(self, thread_id: str, holder: str, token: int | None) -> None:
-        """Clear the holder (keeping the token), if the lease is `holder`'s
-        (with `token`, unless None)."""
 
 
 @contextmanager

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg.rows import TupleRow
@@ -600,3 +600,11 @@ class PostgresTier:
                     "AND (%s::bigint IS NULL OR token = %s)",
                     (thread_id, holder, token, token),
                 )
+
+
+if TYPE_CHECKING:
+    from .protocol import Tier
+
+    def _conforms(tier: PostgresTier) -> Tier:
+        """mypy checks here that the class implements the Protocol the rooms use."""
+        return tier

@@ -33,7 +33,7 @@ import json
 import time
 import uuid
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ormsgpack
 from redis import Redis
@@ -598,3 +598,11 @@ if ARGV[2] ~= '' and cur[2] ~= ARGV[2] then return 0 end
 redis.call('HSET', KEYS[1], 'holder', '', 'expires_at', '0.000000')
 return 1
 """
+
+
+if TYPE_CHECKING:
+    from .protocol import Tier
+
+    def _conforms(tier: RedisTier) -> Tier:
+        """mypy checks here that the class implements the Protocol the rooms use."""
+        return tier

@@ -31,7 +31,7 @@ import json
 import time
 import uuid
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ormsgpack
 from redis.asyncio import Redis
@@ -596,3 +596,11 @@ if ARGV[2] ~= '' and cur[2] ~= ARGV[2] then return 0 end
 redis.call('HSET', KEYS[1], 'holder', '', 'expires_at', '0.000000')
 return 1
 """
+
+
+if TYPE_CHECKING:
+    from .protocol_async import AsyncTier
+
+    def _conforms(tier: AsyncRedisTier) -> AsyncTier:
+        """mypy checks here that the class implements the Protocol the rooms use."""
+        return tier

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
 from ..lease import Fence, Lease, lease_lost
@@ -669,3 +669,11 @@ class AsyncSqliteTier:
     async def close(self) -> None:
         # The shared SqliteTier is closed by its owner; only the worker goes.
         self._pool.shutdown(wait=False)
+
+
+if TYPE_CHECKING:
+    from .protocol import Tier
+
+    def _conforms(tier: SqliteTier) -> Tier:
+        """mypy checks here that the class implements the Protocol the rooms use."""
+        return tier

@@ -1,0 +1,110 @@
+# WARNING: generated from tiers/protocol_async.py by langgraph_durable/_codegen.py. DO NOT EDIT.
+# Edit the async source and run `python -m langgraph_durable._codegen`.
+"""The surface every tier implements: a typing.Protocol the rooms use.
+
+This file is the async source. ``protocol.py`` (the sync `Tier`) is
+generated from it by ``langgraph_durable/_codegen.py``; edit this one and
+regenerate. Each tier module checks statically that it conforms.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from ..lease import Fence, Lease
+from ..records import BlobRow, CheckpointRow, Row, WriteRow
+from .base import BlobKey, QuarantinedRecord, ThreadRecords
+
+
+class Tier(Protocol):
+    """What the rooms call on a tier. Redis and Postgres implement it (their
+    sync twins implement the generated `Tier`); the SQLite tier implements the
+    sync `Tier`, and its async face runs those same methods on a worker thread."""
+
+    name: str
+
+    def setup(self) -> None: ...
+    def close(self) -> None: ...
+
+    def write_checkpoint(
+        self, row: CheckpointRow, blobs: Sequence[BlobRow], *, fence: Fence | None = None
+    ) -> Any:
+        """Store a checkpoint and its new blobs atomically (checkpoint upserts).
+        With a `fence`, only if the thread's lease still matches it, checked
+        and renewed in the same transaction; else `LeaseLost`, nothing stored."""
+
+    def write_blobs(self, blobs: Sequence[BlobRow]) -> None:
+        """Store blobs, replacing any copy under the same key (read-repair)."""
+
+    def write_writes(self, rows: Sequence[WriteRow], upsert: bool, *, fence: Fence | None = None) -> Any:
+        """Store pending writes: replace on `upsert`, else insert-or-ignore.
+        `fence` as for `write_checkpoint`."""
+
+    def read_checkpoint(self, thread_id: str, ns: str, checkpoint_id: str) -> CheckpointRow | None: ...
+    def read_blobs(self, thread_id: str, ns: str, keys: Sequence[BlobKey]) -> dict[BlobKey, BlobRow]: ...
+    def read_writes(self, thread_id: str, ns: str, checkpoint_ids: Sequence[str]) -> list[WriteRow]: ...
+    def head(self, thread_id: str, ns: str) -> tuple[str | None, str | None]:
+        """The newest checkpoint id of (thread, ns) and the thread's deletion marker."""
+
+    def list_checkpoints(
+        self,
+        thread_id: str | None,
+        ns: str | None,
+        checkpoint_id: str | None,
+        before: str | None,
+        filter: dict[str, Any] | None,
+        limit: int | None,
+    ) -> list[CheckpointRow]:
+        """Newest first. `filter` may be applied loosely (the chain re-checks
+        it exactly); `limit` is only passed when there is no filter."""
+
+    def quarantine(
+        self, thread_id: str, ns: str, kind: str, key: str, reason: str, envelope: bytes, fields: bytes = b""
+    ) -> None:
+        """Keep a copy (and its row's `fields`, to restore it) out of every read path."""
+
+    def remove_copy(self, kind: str, row: Row) -> None:
+        """Delete this exact copy from the live table (not another one under its key)."""
+
+    def list_quarantine(self, thread_id: str | None) -> list[QuarantinedRecord]: ...
+    def drop_quarantined(self, ids: Sequence[str]) -> None: ...
+    def read_meta(self, key: str) -> str | None: ...
+    def write_meta(self, key: str, value: str | None) -> None: ...
+    def mark_deleted(self, thread_id: str, marker: str | None) -> None:
+        """Record that the thread's checkpoints up to `marker` were deleted (None clears it)."""
+
+    def thread_ids(self) -> list[str]: ...
+    def write_ledger(self, thread_id: str, key: str, envelope: bytes) -> None:
+        """Store (replace) one ledger entry."""
+
+    def swap_ledger(self, thread_id: str, key: str, old: bytes | None, new: bytes) -> None:
+        """Replace one ledger entry only if it still holds `old` (None: only if absent)."""
+
+    def read_ledger(self, thread_id: str) -> dict[str, bytes]: ...
+    def thread_records(self, thread_id: str) -> ThreadRecords: ...
+    def delete_thread(self, thread_id: str) -> None: ...
+    def delete_for_runs(self, run_ids: Sequence[str], retain: Sequence[tuple[str, str, str]] = ()) -> None:
+        """Delete these runs' checkpoints and writes, except (thread, ns, id) in `retain`."""
+
+    def delete_checkpoint(self, thread_id: str, ns: str, checkpoint_id: str) -> None: ...
+    def prune(self, thread_id: str, keep: set[tuple[str, str]], keep_blobs: set[tuple[str, str, str]]) -> None:
+        """Delete the thread's checkpoints and writes except `keep` (ns, id),
+        and its blobs except `keep_blobs` (ns, channel, version)."""
+
+    # -- writer leases (lease.py); used on the most authoritative tier only --
+
+    def read_lease(self, thread_id: str) -> tuple[Lease | None, float]:
+        """The thread's lease record (None if it never had one) and the
+        tier's clock now, in seconds since the epoch."""
+
+    def swap_lease(
+        self, thread_id: str, expected: Lease | None, holder: str, token: int, ttl: float
+    ) -> Lease | None:
+        """Atomically replace the lease record, if it still equals `expected`
+        (or is still absent), by (`holder`, `token`) expiring `ttl` seconds
+        from the tier's now. The new record, or None if it had changed."""
+
+    def release_lease(self, thread_id: str, holder: str, token: int | None) -> None:
+        """Clear the holder (keeping the token), if the lease is `holder`'s
+        (with `token`, unless None)."""
