@@ -54,7 +54,7 @@ import sys
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -381,7 +381,7 @@ def _open_spans(trace: Path) -> tuple[list[str], bool, bool, str]:
     return [n for stack in open_spans.values() for n in stack], started, ended, last
 
 
-def inflight_ledger_writes(trace: Path) -> set[str]:
+def inflight_ledger_writes(trace: Path, tiers: Sequence[str]) -> set[str]:
     """Actions whose ledger write was in flight when the worker died: the
     server may apply it after the death (a Postgres commit or a Redis command
     already sent), i.e. after the harness looked at the ledger; or it reached
@@ -397,7 +397,6 @@ def inflight_ledger_writes(trace: Path) -> set[str]:
         if kind == "E" and parts[0] == "tier" and parts[2:3] == ["write_ledger"]:
             per_tier = done.setdefault(parts[3], {})
             per_tier[parts[1]] = per_tier.get(parts[1], 0) + 1
-    tiers = {t for per_tier in done.values() for t in per_tier}
     for key, per_tier in done.items():
         if any(per_tier.get(t, 0) < max(per_tier.values()) for t in tiers):
             out.add(key)
@@ -669,7 +668,7 @@ class Harness:
                     fig.kills_by[plan[0]] += 1
                     where = kill_location(files["trace"])
                     fig.kills_at[where] += 1
-                    inflight |= inflight_ledger_writes(files["trace"])
+                    inflight |= inflight_ledger_writes(files["trace"], self.tiers.names())
                     schedule.append(f"{label} -> killed ({where})")
                     continue
                 if code == worker.EXIT_ESCALATED:
