@@ -72,7 +72,16 @@ class Maintenance:
         retain = sorted(self._needed_by_survivors(set(ids)))
         if retain:
             logger.info("delete_for_runs keeps %d checkpoint(s) surviving delta channels still read", len(retain))
+        doomed: dict[str, list[tuple[str, str]]] = defaultdict(list)
+        for run_id in ids:
+            for row in self.reads.rows(None, None, None, None, {"run_id": run_id}, None):
+                if row.run_id == run_id and (row.thread_id, row.checkpoint_ns, row.checkpoint_id) not in retain:
+                    doomed[row.thread_id].append((row.checkpoint_ns, row.checkpoint_id))
         self._everywhere(lambda t: t.delete_for_runs(ids, retain))
+        # Recorded, so that a copy another replica's local cache still holds
+        # is known to be deleted rather than taken for one the tiers lost.
+        for thread_id, gone in doomed.items():
+            self._everywhere(lambda t: t.mark_gone(thread_id, gone))
 
     def _needed_by_survivors(self, run_ids: set[str]) -> set[tuple[str, str, str]]:
         """(thread, ns, id) of the checkpoints of `run_ids` that checkpoints

@@ -460,7 +460,13 @@ class TierReader:
             {cid for _, (cid, _) in heads if cid and (deleted_through is None or cid > deleted_through)},
             reverse=True,
         )
+        local = self.tiers[0] if len(self.tiers) > 1 and self.tiers[0].name == "sqlite" else None
         for cid in candidates:
+            # Only this replica's cache still has it: lost by the shared tiers,
+            # or deleted through another replica (`delete_for_runs`)?
+            only_local = local is not None and all(head != cid for tier, (head, _) in heads if tier is not local)
+            if only_local and local is not None and self._gone(thread_id, ns, cid, local):
+                continue
             tup = self.serve(thread_id, ns, cid, incidents)
             if tup is not None:
                 return tup
@@ -475,6 +481,20 @@ class TierReader:
             if older is not None and (deleted_through is None or older > deleted_through):
                 return self.serve(thread_id, ns, older, incidents)
         return None
+
+    def _gone(self, thread_id: str, ns: str, cid: str, local: Tier) -> bool:
+        """Whether a shared tier recorded `cid` as deleted; if so, the local
+        cache's copy goes too."""
+        try:
+            answers = _each_of(
+                [t for t in self.tiers if t is not local], [], "deletion record", lambda t: t.gone(thread_id, ns, [cid])
+            )
+        except TierUnavailable:
+            return False  # no shared tier to ask: the cache is all there is
+        if not any(cid in gone for _, gone in answers):
+            return False
+        self._repair([local], lambda t: t.delete_checkpoint(thread_id, ns, cid))
+        return True
 
     def get_tuple(self, thread_id: str, ns: str, cid: str | None) -> CheckpointTuple | None:
         incidents: list[Incident] = []

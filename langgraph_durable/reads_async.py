@@ -458,7 +458,13 @@ class AsyncTierReader:
             {cid for _, (cid, _) in heads if cid and (deleted_through is None or cid > deleted_through)},
             reverse=True,
         )
+        local = self.tiers[0] if len(self.tiers) > 1 and self.tiers[0].name == "sqlite" else None
         for cid in candidates:
+            # Only this replica's cache still has it: lost by the shared tiers,
+            # or deleted through another replica (`delete_for_runs`)?
+            only_local = local is not None and all(head != cid for tier, (head, _) in heads if tier is not local)
+            if only_local and local is not None and await self._gone(thread_id, ns, cid, local):
+                continue
             tup = await self.serve(thread_id, ns, cid, incidents)
             if tup is not None:
                 return tup
@@ -473,6 +479,20 @@ class AsyncTierReader:
             if older is not None and (deleted_through is None or older > deleted_through):
                 return await self.serve(thread_id, ns, older, incidents)
         return None
+
+    async def _gone(self, thread_id: str, ns: str, cid: str, local: AsyncTier) -> bool:
+        """Whether a shared tier recorded `cid` as deleted; if so, the local
+        cache's copy goes too."""
+        try:
+            answers = await _each_of(
+                [t for t in self.tiers if t is not local], [], "deletion record", lambda t: t.gone(thread_id, ns, [cid])
+            )
+        except TierUnavailable:
+            return False  # no shared tier to ask: the cache is all there is
+        if not any(cid in gone for _, gone in answers):
+            return False
+        await self._repair([local], lambda t: t.delete_checkpoint(thread_id, ns, cid))
+        return True
 
     async def get_tuple(self, thread_id: str, ns: str, cid: str | None) -> CheckpointTuple | None:
         incidents: list[Incident] = []

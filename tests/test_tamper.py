@@ -501,3 +501,26 @@ def test_ledger_read_repair_never_overwrites_a_state_written_meanwhile(make_save
             assert tier.read_ledger("t")["k"] == done, tier.name
             tier.swap_ledger("t", "k", done, other)  # still what it saw: replaced
             assert tier.read_ledger("t")["k"] == other, tier.name
+
+
+@pytest.mark.parametrize("how", ["delete_thread", "delete_for_runs"])
+def test_a_deletion_through_one_replica_is_not_undone_by_another_replicas_cache(make_saver: Any, how: str) -> None:
+    """Replica B's local cache still holds what replica A deleted: B must
+    neither serve it as the latest nor copy it back into the shared tiers."""
+    a = make_saver("sqlite+redis+postgres", sqlite_name="a.sqlite")
+    b = make_saver("sqlite+redis+postgres", sqlite_name="b.sqlite")
+    with a, b:
+        config = generate_config("t")
+        for i, run in enumerate(["run-1", "run-1", "run-2", "run-2"]):
+            cp = generate_checkpoint(channel_values={"v": f"value {i}"}) | {"channel_versions": {"v": i + 1}}
+            config = a.put(config, cp, generate_metadata(step=i) | {"run_id": run}, {"v": i + 1})
+        newest = config["configurable"]["checkpoint_id"]
+        assert b.get_tuple(_cfg("t")).checkpoint["id"] == newest  # now in B's cache too
+        if how == "delete_thread":
+            a.delete_thread("t")
+            assert b.get_tuple(_cfg("t")) is None
+        else:
+            a.delete_for_runs(["run-2"])
+            assert b.get_tuple(_cfg("t")).checkpoint["channel_values"] == {"v": "value 1"}
+        shared = _ids_in_every_tier(a, "t")
+        assert newest not in shared["redis"] and newest not in shared["postgres"]

@@ -6,6 +6,7 @@ it never decodes an envelope and makes no decision about other tiers.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -70,6 +71,11 @@ def key_mismatch_message(tier: str, foreign: list[str], accepted: list[str]) -> 
         f"the {tier} tier holds records sealed with {', '.join(foreign)}, which this saver ({ours}) cannot "
         f"verify. Nothing was read or changed. {hint}"
     )
+
+
+def gone_key(thread_id: str, ns: str, checkpoint_id: str) -> str:
+    """The meta key recording that one checkpoint was deleted."""
+    return json.dumps(["gone", thread_id, ns, checkpoint_id], ensure_ascii=False)
 
 
 def deleted_key(thread_id: str) -> str:

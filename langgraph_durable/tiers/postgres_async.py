@@ -22,7 +22,7 @@ from psycopg_pool import AsyncConnectionPool
 from ..errors import ConfigError, DurableError, TierUnavailable
 from ..lease import Fence, Lease, lease_lost
 from ..records import BlobRow, CheckpointRow, Row, WriteRow
-from .base import BlobKey, QuarantinedRecord, ThreadRecords, _fields, deleted_key, redact, unavailable_on
+from .base import BlobKey, QuarantinedRecord, ThreadRecords, _fields, deleted_key, gone_key, redact, unavailable_on
 
 DEFAULT_POOL_SIZE = 10
 DEFAULT_CONNECT_TIMEOUT_S = 5.0
@@ -520,6 +520,25 @@ class AsyncPostgresTier:
             (thread_id, ns, deleted_key(thread_id)),
         )
         return rows[0][0], rows[0][1]
+
+    async def mark_gone(self, thread_id: str, checkpoints: Sequence[tuple[str, str]]) -> None:
+        """Record that these (ns, checkpoint id) were deleted (`delete_for_runs`)."""
+        if not checkpoints:
+            return
+        with unavailable_on("postgres", self.where, *_ERRORS):
+            async with self.pool.connection() as conn:
+                await conn.execute(
+                    "INSERT INTO lgd_meta SELECT k, '1' FROM unnest(%s::text[]) AS k ON CONFLICT (key) DO NOTHING",
+                    ([gone_key(thread_id, ns, c) for ns, c in checkpoints],),
+                )
+
+    async def gone(self, thread_id: str, ns: str, checkpoint_ids: Sequence[str]) -> set[str]:
+        """Which of these checkpoint ids `mark_gone` recorded."""
+        keys = {gone_key(thread_id, ns, c): c for c in checkpoint_ids}
+        if not keys:
+            return set()
+        rows = await self._fetchall("SELECT key FROM lgd_meta WHERE key = ANY(%s)", (list(keys),))
+        return {keys[r[0]] for r in rows}
 
     async def mark_deleted(self, thread_id: str, marker: str | None) -> None:
         """Record that every checkpoint of the thread up to `marker` was

@@ -71,6 +71,12 @@ class Tier(Protocol):
     def drop_quarantined(self, ids: Sequence[str]) -> None: ...
     def read_meta(self, key: str) -> str | None: ...
     def write_meta(self, key: str, value: str | None) -> None: ...
+    def mark_gone(self, thread_id: str, checkpoints: Sequence[tuple[str, str]]) -> None:
+        """Record that these (ns, checkpoint id) were deleted."""
+
+    def gone(self, thread_id: str, ns: str, checkpoint_ids: Sequence[str]) -> set[str]:
+        """Which of these checkpoint ids were recorded as deleted."""
+
     def mark_deleted(self, thread_id: str, marker: str | None) -> None:
         """Record that the thread's checkpoints up to `marker` were deleted (None clears it)."""
 

@@ -69,6 +69,12 @@ class AsyncTier(Protocol):
     async def drop_quarantined(self, ids: Sequence[str]) -> None: ...
     async def read_meta(self, key: str) -> str | None: ...
     async def write_meta(self, key: str, value: str | None) -> None: ...
+    async def mark_gone(self, thread_id: str, checkpoints: Sequence[tuple[str, str]]) -> None:
+        """Record that these (ns, checkpoint id) were deleted."""
+
+    async def gone(self, thread_id: str, ns: str, checkpoint_ids: Sequence[str]) -> set[str]:
+        """Which of these checkpoint ids were recorded as deleted."""
+
     async def mark_deleted(self, thread_id: str, marker: str | None) -> None:
         """Record that the thread's checkpoints up to `marker` were deleted (None clears it)."""
 

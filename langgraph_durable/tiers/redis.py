@@ -14,6 +14,7 @@ its multi-key transactions stay legal. Layout, under the key prefix ``P``::
     P:{T}:wkeys           set   the thread's write hashes (for deletes)
     P:{T}:quarantined     hash  id -> a quarantined copy and its row fields (restorable)
     P:{T}:deleted         str   deletion marker: checkpoints up to this id were deleted
+    P:{T}:gone            set   "ns\\0id" of checkpoints delete_for_runs deleted
     P:meta                hash  store-wide settings (the signing key's fingerprint)
     P:{T}:ledger          hash  action key -> envelope (non-resumable actions)
     P:{T}:lease           hash  holder, token, expires_at: the thread's writer lease (lease.py)
@@ -435,6 +436,21 @@ class RedisTier:
                 pipe.get(self._k(thread_id, "deleted"))
                 ids, marker = pipe.execute()
         return (ids[0].decode() if ids else None), (marker.decode() if marker is not None else None)
+
+    def mark_gone(self, thread_id: str, checkpoints: Sequence[tuple[str, str]]) -> None:
+        """Record that these (ns, checkpoint id) were deleted (`delete_for_runs`)."""
+        if not checkpoints:
+            return
+        with unavailable_on("redis", self.where, *_ERRORS):
+            self.client.sadd(self._k(thread_id, "gone"), *[f"{ns}{_SEP}{c}" for ns, c in checkpoints])
+
+    def gone(self, thread_id: str, ns: str, checkpoint_ids: Sequence[str]) -> set[str]:
+        """Which of these checkpoint ids `mark_gone` recorded."""
+        if not checkpoint_ids:
+            return set()
+        with unavailable_on("redis", self.where, *_ERRORS):
+            flags = self.client.smismember(self._k(thread_id, "gone"), [f"{ns}{_SEP}{c}" for c in checkpoint_ids])
+        return {c for c, flag in zip(checkpoint_ids, flags) if flag}
 
     def mark_deleted(self, thread_id: str, marker: str | None) -> None:
         """Record that every checkpoint of the thread up to `marker` was

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ConfigError
 from ..lease import Fence, Lease, lease_lost
 from ..records import BlobRow, CheckpointRow, Row, WriteRow, metadata_matches
-from .base import BlobKey, QuarantinedRecord, ThreadRecords, _fields, deleted_key, unavailable_on
+from .base import BlobKey, QuarantinedRecord, ThreadRecords, _fields, deleted_key, gone_key, unavailable_on
 
 DEFAULT_BUSY_TIMEOUT_S = 30.0
 
@@ -553,6 +553,25 @@ class SqliteTier:
                 (thread_id, ns, deleted_key(thread_id)),
             ).fetchone()
         return row[0], row[1]
+
+    def mark_gone(self, thread_id: str, checkpoints: Sequence[tuple[str, str]]) -> None:
+        """Record that these (ns, checkpoint id) were deleted (`delete_for_runs`)."""
+        with self._tx() as conn:
+            conn.executemany(
+                "INSERT OR REPLACE INTO lgd_meta VALUES (?, '1')",
+                [(gone_key(thread_id, ns, c),) for ns, c in checkpoints],
+            )
+
+    def gone(self, thread_id: str, ns: str, checkpoint_ids: Sequence[str]) -> set[str]:
+        """Which of these checkpoint ids `mark_gone` recorded."""
+        keys = {gone_key(thread_id, ns, c): c for c in checkpoint_ids}
+        if not keys:
+            return set()
+        with self._read() as conn:
+            rows = conn.execute(
+                f"SELECT key FROM lgd_meta WHERE key IN ({','.join('?' * len(keys))})", list(keys)
+            ).fetchall()
+        return {keys[r[0]] for r in rows}
 
     def mark_deleted(self, thread_id: str, marker: str | None) -> None:
         """Record that every checkpoint of the thread up to `marker` (a
