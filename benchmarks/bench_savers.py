@@ -503,9 +503,27 @@ def check_output(out: Any, params: Params, what: str) -> list[str]:
 # -- isolated put replay -----------------------------------------------------------------------
 
 
-def retarget(kind: str, a: tuple[Any, ...], kw: dict[str, Any], tid: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
+def replay_run(tid: str) -> tuple[Any, dict[str, Any]]:
+    """A run of its own for one replay thread, as Pregel starts one: a fresh
+    Runtime in the config of a first get_tuple (DurableSaver takes the
+    thread's writer lease there, and fences the run's writes with it)."""
+    from langgraph.runtime import Runtime
+
+    def stream_writer(_: Any) -> None:  # one per run: the saver watches it to see the run end
+        return None
+
+    runtime = Runtime(stream_writer=stream_writer)
+    return runtime, {"configurable": {"thread_id": tid, "checkpoint_ns": "", "__pregel_runtime": runtime}}
+
+
+def retarget(
+    kind: str, a: tuple[Any, ...], kw: dict[str, Any], tid: str, runtime: Any
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
     a, kw = copy.deepcopy(a), copy.deepcopy(kw)
-    a[0]["configurable"]["thread_id"] = tid
+    configurable = a[0]["configurable"]
+    configurable["thread_id"] = tid
+    if "__pregel_runtime" in configurable:  # the captured run is over; the replay is a run of its own
+        configurable["__pregel_runtime"] = runtime
     return a, kw
 
 
@@ -516,8 +534,10 @@ def replay_sync(saver: Any, res: Result, params: Params, tag: str) -> None:
     put, writes = saver.put.__wrapped__, saver.put_writes.__wrapped__
     for r in range(params.replays):
         tid = f"{tag}-replay-{r}"
+        runtime, start = replay_run(tid)
+        saver.get_tuple(start)
         for kind, a, kw in res.captured:
-            a, kw = retarget(kind, a, kw, tid)
+            a, kw = retarget(kind, a, kw, tid, runtime)
             fn = put if kind == "put" else writes
             t0 = time.perf_counter()
             fn(*a, **kw)
@@ -528,8 +548,10 @@ async def replay_async(saver: Any, res: Result, params: Params, tag: str) -> Non
     put, writes = saver.aput.__wrapped__, saver.aput_writes.__wrapped__
     for r in range(params.replays):
         tid = f"{tag}-replay-{r}"
+        runtime, start = replay_run(tid)
+        await saver.aget_tuple(start)
         for kind, a, kw in res.captured:
-            a, kw = retarget(kind, a, kw, tid)
+            a, kw = retarget(kind, a, kw, tid, runtime)
             fn = put if kind == "put" else writes
             t0 = time.perf_counter()
             await fn(*a, **kw)
