@@ -4,34 +4,61 @@ Each example writes a random history (a chain of checkpoints whose channel
 values change, plus pending writes), then damages the stored bytes directly in
 one, two or all tiers (flip a byte, truncate, delete, or replace a record with
 another record's bytes; see ``tests/tamper.py``), then reads latest, every id
-and ``list`` in a random order. Before each read an oracle looks at what every
-tier holds (by comparing bytes with the originals, never through the saver)
-and says what the read may return:
+and ``list`` in a random order. Before each read an oracle (`Sim`) looks at
+what every tier holds (comparing bytes with the originals, never through the
+saver) and works out from the rules below exactly what the read must return,
+which `CorruptionEvent`s it must report, what every tier must hold afterwards
+(repairs, withdrawals, bad copies moved or left in place, the Redis index) and
+which copies it must add to the quarantine. Every read is checked on all four.
 
-* a checkpoint that some tier still holds intact (record, every channel value,
-  every pending write the authoritative tier lists) is returned *exactly*, the
-  tiers the read passed over are repaired (their bytes equal the original
-  again), and every bad copy it met is reported as "intact copy from ...";
-* otherwise, with on_corruption="raise", `CorruptCheckpoint`; with the
-  fallback policy, an *older written* checkpoint, exactly, with a
-  `CorruptionEvent` whose ``served_instead`` names it, the unusable one
-  withdrawn from every tier and the bad copies quarantined
-  (`CorruptCheckpoint` only when no older checkpoint is intact);
-* ``list`` returns exactly the usable checkpoints the authoritative tier lists.
+The rules (``langgraph_durable/reads_async.py``):
 
-A record deleted from the authoritative (farthest) tier counts as deleted, as
-the package asks that tier which checkpoints and writes exist; a checkpoint
-present in no tier reads as None by id.
+* latest: each tier names its newest id (its head: the newest entry of its
+  index, a Redis index entry whose hash field is gone included); those ids,
+  newest first, are tried in turn and the first that can be served is. One no
+  tier holds (a dangling Redis entry) is dropped from the index of each tier
+  that named it; if all dangle, the newest checkpoint before the last one that
+  any tier lists is served.
+* a checkpoint record is read from every tier: the farthest tier's intact copy
+  is served, every tier that lacks it or holds a bad copy gets it written, and
+  every bad copy is reported ("intact copy from <tier>") and quarantined.
+* channel values: nearest tier first; the tiers nearer than the first intact
+  copy are repaired; the bad copies met are reported and quarantined.
+* pending writes: the union of every tier's, each from its farthest intact
+  copy, every tier repaired. A task with a write that no tier holds intact
+  loses all its writes ("no write: task T runs again"); the checkpoint stays
+  usable.
+* a checkpoint whose record or one of whose channel values has no intact copy
+  anywhere is unusable. Fallback policy: it is withdrawn (its intact record
+  copies moved to each tier's quarantine, its bad copies quarantined) and its
+  newest intact ancestor is served (by parent pointer; by the newest older
+  checkpoint any tier lists when the record itself, or the ancestor, is gone),
+  the events saying "ancestor checkpoint <id>"; `CorruptCheckpoint` if none is
+  left. Raise policy: `CorruptCheckpoint`; nothing is withdrawn and the bad
+  copies without an intact twin stay where they are.
+* identical copies: a record with no intact copy whose bad copies (two or
+  more) are all the very same bytes (the envelope the saver sees: b"" for a
+  Redis frame that cannot be unpacked) is reported ("the same bytes fail in
+  every tier") but not quarantined, and its checkpoint not withdrawn; the read
+  still falls back (or drops the task's writes).
+* ``list``: the union of the shared tiers' listings (Redis and Postgres;
+  SQLite only when it is the only tier), newest first; a row whose record is
+  bad in the listing tier is read again from every tier as above; unusable
+  ones are withdrawn and left out (fallback) or raise.
+* a bad copy is quarantined by moving it: into the quarantine, and out of the
+  live table only if it is still that very copy (one repaired meanwhile stays).
 """
 
 from __future__ import annotations
 
 import asyncio
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import ormsgpack
 import pytest
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
@@ -163,66 +190,79 @@ def check_baseline(model: Model, cid: str, tup: CheckpointTuple | None) -> None:
     model.baseline[cid] = tup
 
 
-# --- the oracle: what every tier holds right now ----------------------------------
+# --- the oracle: what every tier holds, and what a read must do ---------------------
+
+IDENTICAL = "the same bytes fail in every tier"
+View = tuple[bytes, tuple[str, ...]]  # the envelope the saver sees, the key fields its checksum covers
+
+
+def _frame_parts(raw: bytes, n: int) -> list[Any]:
+    """A Redis frame as the saver unpacks it: a damaged one (undecodable, wrong
+    shape or types) has empty fields and an empty envelope."""
+    try:
+        parts = ormsgpack.unpackb(raw)
+    except Exception:
+        parts = None
+    if (
+        isinstance(parts, list)
+        and len(parts) == n
+        and isinstance(parts[-1], bytes)
+        and all(p is None or isinstance(p, (str, float, int)) for p in parts[:-1])
+    ):
+        return parts
+    return [None] * (n - 1) + [b""]
+
+
+def _context(meta: tuple[Any, ...] | list[Any]) -> tuple[str, ...]:
+    """Key fields as the checksum context spells them (None and "" alike)."""
+    return tuple(f"{m or ''}" for m in meta)
+
+
+def saver_view(tier: str, rec: Rec, held: Stored | None) -> View | None:
+    """What the saver reads from one stored copy."""
+    if held is None:
+        return None
+    if tier == "redis" and rec.kind != BLOB:
+        parts = _frame_parts(held.raw, 4 if rec.kind == CHECKPOINT else 3)
+        return parts[-1], _context(parts[:1] if rec.kind == CHECKPOINT else parts[:2])
+    return held.raw, _context(held.meta or ())
+
+
+def label(rec: Rec) -> str:
+    """The record's key in events and in the quarantine."""
+    if rec.kind == CHECKPOINT:
+        return f"checkpoint {rec.key[0]}"
+    if rec.kind == BLOB:
+        return f"channel {rec.key[0]} @ {rec.key[1]}"
+    cid, task, idx = rec.key
+    return f"write {task}/{idx} of checkpoint {cid}"
 
 
 class World:
-    """Every record of the thread in every tier, read directly (not through the saver)."""
+    """Every record of the thread in every tier, and the Redis index, read
+    directly (not through the saver)."""
 
     def __init__(self, stores: list[Store], model: Model, orig: dict[Rec, Stored]) -> None:
         self.model = model
         self.orig = orig
         self.names = [s.name for s in stores]
-        self.auth = self.names[-1]
         self.held = {s.name: s.get_all(model.thread, model.recs) for s in stores}
-        authority = stores[-1]
-        self.index = authority.index_ids(model.thread, NS)  # what latest_id picks from
-        self.listed = sorted(self.index & authority.record_ids(model.thread, NS), reverse=True)  # what list() gets
+        redis = [s for s in stores if s.name == "redis"]
+        self.zset: set[str] = redis[0].index_ids(model.thread, NS) if redis else set()
+        self.good: dict[Rec, View] = {}
+        for rec in model.recs:
+            envelope = orig[rec].envelope
+            assert envelope is not None and orig[rec].meta is not None
+            self.good[rec] = (envelope, _context(orig[rec].meta))
 
     def present(self, rec: Rec, tier: str) -> bool:
         return self.held[tier][rec] is not None
 
     def intact(self, rec: Rec, tier: str) -> bool:
-        held = self.held[tier][rec]
-        return held is not None and held.same_record(self.orig[rec])
-
-    def anywhere(self, rec: Rec) -> bool:
-        return any(self.present(rec, t) for t in self.names)
-
-    def first_intact(self, rec: Rec) -> int | None:
-        return next((i for i, t in enumerate(self.names) if self.intact(rec, t)), None)
-
-    def intact_anywhere(self, rec: Rec) -> bool:
-        return self.first_intact(rec) is not None
-
-    def live_writes(self, cid: str) -> list[Rec]:
-        """The pending writes of `cid` the authoritative tier lists."""
-        return [w for w in self.model.write_recs(cid) if self.present(w, self.auth)]
-
-    def usable(self, cid: str) -> bool:
-        recs = [self.model.cp_rec(cid), *self.model.blob_recs(cid), *self.live_writes(cid)]
-        return all(self.intact_anywhere(r) for r in recs)
-
-    def expected_writes(self, cid: str) -> list[tuple[str, str, Any]]:
-        live = {w.key for w in self.live_writes(cid)}
-        kept = [w for w in self.model.writes[cid] if (cid, w[0], w[1]) in live]
-        return [(t, ch, v) for t, _, ch, v in sorted(kept, key=lambda w: w[:2])]
-
-    def bad_copies_on_read_path(self, cid: str) -> set[tuple[str, str]]:
-        """(tier, kind) of the damaged copies a read of `cid` must meet and report."""
-        out = set()
-        for rec in [self.model.cp_rec(cid), *self.model.blob_recs(cid)]:
-            first = self.first_intact(rec)
-            for t in self.names[: first if first is not None else len(self.names)]:
-                if self.present(rec, t) and not self.intact(rec, t):
-                    out.add((t, rec.kind))
-        for w in self.live_writes(cid):
-            if not self.intact(w, self.auth):
-                out.add((self.auth, WRITE))
-        return out
+        return saver_view(tier, rec, self.held[tier][rec]) == self.good[rec]
 
     def describe(self) -> str:
-        lines = [f"authority {self.auth}: index {sorted(self.index)}, listed {self.listed}"]
+        lines = [f"redis index: {sorted(self.zset)}"] if "redis" in self.names else []
         for rec in self.model.recs:
             states = []
             for t in self.names:
@@ -230,6 +270,333 @@ class World:
                 states.append(f"{t}:{'-' if held is None else 'ok' if self.intact(rec, t) else 'BAD'}")
             lines.append(f"  {rec}: {' '.join(states)}")
         return "\n".join(lines)
+
+
+REPAIRED = "repaired"  # an intact copy the read wrote (compared by content, not bytes)
+Copy = Stored | str | None
+
+
+@dataclass
+class Inc:
+    """A bad copy (or a record missing everywhere: tier None) a read meets."""
+
+    tier: str | None
+    rec: Rec
+    envelope: bytes = b""
+    copy: Copy = None  # what the tier held when the read met it
+    served: str | None = None
+    keep: bool = False  # left in place: identical copies, or the raise policy
+    identical: bool = False
+
+    @property
+    def key(self) -> str:
+        return label(self.rec)
+
+
+@dataclass(frozen=True)
+class Ev:
+    tier: str
+    kind: str
+    key: str
+    served: str
+    identical: bool
+
+
+class SimUnusable(Exception):
+    def __init__(self, cid: str, parent: str | None, what: str, keep: bool) -> None:
+        super().__init__(what)
+        self.cid, self.parent, self.what, self.keep = cid, parent, what, keep
+
+
+class SimCorrupt(Exception):
+    """The read must raise CorruptCheckpoint."""
+
+
+Served = tuple[str, list[tuple[str, str, Any]]]  # checkpoint id, its pending writes
+
+
+class Sim:
+    """Runs one read on a model of the tiers (a copy of `World`), by the
+    rules in the module docstring: what it returns, reports, repairs, moves
+    and quarantines."""
+
+    def __init__(self, world: World, policy: str) -> None:
+        self.w = world
+        self.policy = policy
+        self.model = world.model
+        self.names = world.names
+        self.state: dict[str, dict[Rec, Copy]] = {t: dict(world.held[t]) for t in self.names}
+        self.zset = set(world.zset)
+        self.events: list[Ev] = []
+        self.quarantine: list[tuple[str, str, str, bool, bytes]] = []  # tier, kind, key, withdrawn, bytes
+
+    # -- the state -------------------------------------------------------------------
+
+    def view(self, t: str, rec: Rec) -> View | None:
+        copy = self.state[t][rec]
+        if copy is None:
+            return None
+        if copy == REPAIRED:
+            return self.w.good[rec]
+        assert isinstance(copy, Stored)
+        return saver_view(t, rec, copy)
+
+    def present(self, t: str, rec: Rec) -> bool:
+        return self.state[t][rec] is not None
+
+    def intact(self, t: str, rec: Rec) -> bool:
+        return self.view(t, rec) == self.w.good[rec]
+
+    def write(self, t: str, rec: Rec) -> None:
+        """A repair: tier `t` gets the intact copy (a checkpoint: also its index entry)."""
+        self.state[t][rec] = REPAIRED
+        if t == "redis" and rec.kind == CHECKPOINT:
+            self.zset.add(rec.key[0])
+
+    def remove(self, t: str, rec: Rec) -> None:
+        self.state[t][rec] = None
+        if t == "redis" and rec.kind == CHECKPOINT:
+            self.zset.discard(rec.key[0])
+
+    def bad(self, t: str, rec: Rec) -> Inc:
+        view = self.view(t, rec)
+        assert view is not None
+        return Inc(t, rec, view[0], self.state[t][rec])
+
+    def listed(self, t: str) -> list[str]:
+        """The ids tier `t` lists: its rows (Redis: index entries with a hash field)."""
+        ids = [c for c in self.model.ids if self.present(t, Model.cp_rec(c))]
+        return [c for c in ids if c in self.zset] if t == "redis" else ids
+
+    def head(self, t: str) -> str | None:
+        ids = self.zset if t == "redis" else self.listed(t)
+        return max(ids, default=None)
+
+    def older(self, cid: str) -> str | None:
+        """The newest checkpoint before `cid` that any tier lists."""
+        return max((c for t in self.names for c in self.listed(t) if c < cid), default=None)
+
+    @staticmethod
+    def identical(bad: list[Inc]) -> bool:
+        if len(bad) < 2 or len({i.envelope for i in bad}) != 1:
+            return False
+        for i in bad:
+            i.keep = i.identical = True
+        return True
+
+    # -- one record ------------------------------------------------------------------
+
+    def checkpoint(self, cid: str, incidents: list[Inc]) -> bool:
+        """The record, from every tier; False if no tier holds it."""
+        rec = Model.cp_rec(cid)
+        good = [t for t in self.names if self.intact(t, rec)]
+        bad = [self.bad(t, rec) for t in self.names if self.present(t, rec) and not self.intact(t, rec)]
+        incidents.extend(bad)
+        if good:
+            for i in bad:
+                i.served = f"intact copy from {good[-1]}"
+            for t in self.names:
+                if not self.intact(t, rec):
+                    self.write(t, rec)
+            return True
+        if bad:
+            keep = self.identical(bad)
+            raise SimUnusable(cid, None, "the checkpoint record is damaged in every tier", keep)
+        return False
+
+    def blobs(self, keys: list[tuple[str, str]], incidents: list[Inc]) -> set[tuple[str, str]]:
+        found = set()
+        for key in dict.fromkeys(keys):
+            rec = Rec(BLOB, NS, key)
+            first = next((i for i, t in enumerate(self.names) if self.intact(t, rec)), None)
+            met = self.names[:first] if first is not None else self.names
+            bad = [self.bad(t, rec) for t in met if self.present(t, rec)]
+            if first is not None:
+                found.add(key)
+                for i in bad:
+                    i.served = f"intact copy from {self.names[first]}"
+                for t in met:
+                    self.write(t, rec)
+            else:
+                self.identical(bad)
+            incidents.extend(bad)
+        return found
+
+    def writes(self, cid: str, incidents: list[Inc]) -> list[tuple[str, str, Any]]:
+        kept, dropped = [], set()
+        for task, idx, channel, value in self.model.writes[cid]:
+            rec = Rec(WRITE, NS, (cid, task, idx))
+            holders = [t for t in self.names if self.present(t, rec)]
+            if not holders:
+                continue  # lost everywhere: not a pending write any more
+            good = [t for t in holders if self.intact(t, rec)]
+            bad = [self.bad(t, rec) for t in holders if not self.intact(t, rec)]
+            if good:
+                for i in bad:
+                    i.served = f"intact copy from {good[-1]}"
+                for t in self.names:
+                    if not self.intact(t, rec):
+                        self.write(t, rec)
+                kept.append((task, idx, channel, value))
+            else:
+                self.identical(bad)
+                for i in bad:
+                    i.served = f"no write: task {task} runs again"
+                dropped.add(task)
+            incidents.extend(bad)
+        return [(t, ch, v) for t, _, ch, v in sorted(kept, key=lambda w: w[:2]) if t not in dropped]
+
+    def assemble(self, cids: list[str], incidents: list[Inc]) -> list[Served | SimUnusable]:
+        versions = self.model.versions
+        found = self.blobs([(ch, v) for c in cids for ch, v in versions[c].items()], incidents)
+        writes = {c: self.writes(c, incidents) for c in cids}
+        out: list[Served | SimUnusable] = []
+        for c in cids:
+            absent = [(ch, v) for ch, v in versions[c].items() if (ch, v) not in found]
+            labels = {f"channel {ch} @ {v}" for ch, v in absent}
+            for ch, v in absent:
+                if not any(i.rec.kind == BLOB and i.key == f"channel {ch} @ {v}" for i in incidents):
+                    incidents.append(Inc(None, Rec(BLOB, NS, (ch, v))))
+            if absent:
+                names = ", ".join(f"{ch} @ {v}" for ch, v in absent)
+                keep = any(i.keep for i in incidents if i.rec.kind == BLOB and i.key in labels)
+                what = f"channel value(s) {names} missing or damaged in every tier"
+                out.append(SimUnusable(c, self.model.parent[c], what, keep))
+            else:
+                out.append((c, writes[c]))
+        return out
+
+    # -- serving and falling back -------------------------------------------------------
+
+    def serve(self, cid: str, incidents: list[Inc]) -> Served | None:
+        current = cid
+        while True:
+            try:
+                if not self.checkpoint(current, incidents):
+                    if current == cid:
+                        return None
+                    incidents.append(Inc(None, Model.cp_rec(current)))  # an ancestor gone from every tier
+                    current = self.fall_back(SimUnusable(current, None, "missing", False), incidents, missing=True)
+                    continue
+                result = self.assemble([current], incidents)[0]
+                if not isinstance(result, SimUnusable):
+                    if current != cid:
+                        for i in incidents:
+                            if i.served is None:
+                                i.served = f"ancestor checkpoint {current}"
+                    return result
+                unusable = result
+            except SimUnusable as exc:
+                unusable = exc
+            current = self.fall_back(unusable, incidents)
+
+    def fall_back(self, unusable: SimUnusable, incidents: list[Inc], *, missing: bool = False) -> str:
+        if self.policy == "raise" and not missing:
+            for i in incidents:
+                if i.served is None:
+                    i.keep = True  # left in place
+            self.settle(incidents, "nothing: CorruptCheckpoint raised (on_corruption='raise')")
+            raise SimCorrupt
+        previous = unusable.parent if unusable.parent is not None else self.older(unusable.cid)
+        if not missing and not unusable.keep:
+            self.withdraw(unusable.cid)
+        if previous is None:
+            self.settle(incidents, "nothing: no intact ancestor")
+            raise SimCorrupt
+        return previous
+
+    def withdraw(self, cid: str) -> None:
+        rec = Model.cp_rec(cid)
+        for t in self.names:
+            if self.intact(t, rec):
+                self.quarantine.append((t, CHECKPOINT, label(rec), True, self.w.good[rec][0]))
+                self.remove(t, rec)
+
+    def settle(self, incidents: list[Inc], default: str = "nothing") -> None:
+        seen = set()
+        for i in incidents:
+            identity = (i.tier, i.rec)
+            if identity in seen:
+                continue
+            seen.add(identity)
+            if i.tier is not None and not i.keep:
+                self.quarantine.append((i.tier, i.rec.kind, i.key, False, i.envelope))
+                if self.state[i.tier][i.rec] is i.copy:  # still that very copy: moved out
+                    self.remove(i.tier, i.rec)
+            self.events.append(Ev(i.tier or "every tier", i.rec.kind, i.key, i.served or default, i.identical))
+        incidents.clear()
+
+    # -- the reads -----------------------------------------------------------------------
+
+    def get(self, cid: str | None) -> tuple[str, Any]:
+        incidents: list[Inc] = []
+        try:
+            return "ok", (self.serve(cid, incidents) if cid else self.latest(incidents))
+        except SimCorrupt:
+            return "corrupt", None
+        finally:
+            self.settle(incidents)
+
+    def latest(self, incidents: list[Inc]) -> Served | None:
+        heads = {t: self.head(t) for t in self.names}
+        candidates = sorted({h for h in heads.values() if h}, reverse=True)
+        for cid in candidates:
+            served = self.serve(cid, incidents)
+            if served is not None:
+                return served
+            for t, head in heads.items():  # a dangling index entry
+                if head == cid:
+                    self.remove(t, Model.cp_rec(cid))
+        if candidates:
+            older = self.older(candidates[-1])
+            if older is not None:
+                return self.serve(older, incidents)
+        return None
+
+    def list(self) -> tuple[str, Any]:
+        names = self.names
+        shared = names[1:] if len(names) > 1 and names[0] == "sqlite" else names
+        rows: dict[str, str] = {}
+        for t in shared:
+            for cid in self.listed(t):
+                rows.setdefault(cid, t)
+        incidents: list[Inc] = []
+        try:
+            found = []
+            for cid in sorted(rows, reverse=True):
+                if self.intact(rows[cid], Model.cp_rec(cid)):
+                    found.append(cid)
+                    continue
+                try:
+                    if self.checkpoint(cid, incidents):
+                        found.append(cid)
+                except SimUnusable as exc:
+                    self.omit(exc, incidents)
+            out = []
+            for result in self.assemble(found, incidents):
+                if isinstance(result, SimUnusable):
+                    self.omit(result, incidents)
+                else:
+                    out.append(result)
+            return "ok", out
+        except SimCorrupt:
+            return "corrupt", None
+        finally:
+            self.settle(incidents)
+
+    def omit(self, unusable: SimUnusable, incidents: list[Inc]) -> None:
+        if self.policy == "raise":
+            self.fall_back(unusable, incidents)  # raises
+        if not unusable.keep:
+            self.withdraw(unusable.cid)
+        for i in incidents:
+            if i.served is None:
+                i.served = f"left out of list: {unusable.what}"
+
+    def run(self, read: tuple[str, Any]) -> tuple[str, Any]:
+        if read[0] == "list":
+            return self.list()
+        return self.get(read[1])
 
 
 # --- tampering ----------------------------------------------------------------------
@@ -328,32 +695,42 @@ class Ctx:
     events: list[CorruptionEvent]
 
 
-def assert_exact(ctx: Ctx, world: World, tup: CheckpointTuple, cid: str, what: str) -> None:
-    """`tup` is exactly what was written for `cid` (writes: those the authority lists)."""
+Outcome = tuple[str, Any]  # ("ok", result) or ("corrupt", CorruptCheckpoint)
+
+
+def assert_exact(ctx: Ctx, tup: CheckpointTuple, served: Served, what: str) -> None:
+    """`tup` is exactly what was written for the checkpoint, with the expected pending writes."""
+    cid, writes = served
     base = ctx.model.baseline[cid]
     assert tup.config["configurable"] == {"thread_id": ctx.model.thread, "checkpoint_ns": NS, "checkpoint_id": cid}
     assert tup.checkpoint == base.checkpoint, f"{what}: checkpoint {cid} differs from what was written"
     assert tup.checkpoint["channel_values"] == ctx.model.values[cid], what
     assert tup.metadata == base.metadata, f"{what}: metadata of {cid} differs"
     assert tup.parent_config == base.parent_config, f"{what}: parent of {cid} differs"
-    assert tup.pending_writes == world.expected_writes(cid), f"{what}: pending writes of {cid} differ"
+    assert tup.pending_writes == writes, f"{what}: pending writes of {cid}: got {tup.pending_writes}, expected {writes}"
 
 
-def assert_repaired(ctx: Ctx, before: World, after: World, cid: str, *, checkpoint_row: bool, what: str) -> None:
-    """Tiers the read passed over (nearer than the first intact copy) hold an
-    intact copy again; so does the authority for each pending write it served
-    from another tier."""
-    recs = ([ctx.model.cp_rec(cid)] if checkpoint_row else []) + ctx.model.blob_recs(cid)
-    for rec in recs:
-        first = before.first_intact(rec)
-        assert first is not None
-        for t in before.names[:first]:
-            assert after.intact(rec, t), (
-                f"{what}: no read-repair of {rec} in {t} (intact copy in {before.names[first]})"
-            )
-    for w in before.live_writes(cid):
-        if not before.intact(w, before.auth):
-            assert after.intact(w, before.auth), f"{what}: no read-repair of {w} in {before.auth}"
+def assert_repaired(expected: Sim, after: World, what: str) -> None:
+    """Every tier holds what the rules say after the read: repaired copies
+    intact, withdrawn and quarantined ones gone, the others untouched."""
+    for t in expected.names:
+        for rec in expected.model.recs:
+            want, got = expected.state[t][rec], after.held[t][rec]
+            if want is None:
+                assert got is None, f"{what}: {rec} should be gone from {t} (withdrawn or quarantined)"
+            elif want == REPAIRED or expected.intact(t, rec):
+                assert after.intact(rec, t), (
+                    f"{what}: {rec} in {t} should be intact ({'repaired' if want == REPAIRED else 'untouched'})"
+                )
+            else:
+                assert isinstance(want, Stored)
+                assert got is not None and got.raw == want.raw, (
+                    f"{what}: the bad copy of {rec} in {t} should be left in place"
+                )
+    if "redis" in expected.names:
+        assert after.zset == expected.zset, (
+            f"{what}: redis index {sorted(after.zset)}, expected {sorted(expected.zset)}"
+        )
 
 
 def assert_events_sane(ctx: Ctx, events: list[CorruptionEvent], names: list[str]) -> None:
@@ -364,91 +741,49 @@ def assert_events_sane(ctx: Ctx, events: list[CorruptionEvent], names: list[str]
         assert in_a_tier and e.kind in (CHECKPOINT, BLOB, WRITE), e
 
 
-Outcome = tuple[str, Any]  # ("ok", result) or ("corrupt", CorruptCheckpoint)
+def check_events(ctx: Ctx, expected: Sim, events: list[CorruptionEvent], counted: int, what: str) -> None:
+    """Exactly the expected bad copies are reported, each saying what was served instead."""
+    assert counted == len(expected.events), f"{what}: {counted} corruptions counted, expected {len(expected.events)}"
+    if ctx.policy != "fallback":
+        return  # the raise policy has no hook: only the count
+    got = Counter(Ev(e.tier, e.kind, e.key, e.served_instead, IDENTICAL in e.reason) for e in events)
+    want = Counter(expected.events)
+    assert got == want, f"{what}: events differ\n  unexpected: {list(got - want)}\n  missing: {list(want - got)}"
 
 
-def check_get(
-    ctx: Ctx, before: World, after: World, requested: str | None, outcome: Outcome, events: list[CorruptionEvent]
-) -> None:
-    what = f"get_tuple({'latest' if requested is None else requested})"
+def check_get(ctx: Ctx, expected: tuple[str, Any], outcome: Outcome, what: str) -> None:
     kind, value = outcome
-    target = requested if requested is not None else max(before.index, default=None)
-    if target is None:
-        assert outcome == ("ok", None), f"{what}: nothing stored, expected None, got {outcome}"
+    if expected[0] == "corrupt":
+        assert kind == "corrupt", f"{what}: expected CorruptCheckpoint, got {_summary(outcome)}"
         return
-    cp = ctx.model.cp_rec(target)
-    if requested is not None and not before.anywhere(cp):
-        # deleted from every tier, or withdrawn by an earlier read
-        assert outcome == ("ok", None), f"{what}: {target} is in no tier, expected None, got {outcome}"
+    assert kind == "ok", f"{what}: raised {value!r}, expected {expected[1][0] if expected[1] else None}"
+    if expected[1] is None:
+        assert value is None, f"{what}: expected None, got {_summary(outcome)}"
         return
-    if before.usable(target):
-        assert kind == "ok" and value is not None, f"{what}: {target} has an intact copy of every part, got {outcome}"
-        assert_exact(ctx, before, value, target, what)
-        if ctx.policy == "fallback":
-            for e in events:
-                assert e.served_instead.startswith("intact copy from"), f"{what}: {e}"
-            reported = {(e.tier, e.kind) for e in events}
-            missed = before.bad_copies_on_read_path(target) - reported
-            assert not missed, f"{what}: bad copies read but not reported: {missed}"
-        assert_repaired(ctx, before, after, target, checkpoint_row=True, what=what)
-        return
-    older = [c for c in before.listed if c < target and before.usable(c)]
-    if ctx.policy == "raise" and before.anywhere(cp):
-        assert kind == "corrupt", f"{what}: {target} cannot be read intact; expected CorruptCheckpoint, got {outcome}"
-        for rec in before.model.recs:  # nothing withdrawn under the raise policy
-            for t in before.names:
-                if rec.kind == CHECKPOINT and before.present(rec, t):
-                    assert after.present(rec, t), f"{what}: raise policy withdrew {rec} from {t}"
-        return
-    if kind == "corrupt":
-        assert not older, f"{what}: {target} is unusable but {older[0]} is intact, yet CorruptCheckpoint was raised"
-        return
-    if value is None:
-        assert not older, (
-            f"{what}: returned None, but checkpoints were written and {older[0]} is intact ({target} is unusable)"
-        )
-        return
-    served = value.config["configurable"]["checkpoint_id"]
-    assert served in ctx.model.ids and served < target, f"{what}: served {served}, not an older written checkpoint"
-    assert not older or served >= older[0], (
-        f"{what}: served {served}, but the newer ancestor {older[0]} is intact ({target} is unusable)"
-    )
-    assert_exact(ctx, before, value, served, what)
-    if ctx.policy == "fallback":
-        assert events, f"{what}: served ancestor {served} instead of {target}, but no CorruptionEvent was reported"
-        assert any(served in e.served_instead for e in events), (
-            f"{what}: served {served}; no event names it: {[e.served_instead for e in events]}"
-        )
-    assert not after.anywhere(cp) and target not in after.index, f"{what}: unusable {target} not withdrawn"
-    assert_repaired(ctx, before, after, served, checkpoint_row=True, what=what)
+    assert value is not None, f"{what}: got None, expected {expected[1][0]}"
+    assert_exact(ctx, value, expected[1], what)
 
 
-def check_list(ctx: Ctx, before: World, after: World, outcome: Outcome, events: list[CorruptionEvent]) -> None:
+def check_list(ctx: Ctx, expected: tuple[str, Any], outcome: Outcome) -> None:
     kind, value = outcome
-    rows = before.listed
-    usable = [c for c in rows if before.usable(c)]
-    if ctx.policy == "raise" and usable != rows:
-        assert kind == "corrupt", f"list: {sorted(set(rows) - set(usable))} unusable, expected CorruptCheckpoint"
+    if expected[0] == "corrupt":
+        assert kind == "corrupt", f"list: expected CorruptCheckpoint, got {_summary(outcome)}"
         return
-    assert kind == "ok", f"list raised {value!r}; usable {usable} of {rows}"
+    assert kind == "ok", f"list raised {value!r}, expected {[c for c, _ in expected[1]]}"
     got = [t.config["configurable"]["checkpoint_id"] for t in value]
-    assert got == usable, f"list returned {got}, expected the usable checkpoints {usable} of {rows}"
-    for tup, cid in zip(value, got):
-        assert_exact(ctx, before, tup, cid, "list")
-        assert_repaired(ctx, before, after, cid, checkpoint_row=False, what="list")
-    if usable != rows:
-        if ctx.policy == "fallback":
-            assert events, f"list left out {sorted(set(rows) - set(usable))} but reported no CorruptionEvent"
-        for cid in set(rows) - set(usable):
-            assert not after.anywhere(ctx.model.cp_rec(cid)), f"list: unusable {cid} not withdrawn"
+    assert got == [c for c, _ in expected[1]], f"list returned {got}, expected {[c for c, _ in expected[1]]}"
+    for tup, served in zip(value, expected[1]):
+        assert_exact(ctx, tup, served, "list")
 
 
-def check_quarantine(ctx: Ctx, quarantined: list[Any], events: list[CorruptionEvent]) -> None:
-    # Every bad copy is kept; a record missing from every tier has no bytes to keep.
-    reported = sum(1 for e in events if e.tier != "every tier")
-    if reported:
-        assert quarantined, "corruption was detected but nothing is quarantined"
-        assert len(quarantined) >= reported, f"{reported} bad copies reported, {len(quarantined)} quarantined"
+def check_quarantine(expected: Sim, new: list[Any], what: str) -> None:
+    """The read quarantined exactly the bad copies it moved (not the identical
+    ones it left in place) and the withdrawn checkpoints' intact copies."""
+    got = Counter((q.tier, q.kind, q.key, q.reason.startswith("withdrawn"), bytes(q.record)) for q in new)
+    want = Counter(expected.quarantine)
+    assert got == want, (
+        f"{what}: quarantine differs\n  unexpected: {[x[:4] for x in got - want]}\n  missing: {[x[:4] for x in want - got]}"
+    )
 
 
 # --- one example -----------------------------------------------------------------------
@@ -465,6 +800,7 @@ class Scenario:
         self.puts = plan(self.model, steps)
         self.ctx = Ctx(policy, self.model, self.events)
         self.stores: list[Store] = []
+        self.quarantine_seen: set[tuple[str, str]] = set()
 
     def saver_options(self) -> dict[str, Any]:
         hook: Any = self.events.append if self.policy == "fallback" else "raise"
@@ -490,18 +826,42 @@ class Scenario:
     def world(self) -> World:
         return World(self.stores, self.model, self.orig)
 
-    def check(self, read: tuple[str, Any], before: World, outcome: Outcome, first_event: int) -> World:
+    def expect(self, before: World, read: tuple[str, Any]) -> tuple[Sim, tuple[str, Any]]:
+        sim = Sim(before, self.policy)
+        return sim, sim.run(read)
+
+    def new_quarantined(self, quarantined: list[Any]) -> list[Any]:
+        new = [q for q in quarantined if (q.tier, q.id) not in self.quarantine_seen]
+        self.quarantine_seen |= {(q.tier, q.id) for q in quarantined}
+        return new
+
+    def check(
+        self,
+        read: tuple[str, Any],
+        before: World,
+        expected: tuple[Sim, tuple[str, Any]],
+        outcome: Outcome,
+        first_event: int,
+        counted: int,
+        quarantined: list[Any],
+    ) -> World:
         """Check one read; returns the world after it (the next read's before)."""
+        sim, result = expected
         after = self.world()
         events = self.events[first_event:]
+        what = "list" if read[0] == "list" else f"get_tuple({'latest' if read[1] is None else read[1]})"
         note(
-            f"read {read}: {outcome[0]} {_summary(outcome)}; events {[(e.tier, e.kind, e.key, e.served_instead) for e in events]}"
+            f"read {read}: {outcome[0]} {_summary(outcome)}; expected {result[0]} {_summary_expected(result)}; "
+            f"events {[(e.tier, e.kind, e.key, e.served_instead) for e in events]}"
         )
         assert_events_sane(self.ctx, events, before.names)
         if read[0] == "list":
-            check_list(self.ctx, before, after, outcome, events)
+            check_list(self.ctx, result, outcome)
         else:
-            check_get(self.ctx, before, after, read[1], outcome, events)
+            check_get(self.ctx, result, outcome, what)
+        check_events(self.ctx, sim, events, counted, what)
+        assert_repaired(sim, after, what)
+        check_quarantine(sim, self.new_quarantined(quarantined), what)
         return after
 
     def close(self) -> None:
@@ -520,6 +880,15 @@ def _summary(outcome: Outcome) -> str:
     return value.config["configurable"]["checkpoint_id"]
 
 
+def _summary_expected(result: tuple[str, Any]) -> str:
+    kind, value = result
+    if kind == "corrupt" or value is None:
+        return str(value)
+    if isinstance(value, list):
+        return str([c for c, _ in value])
+    return value[0]
+
+
 def _config(model: Model, read: tuple[str, Any]) -> Any:
     return stored_config(model, read[1]) if read[0] == "id" else generate_config(model.thread)
 
@@ -536,7 +905,9 @@ def run_sync(make_saver: Any, tiers: str, policy: str, data: Any, steps: list[di
                 check_baseline(sc.model, cid, saver.get_tuple(stored_config(sc.model, cid)))
             reads = sc.tamper(saver)
             before = sc.world()
+            sc.new_quarantined(saver.quarantined(sc.model.thread))
             for read in reads:
+                expected = sc.expect(before, read)
                 first_event, counted = len(sc.events), saver.corruptions_detected
                 outcome = _catch(
                     lambda: (
@@ -545,10 +916,9 @@ def run_sync(make_saver: Any, tiers: str, policy: str, data: Any, steps: list[di
                         else saver.get_tuple(_config(sc.model, read))
                     )
                 )
-                before = sc.check(read, before, outcome, first_event)
-                if policy == "fallback":
-                    assert saver.corruptions_detected - counted == len(sc.events) - first_event
-                check_quarantine(sc.ctx, saver.quarantined(sc.model.thread), sc.events)
+                counted = saver.corruptions_detected - counted
+                quarantined = saver.quarantined(sc.model.thread)
+                before = sc.check(read, before, expected, outcome, first_event, counted, quarantined)
         finally:
             sc.close()
 
@@ -604,8 +974,10 @@ async def test_async_reads_after_corruption_are_exact_or_fall_back(
                 check_baseline(sc.model, cid, await saver.aget_tuple(stored_config(sc.model, cid)))
             reads = sc.tamper(saver)
             before = sc.world()
+            sc.new_quarantined(await saver.aquarantined(sc.model.thread))
             for read in reads:
-                first_event = len(sc.events)
+                expected = sc.expect(before, read)
+                first_event, counted = len(sc.events), saver.corruptions_detected
 
                 async def call(read: tuple[str, Any] = read) -> Any:
                     if read[0] == "list":
@@ -613,8 +985,9 @@ async def test_async_reads_after_corruption_are_exact_or_fall_back(
                     return await saver.aget_tuple(_config(sc.model, read))
 
                 outcome = await _acatch(call)
-                before = sc.check(read, before, outcome, first_event)
-                check_quarantine(sc.ctx, await saver.aquarantined(sc.model.thread), sc.events)
+                counted = saver.corruptions_detected - counted
+                quarantined = await saver.aquarantined(sc.model.thread)
+                before = sc.check(read, before, expected, outcome, first_event, counted, quarantined)
         finally:
             sc.close()
     await asyncio.sleep(0)
