@@ -20,7 +20,6 @@ This file is the async source. ``reads.py`` is generated from it by
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import logging
 from collections import defaultdict
@@ -34,7 +33,7 @@ from .concurrency import arun_all
 from .errors import CorruptCheckpoint, DurableError, TierUnavailable
 from .integrity import CorruptionEvent, Incident, IntegrityPolicy, Unusable
 from .ledger import LedgerEntry, newest_entry
-from .records import BadRecord, BlobRow, CheckpointRow, WriteRow, metadata_json, metadata_matches, row_fields
+from .records import BadRecord, BlobRow, CheckpointRow, WriteRow, metadata_matches, row_fields, with_verified_metadata
 from .tiers.base import pack_fields
 from .tiers.protocol_async import AsyncTier
 
@@ -143,14 +142,7 @@ class AsyncTierReader:
             incident.served = f"intact copy from {source.name}"
         incidents.extend(bad)
         row, _, metadata = found
-        # Written back with the run id and metadata JSON of the verified record,
-        # not the source tier's copies of them: those columns lie outside the
-        # checksum, and a damaged one (not JSON) would fail the repair (the
-        # Postgres jsonb column rejects it) or spread to every tier.
-        run_id = metadata.get("run_id")
-        fixed = dataclasses.replace(
-            row, run_id=str(run_id) if run_id is not None else None, metadata_json=metadata_json(metadata)
-        )
+        fixed = with_verified_metadata(row, metadata)
         await self._repair(lacking + [i.tier for i in bad], lambda t: t.write_checkpoint(fixed, []))
         return found
 

@@ -22,7 +22,7 @@ import hashlib
 import hmac
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 MAGIC = b"\xd7LGD"
@@ -218,6 +218,15 @@ def metadata_json(metadata: dict[str, Any]) -> str:
     the exact comparison happens on the decoded envelope.
     """
     return json.dumps(metadata, default=str, ensure_ascii=False, separators=(",", ":")).replace("\\u0000", "")
+
+
+def with_verified_metadata(row: CheckpointRow, metadata: dict[str, Any]) -> CheckpointRow:
+    """`row` with its run id and metadata JSON rebuilt from its verified
+    metadata. Those columns lie outside the checksum: a copy written to
+    another tier (repair) takes them from the record, never from the source
+    tier's columns, which may be damaged (and rejected by Postgres' jsonb)."""
+    run_id = metadata.get("run_id")
+    return replace(row, run_id=str(run_id) if run_id is not None else None, metadata_json=metadata_json(metadata))
 
 
 def metadata_matches(metadata: dict[str, Any], filter: dict[str, Any] | None) -> bool:

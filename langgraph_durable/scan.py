@@ -28,7 +28,7 @@ from .codec import RecordCodec
 from .errors import ConfigError
 from .integrity import BadCopy, ScanReport, record_identity, record_label
 from .ledger import newest_entry
-from .records import BadRecord, BlobRow, CheckpointRow, ledger_context, row_fields
+from .records import BadRecord, BlobRow, CheckpointRow, ledger_context, row_fields, with_verified_metadata
 from .tiers.base import KEYS_META, QuarantinedRecord, pack_fields
 from .tiers.protocol import Tier
 
@@ -120,13 +120,12 @@ class Scanner:
             return False
         return True
 
-    def _decode(self, kind: str, row: Any) -> None:
+    def _decode(self, kind: str, row: Any) -> Any:
         if kind == "checkpoint":
-            self.codec.decode_checkpoint(row)
-        elif kind == "blob":
-            self.codec.decode_blob(row)
-        else:
-            self.codec.decode_write(row)
+            return self.codec.decode_checkpoint(row)
+        if kind == "blob":
+            return self.codec.decode_blob(row)
+        return self.codec.decode_write(row)
 
     def _thread(self, t: str, report: ScanReport, *, repair: bool) -> None:
         intact: dict[tuple[Any, ...], Any] = {}
@@ -139,12 +138,14 @@ class Scanner:
                 for row in rows:
                     report.copies_checked += 1
                     try:
-                        self._decode(kind, row)
+                        decoded = self._decode(kind, row)
                     except BadRecord as exc:
                         label = record_label(kind, row)
                         bad.append((tier, row, BadCopy(tier.name, kind, t, row.checkpoint_ns, label, exc.reason)))  # type: ignore[arg-type]
                         continue
                     identity = record_identity(kind, row)
+                    if isinstance(row, CheckpointRow):  # copied with the columns its record vouches for
+                        row = with_verified_metadata(row, decoded[1])
                     intact.setdefault(identity, (kind, row))
                     held_intact.setdefault(identity, set()).add(tier.name)
                     if self.codec.sealed_with_old_key(row.context, row.envelope):
