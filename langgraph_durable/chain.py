@@ -222,9 +222,10 @@ class TierChain:
         seq = None
         if self.local is not None and self.local not in fenced:
             seq = self.local.write_writes(rows, upsert, journal=bool(shared))
-        # No withdrawal on failure, unlike put(): writes are only ever read
-        # from the authoritative tier, so a copy that reached only a nearer
-        # tier is invisible, and retrying is idempotent.
+        # No withdrawal on failure, unlike put(): a task's writes are what it
+        # really produced, so the copies that did land may be served (reads
+        # take the union of the tiers) and spare the task a rerun; retrying
+        # is idempotent.
         results = run_all([functools.partial(t.write_writes, rows, upsert) for t in shared])
         if self.local is not None:
             self.local.journal_done(seq)
