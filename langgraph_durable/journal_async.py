@@ -53,9 +53,19 @@ class AsyncJournal:
                     row = await local.read_checkpoint(thread_id, ns, cid)
                     if row is not None:
                         blobs = await self._verified_local_blobs(row)
-                        _raise_first(
-                            await arun_all([functools.partial(t.write_checkpoint, row, blobs) for t in self.shared])
-                        )
+                        newer = await self._moved_on(row)
+                        if newer is not None:
+                            # Never acknowledged, and the thread went on without
+                            # it (another replica ran it): shipping it now would
+                            # graft a branch onto a history that moved on.
+                            logger.warning(
+                                "journal entry %s: checkpoint %s of thread %r not shipped: the thread moved on to %s",
+                                seq, cid, thread_id, newer,
+                            )  # fmt: skip
+                        else:
+                            _raise_first(
+                                await arun_all([functools.partial(t.write_checkpoint, row, blobs) for t in self.shared])
+                            )
                 else:
                     rows = [w for w in await local.read_writes(thread_id, ns, [cid]) if w.task_id == task_id]
                     good = []
@@ -73,6 +83,13 @@ class AsyncJournal:
                 )
             await local.journal_done(seq)
             logger.info("replayed journal entry %s (%s %s/%s/%s) to the shared tiers", seq, kind, thread_id, ns, cid)
+
+    async def _moved_on(self, row: CheckpointRow) -> str | None:
+        """A checkpoint newer than `row` that a shared tier holds, if any."""
+        heads = await arun_all([functools.partial(t.head, row.thread_id, row.checkpoint_ns) for t in self.shared])
+        _raise_first(heads)
+        newer = [h[0] for h in heads if not isinstance(h, BaseException) and h[0] and h[0] > row.checkpoint_id]
+        return max(newer) if newer else None
 
     async def _verified_local_blobs(self, row: CheckpointRow) -> list[BlobRow]:
         """A journaled checkpoint's local row and channel values, verified.

@@ -524,3 +524,32 @@ def test_a_deletion_through_one_replica_is_not_undone_by_another_replicas_cache(
             assert b.get_tuple(_cfg("t")).checkpoint["channel_values"] == {"v": "value 1"}
         shared = _ids_in_every_tier(a, "t")
         assert newest not in shared["redis"] and newest not in shared["postgres"]
+
+
+@pytest.mark.parametrize("moved_on", [False, True])
+def test_an_unacknowledged_journal_entry_is_not_grafted_onto_a_thread_that_moved_on(
+    make_saver: Any, moved_on: bool
+) -> None:
+    """Replica A committed checkpoint C locally and died before the shared
+    tiers took it. If replica B ran the thread on meanwhile, A's restart must
+    not ship C (a fork of an acknowledged history); otherwise it ships it."""
+    with make_saver(ALL, sqlite_name="a.sqlite") as a:
+        parent = a.put(generate_config("t"), generate_checkpoint(), generate_metadata(step=0), {})
+    with make_saver("sqlite", sqlite_name="a.sqlite") as local_only:  # C reaches a.sqlite only
+        c = local_only.put(parent, generate_checkpoint(), generate_metadata(step=1), {})["configurable"]
+    with sqlite3.connect(local_only.sqlite_path) as conn:
+        conn.execute(
+            "INSERT INTO lgd_journal (kind, thread_id, checkpoint_ns, checkpoint_id, task_id, created_at) "
+            "VALUES ('checkpoint', 't', '', ?, NULL, 0)",
+            (c["checkpoint_id"],),
+        )
+    if moved_on:
+        with make_saver(ALL, sqlite_name="b.sqlite") as b:
+            q = b.put(parent, generate_checkpoint(), generate_metadata(step=1), {})["configurable"]["checkpoint_id"]
+    with make_saver(ALL, sqlite_name="a.sqlite") as restarted:
+        restarted.setup()
+        shared = _ids_in_every_tier(restarted, "t")
+        assert (c["checkpoint_id"] in shared["postgres"]) is not moved_on
+        assert (c["checkpoint_id"] in shared["redis"]) is not moved_on
+        latest = restarted.get_tuple(_cfg("t")).checkpoint["id"]
+        assert latest == (q if moved_on else c["checkpoint_id"])
