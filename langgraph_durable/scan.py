@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from .codec import RecordCodec
+from .codec import RecordCodec, version_key
 from .errors import ConfigError
 from .integrity import BadCopy, ScanReport, record_identity, record_label
 from .ledger import newest_entry
@@ -132,6 +132,7 @@ class Scanner:
         held_intact: dict[tuple[Any, ...], set[str]] = {}
         bad: list[tuple[Tier, Any, BadCopy]] = []
         old_key: list[tuple[Tier, str, Any]] = []
+        versions: dict[tuple[Any, ...], dict[str, Any]] = {}  # checkpoint identity -> channel versions
         for tier in self.tiers:
             records = tier.thread_records(t)
             for kind, rows in (("checkpoint", records.checkpoints), ("blob", records.blobs), ("write", records.writes)):
@@ -146,6 +147,7 @@ class Scanner:
                     identity = record_identity(kind, row)
                     if isinstance(row, CheckpointRow):  # copied with the columns its record vouches for
                         row = with_verified_metadata(row, decoded[1])
+                        versions[identity] = decoded[0]["channel_versions"]
                     intact.setdefault(identity, (kind, row))
                     held_intact.setdefault(identity, set()).add(tier.name)
                     if self.codec.sealed_with_old_key(row.context, row.envelope):
@@ -163,11 +165,13 @@ class Scanner:
             )
             _write(tier, good[0], good[1])
             report.restored.append(copy)
-        # Copies a shared tier lost while another shared tier holds them intact.
+        # Copies a shared tier lost while another shared tier holds them intact,
+        # and what only the local tier still holds past the shared tiers' newest.
         bad_in = {(tier.name, record_identity(c.kind, row)) for tier, row, c in bad}
+        beyond = self._only_local_beyond(t, intact, held_intact, versions)
         for identity, (kind, row) in intact.items():
             holders = held_intact[identity]
-            if not holders & {s.name for s in self.shared}:
+            if not holders & {s.name for s in self.shared} and identity not in beyond:
                 continue
             for tier in self.shared:
                 if tier.name in holders or (tier.name, identity) in bad_in:
@@ -183,6 +187,47 @@ class Scanner:
                 resealed = replace(row, envelope=self.codec.reseal(row.context, row.context, row.envelope))
                 _write(tier, kind, resealed)
                 report.resealed += 1
+
+    def _only_local_beyond(
+        self,
+        t: str,
+        intact: dict[tuple[Any, ...], Any],
+        held_intact: dict[tuple[Any, ...], set[str]],
+        versions: dict[tuple[Any, ...], dict[str, Any]],
+    ) -> set[tuple[Any, ...]]:
+        """Records only the local tier holds intact that belong to checkpoints
+        newer than every shared tier's newest of their namespace (and not
+        recorded as deleted): the shared tiers lost them, or were rolled back.
+        Older local-only records are left alone: another replica may have
+        pruned them. With no local tier, or none shared, there is nothing to
+        compare."""
+        if not self.shared or len(self.shared) == len(self.tiers):
+            return set()
+        shared_names = {s.name for s in self.shared}
+        newest: dict[str, str] = {}
+        for (kind, ns, *rest), holders in held_intact.items():
+            if kind == "checkpoint" and holders & shared_names:
+                newest[ns] = max(newest.get(ns, ""), rest[0])
+        beyond: set[tuple[Any, ...]] = set()
+        for identity, holders in held_intact.items():
+            kind, ns, *rest = identity
+            if kind != "checkpoint" or holders & shared_names or rest[0] <= newest.get(ns, ""):
+                continue
+            cid = rest[0]
+            if self._deleted(t, ns, cid):
+                continue
+            beyond.add(identity)
+            beyond.update(("blob", ns, ch, version_key(v)) for ch, v in versions[identity].items())
+            beyond.update(i for i in intact if i[0] == "write" and i[1] == ns and i[2] == cid)
+        return {i for i in beyond if i in intact and not held_intact[i] & shared_names}
+
+    def _deleted(self, t: str, ns: str, cid: str) -> bool:
+        """Whether a shared tier recorded the checkpoint as deleted."""
+        for tier in self.shared:
+            marker = (tier.head(t, ns))[1]
+            if (marker is not None and cid <= marker) or cid in tier.gone(t, ns, [cid]):
+                return True
+        return False
 
     def _ledger(self, t: str, report: ScanReport, *, repair: bool) -> None:
         copies = [(tier, tier.read_ledger(t)) for tier in self.tiers]

@@ -219,8 +219,7 @@ def test_the_newest_checkpoint_lost_by_postgres_alone_is_still_served(make_saver
     with _pg(saver) as conn:
         conn.execute("DELETE FROM lgd_checkpoints WHERE checkpoint_id = %s", (newest,))
     with make_saver(tiers) as saver:
-        if "redis" in tiers:
-            assert [m.key for m in saver.verify("t").missing] == [f"checkpoint {newest}"]
+        assert [m.key for m in saver.verify("t").missing] == [f"checkpoint {newest}"]
         tup = saver.get_tuple(_cfg("t"))
         assert tup.checkpoint["id"] == newest
         assert tup.pending_writes == [("task-2", "x", "write 2")]
@@ -553,3 +552,26 @@ def test_an_unacknowledged_journal_entry_is_not_grafted_onto_a_thread_that_moved
         assert (c["checkpoint_id"] in shared["redis"]) is not moved_on
         latest = restarted.get_tuple(_cfg("t")).checkpoint["id"]
         assert latest == (q if moved_on else c["checkpoint_id"])
+
+
+def test_verify_finds_what_postgres_lost_when_only_the_local_tier_still_holds_it(make_saver: Any) -> None:
+    """SQLite + Postgres: Postgres restored from a backup older than the last
+    step. The local tier is the only other evidence: verify reports the
+    newest checkpoint, its value and its writes as missing from Postgres,
+    and repair makes Postgres whole again on its own."""
+    with make_saver("sqlite+postgres") as saver:
+        configs = _chain(saver, "t", 3)
+    newest = configs[-1]["configurable"]["checkpoint_id"]
+    with _pg(saver) as conn:  # the backup predates the last step
+        conn.execute("DELETE FROM lgd_checkpoints WHERE checkpoint_id = %s", (newest,))
+        conn.execute("DELETE FROM lgd_blobs WHERE version = '3'")
+        conn.execute("DELETE FROM lgd_writes WHERE checkpoint_id = %s", (newest,))
+    with make_saver("sqlite+postgres") as saver:
+        missing = saver.verify("t").missing
+        assert {(m.tier, m.kind) for m in missing} == {("postgres", k) for k in ("checkpoint", "blob", "write")}
+        saver.repair("t")
+        assert not saver.verify("t").missing
+    with make_saver("postgres") as postgres_only:
+        tup = postgres_only.get_tuple(_cfg("t"))
+        assert tup.checkpoint["id"] == newest and tup.checkpoint["channel_values"] == {"v": "value 2"}
+        assert tup.pending_writes == [("task-2", "x", "write 2")]
