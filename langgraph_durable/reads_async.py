@@ -85,15 +85,12 @@ class AsyncTierReader:
 
     @staticmethod
     def _identical(bad: Sequence[Incident]) -> bool:
-        """Every copy of a record fails its checksum with the very same bytes
-        in two or more tiers: no bit flip does that, a signing key other than
-        the writer's (or a record sealed for another key) does. Such copies
+        """Two or more tiers hold the very same bad bytes for a record, and no
+        tier an intact copy: no bit flip does that, a signing key other than
+        the writer's does (or bytes written that way everywhere: a truncated
+        envelope, an unknown format, a Redis frame seen as b""). Such copies
         are reported and read around, never quarantined or withdrawn: moving
         them would destroy what the right key still reads."""
-        # Whatever the reason, not only a checksum mismatch: the very same bad
-        # bytes in several tiers (a truncated envelope, an unknown format, a
-        # Redis frame seen as b"") were written that way, not damaged in place
-        # one tier at a time, so they are left where they are just the same.
         if len(bad) < 2 or len({i.envelope for i in bad}) != 1:
             return False
         for incident in bad:
