@@ -73,6 +73,21 @@ def key_mismatch_message(tier: str, foreign: list[str], accepted: list[str]) -> 
     )
 
 
+def live_row_where(row: CheckpointRow | BlobRow | WriteRow, placeholder: str) -> tuple[str, str, tuple[Any, ...]]:
+    """Table, WHERE clause (with the SQL dialect's `placeholder`) and
+    parameters that find one record's live row in the SQLite and Postgres
+    tiers, which share their table layout."""
+    key: dict[str, Any]
+    if isinstance(row, CheckpointRow):
+        table, key = "lgd_checkpoints", {"checkpoint_id": row.checkpoint_id}
+    elif isinstance(row, BlobRow):
+        table, key = "lgd_blobs", {"channel": row.channel, "version": row.version}
+    else:
+        table, key = "lgd_writes", {"checkpoint_id": row.checkpoint_id, "task_id": row.task_id, "idx": row.idx}
+    columns = {"thread_id": row.thread_id, "checkpoint_ns": row.checkpoint_ns, **key}
+    return table, " AND ".join(f"{c} = {placeholder}" for c in columns), tuple(columns.values())
+
+
 def gone_key(thread_id: str, ns: str, checkpoint_id: str) -> str:
     """The meta key recording that one checkpoint was deleted."""
     return json.dumps(["gone", thread_id, ns, checkpoint_id], ensure_ascii=False)

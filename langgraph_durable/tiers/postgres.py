@@ -24,7 +24,17 @@ from psycopg_pool import ConnectionPool
 from ..errors import ConfigError, DurableError, TierUnavailable
 from ..lease import Fence, Lease, lease_lost
 from ..records import BlobRow, CheckpointRow, Row, WriteRow
-from .base import BlobKey, QuarantinedRecord, ThreadRecords, _fields, deleted_key, gone_key, redact, unavailable_on
+from .base import (
+    BlobKey,
+    QuarantinedRecord,
+    ThreadRecords,
+    _fields,
+    deleted_key,
+    gone_key,
+    live_row_where,
+    redact,
+    unavailable_on,
+)
 
 DEFAULT_POOL_SIZE = 10
 DEFAULT_CONNECT_TIMEOUT_S = 5.0
@@ -127,27 +137,6 @@ def _cp(r: TupleRow) -> CheckpointRow:
 
 def _w(r: TupleRow) -> WriteRow:
     return WriteRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], bytes(r[7]))
-
-
-def _locate(row: Row) -> tuple[str, str, tuple[Any, ...]]:
-    """Table, WHERE clause and parameters of one record's live row."""
-    if isinstance(row, CheckpointRow):
-        return (
-            "lgd_checkpoints",
-            "thread_id = %s AND checkpoint_ns = %s AND checkpoint_id = %s",
-            (row.thread_id, row.checkpoint_ns, row.checkpoint_id),
-        )
-    if isinstance(row, BlobRow):
-        return (
-            "lgd_blobs",
-            "thread_id = %s AND checkpoint_ns = %s AND channel = %s AND version = %s",
-            (row.thread_id, row.checkpoint_ns, row.channel, row.version),
-        )
-    return (
-        "lgd_writes",
-        "thread_id = %s AND checkpoint_ns = %s AND checkpoint_id = %s AND task_id = %s AND idx = %s",
-        (row.thread_id, row.checkpoint_ns, row.checkpoint_id, row.task_id, row.idx),
-    )
 
 
 class PostgresTier:
@@ -476,7 +465,7 @@ class PostgresTier:
     def remove_copy(self, kind: str, row: Row) -> None:
         """Delete this exact copy from the live table; a different copy under
         the same key (one repaired meanwhile) stays."""
-        table, where, params = _locate(row)
+        table, where, params = live_row_where(row, "%s")
         with unavailable_on("postgres", self.where, *_ERRORS):
             with self.pool.connection() as conn:
                 conn.execute(f"DELETE FROM {table} WHERE {where} AND record = %s", (*params, row.envelope))

@@ -27,7 +27,16 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ConfigError
 from ..lease import Fence, Lease, lease_lost
 from ..records import BlobRow, CheckpointRow, Row, WriteRow, metadata_matches
-from .base import BlobKey, QuarantinedRecord, ThreadRecords, _fields, deleted_key, gone_key, unavailable_on
+from .base import (
+    BlobKey,
+    QuarantinedRecord,
+    ThreadRecords,
+    _fields,
+    deleted_key,
+    gone_key,
+    live_row_where,
+    unavailable_on,
+)
 
 DEFAULT_BUSY_TIMEOUT_S = 30.0
 
@@ -119,27 +128,6 @@ _CP_COLS = "thread_id, checkpoint_ns, checkpoint_id, parent_id, run_id, metadata
 
 def _cp(row: tuple[Any, ...]) -> CheckpointRow:
     return CheckpointRow(row[0], row[1], row[2], row[3], row[4], row[5], bytes(row[6]))
-
-
-def _locate(kind: str, row: Row) -> tuple[str, str, tuple[Any, ...]]:
-    """Table, WHERE clause and parameters of one record's live row."""
-    if isinstance(row, CheckpointRow):
-        return (
-            "lgd_checkpoints",
-            "thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?",
-            (row.thread_id, row.checkpoint_ns, row.checkpoint_id),
-        )
-    if isinstance(row, BlobRow):
-        return (
-            "lgd_blobs",
-            "thread_id = ? AND checkpoint_ns = ? AND channel = ? AND version = ?",
-            (row.thread_id, row.checkpoint_ns, row.channel, row.version),
-        )
-    return (
-        "lgd_writes",
-        "thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ? AND task_id = ? AND idx = ?",
-        (row.thread_id, row.checkpoint_ns, row.checkpoint_id, row.task_id, row.idx),
-    )
 
 
 class SqliteTier:
@@ -510,7 +498,7 @@ class SqliteTier:
     def remove_copy(self, kind: str, row: Row) -> None:
         """Delete this exact copy from the live table; a different copy under
         the same key (one repaired meanwhile) stays."""
-        table, where, params = _locate(kind, row)
+        table, where, params = live_row_where(row, "?")
         with self._tx() as conn:
             conn.execute(f"DELETE FROM {table} WHERE {where} AND record = ?", (*params, row.envelope))
 
