@@ -64,7 +64,10 @@ def hold(saver_kwargs: dict[str, Any], thread_id: str, entered: Any, proceed: An
     try:
         with DurableSaver(**saver_kwargs) as saver:
             graph = counter(wait_inside).compile(checkpointer=saver)
-            out = graph.invoke({"hits": ["holder"]}, {"configurable": {"thread_id": thread_id}})
+            # durability="sync": the input checkpoint is stored before the node
+            # runs, so a kill after `entered` always leaves a thread to resume
+            # (under "async" that put races the node).
+            out = graph.invoke({"hits": ["holder"]}, {"configurable": {"thread_id": thread_id}}, durability="sync")
         results.put(("ok", out))
     except BaseException as exc:  # reported to the test
         results.put(("error", type(exc).__name__, str(exc)))
