@@ -32,6 +32,7 @@ FILES = {
     "tiers/redis_async.py": "tiers/redis.py",
     "tiers/postgres_async.py": "tiers/postgres.py",
     "tiers/protocol_async.py": "tiers/protocol.py",
+    "guard_async.py": "guard.py",
 }
 
 NAMES = {
@@ -51,6 +52,9 @@ NAMES = {
     "ALock": "Lock",
     "amaybe_await": "maybe_await",
     "asleep": "sleep",
+    "awith_timeout": "with_timeout",
+    "AsyncGuardedTier": "GuardedTier",
+    "guard_async": "guard",
     "aclose": "close",
     "redis.asyncio": "redis",
     "chain_async": "chain",

@@ -14,8 +14,9 @@ from __future__ import annotations
 import copy
 import functools
 import logging
+import time
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -26,9 +27,13 @@ from langgraph.checkpoint.base import (
     PendingWrite,
 )
 
+from .backlog import DEFAULT_CALL_TIMEOUT_S, WRITE_MODES, Lag, MemoryBacklog, Owed, WriteMode, lag_of
+from .breaker import Breakers
 from .codec import DEFAULT_MAX_ID_BYTES, RecordCodec, check_key_part, thread_id_of, thread_of
 from .concurrency import ALock, arun_all
 from .errors import ConfigError, DurableError, TierUnavailable
+from .guard_async import AsyncGuardedTier
+from .health import Health, TierHealth
 from .integrity import (
     Incident,
     IntegrityPolicy,
@@ -69,14 +74,36 @@ class AsyncTierChain:
         shared: Sequence[AsyncTier],
         codec: RecordCodec,
         policy: IntegrityPolicy | None = None,
+        *,
+        write: WriteMode = "shared",
+        breakers: Breakers | None = None,
+        call_timeout: float | None = DEFAULT_CALL_TIMEOUT_S,
+        memory: MemoryBacklog | None = None,
+        kick: Callable[[], None] | None = None,
     ) -> None:
         if local is None and not shared:
             raise ConfigError("at least one tier is needed: pass sqlite=, redis= or postgres=.")
-        self.local = local
-        self.shared = list(shared)
-        self.tiers: list[AsyncTier] = ([local] if local is not None else []) + self.shared
+        if write not in WRITE_MODES:
+            raise ConfigError(f"write= must be one of {', '.join(map(repr, WRITE_MODES))}, got {write!r}.")
+        if write == "local" and (local is None or not shared):
+            raise ConfigError(
+                'write="local" (write-behind) needs a local tier (sqlite=) and a shared one (redis= or postgres=).'
+            )
+        self.write = write
+        self.breakers = breakers or Breakers()
+        # The tiers as the rooms see them: behind their breakers (guard_async.py).
+        self.raw_local = local
+        self.raw_shared = list(shared)
+        self.local = cast(AsyncSqliteTier, self._guard(local)) if local is not None else None
+        self.shared: list[AsyncTier] = [self._guard(t, call_timeout) for t in shared]
+        self.tiers: list[AsyncTier] = ([self.local] if self.local is not None else []) + self.shared
         self.codec = codec
         self.policy = policy or IntegrityPolicy()
+        self.memory = memory or MemoryBacklog()
+        self.journal = AsyncJournal(self.local, self.shared, codec, self.memory)
+        self.kick = kick or (lambda: None)
+        # Local writes that failed (disk full, file unwritable) since start.
+        self.local_failures = 0
         self.reads = AsyncTierReader(self.tiers, codec, self.policy)
         self.maintenance = AsyncMaintenance(self.tiers, codec, self.reads)
         self._views: dict[int, AsyncTierChain] = {}
@@ -84,6 +111,9 @@ class AsyncTierChain:
         # First use may come from many tasks (or threads) at once; the pools
         # must be opened and the schema migrated exactly once.
         self._setup_lock = ALock()
+
+    def _guard(self, tier: Any, timeout: float | None = None) -> Any:
+        return AsyncGuardedTier(tier, self.breakers[tier.name], timeout=timeout, admit=self._admit)
 
     def with_codec(self, codec: RecordCodec) -> AsyncTierChain:
         """This chain decoding with `codec` (a `with_allowlist` clone's): the
@@ -94,6 +124,7 @@ class AsyncTierChain:
         if view is None or view.codec is not codec:
             view = copy.copy(self)
             view.codec = codec
+            view.journal = AsyncJournal(self.local, self.shared, codec, self.memory)
             view.reads = AsyncTierReader(self.tiers, codec, self.policy)
             view.maintenance = AsyncMaintenance(self.tiers, codec, view.reads)
             view._views = {}
@@ -116,14 +147,42 @@ class AsyncTierChain:
                 await self._setup()
 
     async def _setup(self) -> None:
+        """Set up every tier that answers. Unless ``write="all"``, a shared
+        tier that is down is left behind its breaker and set up by the first
+        call that reaches it (`_admit`); the saver starts as long as it can
+        write somewhere it must (a shared tier, or the local one for
+        write-behind). Then ship what a dead process left owed."""
+        up: list[AsyncTier] = []
+        down: list[TierUnavailable] = []
         for tier in self.tiers:
-            await tier.setup()
-        await self._check_keys()
-        if self.local is not None and self.shared:
-            await AsyncJournal(self.local, self.shared, self.codec).replay()
+            try:
+                await tier.setup()
+            except TierUnavailable as exc:
+                if self.write == "all" or (tier is self.local and not self.shared):
+                    raise
+                down.append(exc)
+                logger.warning("%s tier is down at setup (%s); carrying on without it", tier.name, exc)
+                continue
+            cast(AsyncGuardedTier, tier).admitted = True
+            up.append(tier)
+        usable = [t for t in up if t is not self.local] or (up if self.write == "local" or not self.shared else [])
+        if not usable:
+            raise down[0]
+        await self._check_keys(up)
+        await self.journal.catch_up()
         self._ready = True
+        if down or not (await self.lag()).caught_up:
+            self.kick()
 
-    async def _check_keys(self) -> None:
+    async def _admit(self, tier: AsyncTier) -> None:
+        """A tier that was down at setup answers: set it up and check its key
+        before it takes any record."""
+        await tier.setup()
+        await self._check_keys([tier])
+        logger.warning("%s tier is set up (it was down when the saver started)", tier.name)
+        self.kick()
+
+    async def _check_keys(self, tiers: Sequence[AsyncTier]) -> None:
         """Refuse to run with a signing key that does not match the store.
 
         Each tier records the fingerprints of the keys its records may be
@@ -132,7 +191,7 @@ class AsyncTierChain:
         error, found before anything is read or quarantined."""
         accepted = self.codec.fingerprints
         stored: list[tuple[AsyncTier, set[str] | None]] = []
-        for tier in self.tiers:
+        for tier in tiers:
             value = await tier.read_meta(KEYS_META)
             stored.append((tier, set(value.split(",")) if value else None))
         for tier, fingerprints in stored:
@@ -162,37 +221,27 @@ class AsyncTierChain:
         *,
         fence: Fence | None = None,
     ) -> RunnableConfig:
-        """With a `fence` (lease.py) the most authoritative tier is written
-        first, alone, and only if the thread's lease still matches the fence;
-        else it raises `LeaseLost` and no tier has the checkpoint."""
+        """Store a checkpoint in the tiers the write mode asks for (`WriteMode`).
+
+        With a `fence` (lease.py) the lease's tier is written first, alone,
+        and only if the thread's lease still matches the fence; else it
+        raises `LeaseLost` and no tier has the checkpoint. A checkpoint that
+        fails (`TierUnavailable`: no shared tier took it, or with
+        ``write="all"`` one did not) is withdrawn from every tier that took it."""
         # Serialize before touching any tier: a bad value writes nothing.
         row, blobs = self.codec.encode_checkpoint(config, checkpoint, metadata, new_versions)
         await self.ensure_setup()
-        fenced = await self._fenced_first(fence, lambda t: t.write_checkpoint(row, blobs, fence=fence))
-        shared = [t for t in self.shared if t not in fenced]
-        seq = None
-        if self.local is not None and self.local not in fenced:
-            seq = await self.local.write_checkpoint(row, blobs, journal=bool(shared))
-        results = await arun_all([functools.partial(t.write_checkpoint, row, blobs) for t in shared])
-        failed = [r for r in results if isinstance(r, BaseException)]
-        if failed:
-            # Write-through means all or nothing: take the checkpoint back out
-            # of every tier that accepted it, so no tier serves a checkpoint
-            # the caller was told failed. Blobs stay: they are immutable and
-            # unreachable without the checkpoint.
-            took = fenced + [t for t, r in zip(shared, results) if not isinstance(r, BaseException)]
-            if self.local is not None and self.local not in fenced:
-                took.insert(0, self.local)
-            for tier in took:
-                try:
-                    await tier.delete_checkpoint(row.thread_id, row.checkpoint_ns, row.checkpoint_id)
-                except DurableError as exc:
-                    logger.error("could not withdraw checkpoint %s from %s: %s", row.checkpoint_id, tier.name, exc)
-            if self.local is not None:
-                await self.local.journal_done(seq)
-            raise failed[0]
-        if self.local is not None:
-            await self.local.journal_done(seq)
+        behind = await self._write_behind(
+            fence, lambda owed, f: self._local().write_checkpoint(row, blobs, journal=owed, fence=f)
+        )
+        if not behind:
+            await self._write_through(
+                fence,
+                lambda t, f: t.write_checkpoint(row, blobs, fence=f),
+                lambda owed: self._local().write_checkpoint(row, blobs, journal=owed),
+                withdraw=lambda t: t.delete_checkpoint(row.thread_id, row.checkpoint_ns, row.checkpoint_id),
+                owe=lambda names: self.memory.owe_checkpoint(row, blobs, names),
+            )
         return {
             "configurable": {
                 "thread_id": row.thread_id,
@@ -210,34 +259,175 @@ class AsyncTierChain:
         *,
         fence: Fence | None = None,
     ) -> None:
-        """`fence`: as for `put` (a refused write reaches no tier)."""
+        """`fence`: as for `put` (a refused write reaches no tier). No
+        withdrawal on failure, unlike `put`: a task's writes are what it
+        really produced, so the copies that did land may be served (reads take
+        the union of the tiers) and spare the task a rerun; retrying is
+        idempotent."""
         rows, upsert = self.codec.encode_writes(config, writes, task_id, task_path)
         if not rows:
             return
         await self.ensure_setup()
-        fenced = await self._fenced_first(fence, lambda t: t.write_writes(rows, upsert, fence=fence))
-        shared = [t for t in self.shared if t not in fenced]
-        seq = None
-        if self.local is not None and self.local not in fenced:
-            seq = await self.local.write_writes(rows, upsert, journal=bool(shared))
-        # No withdrawal on failure, unlike put(): a task's writes are what it
-        # really produced, so the copies that did land may be served (reads
-        # take the union of the tiers) and spare the task a rerun; retrying
-        # is idempotent.
-        results = await arun_all([functools.partial(t.write_writes, rows, upsert) for t in shared])
-        if self.local is not None:
-            await self.local.journal_done(seq)
-        _raise_first(results)
+        behind = await self._write_behind(
+            fence, lambda owed, f: self._local().write_writes(rows, upsert, journal=owed, fence=f)
+        )
+        if not behind:
+            await self._write_through(
+                fence,
+                lambda t, f: t.write_writes(rows, upsert, fence=f),
+                lambda owed: self._local().write_writes(rows, upsert, journal=owed),
+                withdraw=None,
+                owe=lambda names: self.memory.owe_writes(rows, upsert, names),
+            )
 
-    async def _fenced_first(self, fence: Fence | None, write: Callable[[AsyncTier], Any]) -> list[AsyncTier]:
-        """A fenced write (lease.py) goes to the lease tier first, alone: reads
-        take the union of what every tier holds and repair the gaps, so a
-        write the fence refuses (`LeaseLost`) must reach no tier at all. The
-        tiers written, for the caller to skip."""
-        if fence is None:
-            return []
-        await write(self.tiers[-1])
-        return [self.tiers[-1]]
+    def _local(self) -> AsyncSqliteTier:
+        assert self.local is not None
+        return self.local
+
+    def tier_named(self, name: str) -> AsyncTier:
+        return next((t for t in self.tiers if t.name == name), self.tiers[-1])
+
+    def lease_tier(self) -> AsyncTier:
+        """Where a new writer lease is taken: the most authoritative tier
+        whose breaker lets calls through (Postgres, else Redis, else SQLite).
+        With every shared tier down, write-behind keeps its leases locally."""
+        now = time.monotonic()
+        for tier in reversed(self.shared):
+            if self.breakers[tier.name].available(now):
+                return tier
+        if self.write == "local" and self.local is not None:
+            return self.local
+        return self.tiers[-1]
+
+    async def _write_behind(self, fence: Fence | None, local: Callable[[Owed, Fence | None], Any]) -> bool:
+        """``write="local"``: commit to the local journal only (fsynced) and
+        leave the rest to the replicator. False when the write is to go
+        through instead (another mode, or the local disk refused it)."""
+        if self.write != "local" or self.local is None:
+            return False
+        on_local = fence is not None and fence.tier == self.local.name
+        owed = Owed(tuple(t.name for t in self.shared), fence=None if on_local else fence)
+        try:
+            await local(owed, fence if on_local else None)
+        except TierUnavailable as exc:
+            self._local_failed(exc, "writing through to the shared tiers instead")
+            return False
+        self.kick()
+        return True
+
+    async def _write_through(
+        self,
+        fence: Fence | None,
+        first: Callable[[AsyncTier, Fence | None], Any],
+        local: Callable[[Owed | None], Any],
+        *,
+        withdraw: Callable[[AsyncTier], Any] | None,
+        owe: Callable[[Sequence[str]], None],
+    ) -> None:
+        """Write to the lease's tier first (fenced), then to the local tier
+        with a journal entry naming the shared tiers still to write, then to
+        those at once. The shared tiers that fail stay owed (journal, or
+        memory without a local tier) and are caught up later, unless the
+        write must fail: ``write="all"`` and one failed, or no shared tier
+        took it. A failing `put` is withdrawn from every tier that took it."""
+        fenced: list[AsyncTier] = []
+        if fence is not None:
+            # Reads take the union of what every tier holds and repair the
+            # gaps, so a write the fence refuses (`LeaseLost`) must reach no
+            # tier at all: the lease's tier goes first, alone.
+            tier = self.tier_named(fence.tier)
+            await first(tier, fence)
+            fenced.append(tier)
+        rest = [t for t in self.shared if t not in fenced]
+        seq = None
+        local_took = False
+        if self.local is not None and self.local not in fenced:
+            try:
+                seq = await local(Owed(tuple(t.name for t in rest), acked=bool(fenced)) if rest else None)
+                local_took = True
+            except TierUnavailable as exc:
+                if self.write == "all" or not self.shared:
+                    await self._withdraw(withdraw, fenced)
+                    raise
+                self._local_failed(exc, "the shared tiers carry on")
+        results = await arun_all([functools.partial(first, t, None) for t in rest])
+        took = fenced + [t for t, r in zip(rest, results) if not isinstance(r, BaseException)]
+        failed = [(t, r) for t, r in zip(rest, results) if isinstance(r, BaseException)]
+        must_fail = bool(failed) and (
+            self.write == "all"
+            or not [t for t in took if t is not self.local]
+            or any(not isinstance(r, TierUnavailable) for _, r in failed)
+        )
+        if must_fail:
+            # Take a checkpoint back out of every tier that accepted it, so no
+            # tier serves a checkpoint the caller was told failed. Blobs stay:
+            # they are immutable and unreachable without the checkpoint.
+            await self._withdraw(withdraw, ([self.local] if local_took and self.local is not None else []) + took)
+            if seq is not None:
+                if withdraw is not None:
+                    await self._local().journal_drop(seq)
+                else:
+                    await self._local().journal_acked(seq, [t.name for t in took], everyone=self.journal.names)
+            raise failed[0][1]
+        if seq is not None:
+            await self._local().journal_acked(seq, [t.name for t in took if t in rest], everyone=self.journal.names)
+        elif failed:
+            owe([t.name for t, _ in failed])
+        if failed:
+            self.kick()  # the replicator catches the tier up when it is back
+
+    async def _withdraw(self, withdraw: Callable[[AsyncTier], Any] | None, tiers: Sequence[AsyncTier]) -> None:
+        if withdraw is None:
+            return
+        for tier in tiers:
+            try:
+                await withdraw(tier)
+            except DurableError as exc:
+                logger.error("could not withdraw a failed checkpoint from %s: %s", tier.name, exc)
+
+    def _local_failed(self, exc: TierUnavailable, then: str) -> None:
+        self.local_failures += 1
+        logger.error("local tier write failed (%s): %s", exc, then)
+
+    # -- outages: catch-up and health ----------------------------------------------------
+
+    async def catch_up(self) -> int:
+        """Ship what the shared tiers are owed (`journal_async.AsyncJournal`)."""
+        await self.ensure_setup()
+        return await self.journal.catch_up()
+
+    async def lag(self) -> Lag:
+        """What the shared tiers are owed: records, per tier, and the oldest's age."""
+        try:
+            entries = await self.journal.pending()
+        except TierUnavailable:
+            entries = self.memory.pending()
+        return lag_of(entries, self.journal.names, time.time())
+
+    async def health(self) -> Health:
+        """Probe every tier now (its breaker learns the outcome)."""
+        lag = await self.lag()
+        report = []
+        for tier in self.tiers:
+            guard = cast(AsyncGuardedTier, tier)
+            started = time.monotonic()
+            error = None
+            try:
+                await guard.probe(lambda: guard.tier.read_meta(KEYS_META))
+            except TierUnavailable as exc:
+                error = str(exc)
+            latency = (time.monotonic() - started) * 1000
+            report.append(
+                TierHealth(
+                    name=tier.name,
+                    reachable=error is None,
+                    latency_ms=None if error else latency,
+                    breaker=self.breakers[tier.name].stats(time.monotonic()),
+                    owed=lag.by_tier.get(tier.name, 0),
+                    error=error,
+                )
+            )
+        return Health(tiers=report, lag=lag, local_write_failures=self.local_failures)
 
     # -- reads ----------------------------------------------------------------------
 
@@ -323,12 +513,27 @@ class AsyncTierChain:
         return await self.reads.ledger(thread_id)
 
     async def record_action(self, thread_id: str, entry: LedgerEntry) -> None:
-        """Write one ledger entry through every tier before returning: an
-        intent must be durable before the action runs."""
+        """Write one ledger entry to every tier before returning: an intent
+        must be durable before the action runs. Unless ``write="all"``, a
+        shared tier that is down is skipped as long as another took it."""
         check_key_part(entry.key, what="action key", limit=DEFAULT_MAX_ID_BYTES)
         envelope = self.codec.encode_ledger(thread_id, entry)
         await self.ensure_setup()
-        await self._everywhere(lambda t: t.write_ledger(thread_id, entry.key, envelope))
+        calls = [functools.partial(t.write_ledger, thread_id, entry.key, envelope) for t in self.tiers]
+        results = await arun_all(calls)
+        failed = [r for r in results if isinstance(r, BaseException)]
+        took_shared = [
+            t for t, r in zip(self.tiers, results) if t is not self.local and not isinstance(r, BaseException)
+        ]
+        if failed and (
+            self.write == "all"
+            or (self.shared and not took_shared)
+            or any(not isinstance(r, TierUnavailable) for r in failed)
+            or (not self.shared)
+        ):
+            raise failed[0]
+        # A tier that missed it gets it from the next ledger read, which
+        # reconciles the tiers and repairs the ones behind (reads_async.py).
 
     async def validate(
         self, tup: CheckpointTuple, validators: Sequence[Any], hook: ValidationHook | None

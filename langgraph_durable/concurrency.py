@@ -75,3 +75,15 @@ async def asleep(seconds: float) -> None:
 
 def sleep(seconds: float) -> None:
     time.sleep(seconds)
+
+
+# A call bounded by a timeout (`TimeoutError`). The sync twin runs the call
+# as it is: the sync drivers bound every call with their socket timeouts.
+async def awith_timeout(call: Callable[[], Awaitable[T]], seconds: float | None) -> T:
+    if seconds is None:
+        return await call()
+    return await asyncio.wait_for(call(), seconds)
+
+
+def with_timeout(call: Callable[[], T], seconds: float | None) -> T:
+    return call()

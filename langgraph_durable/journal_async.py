@@ -1,10 +1,17 @@
-"""The local journal: what a crash left unacknowledged by the shared tiers.
+"""Catch-up: shipping to each shared tier what it is owed, in order.
 
-A write commits to the local SQLite file together with a journal entry; the
-entry is done once the shared tiers acknowledged. At setup, whatever is still
-journaled is shipped again, in order, after verifying every record: a local
-row that was damaged (or planted) is quarantined locally and never shipped,
-and never keeps the saver from starting.
+A record is owed to a shared tier that has not acknowledged it (`backlog.py`):
+the tier was down or slow when it was written, the saver writes behind
+(``write="local"``), or the process died between the local commit and the
+acknowledgement. `catch_up` ships the owed records oldest first, so each
+tier receives a thread's records in the order they were written; a tier
+that fails is left alone for the rest of the pass (its later records wait,
+keeping the order). It runs at setup (what a dead process left), in the
+background replicator (`replicator.py`) and when the saver drains on close.
+
+Every record read back from the local tier is verified first: a damaged or
+planted local row is quarantined locally and never shipped, and never keeps
+the saver from starting.
 
 This file is the async source. ``journal.py`` is generated from it by
 ``langgraph_durable/_codegen.py``; edit this one and regenerate.
@@ -12,88 +19,197 @@ This file is the async source. ``journal.py`` is generated from it by
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 from collections.abc import Sequence
 from typing import Any
 
+from .backlog import JournalEntry, MemoryBacklog
 from .codec import RecordCodec, version_key
 from .concurrency import arun_all
+from .errors import LeaseLost, TierUnavailable
 from .integrity import record_label
-from .records import BadRecord, BlobRow, CheckpointRow, row_fields
+from .records import BadRecord, BlobRow, CheckpointRow, WriteRow, row_fields
 from .tiers.base import pack_fields
 from .tiers.protocol_async import AsyncTier
 from .tiers.sqlite import AsyncSqliteTier
 
 logger = logging.getLogger("langgraph_durable")
 
-
-def _raise_first(results: Sequence[Any]) -> None:
-    for r in results:
-        if isinstance(r, BaseException):
-            raise r
+# Journal entries read per round of a pass.
+BATCH = 256
 
 
 class AsyncJournal:
-    """Ships journaled records from the local tier to the shared ones."""
+    """Ships owed records from the local tier (or the memory backlog) to the
+    shared tiers."""
 
-    def __init__(self, local: AsyncSqliteTier, shared: Sequence[AsyncTier], codec: RecordCodec) -> None:
+    def __init__(
+        self,
+        local: AsyncSqliteTier | None,
+        shared: Sequence[AsyncTier],
+        codec: RecordCodec,
+        memory: MemoryBacklog,
+    ) -> None:
         self.local = local
         self.shared = list(shared)
+        self.names = [t.name for t in self.shared]
         self.codec = codec
+        self.memory = memory
+        # Writes refused by a newer lease holder since the saver started.
+        self.refused = 0
 
-    async def replay(self) -> None:
-        """Push to the shared tiers what a crash left unacknowledged, in
-        order. Every record is verified first: a damaged or planted local row
-        is quarantined (locally) and never shipped, and never blocks startup."""
-        local = self.local
-        for seq, kind, thread_id, ns, cid, task_id in await local.pending_journal():
+    async def pending(self, limit: int | None = None) -> list[JournalEntry]:
+        entries = await self.local.pending_journal(limit) if self.local is not None else []
+        return entries + self.memory.pending()
+
+    async def catch_up(self) -> int:
+        """One pass over everything owed; returns how many entries were
+        settled (shipped wherever they were owed, or dropped as not to be
+        shipped). A tier that fails is skipped until the next pass."""
+        blocked: set[str] = set()
+        settled = 0
+        after = 0
+        while True:
+            batch = await self.local.pending_journal(BATCH, after) if self.local is not None else []
+            if not batch:
+                break
+            after = batch[-1].seq
+            for entry in batch:
+                settled += await self._ship(entry, blocked)
+            if len(blocked) == len(self.shared):
+                return settled
+        for entry in self.memory.pending():
+            settled += await self._ship(entry, blocked)
+        return settled
+
+    async def _ship(self, entry: JournalEntry, blocked: set[str]) -> int:
+        """Ship one entry to the tiers that owe it and are not blocked. 1 if
+        it is settled now."""
+        tiers = [t for t in self.shared if entry.owes(t.name) and t.name not in blocked]
+        if not tiers:
+            return 0
+        try:
+            loaded = await self._load(entry)
+        except BadRecord as exc:
+            logger.error(
+                "journal entry %s (%s %s/%s/%s) was not shipped: %s",
+                entry.seq, entry.kind, entry.thread_id, entry.checkpoint_ns, entry.checkpoint_id, exc.reason,
+            )  # fmt: skip
+            await self._drop(entry)
+            return 1
+        if loaded is None:  # deleted locally meanwhile (delete_thread, prune)
+            await self._drop(entry)
+            return 1
+        if entry.kind == "checkpoint" and not entry.acked and entry.fence is None:
+            newer = await self._moved_on(loaded[0])
+            if newer is not None:
+                # Never acknowledged, and the thread went on without it (another
+                # replica ran it): shipping it now would graft a branch onto a
+                # history that moved on.
+                logger.warning(
+                    "journal entry %s: checkpoint %s of thread %r not shipped: the thread moved on to %s",
+                    entry.seq, entry.checkpoint_id, entry.thread_id, newer,
+                )  # fmt: skip
+                await self._drop(entry)
+                return 1
+        fence = entry.fence
+        took: list[str] = []
+        first = [t for t in tiers if fence is not None and t.name == fence.tier]
+        if first:
+            # A write-behind write goes to its lease's tier first, fenced: if
+            # another writer took the thread over meanwhile, it goes nowhere.
+            assert fence is not None
             try:
-                if kind == "checkpoint":
-                    row = await local.read_checkpoint(thread_id, ns, cid)
-                    if row is not None:
-                        blobs = await self._verified_local_blobs(row)
-                        newer = await self._moved_on(row)
-                        if newer is not None:
-                            # Never acknowledged, and the thread went on without
-                            # it (another replica ran it): shipping it now would
-                            # graft a branch onto a history that moved on.
-                            logger.warning(
-                                "journal entry %s: checkpoint %s of thread %r not shipped: the thread moved on to %s",
-                                seq, cid, thread_id, newer,
-                            )  # fmt: skip
-                        else:
-                            _raise_first(
-                                await arun_all([functools.partial(t.write_checkpoint, row, blobs) for t in self.shared])
-                            )
-                else:
-                    rows = [w for w in await local.read_writes(thread_id, ns, [cid]) if w.task_id == task_id]
-                    good = []
-                    for w in rows:
-                        try:
-                            self.codec.decode_write(w)
-                        except BadRecord as exc:
-                            await self._quarantine_local("write", w, exc.reason)
-                            continue
-                        good.append(w)
-                    _raise_first(await arun_all([functools.partial(t.write_writes, good, False) for t in self.shared]))
+                await self._write(first[0], loaded, dataclasses.replace(fence, late=True))
+                took.append(first[0].name)
+            except LeaseLost as exc:
+                self.refused += 1
+                logger.error("journal entry %s of thread %r not shipped: %s", entry.seq, entry.thread_id, exc)
+                await self._drop(entry)
+                return 1
+            except TierUnavailable:
+                blocked.add(first[0].name)
+        rest = [t for t in tiers if t.name not in took and t.name != (fence.tier if fence else None)]
+        results = await arun_all([functools.partial(self._write, t, loaded, None) for t in rest])
+        for tier, result in zip(rest, results):
+            if isinstance(result, TierUnavailable):
+                blocked.add(tier.name)
+            elif isinstance(result, BaseException):
+                raise result
+            else:
+                took.append(tier.name)
+        if not took:
+            return 0
+        await self._acked(entry, took)
+        left = [n for n in (entry.owed if entry.owed is not None else self.names) if n not in took]
+        if not left:
+            logger.debug("journal entry %s (%s %s) shipped", entry.seq, entry.kind, entry.checkpoint_id)
+        return 0 if left else 1
+
+    async def _write(self, tier: AsyncTier, loaded: Any, fence: Any) -> None:
+        if loaded[0] == "writes":
+            _, rows, upsert = loaded
+            await tier.write_writes(rows, upsert, fence=fence)
+        else:
+            row, blobs = loaded
+            await tier.write_checkpoint(row, blobs, fence=fence)
+
+    async def _acked(self, entry: JournalEntry, tiers: Sequence[str]) -> None:
+        if entry.in_memory:
+            self.memory.acked(entry.seq, tiers)
+        elif self.local is not None:
+            await self.local.journal_acked(entry.seq, tiers, everyone=self.names)
+
+    async def _drop(self, entry: JournalEntry) -> None:
+        if entry.in_memory:
+            self.memory.drop(entry.seq)
+        elif self.local is not None:
+            await self.local.journal_drop(entry.seq)
+
+    async def _load(self, entry: JournalEntry) -> Any:
+        """The entry's records: ``(row, blobs)`` for a checkpoint, ``("writes",
+        rows, upsert)`` for writes; None if the local tier no longer has them.
+        Local copies are verified (`BadRecord` after quarantining a bad one)."""
+        if entry.in_memory:
+            if entry.kind == "checkpoint":
+                return entry.checkpoint, list(entry.blobs)
+            return "writes", list(entry.writes), entry.upsert
+        assert self.local is not None
+        if entry.kind == "checkpoint":
+            row = await self.local.read_checkpoint(entry.thread_id, entry.checkpoint_ns, entry.checkpoint_id)
+            if row is None:
+                return None
+            return row, await self._verified_local_blobs(row)
+        rows = [
+            w
+            for w in await self.local.read_writes(entry.thread_id, entry.checkpoint_ns, [entry.checkpoint_id])
+            if w.task_id == entry.task_id
+        ]
+        good: list[WriteRow] = []
+        for w in rows:
+            try:
+                self.codec.decode_write(w)
             except BadRecord as exc:
-                logger.error(
-                    "journal entry %s (%s %s/%s/%s) was not shipped: %s", seq, kind, thread_id, ns, cid, exc.reason
-                )
-            await local.journal_done(seq)
-            logger.info("replayed journal entry %s (%s %s/%s/%s) to the shared tiers", seq, kind, thread_id, ns, cid)
+                await self._quarantine_local("write", w, exc.reason)
+                continue
+            good.append(w)
+        return ("writes", good, False) if good else None
 
     async def _moved_on(self, row: CheckpointRow) -> str | None:
-        """A checkpoint newer than `row` that a shared tier holds, if any."""
+        """A checkpoint newer than `row` that a reachable shared tier holds."""
         heads = await arun_all([functools.partial(t.head, row.thread_id, row.checkpoint_ns) for t in self.shared])
-        _raise_first(heads)
+        for h in heads:
+            if isinstance(h, BaseException) and not isinstance(h, TierUnavailable):
+                raise h
         newer = [h[0] for h in heads if not isinstance(h, BaseException) and h[0] and h[0] > row.checkpoint_id]
         return max(newer) if newer else None
 
     async def _verified_local_blobs(self, row: CheckpointRow) -> list[BlobRow]:
         """A journaled checkpoint's local row and channel values, verified.
         Raises `BadRecord` (after quarantining the bad copy) when any fails."""
+        assert self.local is not None
         try:
             checkpoint, _ = self.codec.decode_checkpoint(row)
         except BadRecord as exc:
@@ -110,6 +226,7 @@ class AsyncJournal:
         return blobs
 
     async def _quarantine_local(self, kind: str, row: Any, reason: str) -> None:
+        assert self.local is not None
         await self.local.quarantine(
             row.thread_id, row.checkpoint_ns, kind, record_label(kind, row), reason, row.envelope,
             pack_fields(row_fields(row)),

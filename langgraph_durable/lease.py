@@ -38,7 +38,7 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .errors import ConfigError, LeaseLost, ThreadBusy
@@ -82,6 +82,9 @@ class Lease:
     holder: str
     token: int
     expires_at: float  # seconds since the epoch, in the lease tier's clock
+    # The tier that holds it (set by the lease keeper): the most authoritative
+    # one reachable when it was taken (see `lease_keeper_async`).
+    tier: str = field(default="", compare=False)
 
     def free(self, now: float) -> bool:
         return not self.holder or self.expires_at <= now
@@ -100,6 +103,10 @@ class Fence:
     holder: str
     token: int
     ttl: float
+    tier: str = ""  # the lease's tier, which takes the fenced write first
+    # A write shipped late (write-behind): the run may have ended and given
+    # the lease back since, so only a newer token (a takeover) refuses it.
+    late: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -364,7 +371,7 @@ class LeaseBook:
                 self._holder, self._pid = new_holder(), os.getpid()
 
     def fence(self, lease: Lease) -> Fence:
-        return Fence(lease.thread_id, lease.holder, lease.token, self.ttl)
+        return Fence(lease.thread_id, lease.holder, lease.token, self.ttl, lease.tier)
 
     def begin(self, runtime: Any, lease: Lease, on_end: Callable[[Lease], None] | None = None) -> list[Lease]:
         """Record the run now holding `lease`; returns the leases forgotten
@@ -423,6 +430,16 @@ class LeaseBook:
         if held.is_run(runtime) or (nested and held.is_subgraph_of_run(runtime)):
             return self.fence(held.lease), True
         raise run_superseded(thread_id, "a newer run of the same thread started on this saver")
+
+    def moved(self, old: Lease, new: Lease) -> bool:
+        """The run holding `old` now holds `new` instead (its lease moved to
+        another tier during an outage). False if the run no longer holds `old`."""
+        with self._lock:
+            held = self._held.get(old.thread_id)
+            if held is None or held.lease.token != old.token or held.lease.tier != old.tier:
+                return False
+            held.lease = new
+            return True
 
     def drop(self, thread_id: str, token: int | None = None) -> Lease | None:
         """Forget this saver's lease of `thread_id` (only if it has `token`)."""

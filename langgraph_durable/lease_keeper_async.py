@@ -2,9 +2,16 @@
 writer has it, fences every write with it, and gives it back.
 
 The decisions (who may take a lease, how long to wait, which run a write
-belongs to) are in `lease.py`; this file only does the I/O, always on the
-most authoritative configured tier (Postgres, else Redis, else SQLite), the
-one every replica asks for "latest".
+belongs to) are in `lease.py`; this file only does the I/O, on the most
+authoritative tier that is up (Postgres, else Redis, else SQLite).
+
+During an outage of that tier (its breaker is open, `breaker.py`) new leases
+are taken in the next shared tier, and a run whose lease tier goes down
+mid-run moves its lease there (a new token) and carries on, unless
+``write="all"``. The price is weaker exclusion while it lasts: a replica cut
+off from Postgres alone, while others still reach it, could run a thread
+that another replica runs at the same time. Leases come back to Postgres
+with the next runs once it answers again.
 
 A run gives its lease back when it ends (`LeaseBook` sees its stream writer
 freed): the sync face at once, in the thread that let go of the run (right
@@ -19,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import inspect
 import logging
 import os
@@ -34,7 +42,7 @@ from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMet
 from .chain_async import AsyncTierChain
 from .codec import thread_of
 from .concurrency import _POOL, amaybe_await, asleep
-from .errors import DurableError, LeaseLost
+from .errors import DurableError, LeaseLost, TierUnavailable
 from .lease import (
     LEASE_HANDOFF_GRACE_S,
     BusyWait,
@@ -58,7 +66,6 @@ class AsyncLeaseKeeper:
     def __init__(self, chain: AsyncTierChain, book: LeaseBook) -> None:
         self.chain = chain
         self.book = book
-        self.tier = chain.tiers[-1]  # the most authoritative configured tier
         # The event loop of the runs (async face), the leases of ended runs
         # it is to release, and the tasks releasing them.
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -125,7 +132,7 @@ class AsyncLeaseKeeper:
         """Give back an ended run's lease (if it still has the run's token);
         False if that failed (logged)."""
         try:
-            await self.tier.release_lease(lease.thread_id, lease.holder, lease.token)
+            await self.chain.tier_named(lease.tier).release_lease(lease.thread_id, lease.holder, lease.token)
         except Exception as exc:  # a TierUnavailable, or the saver closed meanwhile
             self._not_released(lease, exc)
             return False
@@ -180,6 +187,21 @@ class AsyncLeaseKeeper:
                 if of_run:
                     raise
                 # A lease this saver held earlier and lost since: ask anew.
+            except TierUnavailable as exc:
+                if self.chain.write == "all" or exc.tier != fence.tier:
+                    raise
+                # The lease's tier went down under the run: move the lease to
+                # the next tier up (nothing was written) and carry on.
+                old = self.book.held(thread_id)
+                moved = await self._acquire(thread_id)
+                if old is None or not self.book.moved(old, moved):
+                    await self._release_quietly(moved)
+                    raise
+                logger.warning(
+                    "writer lease of thread %r moved from %s to %s (token %s): %s",
+                    thread_id, fence.tier, moved.tier, moved.token, exc,
+                )  # fmt: skip
+                return await write(self.book.fence(moved))
         lease = await self._acquire(thread_id)
         try:
             return await write(self.book.fence(lease))
@@ -190,9 +212,10 @@ class AsyncLeaseKeeper:
 
     async def release(self, thread_id: str) -> None:
         """Give back this saver's lease of `thread_id` (whichever run has it)."""
-        self.book.drop(thread_id)
+        held = self.book.drop(thread_id)
         await self.chain.ensure_setup()
-        await self.tier.release_lease(thread_id, self.book.holder, None)
+        tier = self.chain.tier_named(held.tier) if held is not None else self.chain.lease_tier()
+        await tier.release_lease(thread_id, self.book.holder, None)
 
     async def release_all(self) -> None:
         """Give back every lease this saver holds (on close), also those of
@@ -208,7 +231,7 @@ class AsyncLeaseKeeper:
 
     async def _release_quietly(self, lease: Lease) -> None:
         try:
-            await self.tier.release_lease(lease.thread_id, lease.holder, lease.token)
+            await self.chain.tier_named(lease.tier).release_lease(lease.thread_id, lease.holder, lease.token)
         except DurableError as exc:
             logger.warning(
                 "could not release the writer lease of thread %r (%s); it expires in at most %s s",
@@ -220,17 +243,28 @@ class AsyncLeaseKeeper:
     # -- acquire --------------------------------------------------------------------
 
     async def _acquire(self, thread_id: str) -> Lease:
+        """Take the lease in the most authoritative tier that answers (the
+        next one when a tier fails, unless ``write="all"``)."""
         await self.chain.ensure_setup()
+        while True:
+            tier = self.chain.lease_tier()
+            try:
+                return dataclasses.replace(await self._acquire_in(tier, thread_id), tier=tier.name)
+            except TierUnavailable:
+                if self.chain.write == "all" or self.chain.lease_tier() is tier:
+                    raise
+
+    async def _acquire_in(self, tier: Any, thread_id: str) -> Lease:
         book = self.book
         # With on_busy="raise", a short grace still: see LEASE_HANDOFF_GRACE_S.
         wait = BusyWait(book.wait if book.on_busy == "wait" else LEASE_HANDOFF_GRACE_S, time.monotonic())
         while True:
-            current, now = await self.tier.read_lease(thread_id)
+            current, now = await tier.read_lease(thread_id)
             verdict = decide(current, book.holder, now)
             if not verdict.take and current is not None and self._gone(current.holder):
                 verdict = decide(current, book.holder, now, holder_gone=True)
             if verdict.take:
-                taken = await self.tier.swap_lease(thread_id, current, book.holder, verdict.token, book.ttl)
+                taken = await tier.swap_lease(thread_id, current, book.holder, verdict.token, book.ttl)
                 if taken is None:
                     continue  # it changed meanwhile: look again
                 if current is not None and verdict.why in ("expired", "holder gone"):

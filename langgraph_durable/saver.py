@@ -25,15 +25,19 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
+from .backlog import DEFAULT_CALL_TIMEOUT_S, WRITE_MODES, Lag, MemoryBacklog, WriteMode
+from .breaker import Breakers
 from .chain import TierChain
 from .chain_async import AsyncTierChain
 from .codec import DEFAULT_MAX_RECORD_BYTES, RecordCodec, thread_id_of
 from .errors import ConfigError
+from .health import Health
 from .integrity import IntegrityPolicy, OnCorruption, ScanReport
 from .lease import DEFAULT_LEASE_TTL_S, DEFAULT_LEASE_WAIT_S, DEFAULT_ON_BUSY, LeaseBook, OnBusy
 from .lease_keeper import LeaseKeeper
 from .lease_keeper_async import AsyncLeaseKeeper
 from .ledger import LedgerEntry, resolved
+from .replicator import Replicator
 from .tiers.base import QuarantinedRecord, redact
 from .tiers.postgres import PostgresTier
 from .tiers.postgres_async import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_POOL_SIZE, AsyncPostgresTier
@@ -55,6 +59,7 @@ ENV_SQLITE = "LANGGRAPH_DURABLE_SQLITE"
 ENV_REDIS_URL = "LANGGRAPH_DURABLE_REDIS_URL"
 ENV_POSTGRES_URL = "LANGGRAPH_DURABLE_POSTGRES_URL"
 ENV_SIGNING_KEY = "LANGGRAPH_DURABLE_SIGNING_KEY"
+ENV_WRITE = "LANGGRAPH_DURABLE_WRITE"
 # Comma-separated keys still accepted for verification (rotation); the word
 # "unsigned" accepts records without a key.
 ENV_OLD_SIGNING_KEYS = "LANGGRAPH_DURABLE_OLD_SIGNING_KEYS"
@@ -62,6 +67,8 @@ ENV_OLD_SIGNING_KEYS = "LANGGRAPH_DURABLE_OLD_SIGNING_KEYS"
 _REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 _POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 _UNSET: Any = object()
+# How long close() keeps shipping what the shared tiers are owed.
+DEFAULT_DRAIN_TIMEOUT_S = 10.0
 
 
 def _signing_keys(signing_key: bytes | str | None, signing_keys: Sequence[bytes | str | None] | None) -> list[bytes]:
@@ -119,7 +126,7 @@ async def _close_at_loop_shutdown(chain: AsyncTierChain) -> None:
     cancelled every task by then, psycopg_pool's workers included, and the
     pool's close() re-raises their cancellation before it closes its idle
     connections: drain() (psycopg_pool 3.3+) closes those first."""
-    for tier in chain.shared:
+    for tier in chain.raw_shared:
         if isinstance(tier, AsyncPostgresTier) and hasattr(tier.pool, "drain"):
             await tier.pool.drain()
     with contextlib.suppress(asyncio.CancelledError):
@@ -135,10 +142,12 @@ class DurableSaver(BaseCheckpointSaver[str]):
     and ``graph.ainvoke``: sync methods use sync drivers, async methods use
     async drivers, and both share the local SQLite file.
 
-    ``put`` returns only when every configured tier has the checkpoint. If a
-    tier fails, the checkpoint is withdrawn from the tiers that took it and
-    `TierUnavailable` is raised; a value that cannot be serialized raises
-    `SerializationError` before anything is written.
+    ``put`` returns when the tiers `write` names hold the checkpoint. A shared
+    tier that is down is skipped behind a circuit breaker and caught up when
+    it is back; if the write cannot be acknowledged, the checkpoint is
+    withdrawn from the tiers that took it and `TierUnavailable` is raised. A
+    value that cannot be serialized raises `SerializationError` before
+    anything is written.
 
     Args:
         sqlite: path of the local SQLite file, ``":memory:"``, or None for no
@@ -199,6 +208,21 @@ class DurableSaver(BaseCheckpointSaver[str]):
             again for a fraction of a second, in case its run has just ended),
             ``"wait"`` waits for it to be released or to expire.
         lease_wait: longest wait with ``on_busy="wait"``, then `ThreadBusy`.
+        write: which tiers must hold a record before ``put`` / ``put_writes``
+            return. ``"shared"`` (default): the local journal (if there is a
+            local tier) and at least one shared tier; a shared tier that is
+            down or slow is skipped and caught up later, so no run fails
+            while one shared tier answers. ``"all"``: every tier, else
+            `TierUnavailable` and nothing half-written. ``"local"``
+            (write-behind): the local journal only, fsynced; a background
+            replicator ships to Redis and Postgres in order (`lag` tells how
+            far behind they are). Also ``LANGGRAPH_DURABLE_WRITE``.
+        call_timeout: seconds a tier call may take before the tier counts as
+            down (the async face; the sync drivers use ``connect_timeout`` as
+            their socket timeout). None: no limit.
+        drain_timeout: seconds ``close()`` / ``aclose()`` keep shipping what
+            the shared tiers are owed before they give up (it stays in the
+            local journal and is shipped at the next start). 0: close at once.
     """
 
     def __init__(
@@ -223,8 +247,24 @@ class DurableSaver(BaseCheckpointSaver[str]):
         lease_ttl: float = DEFAULT_LEASE_TTL_S,
         on_busy: OnBusy = DEFAULT_ON_BUSY,
         lease_wait: float = DEFAULT_LEASE_WAIT_S,
+        write: WriteMode = "shared",
+        call_timeout: float | None = DEFAULT_CALL_TIMEOUT_S,
+        drain_timeout: float = DEFAULT_DRAIN_TIMEOUT_S,
     ) -> None:
         super().__init__(serde=serde)
+        if write not in WRITE_MODES:
+            raise ConfigError(
+                f"write= must be one of {', '.join(map(repr, WRITE_MODES))}, got {write!r}: "
+                '"shared" (default) waits for one shared tier, "all" for every tier, "local" for the local journal.'
+            )
+        if write == "local" and (sqlite is None or (redis is None and postgres is None)):
+            raise ConfigError(
+                'write="local" (write-behind) needs a local tier (sqlite=) and a shared one (redis= or postgres=).'
+            )
+        if call_timeout is not None and call_timeout <= 0:
+            raise ConfigError(f"call_timeout must be a positive number of seconds or None, got {call_timeout!r}.")
+        if drain_timeout < 0:
+            raise ConfigError(f"drain_timeout must be 0 or more seconds, got {drain_timeout!r}.")
         if sqlite is None and redis is None and postgres is None:
             raise ConfigError("DurableSaver needs at least one tier: pass sqlite=, redis= or postgres=.")
         if sqlite is not None and not isinstance(sqlite, (str, os.PathLike)):
@@ -256,7 +296,18 @@ class DurableSaver(BaseCheckpointSaver[str]):
             self.add_validator(v)
         self._on_validation = on_validation
         self.app_version = app_version
-        self._local = SqliteTier(self.sqlite_path, busy_timeout=sqlite_busy_timeout) if self.sqlite_path else None
+        self.write: WriteMode = write
+        self.call_timeout = call_timeout
+        self.drain_timeout = drain_timeout
+        self._local = (
+            SqliteTier(self.sqlite_path, busy_timeout=sqlite_busy_timeout, fsync=write == "local")
+            if self.sqlite_path
+            else None
+        )
+        # Outages (breaker.py, backlog.py, replicator.py): shared by both faces.
+        self._breakers = Breakers()
+        self._memory = MemoryBacklog()
+        self._replicator = Replicator(lambda: self._sync_chain().catch_up(), lambda: self._sync_chain().lag())
         self._lock = threading.Lock()
         self._sync: TierChain | None = None
         self._async: AsyncTierChain | None = None
@@ -297,6 +348,8 @@ class DurableSaver(BaseCheckpointSaver[str]):
             "redis": env.get(ENV_REDIS_URL) or None,
             "postgres": env.get(ENV_POSTGRES_URL) or None,
         }
+        if env.get(ENV_WRITE):
+            kwargs["write"] = env[ENV_WRITE]
         if env.get(ENV_SIGNING_KEY) or env.get(ENV_OLD_SIGNING_KEYS):
             old = [k.strip() for k in env.get(ENV_OLD_SIGNING_KEYS, "").split(",") if k.strip()]
             kwargs["signing_keys"] = [env.get(ENV_SIGNING_KEY) or None] + [None if k == "unsigned" else k for k in old]
@@ -344,13 +397,26 @@ class DurableSaver(BaseCheckpointSaver[str]):
         clone._alease_keeper = None
         return clone
 
+    def _chain_options(self) -> dict[str, Any]:
+        return {
+            "write": self.write,
+            "breakers": self._breakers,
+            "call_timeout": self.call_timeout,
+            "memory": self._memory,
+            "kick": self._replicator.kick,
+        }
+
     def _sync_chain(self) -> TierChain:
         if self._origin is not None:
             return self._origin._sync_chain().with_codec(self._codec)
         with self._lock:
             if self._sync is None:
                 self._sync = TierChain(
-                    self._local, self._shared_tiers(RedisTier, PostgresTier), self._codec, self._policy
+                    self._local,
+                    self._shared_tiers(RedisTier, PostgresTier),
+                    self._codec,
+                    self._policy,
+                    **self._chain_options(),
                 )
             return self._sync
 
@@ -380,7 +446,11 @@ class DurableSaver(BaseCheckpointSaver[str]):
         if self._async is None:
             local = AsyncSqliteTier(self._local) if self._local is not None else None
             self._async = AsyncTierChain(
-                local, self._shared_tiers(AsyncRedisTier, AsyncPostgresTier), self._codec, self._policy
+                local,
+                self._shared_tiers(AsyncRedisTier, AsyncPostgresTier),
+                self._codec,
+                self._policy,
+                **self._chain_options(),
             )
             self._async_loop = loop
             self._async_closer = self._close_at_loop_end(self._async, loop)
@@ -431,11 +501,14 @@ class DurableSaver(BaseCheckpointSaver[str]):
         await self._async_chain().setup()
 
     def close(self) -> None:
-        """Close the sync connections and the local file. The saver may not be
-        used afterwards. Call `aclose` instead if you used the async face."""
+        """Ship what the shared tiers are still owed (for up to
+        ``drain_timeout`` seconds, see `drain`), then close the sync
+        connections and the local file. The saver may not be used
+        afterwards. Call `aclose` instead if you used the async face."""
         if self._origin is not None:  # a with_allowlist clone: its origin owns the connections
             self._origin.close()
             return
+        self._drain_at_close()
         if self._sync is not None:
             self._sync_leases().release_all()  # writer leases (lease.py)
             self._sync.close()
@@ -453,6 +526,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         if self._origin is not None:
             await self._origin.aclose()
             return
+        await asyncio.to_thread(self._drain_at_close)
         if self._async is not None and self._async_loop is asyncio.get_running_loop():
             await self._async_leases().release_all()  # writer leases (lease.py)
         chain, loop, closer = self._async, self._async_loop, self._async_closer
@@ -472,6 +546,65 @@ class DurableSaver(BaseCheckpointSaver[str]):
                     "belong to; they are left to the garbage collector."
                 )
         self.close()
+
+    # -- outages: what the shared tiers are owed, and each tier's health ------------
+
+    def _owes(self) -> bool:
+        if len(self._memory):
+            return True
+        if self._local is None or (self._sync is None and self._async is None):
+            return False
+        try:
+            return self._local.journal_size() > 0
+        except Exception:  # unreadable local file: drain() would not help either
+            return False
+
+    def _drain_at_close(self) -> None:
+        if self.drain_timeout and self._owes():
+            lag = self.drain(self.drain_timeout)
+            if not lag.caught_up:
+                kept = (
+                    "they stay in the local journal and are shipped at the next start"
+                    if self._local is not None
+                    else "they were kept in memory only: run `langgraph-durable repair` once the tiers are back"
+                )
+                logger.warning(
+                    "closing with %s record(s) still owed to the shared tiers (%s); %s",
+                    lag.records,
+                    ", ".join(f"{name}: {n}" for name, n in lag.by_tier.items() if n),
+                    kept,
+                )
+        self._replicator.stop()
+
+    def drain(self, timeout: float | None = None) -> Lag:
+        """Ship what the shared tiers are owed, until nothing is or `timeout`
+        seconds passed (None: one pass). Returns what is still owed. A SIGTERM
+        handler calls this (`langgraph_durable.shutdown`)."""
+        return self._replicator.drain(timeout)
+
+    async def adrain(self, timeout: float | None = None) -> Lag:
+        """Async `drain` (it runs in a worker thread)."""
+        return await asyncio.to_thread(self._replicator.drain, timeout)
+
+    def lag(self) -> Lag:
+        """How far behind the shared tiers are: records owed (in all and per
+        tier) and the age of the oldest in seconds. With ``write="local"``
+        this is the write-behind lag; otherwise it is what tiers that were
+        down have still to be sent."""
+        return self._sync_chain().lag()
+
+    async def alag(self) -> Lag:
+        """Async `lag`."""
+        return await self._async_chain().lag()
+
+    def health(self) -> Health:
+        """Probe every tier now: reachable, latency, breaker state, records
+        owed. ``langgraph-durable doctor`` prints it."""
+        return self._sync_chain().health()
+
+    async def ahealth(self) -> Health:
+        """Async `health`."""
+        return await self._async_chain().health()
 
     def __enter__(self) -> DurableSaver:
         return self

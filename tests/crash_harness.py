@@ -424,7 +424,7 @@ def kill_location(trace: Path) -> str:
         return "startup"
     if ended:
         return "shutdown"
-    if (t := has("tier:", ":write_checkpoint")) or ((t := has("tier:", ":journal_done")) and has("put")):
+    if (t := has("tier:", ":write_checkpoint")) or ((t := has("tier:", ":journal_acked")) and has("put")):
         return f"put ({t.split(':')[1]} {t.split(':')[2]})"
     if has("put") and not has("put_writes"):
         return "put (outside tier writes)"

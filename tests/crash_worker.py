@@ -114,7 +114,7 @@ def _span_name(span: str, args: tuple[Any, ...]) -> str:
 def _probe_tier_writes() -> None:
     """Make every tier write an event span, so kills can land before, inside
     (another tier's write still running) and after each one."""
-    methods = ("write_checkpoint", "write_writes", "write_ledger", "journal_done", "delete_checkpoint")
+    methods = ("write_checkpoint", "write_writes", "write_ledger", "journal_acked", "delete_checkpoint")
     sync_tiers: tuple[tuple[Any, str], ...] = ((SqliteTier, "sqlite"), (RedisTier, "redis"), (PostgresTier, "postgres"))
     async_tiers: tuple[tuple[Any, str], ...] = ((AsyncRedisTier, "redis"), (AsyncPostgresTier, "postgres"))
     for cls, label in sync_tiers:

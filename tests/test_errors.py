@@ -155,12 +155,13 @@ def _server_of(url: str) -> tuple[str, int]:
 async def test_failed_put_leaves_nothing_half_written(
     make_saver: Any, postgres_url: str, face: str, tmp_path: Any
 ) -> None:
-    """Postgres vanishes (TCP proxy cut) between two puts: the second put
-    raises TierUnavailable, and neither SQLite nor Redis keeps its checkpoint."""
+    """write="all": Postgres vanishes (TCP proxy cut) between two puts: the
+    second put raises TierUnavailable, and neither SQLite nor Redis keeps its
+    checkpoint. (The default write mode carries on: test_outages.py.)"""
     host, port = _server_of(postgres_url)
     with TcpProxy(host, port) as proxy:
         proxied = postgres_url.replace(f"{host}:{port}", f"127.0.0.1:{proxy.port}")
-        saver = make_saver("sqlite+redis", postgres=proxied, connect_timeout=2)
+        saver = make_saver("sqlite+redis", postgres=proxied, connect_timeout=2, write="all")
         cfg = generate_config("t-cut")
         cp1 = generate_checkpoint(channel_values={"a": "one"})
         cp1["channel_versions"] = {"a": 1}

@@ -117,7 +117,7 @@ def test_a_record_moved_to_another_key_fails_verification(make_saver: Any) -> No
 def test_journal_entry_left_by_a_crash_is_replayed(make_saver: Any) -> None:
     """A crash after the local commit but before the shared tiers acked leaves
     a journal entry; the next setup() pushes the checkpoint forward."""
-    with make_saver("sqlite+postgres") as saver:
+    with make_saver("sqlite+postgres", drain_timeout=0) as saver:  # no drain at close: as if it died
         saver.setup()
         row, blobs = RecordCodec(saver.serde).encode_checkpoint(
             generate_config("crashed"),

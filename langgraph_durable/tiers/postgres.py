@@ -563,9 +563,9 @@ class PostgresTier:
         if fence is None:
             return
         cur = conn.execute(
-            f"UPDATE lgd_leases SET expires_at = {_NOW} + %s WHERE thread_id = %s AND holder = %s AND token = %s "
-            "RETURNING token",
-            (fence.ttl, fence.thread_id, fence.holder, fence.token),
+            f"UPDATE lgd_leases SET expires_at = {_NOW} + %s WHERE thread_id = %s AND token = %s "
+            "AND (holder = %s OR (%s AND holder = '')) RETURNING token",
+            (fence.ttl, fence.thread_id, fence.token, fence.holder, fence.late),
         )
         if cur.fetchone() is None:
             cur = conn.execute(

@@ -516,7 +516,8 @@ class AsyncRedisTier:
                         key = self._k(fence.thread_id, "lease")
                         await pipe.watch(key)
                         holder, token, expires = await pipe.hmget(key, ["holder", "token", "expires_at"])
-                        if token is None or holder.decode() != fence.holder or int(token) != fence.token:
+                        mine = holder.decode() == fence.holder or (fence.late and not holder) if token else False
+                        if token is None or not mine or int(token) != fence.token:
                             raise lease_lost(fence, _lease(fence.thread_id, holder, token, expires), "redis")
                         pipe.multi()
                         pipe.eval(_RENEW_LEASE, 1, key, repr(float(fence.ttl)))

@@ -24,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from ..backlog import JournalEntry, Owed, decode_fence, encode_fence
 from ..errors import ConfigError
 from ..lease import Fence, Lease, lease_lost
 from ..records import BlobRow, CheckpointRow, Row, WriteRow, metadata_matches
@@ -121,6 +122,13 @@ MIGRATIONS: list[str] = [
         expires_at REAL NOT NULL
     ) WITHOUT ROWID;
     """,
+    # A journal entry names the shared tiers that still owe it (NULL: all),
+    # whether one acknowledged it, and a write-behind write's fence.
+    """
+    ALTER TABLE lgd_journal ADD COLUMN owed TEXT;
+    ALTER TABLE lgd_journal ADD COLUMN acked INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE lgd_journal ADD COLUMN fence TEXT;
+    """,
 ]
 
 _CP_COLS = "thread_id, checkpoint_ns, checkpoint_id, parent_id, run_id, metadata, record"
@@ -135,9 +143,10 @@ class SqliteTier:
 
     name = "sqlite"
 
-    def __init__(self, path: str, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT_S) -> None:
+    def __init__(self, path: str, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT_S, fsync: bool = False) -> None:
         self.path = path
         self.busy_timeout = busy_timeout
+        self.fsync = fsync
         self._lock = threading.RLock()
         self._conn: sqlite3.Connection | None = None
         self._ready = False
@@ -168,7 +177,9 @@ class SqliteTier:
                         os.chmod(self.path + suffix, 0o600)
             # NORMAL in WAL mode: a commit survives a process crash (the
             # case we guard against); only an OS crash may lose the last ones.
-            conn.execute("PRAGMA synchronous=NORMAL")
+            # FULL (`fsync`, for write-behind, where the local file is the
+            # only copy for a while): every commit is on disk when it returns.
+            conn.execute(f"PRAGMA synchronous={'FULL' if self.fsync else 'NORMAL'}")
             conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout * 1000)}")
         self._conn = conn
         return conn
@@ -251,21 +262,21 @@ class SqliteTier:
             )
 
     def write_checkpoint(
-        self, row: CheckpointRow, blobs: Sequence[BlobRow], *, journal: bool = False, fence: Fence | None = None
+        self,
+        row: CheckpointRow,
+        blobs: Sequence[BlobRow],
+        *,
+        journal: Owed | bool | None = None,
+        fence: Fence | None = None,
     ) -> int | None:
-        """Store the checkpoint; with `journal`, also record it as not yet
-        acknowledged by the shared tiers, in the same transaction. Returns the
+        """Store the checkpoint; with `journal`, also record it as owed to the
+        shared tiers it names (True: all), in the same transaction. Returns the
         journal entry's id. With a `fence`, only if the lease matches it."""
         with self._tx() as conn:
             self._check_fence(conn, fence)
             self._insert_checkpoint(conn, row, blobs)
             if journal:
-                cur = conn.execute(
-                    "INSERT INTO lgd_journal (kind, thread_id, checkpoint_ns, checkpoint_id, created_at) "
-                    "VALUES ('checkpoint', ?, ?, ?, ?)",
-                    (row.thread_id, row.checkpoint_ns, row.checkpoint_id, time.time()),
-                )
-                return cur.lastrowid
+                return _journal(conn, "checkpoint", row.thread_id, row.checkpoint_ns, row.checkpoint_id, None, journal)
         return None
 
     def write_blobs(self, blobs: Sequence[BlobRow]) -> None:
@@ -276,7 +287,7 @@ class SqliteTier:
             )
 
     def write_writes(
-        self, rows: Sequence[WriteRow], upsert: bool, *, journal: bool = False, fence: Fence | None = None
+        self, rows: Sequence[WriteRow], upsert: bool, *, journal: Owed | bool | None = None, fence: Fence | None = None
     ) -> int | None:
         verb = "INSERT OR REPLACE" if upsert else "INSERT OR IGNORE"
         with self._tx() as conn:
@@ -299,27 +310,51 @@ class SqliteTier:
             )
             if journal and rows:
                 first = rows[0]
-                cur = conn.execute(
-                    "INSERT INTO lgd_journal (kind, thread_id, checkpoint_ns, checkpoint_id, task_id, created_at) "
-                    "VALUES ('writes', ?, ?, ?, ?, ?)",
-                    (first.thread_id, first.checkpoint_ns, first.checkpoint_id, first.task_id, time.time()),
+                return _journal(
+                    conn, "writes", first.thread_id, first.checkpoint_ns, first.checkpoint_id, first.task_id, journal
                 )
-                return cur.lastrowid
         return None
 
-    def journal_done(self, seq: int | None) -> None:
+    def journal_acked(self, seq: int | None, tiers: Sequence[str], *, everyone: Sequence[str] = ()) -> None:
+        """`tiers` now hold journal entry `seq`: it is no longer owed to them,
+        and it is done once no tier owes it (`everyone`: the shared tiers, for
+        an entry that owes all of them)."""
         if seq is None:
             return
         with self._tx() as conn:
+            found = conn.execute("SELECT owed FROM lgd_journal WHERE seq = ?", (seq,)).fetchone()
+            if found is None:
+                return
+            owed = found[0].split(",") if found[0] is not None else list(everyone)
+            left = [t for t in owed if t and t not in tiers]
+            if left:
+                conn.execute(
+                    "UPDATE lgd_journal SET owed = ?, acked = acked OR ? WHERE seq = ?",
+                    (",".join(left), 1 if tiers else 0, seq),
+                )
+            else:
+                conn.execute("DELETE FROM lgd_journal WHERE seq = ?", (seq,))
+
+    def journal_drop(self, seq: int) -> None:
+        """Forget journal entry `seq` (shipped everywhere it can be, or not to be shipped)."""
+        with self._tx() as conn:
             conn.execute("DELETE FROM lgd_journal WHERE seq = ?", (seq,))
 
-    def pending_journal(self) -> list[tuple[int, str, str, str, str, str | None]]:
-        """Entries whose shared-tier writes were never acknowledged (a crash
-        between the local commit and the acknowledgement)."""
+    def pending_journal(self, limit: int | None = None, after: int = 0) -> list[JournalEntry]:
+        """Entries some shared tier has not acknowledged, oldest first: a tier
+        was down, a write is behind (``write="local"``), or a crash came
+        between the local commit and the acknowledgement."""
         with self._read() as conn:
-            return conn.execute(
-                "SELECT seq, kind, thread_id, checkpoint_ns, checkpoint_id, task_id FROM lgd_journal ORDER BY seq"
+            rows = conn.execute(
+                "SELECT seq, kind, thread_id, checkpoint_ns, checkpoint_id, task_id, owed, acked, fence, created_at "
+                "FROM lgd_journal WHERE seq > ? ORDER BY seq LIMIT ?",
+                (after, -1 if limit is None else limit),
             ).fetchall()
+        return [_entry(r) for r in rows]
+
+    def journal_size(self) -> int:
+        with self._read() as conn:
+            return int(conn.execute("SELECT count(*) FROM lgd_journal").fetchone()[0])
 
     # -- reads --------------------------------------------------------------
 
@@ -595,8 +630,8 @@ class SqliteTier:
         if fence is None:
             return
         renewed = conn.execute(
-            "UPDATE lgd_leases SET expires_at = ? WHERE thread_id = ? AND holder = ? AND token = ?",
-            (time.time() + fence.ttl, fence.thread_id, fence.holder, fence.token),
+            "UPDATE lgd_leases SET expires_at = ? WHERE thread_id = ? AND token = ? AND (holder = ? OR (? AND holder = ''))",
+            (time.time() + fence.ttl, fence.thread_id, fence.token, fence.holder, fence.late),
         ).rowcount
         if not renewed:
             raise lease_lost(fence, _lease(conn, fence.thread_id), "sqlite")
@@ -623,6 +658,26 @@ class SqliteTier:
                 "AND (? IS NULL OR token = ?)",
                 (thread_id, holder, token, token),
             )
+
+
+def _entry(r: tuple[Any, ...]) -> JournalEntry:
+    owed = tuple(r[6].split(",")) if r[6] is not None else None
+    return JournalEntry(r[0], r[1], r[2], r[3], r[4], r[5], owed, bool(r[7]), decode_fence(r[8]), r[9])
+
+
+def _journal(
+    conn: sqlite3.Connection, kind: str, thread_id: str, ns: str, cid: str, task_id: str | None, owed: Owed | bool
+) -> int | None:
+    spec = owed if isinstance(owed, Owed) else None
+    tiers = ",".join(spec.tiers) if spec is not None else None
+    acked = 1 if spec is not None and spec.acked else 0
+    fence = encode_fence(spec.fence) if spec is not None else None
+    cur = conn.execute(
+        "INSERT INTO lgd_journal (kind, thread_id, checkpoint_ns, checkpoint_id, task_id, created_at, owed, acked, fence) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (kind, thread_id, ns, cid, task_id, time.time(), tiers, acked, fence),
+    )
+    return cur.lastrowid
 
 
 def _lease(conn: sqlite3.Connection, thread_id: str) -> Lease | None:

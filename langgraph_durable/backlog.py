@@ -1,0 +1,159 @@
+"""What the shared tiers are owed: records a tier has not acknowledged yet.
+
+A write that a shared tier missed (it was down, slow, or the saver writes
+behind, ``write="local"``) is *owed* to that tier. With a local tier the debt
+is a row of the local journal, committed in the same SQLite transaction as
+the record itself, so it survives the process: `JournalEntry` is one such
+row. Without a local tier (or while the local disk refuses writes) it is
+kept in memory by `MemoryBacklog`, with the records themselves, and lost if
+the process dies; ``repair`` then finds and fills the gaps.
+
+`journal_async.AsyncJournal.catch_up` ships what is owed, in order.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from .lease import Fence
+from .records import BlobRow, CheckpointRow, WriteRow
+
+# Which tiers must hold a record before ``put`` / ``put_writes`` return:
+# "shared": the local journal (if any) and at least one shared tier; a tier
+#     that is down is skipped and caught up later (the default).
+# "all": every configured tier, or `TierUnavailable` and nothing written.
+# "local": the local journal only (fsynced); a background replicator ships
+#     to the shared tiers (write-behind).
+WriteMode = Literal["shared", "all", "local"]
+WRITE_MODES: tuple[str, ...] = ("shared", "all", "local")
+# A tier call that takes longer than this counts as a failure (async face;
+# the sync drivers are bounded by their socket timeouts).
+DEFAULT_CALL_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class Owed:
+    """The journal entry to record with a local write: which shared tiers
+    still owe the record, whether one has it already (`acked`), and the
+    write's fence when it is shipped later (write-behind)."""
+
+    tiers: tuple[str, ...]
+    acked: bool = False
+    fence: Fence | None = None
+
+
+@dataclass(slots=True)
+class JournalEntry:
+    """One record owed to some shared tiers. `rows`/`blobs` are held only by
+    the memory backlog; a journal entry's records are read from the local tier."""
+
+    seq: int
+    kind: str  # "checkpoint" or "writes"
+    thread_id: str
+    checkpoint_ns: str
+    checkpoint_id: str
+    task_id: str | None
+    owed: tuple[str, ...] | None  # None: every shared tier (entries from before owed was recorded)
+    acked: bool  # some shared tier has it: it was acknowledged to the caller
+    fence: Fence | None
+    created_at: float
+    checkpoint: CheckpointRow | None = None
+    blobs: Sequence[BlobRow] = ()
+    writes: Sequence[WriteRow] = ()
+    upsert: bool = False
+    in_memory: bool = field(default=False)
+
+    def owes(self, tier: str) -> bool:
+        return self.owed is None or tier in self.owed
+
+
+def encode_fence(fence: Fence | None) -> str | None:
+    if fence is None:
+        return None
+    return f"{fence.tier}\x1f{fence.holder}\x1f{fence.token}\x1f{fence.ttl}\x1f{fence.thread_id}"
+
+
+def decode_fence(text: str | None) -> Fence | None:
+    if not text:
+        return None
+    tier, holder, token, ttl, thread_id = text.split("\x1f", 4)
+    return Fence(thread_id, holder, int(token), float(ttl), tier)
+
+
+@dataclass(frozen=True, slots=True)
+class Lag:
+    """How far the shared tiers are behind: records owed (per tier and in
+    all) and the age in seconds of the oldest one (0 when nothing is owed)."""
+
+    records: int
+    seconds: float
+    by_tier: dict[str, int]
+
+    @property
+    def caught_up(self) -> bool:
+        return self.records == 0
+
+
+class MemoryBacklog:
+    """Owed records kept in memory: a saver without a local tier, or whose
+    local disk refused a write. Thread-safe; shared by both faces."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: dict[int, JournalEntry] = {}
+        self._seq = itertools.count(1)
+
+    def owe_checkpoint(
+        self, row: CheckpointRow, blobs: Sequence[BlobRow], tiers: Sequence[str], *, acked: bool = True
+    ) -> None:
+        self._add(
+            JournalEntry(
+                0, "checkpoint", row.thread_id, row.checkpoint_ns, row.checkpoint_id, None, tuple(tiers), acked, None,
+                time.time(), checkpoint=row, blobs=blobs, in_memory=True,
+            )
+        )  # fmt: skip
+
+    def owe_writes(self, rows: Sequence[WriteRow], upsert: bool, tiers: Sequence[str]) -> None:
+        first = rows[0]
+        self._add(
+            JournalEntry(
+                0, "writes", first.thread_id, first.checkpoint_ns, first.checkpoint_id, first.task_id, tuple(tiers),
+                True, None, time.time(), writes=rows, upsert=upsert, in_memory=True,
+            )
+        )  # fmt: skip
+
+    def _add(self, entry: JournalEntry) -> None:
+        with self._lock:
+            entry.seq = next(self._seq)
+            self._entries[entry.seq] = entry
+
+    def pending(self) -> list[JournalEntry]:
+        with self._lock:
+            return [self._entries[k] for k in sorted(self._entries)]
+
+    def acked(self, seq: int, tiers: Sequence[str]) -> None:
+        with self._lock:
+            entry = self._entries.get(seq)
+            if entry is None:
+                return
+            entry.owed = tuple(t for t in entry.owed or () if t not in tiers)
+            if not entry.owed:
+                del self._entries[seq]
+
+    def drop(self, seq: int) -> None:
+        with self._lock:
+            self._entries.pop(seq, None)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+def lag_of(entries: Sequence[JournalEntry], shared: Sequence[str], now: float) -> Lag:
+    by_tier = {name: sum(1 for e in entries if e.owes(name)) for name in shared}
+    oldest = min((e.created_at for e in entries), default=now)
+    return Lag(records=len(entries), seconds=max(0.0, now - oldest), by_tier=by_tier)

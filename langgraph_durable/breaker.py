@@ -1,0 +1,144 @@
+"""Circuit breakers: when to stop calling a tier that is down, and when to
+try it again. Decisions only, no I/O.
+
+One `Breaker` per tier, shared by the saver's sync and async faces (and its
+replicator). A tier call that raises `TierUnavailable` (it could not connect,
+or did not answer within its timeout) opens the breaker: for a while every
+call to that tier is refused at once, without touching the network, so a
+dead or hung server costs one timeout, not one per write. When the backoff
+has passed, the breaker is *half-open*: exactly one call goes through as a
+probe; its success closes the breaker, its failure opens it again for twice
+as long (up to `BACKOFF_MAX_S`, with jitter so replicas do not probe in
+lockstep).
+
+Everything takes the time as an argument, so it is tested without servers
+and without sleeping (like `lease.py`).
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from dataclasses import dataclass
+from typing import Literal
+
+State = Literal["closed", "open", "half_open"]
+
+# The first pause after a failure, and the longest. A tier that blinked is
+# tried again within a second; one that stays down is probed every half minute.
+BACKOFF_FIRST_S = 0.5
+BACKOFF_MAX_S = 30.0
+# A probe that has not reported back after this long is taken as lost (its
+# caller was cancelled), and another call may probe.
+PROBE_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class BreakerStats:
+    """What `saver.health()` shows of one tier's breaker."""
+
+    state: State
+    failures: int  # consecutive failed calls (0 when closed)
+    last_latency_s: float | None  # of the last call that answered
+    last_error: str | None  # of the last call that did not
+    retry_in_s: float | None  # until the next probe may go (open only)
+
+
+class Breaker:
+    """The circuit breaker of one tier. Thread-safe."""
+
+    def __init__(
+        self,
+        tier: str,
+        *,
+        backoff_first: float = BACKOFF_FIRST_S,
+        backoff_max: float = BACKOFF_MAX_S,
+        probe_timeout: float = PROBE_TIMEOUT_S,
+        jitter: random.Random | None = None,
+    ) -> None:
+        self.tier = tier
+        self.backoff_first = backoff_first
+        self.backoff_max = backoff_max
+        self.probe_timeout = probe_timeout
+        self._random = jitter or random.Random()
+        self._lock = threading.Lock()
+        self._state: State = "closed"
+        self._failures = 0
+        self._retry_at = 0.0
+        self._probe_since: float | None = None
+        self._latency: float | None = None
+        self._error: str | None = None
+
+    @property
+    def state(self) -> State:
+        return self._state
+
+    def available(self, now: float) -> bool:
+        """Would a call be let through now? (Asking does not start a probe.)"""
+        with self._lock:
+            return self._state == "closed" or (self._state == "open" and now >= self._retry_at)
+
+    def allow(self, now: float) -> bool:
+        """May a call go to the tier now? In the half-open state only one
+        call (the probe) is let through until it reports."""
+        with self._lock:
+            if self._state == "closed":
+                return True
+            if self._state == "open":
+                if now < self._retry_at:
+                    return False
+                self._state = "half_open"
+                self._probe_since = now
+                return True
+            # half-open: a probe is out
+            if self._probe_since is not None and now - self._probe_since >= self.probe_timeout:
+                self._probe_since = now
+                return True
+            return False
+
+    def succeeded(self, now: float, latency: float) -> bool:
+        """A call answered. True if this closed the breaker (the tier is back)."""
+        with self._lock:
+            reopened = self._state != "closed"
+            self._state = "closed"
+            self._failures = 0
+            self._probe_since = None
+            self._latency = latency
+            return reopened
+
+    def failed(self, now: float, error: str) -> bool:
+        """A call could not reach the tier. True if this opened the breaker."""
+        with self._lock:
+            opened = self._state == "closed"
+            self._failures += 1
+            self._error = error
+            pause = min(self.backoff_max, self.backoff_first * 2 ** (self._failures - 1))
+            pause *= 0.8 + 0.4 * self._random.random()
+            self._state = "open"
+            self._retry_at = now + pause
+            self._probe_since = None
+            return opened
+
+    def stats(self, now: float) -> BreakerStats:
+        with self._lock:
+            return BreakerStats(
+                state=self._state,
+                failures=self._failures,
+                last_latency_s=self._latency,
+                last_error=self._error,
+                retry_in_s=max(0.0, self._retry_at - now) if self._state == "open" else None,
+            )
+
+
+class Breakers:
+    """The breakers of one saver's tiers, by tier name, made on first use."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_name: dict[str, Breaker] = {}
+
+    def __getitem__(self, name: str) -> Breaker:
+        with self._lock:
+            if name not in self._by_name:
+                self._by_name[name] = Breaker(name)
+            return self._by_name[name]

@@ -1,0 +1,121 @@
+"""A tier behind its circuit breaker (`breaker.py`) and a timeout.
+
+`AsyncGuardedTier` stands in for a tier everywhere the chain and its rooms
+use one. Each call first asks the tier's breaker: while the tier is known to
+be down the call raises `TierUnavailable` at once, without touching the
+network; otherwise it goes through (the async face bounded by the call
+timeout; the sync drivers bound themselves with their socket timeouts), and
+its outcome is reported to the breaker. Only `TierUnavailable` counts as a
+failure: a refused lease, a constraint or a bug says nothing about whether
+the tier is reachable.
+
+A tier that was down when the saver started is set up (schema, key check)
+by the first call that reaches it, before that call runs.
+
+This is the async source; ``guard.py`` is generated from it by
+``python -m langgraph_durable._codegen``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from .breaker import Breaker
+from .concurrency import awith_timeout
+from .errors import TierUnavailable
+
+logger = logging.getLogger("langgraph_durable")
+
+# Calls that walk a whole thread or every thread (verify, repair, prune,
+# schema migrations) may take long on a healthy tier: no call timeout.
+_UNTIMED = frozenset(
+    {"setup", "thread_ids", "thread_records", "list_quarantine", "prune", "delete_thread", "delete_for_runs"}
+)
+# Not calls to the tier.
+_PASSTHROUGH = frozenset({"close", "name"})
+
+
+class AsyncGuardedTier:
+    """`tier`, called through `breaker`. `admit(tier)` runs before the first
+    call that reaches a tier not yet set up (its setup failed: it was down)."""
+
+    def __init__(
+        self,
+        tier: Any,
+        breaker: Breaker,
+        *,
+        timeout: float | None,
+        admit: Callable[[Any], Any] | None = None,
+    ) -> None:
+        self.tier = tier
+        self.name: str = tier.name
+        self.breaker = breaker
+        self.timeout = timeout
+        self.admit = admit
+        self.admitted = admit is None
+
+    def __getattr__(self, method: str) -> Any:
+        fn = getattr(self.tier, method)
+        if method in _PASSTHROUGH or not callable(fn):
+            return fn
+        timeout = None if method in _UNTIMED else self.timeout
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            return await self.call(method, lambda: fn(*args, **kwargs), timeout)
+
+        return call
+
+    async def call(self, what: str, run: Callable[[], Any], timeout: float | None) -> Any:
+        breaker = self.breaker
+        if not breaker.allow(time.monotonic()):
+            stats = breaker.stats(time.monotonic())
+            raise TierUnavailable(
+                f"{self.name} tier skipped: it is down ({stats.last_error}); next try in {stats.retry_in_s or 0:.1f} s",
+                tier=self.name,
+            )
+        started = time.monotonic()
+        try:
+            if not self.admitted and self.admit is not None and what != "setup":
+                await self.admit(self.tier)
+                self.admitted = True
+            result = await awith_timeout(run, timeout)
+        except TierUnavailable as exc:
+            self._failed(str(exc))
+            raise
+        except TimeoutError as exc:
+            self._failed(f"no answer to {what} within {timeout} s")
+            raise TierUnavailable(
+                f"{self.name} tier did not answer {what} within {timeout} s; it is skipped for now",
+                tier=self.name,
+            ) from exc
+        now = time.monotonic()
+        if breaker.succeeded(now, now - started):
+            logger.warning("%s tier is reachable again", self.name)
+        return result
+
+    async def probe(self, run: Callable[[], Any]) -> Any:
+        """Call the tier whatever its breaker says (`saver.health()`), and let
+        the breaker learn the outcome: a tier that answers is closed again."""
+        started = time.monotonic()
+        try:
+            result = await awith_timeout(run, self.timeout)
+        except TierUnavailable as exc:
+            self._failed(str(exc))
+            raise
+        except TimeoutError as exc:
+            self._failed(f"no answer within {self.timeout} s")
+            raise TierUnavailable(f"{self.name} tier did not answer within {self.timeout} s", tier=self.name) from exc
+        now = time.monotonic()
+        if self.breaker.succeeded(now, now - started):
+            logger.warning("%s tier is reachable again", self.name)
+        return result
+
+    def _failed(self, error: str) -> None:
+        if self.breaker.failed(time.monotonic(), error):
+            logger.warning("%s tier is down (%s): skipped, and caught up when it is back", self.name, error)
+
+    async def close(self) -> None:
+        await self.tier.close()

@@ -1,0 +1,34 @@
+"""What `saver.health()` reports: each tier's reachability, latency,
+breaker state and backlog. ``langgraph-durable doctor`` prints it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .backlog import Lag
+from .breaker import BreakerStats
+
+
+@dataclass(frozen=True, slots=True)
+class TierHealth:
+    """One tier, as `saver.health()` reports it."""
+
+    name: str
+    reachable: bool
+    latency_ms: float | None  # of the probe just made (None if it failed)
+    breaker: BreakerStats
+    owed: int  # records this tier has not acknowledged yet (0 for the local tier)
+    error: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Health:
+    """Every tier's health, and what the shared tiers are owed (`Lag`)."""
+
+    tiers: list[TierHealth]
+    lag: Lag
+    local_write_failures: int  # local writes that failed (disk full, unwritable) since start
+
+    @property
+    def ok(self) -> bool:
+        return all(t.reachable for t in self.tiers)

@@ -1,0 +1,103 @@
+"""The replicator: a background thread that catches the shared tiers up.
+
+Whatever a shared tier is owed (`backlog.py`: it was down, or the saver
+writes behind) is shipped by `journal_async.AsyncJournal.catch_up`. This
+thread runs it whenever a write leaves something owed (`kick`), and every
+`interval` seconds while anything is still owed, so a tier that comes back
+is caught up within a backoff of its breaker. It uses the saver's sync face,
+whichever face wrote: one thread, no event loop to outlive.
+
+`drain` is the same work done in the caller's thread against a deadline:
+``close()`` uses it, and so does the SIGTERM handler (`shutdown.py`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from .backlog import Lag
+
+logger = logging.getLogger("langgraph_durable")
+
+# How often a pass runs while something is owed (a tier that is down costs
+# nothing then: its breaker refuses at once).
+DEFAULT_INTERVAL_S = 0.5
+
+
+class Replicator:
+    """Runs `catch_up` in the background while `lag` says something is owed."""
+
+    def __init__(
+        self,
+        catch_up: Callable[[], int],
+        lag: Callable[[], Lag],
+        *,
+        interval: float = DEFAULT_INTERVAL_S,
+    ) -> None:
+        self._catch_up = catch_up
+        self._lag = lag
+        self.interval = interval
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._start_lock = threading.Lock()
+        # One pass at a time, background or drain.
+        self._pass_lock = threading.Lock()
+        self.passes = 0
+
+    def kick(self) -> None:
+        """Something is owed: run a pass soon (starting the thread if needed)."""
+        if self._stopping.is_set():
+            return
+        if self._thread is None:
+            with self._start_lock:
+                if self._thread is None and not self._stopping.is_set():
+                    self._thread = threading.Thread(target=self._run, name="langgraph-durable-replicator", daemon=True)
+                    self._thread.start()
+        self._wake.set()
+
+    def _run(self) -> None:
+        owed = True
+        while not self._stopping.is_set():
+            self._wake.wait(self.interval if owed else None)
+            self._wake.clear()
+            if self._stopping.is_set():
+                return
+            try:
+                self._pass()
+                owed = not self._lag().caught_up
+            except Exception as exc:  # keep running: the next pass retries
+                logger.warning("replicator pass failed: %s", exc)
+                owed = True
+
+    def _pass(self) -> int:
+        with self._pass_lock:
+            self.passes += 1
+            return self._catch_up()
+
+    def drain(self, timeout: float | None) -> Lag:
+        """Ship what is owed until nothing is or `timeout` seconds passed
+        (None: one pass); returns what is still owed."""
+        deadline = time.monotonic() + (timeout or 0.0)
+        while True:
+            try:
+                self._pass()
+            except Exception as exc:
+                logger.warning("drain pass failed: %s", exc)
+            lag = self._lag()
+            if lag.caught_up or time.monotonic() >= deadline:
+                return lag
+            time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
+
+    def stop(self) -> None:
+        """Stop the thread (a later `kick` starts a new one)."""
+        with self._start_lock:
+            self._stopping.set()
+            self._wake.set()
+            thread, self._thread = self._thread, None
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=5)
+        self._stopping.clear()
