@@ -8,6 +8,10 @@ Savers (each measured through both ``graph.invoke`` and ``graph.ainvoke``):
 * stock ``PostgresSaver`` (sync) / ``AsyncPostgresSaver`` (async)
 * ``DurableSaver`` as sqlite, sqlite+redis, sqlite+postgres, redis+postgres,
   sqlite+redis+postgres and postgres
+* a write-mode section: ``DurableSaver`` as sqlite+redis+postgres and
+  sqlite+postgres with each of ``write="shared"``, ``"all"`` and ``"local"``
+  (write-behind), with what ``lag()`` owed after the measured loops and how
+  long ``drain()`` took to ship it
 
 Workload: a compiled ``StateGraph`` whose ``messages`` channel
 (``Annotated[list, operator.add]``) grows by one ~200-byte message per
@@ -82,6 +86,7 @@ class Config:
     kind: str  # "memory" | "stock_sqlite" | "stock_postgres" | "durable"
     tiers: tuple[str, ...] = ()
     stock: str | None = None  # key of the stock config to compare against
+    write: str | None = None  # DurableSaver(write=...); None = not passed (the default, "shared")
 
     def label(self, mode: str) -> str:
         if self.kind == "memory":
@@ -90,7 +95,11 @@ class Config:
             return "SqliteSaver" if mode == "sync" else "AsyncSqliteSaver"
         if self.kind == "stock_postgres":
             return "PostgresSaver" if mode == "sync" else "AsyncPostgresSaver"
-        return "Durable " + "+".join(self.tiers)
+        return "Durable " + "+".join(self.tiers) + (f" write={self.write}" if self.write else "")
+
+    @property
+    def shared_tiers(self) -> tuple[str, ...]:
+        return tuple(t for t in self.tiers if t != "sqlite")
 
     @property
     def needs(self) -> set[str]:
@@ -110,10 +119,37 @@ CONFIGS: list[Config] = [
     Config("d_srp", "durable", ("sqlite", "redis", "postgres"), stock="pg_stock"),
     Config("d_p", "durable", ("postgres",), stock="pg_stock"),
 ]
-CONFIG_BY_KEY = {c.key: c for c in CONFIGS}
+# The write-mode section: the same tiers with write= passed explicitly, run
+# back to back after the configurations above. "shared" is the default, so
+# "w_srp_shared" measures the same saver as "d_srp" a little later in the run.
+WRITE_MODES = ("shared", "all", "local")
+WRITE_TIERS = {"srp": ("sqlite", "redis", "postgres"), "sp": ("sqlite", "postgres")}
+WRITE_CONFIGS: list[Config] = [
+    Config(f"w_{short}_{w}", "durable", tiers, stock="pg_stock", write=w)
+    for short, tiers in WRITE_TIERS.items()
+    for w in WRITE_MODES
+]
+ALL_CONFIGS = CONFIGS + WRITE_CONFIGS
+CONFIG_BY_KEY = {c.key: c for c in ALL_CONFIGS}
+# Longest drain() the write-mode rows wait for after a measured loop; what is
+# still owed then is reported.
+DRAIN_TIMEOUT_S = 60.0
 
 
 # -- results --------------------------------------------------------------------------
+
+
+@dataclass
+class Backlog:
+    """What the shared tiers were owed after a measured loop, and the drain that shipped it."""
+
+    written: int  # put/put_writes calls in the loop: an upper bound on the journal entries it made
+    records: int  # lag() before drain: entries owed
+    seconds: float  # lag() before drain: age of the oldest owed entry
+    by_tier: dict[str, int]
+    drain_s: float  # wall time of drain(DRAIN_TIMEOUT_S)
+    left: int  # lag().records after the drain (0 = caught up)
+    loop_s: float  # wall time of the loop itself
 
 
 @dataclass
@@ -132,6 +168,8 @@ class Result:
     peak_bytes: int | None = None
     puts_per_invoke: float | None = None
     problems: list[str] = field(default_factory=list)
+    after_invoke: Backlog | None = None  # write-mode rows only
+    after_replay: Backlog | None = None
     error: str | None = None  # full traceback if the session crashed
     skipped: str | None = None
     elapsed_s: float = 0.0
@@ -393,7 +431,15 @@ def durable_kwargs(config: Config, st: Storage) -> dict[str, Any]:
         kw["redis_key_prefix"] = st.redis_prefix
     if "postgres" in config.tiers:
         kw["postgres"] = st.postgres_url
+    if config.write is not None:
+        kw["write"] = config.write
     return kw
+
+
+def shared_only(config: Config, tier: str) -> Config:
+    """A DurableSaver config reading one shared tier alone (no local file):
+    what survives if the container and its disk vanish."""
+    return Config(config.key, "durable", (tier,))
 
 
 def need(value: str | None) -> str:
@@ -579,6 +625,65 @@ def add_problems(res: Result, issues: list[str]) -> None:
             res.problems.append(issue)
 
 
+def backlog_problems(left: Any, what: str) -> list[str]:
+    if left.records:
+        return [f"{what}: drain({DRAIN_TIMEOUT_S:.0f}) left {left.records} record(s) owed {left.by_tier}"]
+    return []
+
+
+def settle_sync(
+    saver: Any,
+    config: Config,
+    st: Storage,
+    params: Params,
+    res: Result,
+    tid: str,
+    written: int,
+    work_s: float,
+    what: str,
+) -> Backlog:
+    """Write-mode rows, after a measured loop: what lag() owes, the drain
+    that ships it, and a read of the loop's last thread from each shared
+    tier alone (no local file), which is what survives losing the disk."""
+    from langgraph_durable import DurableSaver
+
+    before = saver.lag()
+    t0 = time.perf_counter()
+    left = saver.drain(DRAIN_TIMEOUT_S)
+    drain_s = time.perf_counter() - t0
+    add_problems(res, backlog_problems(left, what))
+    c = {"configurable": {"thread_id": tid, "checkpoint_ns": ""}}
+    for tier in config.shared_tiers:
+        with DurableSaver(**durable_kwargs(shared_only(config, tier), st)) as alone:
+            add_problems(res, check_tuple(alone.get_tuple(c), params, f"{tier} alone after drain ({what})"))
+    return Backlog(written, before.records, before.seconds, dict(before.by_tier), drain_s, left.records, work_s)
+
+
+async def settle_async(
+    saver: Any,
+    config: Config,
+    st: Storage,
+    params: Params,
+    res: Result,
+    tid: str,
+    written: int,
+    work_s: float,
+    what: str,
+) -> Backlog:
+    from langgraph_durable import DurableSaver
+
+    before = await saver.alag()
+    t0 = time.perf_counter()
+    left = await saver.adrain(DRAIN_TIMEOUT_S)
+    drain_s = time.perf_counter() - t0
+    add_problems(res, backlog_problems(left, what))
+    c = {"configurable": {"thread_id": tid, "checkpoint_ns": ""}}
+    for tier in config.shared_tiers:
+        async with DurableSaver(**durable_kwargs(shared_only(config, tier), st)) as alone:
+            add_problems(res, check_tuple(await alone.aget_tuple(c), params, f"{tier} alone after drain ({what})"))
+    return Backlog(written, before.records, before.seconds, dict(before.by_tier), drain_s, left.records, work_s)
+
+
 def run_sync(config: Config, st: Storage, params: Params, res: Result, shared_memory: dict[str, Any]) -> None:
     tag = f"{config.key}-sync"
     with open_sync(config, st, shared_memory) as saver:
@@ -590,6 +695,9 @@ def run_sync(config: Config, st: Storage, params: Params, res: Result, shared_me
 
         for i in range(params.warmup):
             add_problems(res, check_output(invoke(f"{tag}-warm-{i}"), params, "warm-up invoke"))
+        if config.write is not None:
+            # untimed: the loop starts owing nothing (and the replicator's sync face is set up)
+            add_problems(res, backlog_problems(saver.drain(DRAIN_TIMEOUT_S), "warm-up"))
         reset()
         gc.collect()
         tids = [f"{tag}-{i}" for i in range(params.threads)]
@@ -601,7 +709,24 @@ def run_sync(config: Config, st: Storage, params: Params, res: Result, shared_me
             add_problems(res, check_output(out, params, "invoke"))
         res.puts_per_invoke = len(res.put_s) / len(tids)
         res.capture_tid = None
+        if config.write is not None:
+            written = len(res.put_s) + len(res.writes_s)
+            res.after_invoke = settle_sync(
+                saver, config, st, params, res, tids[-1], written, sum(res.invoke_s), "invoke loop"
+            )
         replay_sync(saver, res, params, tag)
+        if config.write is not None:
+            res.after_replay = settle_sync(
+                saver,
+                config,
+                st,
+                params,
+                res,
+                f"{tag}-replay-{params.replays - 1}",
+                len(res.captured) * params.replays,
+                sum(res.iso_put_s) + sum(res.iso_writes_s),
+                "put replay",
+            )
         last = {"configurable": {"thread_id": f"{tag}-replay-{params.replays - 1}", "checkpoint_ns": ""}}
         add_problems(res, check_tuple(saver.get_tuple(last), params, "get_tuple after put replay"))
 
@@ -649,6 +774,8 @@ async def run_async(config: Config, st: Storage, params: Params, res: Result, sh
 
         for i in range(params.warmup):
             add_problems(res, check_output(await invoke(f"{tag}-warm-{i}"), params, "warm-up ainvoke"))
+        if config.write is not None:
+            add_problems(res, backlog_problems(await saver.adrain(DRAIN_TIMEOUT_S), "warm-up"))
         reset()
         gc.collect()
         tids = [f"{tag}-{i}" for i in range(params.threads)]
@@ -660,7 +787,24 @@ async def run_async(config: Config, st: Storage, params: Params, res: Result, sh
             add_problems(res, check_output(out, params, "ainvoke"))
         res.puts_per_invoke = len(res.put_s) / len(tids)
         res.capture_tid = None
+        if config.write is not None:
+            written = len(res.put_s) + len(res.writes_s)
+            res.after_invoke = await settle_async(
+                saver, config, st, params, res, tids[-1], written, sum(res.invoke_s), "invoke loop"
+            )
         await replay_async(saver, res, params, tag)
+        if config.write is not None:
+            res.after_replay = await settle_async(
+                saver,
+                config,
+                st,
+                params,
+                res,
+                f"{tag}-replay-{params.replays - 1}",
+                len(res.captured) * params.replays,
+                sum(res.iso_put_s) + sum(res.iso_writes_s),
+                "put replay",
+            )
         last = {"configurable": {"thread_id": f"{tag}-replay-{params.replays - 1}", "checkpoint_ns": ""}}
         add_problems(res, check_tuple(await saver.aget_tuple(last), params, "aget_tuple after put replay"))
 
@@ -801,7 +945,133 @@ def render(results: list[Result], params: Params) -> str:
         lambda r: by.get((r.config.stock, r.mode)) if r.config.stock else None,
         ref_col=True,
     )
+    if any(r.config.write is not None for r in results):
+        lines.extend(render_write_modes(by))
     return "\n".join(lines)
+
+
+def per_unit(r: Result | None, loop: str) -> tuple[float | None, int]:
+    """Mean seconds per invoke (invoke loop) or per put/put_writes call (put replay), and the unit count."""
+    if r is None or r.skipped or r.error:
+        return None, 0
+    if loop == "invoke loop":
+        n = len(r.invoke_s)
+        return (sum(r.invoke_s) / n if n else None), n
+    n = len(r.iso_put_s) + len(r.iso_writes_s)
+    return ((sum(r.iso_put_s) + sum(r.iso_writes_s)) / n if n else None), n
+
+
+def render_write_modes(by: dict[tuple[str, str], Result]) -> list[str]:
+    """The write-mode section: its own tables, so the rows above keep their shape."""
+    lines = [
+        "## Write modes (`write=`)",
+        "",
+        "`DurableSaver` with `write=` passed explicitly, run after every row above. `shared` is the default, so "
+        "`Durable sqlite+redis+postgres write=shared` is the same saver as `Durable sqlite+redis+postgres` above, "
+        "measured later in the run: the gap between those two rows is this run's noise. With `write=local` a `put` "
+        "returns once the local journal committed (fsynced) and a background thread ships to the shared tiers, so "
+        "the last table shows what `lag()` owed after each measured loop and how long `drain()` took to ship it.",
+        "",
+    ]
+    modes = [m for m in MODES if any((c.key, m) in by for c in WRITE_CONFIGS)]
+
+    def ok(r: Result | None) -> bool:
+        return r is not None and not (r.skipped or r.error)
+
+    lines.append("### Write modes: absolute figures (median)")
+    lines.append("")
+    head = ["saver", "mode"] + [f"{m[0]} ({m[1]})" for m in METRICS] + ["puts/invoke", "check"]
+    lines.append("| " + " | ".join(head) + " |")
+    lines.append("|" + "|".join(["---", "---"] + ["---:"] * (len(METRICS) + 1) + ["---"]) + "|")
+    for mode in modes:
+        for key in ["pg_stock", "d_srp"] + [c.key for c in WRITE_CONFIGS]:
+            r = by.get((key, mode))
+            if r is None:
+                continue
+            cells = [r.label + (" (row above)" if key in ("pg_stock", "d_srp") else ""), mode]
+            for _, _, get, scale, fmt in METRICS:
+                v = get(r) if ok(r) else None
+                cells.append("-" if v is None else fmt.format(v * scale))
+            cells.append("-" if r.puts_per_invoke is None else f"{r.puts_per_invoke:.1f}")
+            cells.append(status(r))
+            lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+
+    lines.append("### Write modes: ratio to PostgresSaver / AsyncPostgresSaver, same mode and same run")
+    lines.append("")
+    lines.append("| saver | mode | vs | " + " | ".join(m[0] for m in METRICS) + " |")
+    lines.append("|" + "|".join(["---", "---", "---"] + ["---:"] * len(METRICS)) + "|")
+    for mode in modes:
+        ref = by.get(("pg_stock", mode))
+        for c in WRITE_CONFIGS:
+            r = by.get((c.key, mode))
+            if r is None or ref is None:
+                continue
+            good = ok(r) and ok(ref)
+            cells = [r.label, mode, ref.label] + [fmt_ratio(g(r), g(ref)) if good else "-" for _, _, g, _, _ in METRICS]
+            lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+
+    lines.append("### Write modes: ratio to write=shared on the same tiers, same mode and same run")
+    lines.append("")
+    lines.append("| saver | mode | " + " | ".join(m[0] for m in METRICS) + " |")
+    lines.append("|" + "|".join(["---", "---"] + ["---:"] * len(METRICS)) + "|")
+    for mode in modes:
+        for c in WRITE_CONFIGS:
+            if c.write == "shared":
+                continue
+            r = by.get((c.key, mode))
+            ref = by.get((c.key.rsplit("_", 1)[0] + "_shared", mode))
+            if r is None or ref is None:
+                continue
+            good = ok(r) and ok(ref)
+            cells = [r.label + " / write=shared", mode]
+            cells += [fmt_ratio(g(r), g(ref)) if good else "-" for _, _, g, _, _ in METRICS]
+            lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+
+    lines.append("### Write modes: what `lag()` owed after each measured loop, and the `drain()` that shipped it")
+    lines.append("")
+    lines.append(
+        "`calls`: `put`/`put_writes` calls in the loop (each is at most one journal entry). `owed`: "
+        "`lag().records` just before the drain (entries not yet in every shared tier), with `lag().seconds`, the "
+        "age of the oldest. `drain`: wall time of "
+        f"`drain({DRAIN_TIMEOUT_S:.0f})` / `adrain({DRAIN_TIMEOUT_S:.0f})`. `left`: still owed after it. "
+        "`per unit`: mean wall time per invoke (invoke loop) or per call (put replay) without, then with, the "
+        "drain's time spread over the loop; the last column divides the latter by the stock Postgres saver's "
+        "mean for the same unit (its put and put_writes never owe anything)."
+    )
+    lines.append("")
+    head = [
+        "saver", "mode", "loop", "calls", "owed", "owed by tier", "oldest owed (s)", "drain (ms)", "left",
+        "per unit (ms)", "per unit incl. drain (ms)", "incl. drain vs stock Postgres",
+    ]  # fmt: skip
+    lines.append("| " + " | ".join(head) + " |")
+    lines.append("|" + "|".join(["---", "---", "---"] + ["---:"] * 2 + ["---"] + ["---:"] * 6) + "|")
+    for mode in modes:
+        ref = by.get(("pg_stock", mode))
+        for c in WRITE_CONFIGS:
+            r = by.get((c.key, mode))
+            if r is None:
+                continue
+            for loop, b in (("invoke loop", r.after_invoke), ("put replay", r.after_replay)):
+                if b is None:
+                    lines.append(f"| {r.label} | {mode} | {loop} | - | - | - | - | - | - | - | - | - |")
+                    continue
+                unit, n = per_unit(r, loop)
+                with_drain = (b.loop_s + b.drain_s) / n if n else None
+                ref_unit, _ = per_unit(ref, loop)
+                by_tier = ", ".join(f"{k} {v}" for k, v in b.by_tier.items()) or "-"
+                cells = [
+                    r.label, mode, loop, str(b.written), str(b.records), by_tier, f"{b.seconds:.3f}",
+                    f"{b.drain_s * 1e3:.1f}", str(b.left),
+                    "-" if unit is None else f"{unit * 1e3:.3f}",
+                    "-" if with_drain is None else f"{with_drain * 1e3:.3f}",
+                    fmt_ratio(with_drain, ref_unit),
+                ]  # fmt: skip
+                lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+    return lines
 
 
 def problems_text(results: list[Result], cleanup_notes: list[str]) -> str:
@@ -873,7 +1143,13 @@ def cpu_model() -> str:
 
 
 def header(
-    args: argparse.Namespace, params: Params, res_env: Resources, started: dt.datetime, wall: float, code_state: str
+    args: argparse.Namespace,
+    params: Params,
+    res_env: Resources,
+    started: dt.datetime,
+    wall: float,
+    code_state: str,
+    load: tuple[float, float],
 ) -> str:
     cmd = "python benchmarks/bench_savers.py" + "".join(" " + shlex.quote(a) for a in sys.argv[1:])
     vers = ", ".join(f"{k} {v}" for k, v in versions().items())
@@ -885,7 +1161,8 @@ def header(
             f"- Date: {started.strftime('%Y-%m-%d %H:%M:%S %Z')} (run took {wall:.0f} s)",
             f"- Command: `{cmd}`" + (" (quick mode)" if args.quick else ""),
             f"- Machine: {os.cpu_count()} CPUs (nproc {len(os.sched_getaffinity(0))}), {cpu_model()}, "
-            f"{platform.system()} {platform.release()}",
+            f"{platform.system()} {platform.release()}; 1-minute load average {load[0]:.2f} at start, "
+            f"{load[1]:.2f} at end",
             f"- Python: {platform.python_implementation()} {platform.python_version()}",
             f"- Code measured: langgraph_durable at git {code_state} (at start of run)",
             f"- Packages: {vers}",
@@ -898,6 +1175,9 @@ def header(
             f"calls timed inside the running graph, where they overlap the next step); "
             f"peak memory from a separate tracemalloc pass over "
             f"{params.mem_threads} invokes; durability=`{params.durability}`.",
+            "- Write-mode rows: each measured loop (the timed invokes, then the put replay) starts owing "
+            f"nothing (an untimed `drain` after the warm-up) and ends with `lag()` and a timed "
+            f"`drain({DRAIN_TIMEOUT_S:.0f})`, outside the invoke/put figures.",
             "- Figures are medians; they are measurements, not pass/fail thresholds. "
             "See benchmarks/README.md for how to read them.",
         ]
@@ -931,7 +1211,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument(
         "--only",
-        help="comma-separated config keys to run (InMemorySaver always runs): " + ",".join(c.key for c in CONFIGS),
+        help="comma-separated config keys to run (InMemorySaver always runs): " + ",".join(c.key for c in ALL_CONFIGS),
     )
     p.add_argument("--modes", default="sync,async", help="sync, async or sync,async (default)")
     p.add_argument(
@@ -955,14 +1235,14 @@ def main(argv: list[str] | None = None) -> int:
         replays=args.replays or (3 if q else 15),
     )
     modes = [m for m in MODES if m in args.modes.split(",")]
-    configs = CONFIGS
+    configs = ALL_CONFIGS
     if args.only:
         keep = {"mem", *args.only.split(",")}
         unknown = keep - set(CONFIG_BY_KEY)
         if unknown:
             print(f"unknown config key(s): {sorted(unknown)}", file=sys.stderr)
             return 2
-        configs = [c for c in CONFIGS if c.key in keep]
+        configs = [c for c in ALL_CONFIGS if c.key in keep]
 
     # SIGTERM -> SystemExit so the finally below still drops databases and keys
     def on_term(signum: int, frame: Any) -> None:
@@ -971,6 +1251,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_term)
 
     started = dt.datetime.now(dt.UTC)
+    load_start = os.getloadavg()[0]
     code_state = git_state()
     t_run = time.perf_counter()
     run_id = uuid.uuid4().hex[:10]
@@ -993,7 +1274,7 @@ def main(argv: list[str] | None = None) -> int:
                 results.append(r)
                 inv = median(r.invoke_s)
                 msg = f"{inv * 1e3:8.2f} ms/invoke" if inv is not None else " " * 17
-                print(f"  {mode:5s} {r.label:32s} {msg}  {status(r):12s} ({r.elapsed_s:.1f} s)", flush=True)
+                print(f"  {mode:5s} {r.label:44s} {msg}  {status(r):12s} ({r.elapsed_s:.1f} s)", flush=True)
     finally:
         cleanup_notes = res_env.cleanup()
     wall = time.perf_counter() - t_run
@@ -1006,7 +1287,8 @@ def main(argv: list[str] | None = None) -> int:
         print("### Problems\n")
         print(probs)
     if not args.no_write:
-        doc = header(args, params, res_env, started, wall, code_state) + "\n\n" + table
+        load = (load_start, os.getloadavg()[0])
+        doc = header(args, params, res_env, started, wall, code_state, load) + "\n\n" + table
         doc += "\n### Problems\n\n" + (probs or "None: every check passed and cleanup succeeded.") + "\n"
         Path(args.output).write_text(doc)
         print(f"\nwrote {args.output}")

@@ -13,6 +13,7 @@ This file is the async source. ``chain.py`` is generated from it by
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import logging
@@ -35,7 +36,7 @@ from .codec import DEFAULT_MAX_ID_BYTES, RecordCodec, check_key_part, thread_id_
 from .concurrency import Lock, run_all
 from .errors import ConfigError, DurableError, TierUnavailable
 from .guard import GuardedTier
-from .health import Health, TierHealth
+from .health import Counters, Health, TierHealth
 from .integrity import (
     Incident,
     IntegrityPolicy,
@@ -82,6 +83,7 @@ class TierChain:
         call_timeout: float | None = DEFAULT_CALL_TIMEOUT_S,
         memory: MemoryBacklog | None = None,
         kick: Callable[[], None] | None = None,
+        counters: Counters | None = None,
     ) -> None:
         if local is None and not shared:
             raise ConfigError("at least one tier is needed: pass sqlite=, redis= or postgres=.")
@@ -104,8 +106,7 @@ class TierChain:
         self.memory = memory or MemoryBacklog()
         self.journal = Journal(self.local, self.shared, codec, self.memory)
         self.kick = kick or (lambda: None)
-        # Local writes that failed (disk full, file unwritable) since start.
-        self.local_failures = 0
+        self.counters = counters or Counters()
         self.reads = TierReader(self.tiers, codec, self.policy)
         self.maintenance = Maintenance(self.tiers, codec, self.reads)
         self._views: dict[int, TierChain] = {}
@@ -372,7 +373,12 @@ class TierChain:
                     self._local().journal_acked(seq, [t.name for t in took], everyone=self.journal.names)
             raise failed[0][1]
         if seq is not None:
-            self._local().journal_acked(seq, [t.name for t in took if t in rest], everyone=self.journal.names)
+            try:
+                self._local().journal_acked(seq, [t.name for t in took if t in rest], everyone=self.journal.names)
+            except TierUnavailable as exc:
+                # The entry stays owed: the tiers that have the record get it
+                # again later, which changes nothing (records are immutable).
+                self._local_failed(exc, "its journal entry is shipped again later")
         elif failed:
             owe([t.name for t, _ in failed])
         if failed:
@@ -388,7 +394,7 @@ class TierChain:
                 logger.error("could not withdraw a failed checkpoint from %s: %s", tier.name, exc)
 
     def _local_failed(self, exc: TierUnavailable, then: str) -> None:
-        self.local_failures += 1
+        self.counters.local_write_failed()
         logger.error("local tier write failed (%s): %s", exc, then)
 
     # -- outages: catch-up and health ----------------------------------------------------
@@ -408,6 +414,8 @@ class TierChain:
 
     def health(self) -> Health:
         """Probe every tier now (its breaker learns the outcome)."""
+        with contextlib.suppress(TierUnavailable):  # each tier's probe below says which
+            self.ensure_setup()
         lag = self.lag()
         report = []
         for tier in self.tiers:
@@ -429,7 +437,7 @@ class TierChain:
                     error=error,
                 )
             )
-        return Health(tiers=report, lag=lag, local_write_failures=self.local_failures)
+        return Health(tiers=report, lag=lag, local_write_failures=self.counters.local_write_failures)
 
     # -- reads ----------------------------------------------------------------------
 

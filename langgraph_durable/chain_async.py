@@ -11,6 +11,7 @@ This file is the async source. ``chain.py`` is generated from it by
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import logging
@@ -33,7 +34,7 @@ from .codec import DEFAULT_MAX_ID_BYTES, RecordCodec, check_key_part, thread_id_
 from .concurrency import ALock, arun_all
 from .errors import ConfigError, DurableError, TierUnavailable
 from .guard_async import AsyncGuardedTier
-from .health import Health, TierHealth
+from .health import Counters, Health, TierHealth
 from .integrity import (
     Incident,
     IntegrityPolicy,
@@ -80,6 +81,7 @@ class AsyncTierChain:
         call_timeout: float | None = DEFAULT_CALL_TIMEOUT_S,
         memory: MemoryBacklog | None = None,
         kick: Callable[[], None] | None = None,
+        counters: Counters | None = None,
     ) -> None:
         if local is None and not shared:
             raise ConfigError("at least one tier is needed: pass sqlite=, redis= or postgres=.")
@@ -102,8 +104,7 @@ class AsyncTierChain:
         self.memory = memory or MemoryBacklog()
         self.journal = AsyncJournal(self.local, self.shared, codec, self.memory)
         self.kick = kick or (lambda: None)
-        # Local writes that failed (disk full, file unwritable) since start.
-        self.local_failures = 0
+        self.counters = counters or Counters()
         self.reads = AsyncTierReader(self.tiers, codec, self.policy)
         self.maintenance = AsyncMaintenance(self.tiers, codec, self.reads)
         self._views: dict[int, AsyncTierChain] = {}
@@ -370,7 +371,12 @@ class AsyncTierChain:
                     await self._local().journal_acked(seq, [t.name for t in took], everyone=self.journal.names)
             raise failed[0][1]
         if seq is not None:
-            await self._local().journal_acked(seq, [t.name for t in took if t in rest], everyone=self.journal.names)
+            try:
+                await self._local().journal_acked(seq, [t.name for t in took if t in rest], everyone=self.journal.names)
+            except TierUnavailable as exc:
+                # The entry stays owed: the tiers that have the record get it
+                # again later, which changes nothing (records are immutable).
+                self._local_failed(exc, "its journal entry is shipped again later")
         elif failed:
             owe([t.name for t, _ in failed])
         if failed:
@@ -386,7 +392,7 @@ class AsyncTierChain:
                 logger.error("could not withdraw a failed checkpoint from %s: %s", tier.name, exc)
 
     def _local_failed(self, exc: TierUnavailable, then: str) -> None:
-        self.local_failures += 1
+        self.counters.local_write_failed()
         logger.error("local tier write failed (%s): %s", exc, then)
 
     # -- outages: catch-up and health ----------------------------------------------------
@@ -406,6 +412,8 @@ class AsyncTierChain:
 
     async def health(self) -> Health:
         """Probe every tier now (its breaker learns the outcome)."""
+        with contextlib.suppress(TierUnavailable):  # each tier's probe below says which
+            await self.ensure_setup()
         lag = await self.lag()
         report = []
         for tier in self.tiers:
@@ -427,7 +435,7 @@ class AsyncTierChain:
                     error=error,
                 )
             )
-        return Health(tiers=report, lag=lag, local_write_failures=self.local_failures)
+        return Health(tiers=report, lag=lag, local_write_failures=self.counters.local_write_failures)
 
     # -- reads ----------------------------------------------------------------------
 

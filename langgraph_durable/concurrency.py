@@ -8,7 +8,9 @@ order, so the caller decides what a partial failure means.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
+import queue
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -87,3 +89,34 @@ async def awith_timeout(call: Callable[[], Awaitable[T]], seconds: float | None)
 
 def with_timeout(call: Callable[[], T], seconds: float | None) -> T:
     return call()
+
+
+# Work handed over from inside the garbage collector (a run's end seen by a
+# weakref callback, lease.py). Such a callback may interrupt any code of its
+# thread, also code holding a lock of `concurrent.futures` (a thread being
+# started by an executor's submit), so it must not submit to an executor:
+# SimpleQueue.put is reentrant, and one worker thread runs what it is given.
+_DEFERRED: queue.SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...]]] = queue.SimpleQueue()
+_deferred_worker: threading.Thread | None = None
+_deferred_lock = threading.Lock()
+
+
+def ensure_deferred_worker() -> None:
+    """Start the worker for `defer` (call it outside the garbage collector)."""
+    global _deferred_worker
+    with _deferred_lock:
+        if _deferred_worker is None or not _deferred_worker.is_alive():
+            _deferred_worker = threading.Thread(target=_run_deferred, name="langgraph-durable-deferred", daemon=True)
+            _deferred_worker.start()
+
+
+def defer(fn: Callable[..., Any], *args: Any) -> None:
+    """Run ``fn(*args)`` soon on the worker thread; safe inside the garbage collector."""
+    _DEFERRED.put((fn, args))
+
+
+def _run_deferred() -> None:
+    while True:
+        fn, args = _DEFERRED.get()
+        with contextlib.suppress(Exception):  # the callee logs what it could not do
+            fn(*args)

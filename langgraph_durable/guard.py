@@ -103,6 +103,9 @@ class GuardedTier:
         the breaker learn the outcome: a tier that answers is closed again."""
         started = time.monotonic()
         try:
+            if not self.admitted and self.admit is not None:
+                self.admit(self.tier)
+                self.admitted = True
             result = with_timeout(run, self.timeout)
         except TierUnavailable as exc:
             self._failed(str(exc))

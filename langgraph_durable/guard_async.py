@@ -101,6 +101,9 @@ class AsyncGuardedTier:
         the breaker learn the outcome: a tier that answers is closed again."""
         started = time.monotonic()
         try:
+            if not self.admitted and self.admit is not None:
+                await self.admit(self.tier)
+                self.admitted = True
             result = await awith_timeout(run, self.timeout)
         except TierUnavailable as exc:
             self._failed(str(exc))

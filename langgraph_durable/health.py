@@ -3,6 +3,7 @@ breaker state and backlog. ``langgraph-durable doctor`` prints it."""
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 from .backlog import Lag
@@ -32,3 +33,15 @@ class Health:
     @property
     def ok(self) -> bool:
         return all(t.reachable for t in self.tiers)
+
+
+class Counters:
+    """What went wrong since the saver started, counted across both faces."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.local_write_failures = 0
+
+    def local_write_failed(self) -> None:
+        with self._lock:
+            self.local_write_failures += 1

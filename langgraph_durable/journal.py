@@ -74,7 +74,11 @@ class Journal:
         settled = 0
         after = 0
         while True:
-            batch = self.local.pending_journal(BATCH, after) if self.local is not None else []
+            try:
+                batch = self.local.pending_journal(BATCH, after) if self.local is not None else []
+            except TierUnavailable as exc:  # the local file is unreadable: its entries wait
+                logger.warning("cannot read the local journal (%s); its entries are shipped later", exc)
+                batch = []
             if not batch:
                 break
             after = batch[-1].seq

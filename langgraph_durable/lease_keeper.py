@@ -43,7 +43,7 @@ from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMet
 
 from .chain import TierChain
 from .codec import thread_of
-from .concurrency import _POOL, maybe_await, sleep
+from .concurrency import maybe_await, sleep, defer, ensure_deferred_worker
 from .errors import DurableError, LeaseLost, TierUnavailable
 from .lease import (
     LEASE_HANDOFF_GRACE_S,
@@ -73,6 +73,7 @@ class LeaseKeeper:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._to_release: set[Lease] = set()
         self._releasing: set[asyncio.Task[bool]] = set()
+        ensure_deferred_worker()
 
     # -- runs -----------------------------------------------------------------------
 
@@ -110,7 +111,7 @@ class LeaseKeeper:
             elif in_gc():
                 # The sync face inside the garbage collector, which may have
                 # interrupted this thread anywhere (even holding a tier's lock).
-                _POOL.submit(self._release_at_run_end, lease)
+                defer(self._release_at_run_end, lease)
             else:
                 # The sync face, in the thread that let go of the run: done
                 # before ``invoke`` returns to its caller.

@@ -41,7 +41,7 @@ from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMet
 
 from .chain_async import AsyncTierChain
 from .codec import thread_of
-from .concurrency import _POOL, amaybe_await, asleep
+from .concurrency import amaybe_await, asleep, defer, ensure_deferred_worker
 from .errors import DurableError, LeaseLost, TierUnavailable
 from .lease import (
     LEASE_HANDOFF_GRACE_S,
@@ -71,6 +71,7 @@ class AsyncLeaseKeeper:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._to_release: set[Lease] = set()
         self._releasing: set[asyncio.Task[bool]] = set()
+        ensure_deferred_worker()
 
     # -- runs -----------------------------------------------------------------------
 
@@ -108,7 +109,7 @@ class AsyncLeaseKeeper:
             elif in_gc():
                 # The sync face inside the garbage collector, which may have
                 # interrupted this thread anywhere (even holding a tier's lock).
-                _POOL.submit(self._release_at_run_end, lease)
+                defer(self._release_at_run_end, lease)
             else:
                 # The sync face, in the thread that let go of the run: done
                 # before ``invoke`` returns to its caller.

@@ -31,7 +31,7 @@ from .chain import TierChain
 from .chain_async import AsyncTierChain
 from .codec import DEFAULT_MAX_RECORD_BYTES, RecordCodec, thread_id_of
 from .errors import ConfigError
-from .health import Health
+from .health import Counters, Health
 from .integrity import IntegrityPolicy, OnCorruption, ScanReport
 from .lease import DEFAULT_LEASE_TTL_S, DEFAULT_LEASE_WAIT_S, DEFAULT_ON_BUSY, LeaseBook, OnBusy
 from .lease_keeper import LeaseKeeper
@@ -127,7 +127,7 @@ async def _close_at_loop_shutdown(chain: AsyncTierChain) -> None:
     pool's close() re-raises their cancellation before it closes its idle
     connections: drain() (psycopg_pool 3.3+) closes those first."""
     for tier in chain.raw_shared:
-        if isinstance(tier, AsyncPostgresTier) and hasattr(tier.pool, "drain"):
+        if isinstance(tier, AsyncPostgresTier) and tier._opened and hasattr(tier.pool, "drain"):
             await tier.pool.drain()
     with contextlib.suppress(asyncio.CancelledError):
         await chain.close()
@@ -307,6 +307,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         # Outages (breaker.py, backlog.py, replicator.py): shared by both faces.
         self._breakers = Breakers()
         self._memory = MemoryBacklog()
+        self._counters = Counters()
         self._replicator = Replicator(lambda: self._sync_chain().catch_up(), lambda: self._sync_chain().lag())
         self._lock = threading.Lock()
         self._sync: TierChain | None = None
@@ -404,6 +405,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
             "call_timeout": self.call_timeout,
             "memory": self._memory,
             "kick": self._replicator.kick,
+            "counters": self._counters,
         }
 
     def _sync_chain(self) -> TierChain:

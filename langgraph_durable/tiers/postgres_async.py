@@ -117,6 +117,9 @@ _CP_COLS = "thread_id, checkpoint_ns, checkpoint_id, parent_id, run_id, metadata
 _W_COLS = "thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, task_path, record"
 _ERRORS = (psycopg.OperationalError,)
 _NOW = "extract(epoch FROM clock_timestamp())::double precision"  # the server's clock
+# libpq: notice a peer that vanished without closing (a cut network) within
+# seconds instead of the kernel's two hours.
+_KEEPALIVES = {"keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2, "keepalives_count": 3}
 # What the server says when it was reached but will not take this URL's
 # user, password or database: a configuration problem, not an outage.
 _CONFIG_FAILURES = (
@@ -158,7 +161,10 @@ class AsyncPostgresTier:
             max_size=pool_size,
             open=False,
             timeout=connect_timeout,
-            kwargs={"autocommit": True, "connect_timeout": max(1, int(connect_timeout))},
+            kwargs={"autocommit": True, "connect_timeout": max(1, int(connect_timeout)), **_KEEPALIVES},
+            # Hand out no connection the server dropped while it sat in the
+            # pool (a restart, a failover): psycopg_pool tests each one first.
+            check=AsyncConnectionPool.check_connection,
         )
         self._opened = False
 

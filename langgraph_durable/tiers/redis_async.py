@@ -36,6 +36,8 @@ from typing import TYPE_CHECKING, Any
 
 import ormsgpack
 from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.exceptions import WatchError
@@ -73,6 +75,11 @@ def _unpack(data: bytes, n: int) -> list[Any]:
     return [None] * (n - 1) + [b""]
 
 
+# Retries of a command whose connection broke (each on a new connection).
+RETRIES = 2
+HEALTH_CHECK_INTERVAL_S = 15
+
+
 class AsyncRedisTier:
     """Checkpoints in Redis, one hash-tagged key family per thread."""
 
@@ -91,7 +98,20 @@ class AsyncRedisTier:
         # Typed Any: redis-py types replies as bytes | str whatever
         # decode_responses says; with False they are always bytes.
         self.client: Any = Redis.from_url(
-            url, socket_timeout=socket_timeout, socket_connect_timeout=socket_timeout, decode_responses=False
+            url,
+            socket_timeout=socket_timeout,
+            socket_connect_timeout=socket_timeout,
+            decode_responses=False,
+            # A pooled connection the server dropped (it restarted) fails on
+            # first use: retry at once on a fresh one, so the first call after
+            # a restart succeeds. Only connection errors: a server that does
+            # not answer in time is given up on at once (its breaker opens),
+            # not waited for again, and redis-py's default backoff (up to
+            # seconds) would hold every call while a server is down.
+            retry=Retry(ExponentialBackoff(cap=0.1, base=0.01), RETRIES),
+            retry_on_error=[RedisConnectionError],
+            # PING a connection idle this long before using it.
+            health_check_interval=HEALTH_CHECK_INTERVAL_S,
         )
 
     # -- keys -----------------------------------------------------------------

@@ -210,7 +210,9 @@ class SqliteTier:
             try:
                 yield conn
             except BaseException:
-                conn.execute("ROLLBACK")
+                # SQLite rolls back by itself on some errors (SQLITE_FULL).
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
                 raise
             conn.execute("COMMIT")
 

@@ -1,0 +1,67 @@
+"""Private servers a test may kill: a `redis-server` of its own on a free
+loopback port (no persistence, like the shared one), restartable on the
+same port."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from types import TracebackType
+
+import pytest
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class PrivateRedis:
+    """``with PrivateRedis() as r: r.url ... r.kill() ... r.start()``."""
+
+    def __init__(self) -> None:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            pytest.fail("redis-server is not installed (apt-get install redis-server)")
+        self.binary = binary
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.dir = tempfile.mkdtemp(prefix="lgd-redis-")
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+             "--dir", self.dir],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as s:
+                    s.sendall(b"PING\r\n")
+                    if s.recv(16).startswith(b"+PONG"):
+                        return
+            except OSError:
+                time.sleep(0.02)
+        raise RuntimeError(f"private redis-server on port {self.port} did not start")
+
+    def kill(self) -> None:
+        """SIGKILL: the server and everything it held are gone."""
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+    def __enter__(self) -> PrivateRedis:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
+        self.kill()
+        shutil.rmtree(self.dir, ignore_errors=True)
