@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from collections.abc import Callable
 from typing import Any, TextIO
@@ -12,13 +13,13 @@ from .errors import ConfigError, DurableError
 
 # Exit status, documented in --help.
 EXIT_OK = 0
-EXIT_FINDINGS = 1  # verify found bad copies, or repair could not restore some
+EXIT_FINDINGS = 1  # verify found bad copies, repair could not restore some, doctor found a tier down
 EXIT_USAGE = 2  # bad command line (argparse exits with 2 itself)
 EXIT_CANNOT_RUN = 3  # a tier is unreachable or the configuration is wrong
 EXIT_INTERRUPTED = 130  # Ctrl-C, as shells report SIGINT
 EXIT_CODES_HELP = (
-    f"exit status: {EXIT_OK} ok; {EXIT_FINDINGS} verify found bad copies or repair could not restore "
-    f"some; {EXIT_USAGE} usage error; {EXIT_CANNOT_RUN} could not run (a tier unreachable, a configuration "
+    f"exit status: {EXIT_OK} ok; {EXIT_FINDINGS} verify found bad copies, repair could not restore "
+    f"some, or doctor found a tier down; {EXIT_USAGE} usage error; {EXIT_CANNOT_RUN} could not run (a tier unreachable, a configuration "
     f"error; one line on stderr says why); {EXIT_INTERRUPTED} interrupted."
 )
 
@@ -52,8 +53,12 @@ def _progress(out: TextIO) -> Callable[[int, int], None]:
     return show
 
 
+# Maintenance needs every tier: write="all" makes setup fail on one that is down.
+STRICT = {"write": "all"}
+
+
 def _scan(args: argparse.Namespace, *, repair: bool) -> int:
-    with demo.saver_from_args(args) as saver:
+    with demo.saver_from_args(args, **STRICT) as saver:
         saver.setup()  # an unreachable tier fails here, before any output
         print(f"{'repairing' if repair else 'verifying'} tiers {' -> '.join(saver.tier_names)}", file=sys.stderr)
         run = saver.repair if repair else saver.verify
@@ -79,7 +84,7 @@ def _scan(args: argparse.Namespace, *, repair: bool) -> int:
 
 
 def _quarantine(args: argparse.Namespace) -> int:
-    with demo.saver_from_args(args) as saver:
+    with demo.saver_from_args(args, **STRICT) as saver:
         if args.action == "list":
             records = saver.quarantined(args.thread)
             for q in records:
@@ -105,6 +110,28 @@ def _quarantine(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _doctor(args: argparse.Namespace) -> int:
+    """Each tier's health (`DurableSaver.health`): exit 1 if one is down."""
+    # drain_timeout=0: the doctor looks; it does not ship the backlog at exit.
+    with demo.saver_from_args(args, drain_timeout=0, connect_timeout=args.timeout) as saver:
+        health = saver.health()
+        write = saver.write
+    print(f"{'tier':<10}{'reachable':<11}{'latency':>10}  {'breaker':<10}{'owed':>6}")
+    for t in health.tiers:
+        latency = f"{t.latency_ms:.1f} ms" if t.latency_ms is not None else "-"
+        owed = "-" if t.name == "sqlite" else str(t.owed)
+        print(f"{t.name:<10}{'yes' if t.reachable else 'NO':<11}{latency:>10}  {t.breaker.state:<10}{owed:>6}")
+        if t.error:
+            print(f"  {t.name}: {' '.join(t.error.split())}")
+    lag = health.lag
+    oldest = f", the oldest {lag.seconds:.1f} s old" if lag.records else ""
+    print(
+        f"write mode {write!r}; {lag.records} record(s) owed to the shared tiers{oldest}; "
+        f"{health.local_write_failures} local write failure(s) in this check"
+    )
+    return EXIT_OK if health.ok else EXIT_FINDINGS
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="langgraph-durable", description="Tiered, checksummed LangGraph checkpoints.", epilog=EXIT_CODES_HELP
@@ -124,6 +151,14 @@ def main(argv: list[str] | None = None) -> int:
         c = commands.add_parser(name, help=what, epilog=EXIT_CODES_HELP)
         _tier_flags(c)
         c.add_argument("--thread", default=None, help="only this thread (default: every thread)")
+
+    d = commands.add_parser(
+        "doctor",
+        help="probe every tier: reachable, latency, breaker state, records owed; exit 1 if a tier is down",
+        epilog=EXIT_CODES_HELP,
+    )
+    _tier_flags(d)
+    d.add_argument("--timeout", type=float, default=5.0, help="seconds before a tier counts as down (default 5)")
 
     a = commands.add_parser("actions", help="list a thread's non-resumable actions and which are escalated")
     _tier_flags(a)
@@ -159,6 +194,12 @@ def main(argv: list[str] | None = None) -> int:
     w.add_argument("--resume", action="store_true")
 
     args = parser.parse_args(argv)
+    # The command's own output says what went wrong, in one line; the saver's
+    # warnings (a tier down, a degraded read) would repeat it on stderr
+    # through logging's last-resort handler. An app that set up logging keeps them.
+    package_logger = logging.getLogger("langgraph_durable")
+    if not logging.getLogger().handlers and package_logger.level == logging.NOTSET:
+        package_logger.setLevel(logging.ERROR)
     # A tier that cannot be reached or a wrong setting is the user's to fix,
     # not a bug: one line saying what is wrong, not a driver's traceback.
     try:
@@ -177,7 +218,7 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             parser.error("--steps must be at least 2")
         return demo.run(args)
     if args.command == "actions":
-        with demo.saver_from_args(args) as saver:
+        with demo.saver_from_args(args, **STRICT) as saver:
             entries = saver.actions(args.thread)
         for key, e in sorted(entries.items()):
             flag = "ESCALATED  " if e.escalated() else ""
@@ -186,7 +227,7 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         print(f"{len(entries)} action(s), {sum(e.escalated() for e in entries.values())} escalated")
         return EXIT_OK
     if args.command == "resolve-action":
-        with demo.saver_from_args(args) as saver:
+        with demo.saver_from_args(args, **STRICT) as saver:
             entry = saver.resolve_action(args.thread, args.key, done=args.done)
         print(f"{args.key}: {entry.state}; thread {args.thread!r} may run again")
         return EXIT_OK
@@ -194,6 +235,8 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         return _scan(args, repair=args.command == "repair")
     if args.command == "quarantine":
         return _quarantine(args)
+    if args.command == "doctor":
+        return _doctor(args)
     return demo.worker(args)
 
 

@@ -20,7 +20,8 @@ a LangGraph version keep the stream writer alive).
 The lease record (holder, token, expires_at) lives in the authoritative tier,
 with that tier's clock (Postgres ``clock_timestamp()``, Redis ``TIME``,
 SQLite the local clock), so replicas' clock skew does not matter. Tokens only
-grow, per thread: releasing keeps the token and clears the holder.
+grow, per thread: releasing keeps the token and the holder and sets the
+expiry to 0 (so a write shipped late by that holder is told from a takeover).
 
 Everything here takes the time as an argument (like psycopg_pool's
 ``AttemptWithBackoff``), so it is tested without servers and without
@@ -76,7 +77,8 @@ DEFAULT_ON_BUSY: OnBusy = "raise"
 @dataclass(frozen=True, slots=True)
 class Lease:
     """A thread's lease record as the lease tier stores it. ``holder == ""``
-    means released (free, but the token is kept so tokens only grow)."""
+    or ``expires_at == 0`` means released (free; the token is kept so tokens
+    only grow)."""
 
     thread_id: str
     holder: str
@@ -86,8 +88,14 @@ class Lease:
     # one reachable when it was taken (see `lease_keeper_async`).
     tier: str = field(default="", compare=False)
 
+    @property
+    def released(self) -> bool:
+        """Given back: the holder is kept (a write shipped late by it is told
+        from a takeover's) and the expiry is 0."""
+        return not self.holder or self.expires_at == 0
+
     def free(self, now: float) -> bool:
-        return not self.holder or self.expires_at <= now
+        return self.released or self.expires_at <= now
 
     def remaining(self, now: float) -> float:
         return max(0.0, self.expires_at - now)
@@ -105,7 +113,8 @@ class Fence:
     ttl: float
     tier: str = ""  # the lease's tier, which takes the fenced write first
     # A write shipped late (write-behind): the run may have ended and given
-    # the lease back since, so only a newer token (a takeover) refuses it.
+    # the lease back since, or a later run of the same saver holds it now; only
+    # another holder having taken the lease since (a takeover) refuses it.
     late: bool = False
 
 
@@ -125,7 +134,7 @@ def decide(current: Lease | None, holder: str, now: float, *, holder_gone: bool 
     if current is None:
         return Verdict(True, 1, "new")
     token = current.token + 1
-    if not current.holder:
+    if current.released:
         return Verdict(True, token, "released")
     if current.holder == holder:
         return Verdict(True, token, "ours")
@@ -228,7 +237,7 @@ def thread_busy(thread_id: str, current: Lease, now: float, *, waited: float | N
 
 
 def lease_lost(fence: Fence, current: Lease | None, tier: str) -> LeaseLost:
-    if current is None or not current.holder:
+    if current is None or (current.released and current.holder in ("", fence.holder)):
         now = "it was released"
     else:
         now = f"it now belongs to {current.holder} (token {current.token})"

@@ -545,6 +545,9 @@ class AsyncTierReader:
         replica may hold what another pruned, so it answers only when it is
         the only tier (or no shared tier is reachable)."""
         shared = self.tiers[1:] if len(self.tiers) > 1 and self.tiers[0].name == "sqlite" else self.tiers
+        # What the shared tiers are still owed, asked *before* them: a record
+        # shipped in between is then in their answer, never in neither.
+        owed = await self._owed_rows(thread_id, ns, cid, before_id, filter) if shared is not self.tiers else []
         answers = await _each_of(
             shared, self.tiers, "checkpoint list",
             lambda t: t.list_checkpoints(thread_id, ns, cid, before_id, filter, limit),
@@ -553,7 +556,29 @@ class AsyncTierReader:
         for _, tier_rows in answers:
             for row in tier_rows:
                 rows.setdefault((row.thread_id, row.checkpoint_ns, row.checkpoint_id), row)
+        for row in owed:
+            rows.setdefault((row.thread_id, row.checkpoint_ns, row.checkpoint_id), row)
         return sorted(rows.values(), key=lambda r: r.checkpoint_id, reverse=True)
+
+    async def _owed_rows(
+        self, thread_id: str | None, ns: str | None, cid: str | None, before_id: str | None, filter: Any
+    ) -> list[CheckpointRow]:
+        """Local checkpoints the shared tiers are still owed (written behind,
+        or while they were down): this replica's own writes, listed before
+        they are shipped."""
+        local: Any = self.tiers[0]
+        try:
+            owed = {
+                (e.thread_id, e.checkpoint_ns, e.checkpoint_id)
+                for e in await local.pending_journal()
+                if e.kind == "checkpoint" and thread_id in (None, e.thread_id)
+            }
+            if not owed:
+                return []
+            listed = await local.list_checkpoints(thread_id, ns, cid, before_id, filter, None)
+        except TierUnavailable:
+            return []
+        return [r for r in listed if (r.thread_id, r.checkpoint_ns, r.checkpoint_id) in owed]
 
     async def _omit(self, unusable: Unusable, incidents: list[Incident]) -> None:
         """`list` leaves an unusable checkpoint out (or raises, by policy)."""

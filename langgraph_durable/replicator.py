@@ -13,10 +13,12 @@ whichever face wrote: one thread, no event loop to outlive.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 
 from .backlog import Lag
 
@@ -77,6 +79,22 @@ class Replicator:
         with self._pass_lock:
             self.passes += 1
             return self._catch_up()
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """No pass runs meanwhile (deleting or pruning: a record loaded by a
+        pass must not be shipped after it was deleted)."""
+        with self._pass_lock:
+            yield
+
+    @contextlib.asynccontextmanager
+    async def aexclusive(self) -> AsyncIterator[None]:
+        """`exclusive` for the event loop (the lock is taken in a worker thread)."""
+        await asyncio.to_thread(self._pass_lock.acquire)
+        try:
+            yield
+        finally:
+            self._pass_lock.release()
 
     def drain(self, timeout: float | None) -> Lag:
         """Ship what is owed until nothing is or `timeout` seconds passed

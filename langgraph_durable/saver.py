@@ -665,16 +665,28 @@ class DurableSaver(BaseCheckpointSaver[str]):
         self._sync_leases().put_writes(config, writes, task_id, task_path)
 
     def delete_thread(self, thread_id: str) -> None:
-        self._sync_chain().delete_thread(thread_id)
+        chain = self._sync_chain()
+        with self._replicator.exclusive():
+            chain.catch_up()  # what is owed first: nothing deleted is shipped later
+            chain.delete_thread(thread_id)
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
-        self._sync_chain().delete_for_runs(run_ids)
+        chain = self._sync_chain()
+        with self._replicator.exclusive():
+            chain.catch_up()  # what is owed first: nothing deleted is shipped later
+            chain.delete_for_runs(run_ids)
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        self._sync_chain().copy_thread(source_thread_id, target_thread_id)
+        chain = self._sync_chain()
+        with self._replicator.exclusive():
+            chain.catch_up()  # what is owed first: nothing deleted is shipped later
+            chain.copy_thread(source_thread_id, target_thread_id)
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        self._sync_chain().prune(thread_ids, strategy=strategy)
+        chain = self._sync_chain()
+        with self._replicator.exclusive():
+            chain.catch_up()  # see delete_thread
+            chain.prune(thread_ids, strategy=strategy)
 
     # -- BaseCheckpointSaver: async face ------------------------------------------
 
@@ -718,16 +730,28 @@ class DurableSaver(BaseCheckpointSaver[str]):
         await self._async_leases().put_writes(config, writes, task_id, task_path)
 
     async def adelete_thread(self, thread_id: str) -> None:
-        await self._async_chain().delete_thread(thread_id)
+        chain = self._async_chain()
+        async with self._replicator.aexclusive():
+            await chain.catch_up()  # see delete_thread
+            await chain.delete_thread(thread_id)
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
-        await self._async_chain().delete_for_runs(run_ids)
+        chain = self._async_chain()
+        async with self._replicator.aexclusive():
+            await chain.catch_up()  # see delete_thread
+            await chain.delete_for_runs(run_ids)
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        await self._async_chain().copy_thread(source_thread_id, target_thread_id)
+        chain = self._async_chain()
+        async with self._replicator.aexclusive():
+            await chain.catch_up()  # see delete_thread
+            await chain.copy_thread(source_thread_id, target_thread_id)
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        await self._async_chain().prune(thread_ids, strategy=strategy)
+        chain = self._async_chain()
+        async with self._replicator.aexclusive():
+            await chain.catch_up()  # see delete_thread
+            await chain.prune(thread_ids, strategy=strategy)
 
     # -- resume validation and non-resumable actions ---------------------------------
 

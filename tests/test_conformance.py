@@ -71,14 +71,14 @@ class SyncFace(BaseCheckpointSaver[str]):
         return self.inner.get_next_version(current, channel)
 
 
-async def _run_suite(make_saver: Any, tiers: str, face: str) -> None:
+async def _run_suite(make_saver: Any, tiers: str, face: str, **options: Any) -> None:
     counter = iter(range(1000))
 
-    @checkpointer_test(name=f"DurableSaver[{tiers}, {face}]")
+    @checkpointer_test(name=f"DurableSaver[{tiers}, {face}, {options}]")
     async def factory() -> AsyncIterator[BaseCheckpointSaver]:
         # A fresh local file per capability suite; shared tiers are shared,
         # as they would be between replicas.
-        saver = make_saver(tiers, sqlite_name=f"suite-{next(counter)}.sqlite")
+        saver = make_saver(tiers, sqlite_name=f"suite-{next(counter)}.sqlite", **options)
         if face == "async":
             await saver.asetup()
             yield saver
@@ -94,7 +94,9 @@ async def _run_suite(make_saver: Any, tiers: str, face: str) -> None:
     assert detected == ALL_CAPABILITIES, f"capabilities not detected: {ALL_CAPABILITIES - detected}"
     results = report.to_dict()
     failures = {
-        cap: r for cap, r in results.get("results", results).items() if isinstance(r, dict) and r.get("failures")
+        cap: r["failures"]
+        for cap, r in results.get("results", results).items()
+        if isinstance(r, dict) and r.get("failures")
     }
     assert report.passed_all(), failures or results
     assert report.passed_all_base()
@@ -110,3 +112,17 @@ async def test_conformance_async_face(make_saver: Any, tiers: str) -> None:
 @pytest.mark.parametrize("tiers", CONFIGS)
 async def test_conformance_sync_face(make_saver: Any, tiers: str) -> None:
     await _run_suite(make_saver, tiers, "sync")
+
+
+# The write modes other than the default, on every tier (write="local" needs a
+# local and a shared tier): what put returns before must not change what the
+# saver then serves.
+@pytest.mark.parametrize("face", ["async", "sync"])
+@pytest.mark.parametrize("write", ["all", "local"])
+async def test_conformance_write_modes(make_saver: Any, write: str, face: str) -> None:
+    await _run_suite(make_saver, "sqlite+redis+postgres", face, write=write)
+
+
+@pytest.mark.parametrize("face", ["async", "sync"])
+async def test_conformance_write_behind_without_redis(make_saver: Any, face: str) -> None:
+    await _run_suite(make_saver, "sqlite+postgres", face, write="local")

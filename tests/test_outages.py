@@ -390,3 +390,73 @@ def test_health_reports_each_tier(
     private_redis.start()
     assert saver.health().ok
     saver.close()
+
+
+# -- doctor and SIGTERM ----------------------------------------------------------------------------
+
+
+def test_doctor_exit_status_follows_the_tiers(
+    tmp_path: Path, private_redis: PrivateRedis, postgres_url: str, redis_prefix: str, capsys: Any
+) -> None:
+    from langgraph_durable import cli
+
+    flags = ["--sqlite", str(tmp_path / "local.sqlite"), "--redis", private_redis.url, "--postgres", postgres_url,
+             "--redis-key-prefix", redis_prefix]  # fmt: skip
+    assert cli.main(["doctor", *flags]) == cli.EXIT_OK
+    out = capsys.readouterr().out
+    assert [line.split()[:2] for line in out.splitlines()[1:4]] == [
+        ["sqlite", "yes"],
+        ["redis", "yes"],
+        ["postgres", "yes"],
+    ]
+    private_redis.kill()
+    assert cli.main(["doctor", *flags, "--timeout", "1"]) == cli.EXIT_FINDINGS
+    out = capsys.readouterr().out
+    assert "redis     NO" in out and "Connection refused" in out
+
+
+SIGTERM_WORKER = """
+import sys, time
+from langgraph_durable import DurableSaver
+from langgraph_durable.shutdown import drain_on_sigterm
+from tests.graphs import loop_graph
+
+saver = DurableSaver(sqlite=sys.argv[1], postgres=sys.argv[2], write="local", connect_timeout=2, drain_timeout=0)
+drain_on_sigterm(saver, timeout=20)
+graph = loop_graph(3).compile(checkpointer=saver)
+graph.invoke({"messages": [], "n": 0}, {"configurable": {"thread_id": "sigterm"}})
+print("owed", saver.lag().records, flush=True)
+time.sleep(60)
+"""
+
+
+def test_sigterm_drains_before_the_process_stops(
+    tmp_path: Path, postgres_proxy: tuple[TcpProxy, str], postgres_url: str
+) -> None:
+    """A write-behind worker with Postgres cut off gets SIGTERM once Postgres
+    is back: it ships its backlog, then exits with SIGTERM's status (143)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    proxy, proxied = postgres_proxy
+    # Schema first, so the worker starts with Postgres reachable once.
+    with DurableSaver(sqlite=None, postgres=postgres_url) as schema:
+        schema.setup()
+    proxy.cut()
+    local = tmp_path / "worker.sqlite"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SIGTERM_WORKER, str(local), proxied],
+        stdout=subprocess.PIPE,
+        cwd=Path(__file__).parent.parent,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)},
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline().decode()
+    assert line.startswith("owed") and int(line.split()[1]) > 0, line
+    proxy.restore()
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+    proc.stdout.close()
+    assert _postgres_ids(postgres_url, "sigterm") == _sqlite_ids(local, "sigterm") != set()

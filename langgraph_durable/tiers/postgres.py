@@ -157,24 +157,32 @@ class PostgresTier:
         self.url = url
         self.where = redact(url)
         self.connect_timeout = connect_timeout
-        self.pool = ConnectionPool(
-            url,
+        self.pool_size = pool_size
+        self.pool = self._new_pool()
+        self._opened = False
+
+    def _new_pool(self) -> ConnectionPool:
+        return ConnectionPool(
+            self.url,
             min_size=1,
-            max_size=pool_size,
+            max_size=self.pool_size,
             open=False,
-            timeout=connect_timeout,
-            kwargs={"autocommit": True, "connect_timeout": max(1, int(connect_timeout)), **_KEEPALIVES},
+            timeout=self.connect_timeout,
+            kwargs={"autocommit": True, "connect_timeout": max(1, int(self.connect_timeout)), **_KEEPALIVES},
             # Hand out no connection the server dropped while it sat in the
             # pool (a restart, a failover): psycopg_pool tests each one first.
             check=ConnectionPool.check_connection,
         )
-        self._opened = False
 
     def _open(self) -> None:
         if not self._opened:
             try:
                 self.pool.open(wait=True, timeout=self.connect_timeout)
             except psycopg.OperationalError as exc:
+                # A pool that failed to open is closed for good: the next
+                # attempt (the server may be back by then) gets a new one.
+                self.pool.close()
+                self.pool = self._new_pool()
                 raise self._open_error(exc) from exc
             self._opened = True
 
@@ -569,9 +577,11 @@ class PostgresTier:
         if fence is None:
             return
         cur = conn.execute(
-            f"UPDATE lgd_leases SET expires_at = {_NOW} + %s WHERE thread_id = %s AND token = %s "
-            "AND (holder = %s OR (%s AND holder = '')) RETURNING token",
-            (fence.ttl, fence.thread_id, fence.token, fence.holder, fence.late),
+            "UPDATE lgd_leases SET expires_at = "
+            f"CASE WHEN token = %s AND expires_at > 0 THEN {_NOW} + %s ELSE expires_at END "
+            "WHERE thread_id = %s AND holder = %s "
+            "AND ((NOT %s AND token = %s AND expires_at > 0) OR (%s AND token >= %s)) RETURNING token",
+            (fence.token, fence.ttl, fence.thread_id, fence.holder, fence.late, fence.token, fence.late, fence.token),
         )
         if cur.fetchone() is None:
             cur = conn.execute(
@@ -610,7 +620,7 @@ class PostgresTier:
         with unavailable_on("postgres", self.where, *_ERRORS):
             with self.pool.connection() as conn:
                 conn.execute(
-                    "UPDATE lgd_leases SET holder = '', expires_at = 0 WHERE thread_id = %s AND holder = %s "
+                    "UPDATE lgd_leases SET expires_at = 0 WHERE thread_id = %s AND holder = %s "
                     "AND (%s::bigint IS NULL OR token = %s)",
                     (thread_id, holder, token, token),
                 )

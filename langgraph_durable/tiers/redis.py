@@ -538,11 +538,18 @@ class RedisTier:
                         key = self._k(fence.thread_id, "lease")
                         pipe.watch(key)
                         holder, token, expires = pipe.hmget(key, ["holder", "token", "expires_at"])
-                        mine = holder.decode() == fence.holder or (fence.late and not holder) if token else False
-                        if token is None or not mine or int(token) != fence.token:
+                        live = token is not None and int(token) == fence.token and float(expires or 0) > 0
+                        if token is None or holder.decode() != fence.holder:
+                            holds = False
+                        elif fence.late:  # see lease.Fence.late
+                            holds = int(token) >= fence.token
+                        else:
+                            holds = live
+                        if not holds:
                             raise lease_lost(fence, _lease(fence.thread_id, holder, token, expires), "redis")
                         pipe.multi()
-                        pipe.eval(_RENEW_LEASE, 1, key, repr(float(fence.ttl)))
+                        if live:
+                            pipe.eval(_RENEW_LEASE, 1, key, repr(float(fence.ttl)))
                     queue(pipe)
                     try:
                         pipe.execute()
@@ -632,7 +639,7 @@ _RELEASE_LEASE = """
 local cur = redis.call('HMGET', KEYS[1], 'holder', 'token')
 if cur[1] ~= ARGV[1] then return 0 end
 if ARGV[2] ~= '' and cur[2] ~= ARGV[2] then return 0 end
-redis.call('HSET', KEYS[1], 'holder', '', 'expires_at', '0.000000')
+redis.call('HSET', KEYS[1], 'expires_at', '0.000000')
 return 1
 """
 

@@ -632,9 +632,10 @@ class SqliteTier:
         if fence is None:
             return
         renewed = conn.execute(
-            "UPDATE lgd_leases SET expires_at = ? WHERE thread_id = ? AND token = ? AND (holder = ? OR (? AND holder = ''))",
-            (time.time() + fence.ttl, fence.thread_id, fence.token, fence.holder, fence.late),
-        ).rowcount
+            f"UPDATE lgd_leases SET expires_at = {_RENEWED} WHERE thread_id = ? AND holder = ? AND {_FENCE_HOLDS}",
+            (fence.token, time.time() + fence.ttl, fence.thread_id, fence.holder, fence.late, fence.token,
+             fence.late, fence.token),
+        ).rowcount  # fmt: skip
         if not renewed:
             raise lease_lost(fence, _lease(conn, fence.thread_id), "sqlite")
 
@@ -656,10 +657,18 @@ class SqliteTier:
     def release_lease(self, thread_id: str, holder: str, token: int | None) -> None:
         with self._tx() as conn:
             conn.execute(
-                "UPDATE lgd_leases SET holder = '', expires_at = 0 WHERE thread_id = ? AND holder = ? "
-                "AND (? IS NULL OR token = ?)",
+                "UPDATE lgd_leases SET expires_at = 0 WHERE thread_id = ? AND holder = ? AND (? IS NULL OR token = ?)",
                 (thread_id, holder, token, token),
             )
+
+
+# A fenced write holds if the lease is the fence's holder's: with the fence's
+# token and not released (expires_at 0), or for a write shipped late (write-
+# behind) with that token or a newer one of the same holder: a newer token of
+# another holder (a takeover) refuses it. Params: late, token, late, token.
+# Only the fence's own live lease is renewed (params: token, new expiry).
+_FENCE_HOLDS = "((NOT ? AND token = ? AND expires_at > 0) OR (? AND token >= ?))"
+_RENEWED = "CASE WHEN token = ? AND expires_at > 0 THEN ? ELSE expires_at END"
 
 
 def _entry(r: tuple[Any, ...]) -> JournalEntry:
