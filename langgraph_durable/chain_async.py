@@ -404,11 +404,19 @@ class AsyncTierChain:
 
     async def lag(self) -> Lag:
         """What the shared tiers are owed: records, per tier, and the oldest's age."""
+        now = time.time()
+        lag = lag_of(self.memory.pending(), self.journal.names, now)
+        if self.local is None:
+            return lag
         try:
-            entries = await self.journal.pending()
+            count, oldest, by_tier = await self.local.journal_lag(self.journal.names)
         except TierUnavailable:
-            entries = self.memory.pending()
-        return lag_of(entries, self.journal.names, time.time())
+            return lag
+        return Lag(
+            records=lag.records + count,
+            seconds=max(lag.seconds, now - oldest if oldest is not None else 0.0),
+            by_tier={n: lag.by_tier[n] + by_tier[n] for n in self.journal.names},
+        )
 
     async def health(self) -> Health:
         """Probe every tier now (its breaker learns the outcome)."""

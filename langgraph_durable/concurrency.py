@@ -84,7 +84,8 @@ def sleep(seconds: float) -> None:
 async def awith_timeout(call: Callable[[], Awaitable[T]], seconds: float | None) -> T:
     if seconds is None:
         return await call()
-    return await asyncio.wait_for(call(), seconds)
+    async with asyncio.timeout(seconds):  # no task per call, unlike wait_for
+        return await call()
 
 
 def with_timeout(call: Callable[[], T], seconds: float | None) -> T:

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .breaker import Breaker
-from .concurrency import with_timeout
+from .concurrency import Lock, with_timeout
 from .errors import TierUnavailable
 
 logger = logging.getLogger("langgraph_durable")
@@ -58,6 +58,9 @@ class GuardedTier:
         self.timeout = timeout
         self.admit = admit
         self.admitted = admit is None
+        # Concurrent first calls must set the tier up once (psycopg_pool's
+        # open() is not reentrant).
+        self._admit_lock = Lock()
 
     def __getattr__(self, method: str) -> Any:
         fn = getattr(self.tier, method)
@@ -80,9 +83,8 @@ class GuardedTier:
             )
         started = time.monotonic()
         try:
-            if not self.admitted and self.admit is not None and what != "setup":
-                self.admit(self.tier)
-                self.admitted = True
+            if what != "setup":
+                self._admitted()
             result = with_timeout(run, timeout)
         except TierUnavailable as exc:
             self._failed(str(exc))
@@ -103,9 +105,7 @@ class GuardedTier:
         the breaker learn the outcome: a tier that answers is closed again."""
         started = time.monotonic()
         try:
-            if not self.admitted and self.admit is not None:
-                self.admit(self.tier)
-                self.admitted = True
+            self._admitted()
             result = with_timeout(run, self.timeout)
         except TierUnavailable as exc:
             self._failed(str(exc))
@@ -117,6 +117,14 @@ class GuardedTier:
         if self.breaker.succeeded(now, now - started):
             logger.warning("%s tier is reachable again", self.name)
         return result
+
+    def _admitted(self) -> None:
+        if self.admitted or self.admit is None:
+            return
+        with self._admit_lock:
+            if not self.admitted:
+                self.admit(self.tier)
+                self.admitted = True
 
     def _failed(self, error: str) -> None:
         if self.breaker.failed(time.monotonic(), error):

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .breaker import Breaker
-from .concurrency import awith_timeout
+from .concurrency import ALock, awith_timeout
 from .errors import TierUnavailable
 
 logger = logging.getLogger("langgraph_durable")
@@ -56,6 +56,9 @@ class AsyncGuardedTier:
         self.timeout = timeout
         self.admit = admit
         self.admitted = admit is None
+        # Concurrent first calls must set the tier up once (psycopg_pool's
+        # open() is not reentrant).
+        self._admit_lock = ALock()
 
     def __getattr__(self, method: str) -> Any:
         fn = getattr(self.tier, method)
@@ -78,9 +81,8 @@ class AsyncGuardedTier:
             )
         started = time.monotonic()
         try:
-            if not self.admitted and self.admit is not None and what != "setup":
-                await self.admit(self.tier)
-                self.admitted = True
+            if what != "setup":
+                await self._admitted()
             result = await awith_timeout(run, timeout)
         except TierUnavailable as exc:
             self._failed(str(exc))
@@ -101,9 +103,7 @@ class AsyncGuardedTier:
         the breaker learn the outcome: a tier that answers is closed again."""
         started = time.monotonic()
         try:
-            if not self.admitted and self.admit is not None:
-                await self.admit(self.tier)
-                self.admitted = True
+            await self._admitted()
             result = await awith_timeout(run, self.timeout)
         except TierUnavailable as exc:
             self._failed(str(exc))
@@ -115,6 +115,14 @@ class AsyncGuardedTier:
         if self.breaker.succeeded(now, now - started):
             logger.warning("%s tier is reachable again", self.name)
         return result
+
+    async def _admitted(self) -> None:
+        if self.admitted or self.admit is None:
+            return
+        async with self._admit_lock:
+            if not self.admitted:
+                await self.admit(self.tier)
+                self.admitted = True
 
     def _failed(self, error: str) -> None:
         if self.breaker.failed(time.monotonic(), error):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import time
+import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -72,9 +73,10 @@ def _thirty_runs(
             up()
         try:
             out = _run(graph, f"{prefix}-{i}", face)
-            assert out["n"] == STEPS
+            assert out["n"] == STEPS, out
         except Exception as exc:
-            failures.append(f"run {i}: {type(exc).__name__}: {exc}")
+            where = traceback.extract_tb(exc.__traceback__)[-1]
+            failures.append(f"run {i}: {type(exc).__name__}: {exc} ({where.filename}:{where.lineno})")
     assert failures == [], failures
     return [f"{prefix}-{i}" for i in range(RUNS)]
 

@@ -354,6 +354,14 @@ class SqliteTier:
             ).fetchall()
         return [_entry(r) for r in rows]
 
+    def journal_lag(self, shared: Sequence[str]) -> tuple[int, float | None, dict[str, int]]:
+        """Entries owed, the oldest's creation time, and entries owed per shared tier."""
+        owes = "(owed IS NULL OR ',' || owed || ',' LIKE '%,' || ? || ',%')"
+        columns = "".join(f", coalesce(sum({owes}), 0)" for _ in shared)
+        with self._read() as conn:
+            row = conn.execute(f"SELECT count(*), min(created_at){columns} FROM lgd_journal", list(shared)).fetchone()
+        return int(row[0]), row[1], {name: int(n) for name, n in zip(shared, row[2:])}
+
     def journal_size(self) -> int:
         with self._read() as conn:
             return int(conn.execute("SELECT count(*) FROM lgd_journal").fetchone()[0])
