@@ -60,10 +60,6 @@ class AsyncJournal:
         # Writes refused by a newer lease holder since the saver started.
         self.refused = 0
 
-    async def pending(self, limit: int | None = None) -> list[JournalEntry]:
-        entries = await self.local.pending_journal(limit) if self.local is not None else []
-        return entries + self.memory.pending()
-
     async def catch_up(self) -> int:
         """One pass over everything owed; returns how many entries were
         settled (shipped wherever they were owed, or dropped as not to be
