@@ -6,12 +6,14 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
+import time
 from types import TracebackType
 
 
 class TcpProxy:
     """Forwards 127.0.0.1:<port> to target. `cut()` drops every connection
-    and refuses new ones; `restore()` accepts again."""
+    and refuses new ones; `stall()` keeps them open but forwards nothing (a
+    server that hangs); `restore()` ends both."""
 
     def __init__(self, target_host: str, target_port: int) -> None:
         self.target = (target_host, target_port)
@@ -20,6 +22,7 @@ class TcpProxy:
         self._conns: list[socket.socket] = []
         self._lock = threading.Lock()
         self._up = True
+        self._stalled = False
         self._closed = False
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -42,10 +45,11 @@ class TcpProxy:
             for a, b in ((client, upstream), (upstream, client)):
                 threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
 
-    @staticmethod
-    def _pipe(src: socket.socket, dst: socket.socket) -> None:
+    def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
         try:
             while data := src.recv(65536):
+                while self._stalled and not self._closed:
+                    time.sleep(0.02)
                 dst.sendall(data)
         except OSError:
             pass
@@ -63,7 +67,11 @@ class TcpProxy:
                 s.shutdown(socket.SHUT_RDWR)
             s.close()
 
+    def stall(self) -> None:
+        self._stalled = True
+
     def restore(self) -> None:
+        self._stalled = False
         self._up = True
 
     def close(self) -> None:

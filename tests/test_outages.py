@@ -462,3 +462,34 @@ def test_sigterm_drains_before_the_process_stops(
     assert proc.wait(timeout=30) == 128 + signal.SIGTERM
     proc.stdout.close()
     assert _postgres_ids(postgres_url, "sigterm") == _sqlite_ids(local, "sigterm") != set()
+
+
+def test_a_hung_postgres_costs_one_call_timeout_then_is_skipped(
+    tmp_path: Path, postgres_proxy: tuple[TcpProxy, str], postgres_url: str, redis_prefix: str
+) -> None:
+    """Postgres accepts the connection but answers nothing (a hung server,
+    the proxy stalled): the async face gives up after `call_timeout`, the
+    breaker then skips Postgres without waiting, and the runs go on with
+    SQLite and Redis; once it answers, it is caught up."""
+    from tests.conftest import REDIS_URL
+
+    proxy, proxied = postgres_proxy
+    saver = _saver(tmp_path, redis=REDIS_URL, redis_key_prefix=redis_prefix, postgres=proxied, call_timeout=1.0)
+    graph = loop_graph(STEPS).compile(checkpointer=saver)
+    _run(graph, "slow-0", "async")
+    proxy.stall()
+    for i in range(1, 6):
+        assert _run(graph, f"slow-{i}", "async")["n"] == STEPS
+    # Each timeout is one failure the breaker saw: the first call, then only
+    # its probes, not every one of the runs' ~60 calls to Postgres.
+    timeouts = saver._breakers["postgres"].stats(time.monotonic()).failures
+    assert 1 <= timeouts <= 5, timeouts
+    assert saver.lag().by_tier["postgres"] > 0
+    proxy.restore()
+    time.sleep(1.0)
+    proxy.cut()  # the stalled connections are dead now; new ones go through
+    proxy.restore()
+    assert saver.drain(20).caught_up
+    for i in range(6):
+        assert _postgres_ids(postgres_url, f"slow-{i}") == _sqlite_ids(tmp_path / "local.sqlite", f"slow-{i}")
+    saver.close()
