@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -45,6 +46,7 @@ class Replicator:
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
+        self._pid = os.getpid()
         self._start_lock = threading.Lock()
         # One pass at a time, background or drain.
         self._pass_lock = threading.Lock()
@@ -54,6 +56,8 @@ class Replicator:
         """Something is owed: run a pass soon (starting the thread if needed)."""
         if self._stopping.is_set():
             return
+        if self._pid != os.getpid():  # a forked child has no replicator thread yet
+            self._thread, self._pid = None, os.getpid()
         if self._thread is None:
             with self._start_lock:
                 if self._thread is None and not self._stopping.is_set():
