@@ -493,3 +493,58 @@ def test_a_hung_postgres_costs_one_call_timeout_then_is_skipped(
     for i in range(6):
         assert _postgres_ids(postgres_url, f"slow-{i}") == _sqlite_ids(tmp_path / "local.sqlite", f"slow-{i}")
     saver.close()
+
+
+KILLED_WORKER = """
+import json, sys, time
+from langgraph_durable import DurableSaver
+from tests.graphs import loop_graph
+
+saver = DurableSaver(sqlite=sys.argv[1], postgres=sys.argv[2], write="local", connect_timeout=2)
+graph = loop_graph(3).compile(checkpointer=saver)
+config = {"configurable": {"thread_id": "killed"}}
+graph.invoke({"messages": [], "n": 0}, config)
+acked = [t.config["configurable"]["checkpoint_id"] for t in saver.list(config)]
+print(json.dumps({"acked": acked, "owed": saver.lag().records}), flush=True)
+time.sleep(60)
+"""
+
+
+def test_write_behind_loses_nothing_acknowledged_when_the_process_is_killed(
+    tmp_path: Path, postgres_proxy: tuple[TcpProxy, str], postgres_url: str
+) -> None:
+    """The loss bound of write="local" without losing the disk: a worker whose
+    writes are all still owed (Postgres cut off) is SIGKILLed; the next
+    process on the same local file ships every acknowledged checkpoint."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    proxy, proxied = postgres_proxy
+    with DurableSaver(sqlite=None, postgres=postgres_url) as schema:
+        schema.setup()
+    proxy.cut()
+    local = tmp_path / "worker.sqlite"
+    root = Path(__file__).parent.parent
+    proc = subprocess.Popen(
+        [sys.executable, "-c", KILLED_WORKER, str(local), proxied],
+        stdout=subprocess.PIPE,
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)},
+    )
+    assert proc.stdout is not None
+    report = json.loads(proc.stdout.readline())
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=10)
+    proc.stdout.close()
+    assert report["owed"] > 0 and len(report["acked"]) == STEPS + 2
+    assert _postgres_ids(postgres_url, "killed") == set()  # nothing was shipped before the kill
+    proxy.restore()
+    with DurableSaver(sqlite=str(local), postgres=proxied, write="local") as restarted:
+        restarted.setup()  # ships what the dead process owed
+        assert restarted.lag().caught_up
+    assert _postgres_ids(postgres_url, "killed") == set(report["acked"])
+    with DurableSaver(sqlite=None, postgres=postgres_url) as replica:
+        assert _latest_n(replica, "killed") == STEPS
