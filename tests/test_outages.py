@@ -81,6 +81,14 @@ def _thirty_runs(
     return [f"{prefix}-{i}" for i in range(RUNS)]
 
 
+def _wait_for_probe(saver: DurableSaver, tier: str, within: float = 35.0) -> None:
+    """Until the tier's breaker lets a probe through (its backoff has passed)."""
+    deadline = time.monotonic() + within
+    while not saver._breakers[tier].available(time.monotonic()):
+        assert time.monotonic() < deadline, f"{tier}'s breaker stayed open"
+        time.sleep(0.05)
+
+
 def _latest_n(saver: DurableSaver, thread: str) -> int | None:
     tup = saver.get_tuple({"configurable": {"thread_id": thread}})
     return None if tup is None else tup.checkpoint["channel_values"].get("n")
@@ -171,7 +179,7 @@ def test_first_run_after_postgres_returns_uses_it(
     with pytest.raises(TierUnavailable):
         _run(graph, "during", "sync")
     proxy.restore()
-    time.sleep(1.5)  # past the breaker's first backoff
+    _wait_for_probe(saver, "postgres")
     assert _run(graph, "after", "sync")["n"] == STEPS
     assert len(_postgres_ids(postgres_url, "after")) == STEPS + 2
     saver.close()
@@ -208,7 +216,7 @@ def test_shared_mode_fails_only_when_no_shared_tier_answers(
         _run(graph, "nowhere", "sync")
     assert _sqlite_ids(tmp_path / "local.sqlite", "nowhere") == set()
     private_redis.start()
-    time.sleep(1.5)
+    _wait_for_probe(saver, "redis")
     assert _run(graph, "redis-back", "sync")["n"] == STEPS
     saver.close()
 
