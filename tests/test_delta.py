@@ -128,6 +128,12 @@ def _needed_steps(reference: BaseCheckpointSaver, thread: str, start_step: int |
     return steps
 
 
+async def _list(saver: Any, config: Any, use_async: bool) -> list[Any]:
+    if use_async:
+        return [t async for t in saver.alist(config)]
+    return list(saver.list(config))
+
+
 async def _scenario(saver: Any, use_async: bool) -> None:
     graph = delta_graph().compile(checkpointer=saver)
     reference = InMemorySaver()
@@ -148,13 +154,25 @@ async def _scenario(saver: Any, use_async: bool) -> None:
     assert await _values(graph, _cfg("t"), use_async) == expected
     assert await _history(graph, _cfg("t"), use_async) == expected_history
 
-    # LangGraph's default history walk, through our get_tuple (no override).
-    assert type(saver).get_delta_channel_history is BaseCheckpointSaver.get_delta_channel_history
-    ours = saver.get_delta_channel_history(config=_cfg("t"), channels=list(DELTA_CHANNELS))
-    theirs = reference.get_delta_channel_history(config=_cfg("t"), channels=list(DELTA_CHANNELS))
-    for ch in DELTA_CHANNELS:
-        assert [w[1:] for w in ours[ch]["writes"]] == [w[1:] for w in theirs[ch]["writes"]]
-        assert ours[ch].get("seed") == theirs[ch].get("seed")
+    # Our paged history walk (delta.py) against LangGraph's default walk over
+    # our get_tuple and against the reference, at every checkpoint (matched
+    # by step: the ids differ).
+    channels = list(DELTA_CHANNELS)
+    ours_by_step = {t.metadata["step"]: t.config for t in await _list(saver, _cfg("t"), use_async)}
+    theirs_by_step = {t.metadata["step"]: t.config for t in reference.list(_cfg("t"))}
+    assert ours_by_step.keys() == theirs_by_step.keys()
+    for step, at in ours_by_step.items():
+        if use_async:
+            ours = await saver.aget_delta_channel_history(config=at, channels=channels)
+            walked = await BaseCheckpointSaver.aget_delta_channel_history(saver, config=at, channels=channels)
+        else:
+            ours = saver.get_delta_channel_history(config=at, channels=channels)
+            walked = BaseCheckpointSaver.get_delta_channel_history(saver, config=at, channels=channels)
+        theirs = reference.get_delta_channel_history(config=theirs_by_step[step], channels=channels)
+        for ch in DELTA_CHANNELS:
+            assert [w[1:] for w in ours[ch]["writes"]] == [w[1:] for w in theirs[ch]["writes"]], (step, ch)
+            assert [w[1:] for w in walked[ch]["writes"]] == [w[1:] for w in theirs[ch]["writes"]], (step, ch)
+            assert ours[ch].get("seed") == walked[ch].get("seed") == theirs[ch].get("seed"), (step, ch)
 
     # copy_thread: the copy rebuilds the same values, at every checkpoint.
     await _call(saver, "copy_thread", use_async, "t", "copy")
@@ -222,3 +240,32 @@ def test_prune_twice_and_exit_durability(make_saver: Any) -> None:
                 g.invoke(inputs, _cfg("x"), durability="exit")
             saver.prune(["x"])
             assert graph.get_state(_cfg("x")).values == ref_graph.get_state(_cfg("x")).values
+
+
+def test_history_falls_back_to_langgraphs_walk_when_the_chain_is_broken(make_saver: Any, tmp_path: Any) -> None:
+    """An ancestor missing from every tier (here: deleted from the only one,
+    behind the saver's back): the paged walk does not guess, it answers as
+    LangGraph's own walk over get_tuple does."""
+    import sqlite3
+
+    with make_saver("sqlite") as saver:
+        graph = delta_graph().compile(checkpointer=saver)
+        graph.invoke(RUNS[0], _cfg("broken"))
+        ids = sorted(t.config["configurable"]["checkpoint_id"] for t in saver.list(_cfg("broken")))
+        with sqlite3.connect(saver.sqlite_path) as conn:
+            conn.execute("DELETE FROM lgd_checkpoints WHERE checkpoint_id = ?", (ids[-2],))  # the parent
+        channels = list(DELTA_CHANNELS)
+        ours = saver.get_delta_channel_history(config=_cfg("broken"), channels=channels)
+        walked = BaseCheckpointSaver.get_delta_channel_history(saver, config=_cfg("broken"), channels=channels)
+        assert ours == walked
+        assert delta_walk_stops_at(saver, ids[-2])
+
+
+def delta_walk_stops_at(saver: Any, missing: str) -> bool:
+    """`delta.walk` over what list() returns names the missing ancestor."""
+    from langgraph_durable import delta
+
+    tuples = list(saver.list(_cfg("broken")))
+    latest = max(tuples, key=delta.checkpoint_id)
+    found = delta.walk(latest, {delta.checkpoint_id(t): t for t in tuples}, list(DELTA_CHANNELS))
+    return found == missing
