@@ -16,7 +16,7 @@ import copy
 import functools
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar, cast
 
 from langchain_core.runnables import RunnableConfig
@@ -25,9 +25,11 @@ from langgraph.checkpoint.base import (
     Checkpoint,
     CheckpointMetadata,
     CheckpointTuple,
+    DeltaChannelHistory,
     PendingWrite,
 )
 
+from . import delta
 from .backlog import DEFAULT_CALL_TIMEOUT_S, WRITE_MODES, Lag, MemoryBacklog, Owed, WriteMode, lag_of
 from .breaker import Breakers
 from .codec import DEFAULT_MAX_ID_BYTES, RecordCodec, check_key_part, thread_id_of, thread_of
@@ -519,6 +521,31 @@ class AsyncTierChain:
         before_id = ((before or {}).get("configurable") or {}).get("checkpoint_id")
         await self.ensure_setup()
         return await self.reads.list_tuples(thread_id, ns, cid, before_id, filter, limit)
+
+    async def delta_history(
+        self, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory] | None:
+        """A DeltaChannel's history (`delta.py`): the parent-chain walk over
+        ancestors read a page at a time; None when the chain is not complete
+        in what `list` returns (the caller then walks with `get_tuple`)."""
+        target = await self.get_tuple(config)
+        if target is None:
+            return delta.empty(channels)
+        ancestors: dict[str, CheckpointTuple] = {}
+        oldest = delta.checkpoint_id(target)
+        size = delta.FIRST_PAGE
+        while True:
+            found = delta.walk(target, ancestors, channels)
+            if not isinstance(found, str):
+                return found
+            if found >= oldest:  # not where list() looked: gone, or another namespace
+                return None
+            page = await self.list_tuples(delta.same_thread(target), before=delta.before(oldest), limit=size)
+            if not page:
+                return None
+            delta.add_page(ancestors, page)
+            oldest = min(delta.checkpoint_id(t) for t in page)
+            size = min(2 * size, delta.MAX_PAGE)
 
     # -- non-resumable actions and resume validation ----------------------------------
 

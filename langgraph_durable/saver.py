@@ -26,7 +26,6 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from . import delta
 from .backlog import DEFAULT_CALL_TIMEOUT_S, WRITE_MODES, Lag, MemoryBacklog, WriteMode
 from .breaker import Breakers
 from .chain import TierChain
@@ -761,29 +760,12 @@ class DurableSaver(BaseCheckpointSaver[str]):
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
         """LangGraph's walk up the parent chain, over ancestors read a page at
-        a time with `list` instead of one `get_tuple` each; LangGraph's own
-        walk whenever the chain is not complete in those pages."""
+        a time with `list` instead of one `get_tuple` each (`delta.py`);
+        LangGraph's own walk whenever the chain is not complete in those pages."""
         if not channels:
             return {}
-        chain = self._sync_chain()
-        target = chain.get_tuple(config)
-        if target is None:
-            return delta.empty(channels)
-        ancestors: dict[str, CheckpointTuple] = {}
-        oldest = delta.checkpoint_id(target)
-        size = delta.FIRST_PAGE
-        while True:
-            found = delta.walk(target, ancestors, channels)
-            if not isinstance(found, str):
-                return found
-            if found >= oldest:  # not where list() looked: a fork, or gone
-                return super().get_delta_channel_history(config=config, channels=channels)
-            page = chain.list_tuples(delta.same_thread(target), before=delta.before(oldest), limit=size)
-            if not page:
-                return super().get_delta_channel_history(config=config, channels=channels)
-            delta.add_page(ancestors, page)
-            oldest = min(delta.checkpoint_id(t) for t in page)
-            size = min(2 * size, delta.MAX_PAGE)
+        found = self._sync_chain().delta_history(config, channels)
+        return found if found is not None else super().get_delta_channel_history(config=config, channels=channels)
 
     async def aget_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
@@ -791,25 +773,10 @@ class DurableSaver(BaseCheckpointSaver[str]):
         """Async `get_delta_channel_history`."""
         if not channels:
             return {}
-        chain = self._async_chain()
-        target = await chain.get_tuple(config)
-        if target is None:
-            return delta.empty(channels)
-        ancestors: dict[str, CheckpointTuple] = {}
-        oldest = delta.checkpoint_id(target)
-        size = delta.FIRST_PAGE
-        while True:
-            found = delta.walk(target, ancestors, channels)
-            if not isinstance(found, str):
-                return found
-            if found >= oldest:
-                return await super().aget_delta_channel_history(config=config, channels=channels)
-            page = await chain.list_tuples(delta.same_thread(target), before=delta.before(oldest), limit=size)
-            if not page:
-                return await super().aget_delta_channel_history(config=config, channels=channels)
-            delta.add_page(ancestors, page)
-            oldest = min(delta.checkpoint_id(t) for t in page)
-            size = min(2 * size, delta.MAX_PAGE)
+        found = await self._async_chain().delta_history(config, channels)
+        if found is not None:
+            return found
+        return await super().aget_delta_channel_history(config=config, channels=channels)
 
     # -- resume validation and non-resumable actions ---------------------------------
 

@@ -463,12 +463,16 @@ def test_sigterm_drains_before_the_process_stops(
         env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)},
     )
     assert proc.stdout is not None
-    line = proc.stdout.readline().decode()
-    assert line.startswith("owed") and int(line.split()[1]) > 0, line
-    proxy.restore()
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=30) == 128 + signal.SIGTERM
-    proc.stdout.close()
+    try:
+        line = proc.stdout.readline().decode()
+        assert line.startswith("owed") and int(line.split()[1]) > 0, line
+        proxy.restore()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+    finally:
+        proc.kill()  # a no-op once it exited; a failed test leaves no worker behind
+        proc.wait()
+        proc.stdout.close()
     assert _postgres_ids(postgres_url, "sigterm") == _sqlite_ids(local, "sigterm") != set()
 
 
@@ -526,7 +530,6 @@ def test_write_behind_loses_nothing_acknowledged_when_the_process_is_killed(
     process on the same local file ships every acknowledged checkpoint."""
     import json
     import os
-    import signal
     import subprocess
     import sys
 
@@ -543,10 +546,12 @@ def test_write_behind_loses_nothing_acknowledged_when_the_process_is_killed(
         env={**os.environ, "PYTHONPATH": str(root)},
     )
     assert proc.stdout is not None
-    report = json.loads(proc.stdout.readline())
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=10)
-    proc.stdout.close()
+    try:
+        report = json.loads(proc.stdout.readline())
+    finally:
+        proc.kill()  # SIGKILL: the crash under test (and no worker left behind)
+        proc.wait(timeout=10)
+        proc.stdout.close()
     assert report["owed"] > 0 and len(report["acked"]) == STEPS + 2
     assert _postgres_ids(postgres_url, "killed") == set()  # nothing was shipped before the kill
     proxy.restore()
