@@ -7,9 +7,9 @@ use one. Each call first asks the tier's breaker: while the tier is known to
 be down the call raises `TierUnavailable` at once, without touching the
 network; otherwise it goes through (the async face bounded by the call
 timeout; the sync drivers bound themselves with their socket timeouts), and
-its outcome is reported to the breaker. Only `TierUnavailable` counts as a
-failure: a refused lease, a constraint or a bug says nothing about whether
-the tier is reachable.
+its outcome is reported to the breaker. Only `TierUnavailable` (or no answer
+in time) counts as a failure: a refused lease, a constraint or a bad record
+means the tier answered.
 
 A tier that was down when the saver started is set up (schema, key check)
 by the first call that reaches it, before that call runs.
@@ -74,16 +74,24 @@ class GuardedTier:
         return call
 
     def call(self, what: str, run: Callable[[], Any], timeout: float | None) -> Any:
-        breaker = self.breaker
-        if not breaker.allow(time.monotonic()):
-            stats = breaker.stats(time.monotonic())
+        if not self.breaker.allow(time.monotonic()):
+            stats = self.breaker.stats(time.monotonic())
             raise TierUnavailable(
                 f"{self.name} tier skipped: it is down ({stats.last_error}); next try in {stats.retry_in_s or 0:.1f} s",
                 tier=self.name,
             )
+        return self._timed(what, run, timeout, admit=what != "setup")
+
+    def probe(self, run: Callable[[], Any]) -> Any:
+        """Call the tier whatever its breaker says (`saver.health()`), and let
+        the breaker learn the outcome: a tier that answers is closed again."""
+        return self._timed("a probe", run, self.timeout, admit=True)
+
+    def _timed(self, what: str, run: Callable[[], Any], timeout: float | None, *, admit: bool) -> Any:
+        """Run one call, bounded by `timeout`, and tell the breaker how it went."""
         started = time.monotonic()
         try:
-            if what != "setup":
+            if admit:
                 self._admitted()
             result = with_timeout(run, timeout)
         except TierUnavailable as exc:
@@ -95,28 +103,16 @@ class GuardedTier:
                 f"{self.name} tier did not answer {what} within {timeout} s; it is skipped for now",
                 tier=self.name,
             ) from exc
-        now = time.monotonic()
-        if breaker.succeeded(now, now - started):
-            logger.warning("%s tier is reachable again", self.name)
+        except Exception:
+            self._answered(started)  # a refused lease, a bad record...: the tier did answer
+            raise
+        self._answered(started)
         return result
 
-    def probe(self, run: Callable[[], Any]) -> Any:
-        """Call the tier whatever its breaker says (`saver.health()`), and let
-        the breaker learn the outcome: a tier that answers is closed again."""
-        started = time.monotonic()
-        try:
-            self._admitted()
-            result = with_timeout(run, self.timeout)
-        except TierUnavailable as exc:
-            self._failed(str(exc))
-            raise
-        except TimeoutError as exc:
-            self._failed(f"no answer within {self.timeout} s")
-            raise TierUnavailable(f"{self.name} tier did not answer within {self.timeout} s", tier=self.name) from exc
+    def _answered(self, started: float) -> None:
         now = time.monotonic()
         if self.breaker.succeeded(now, now - started):
             logger.warning("%s tier is reachable again", self.name)
-        return result
 
     def _admitted(self) -> None:
         if self.admitted or self.admit is None:

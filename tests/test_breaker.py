@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import random
+import time
+from typing import Any
+
+import pytest
 
 from langgraph_durable.breaker import Breaker
 
@@ -65,3 +69,30 @@ def test_jitter_spreads_the_pause_within_twenty_percent() -> None:
         assert retry is not None and 0.8 <= retry <= 1.2
         pauses.add(round(retry, 3))
     assert len(pauses) > 10
+
+
+def test_a_probe_that_the_tier_answers_with_an_error_still_closes_the_breaker(tmp_path: Any) -> None:
+    """A half-open probe refused by the tier itself (here a real SQLite tier
+    refusing a write whose lease is not held: `LeaseLost`) proves the tier
+    answers: the breaker closes, instead of waiting for the probe timeout."""
+    from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_config, generate_metadata
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+    from langgraph_durable.codec import RecordCodec
+    from langgraph_durable.errors import LeaseLost
+    from langgraph_durable.guard import GuardedTier
+    from langgraph_durable.lease import Fence
+    from langgraph_durable.tiers.sqlite import SqliteTier
+
+    tier = SqliteTier(str(tmp_path / "local.sqlite"))
+    tier.setup()
+    breaker = Breaker("sqlite", backoff_first=0.0, jitter=NoJitter())
+    guarded = GuardedTier(tier, breaker, timeout=None)
+    row, blobs = RecordCodec(JsonPlusSerializer()).encode_checkpoint(
+        generate_config("t"), generate_checkpoint(), generate_metadata(), {}
+    )
+    breaker.failed(time.monotonic(), "it was down")
+    with pytest.raises(LeaseLost):
+        guarded.write_checkpoint(row, blobs, fence=Fence("t", "nobody", 7, 30.0))
+    assert breaker.state == "closed"
+    tier.close()
