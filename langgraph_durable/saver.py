@@ -512,6 +512,9 @@ class DurableSaver(BaseCheckpointSaver[str]):
             self._origin.close()
             return
         self._drain_at_close()
+        self._close_sync()
+
+    def _close_sync(self) -> None:
         if self._sync is not None:
             self._sync_leases().release_all()  # writer leases (lease.py)
             self._sync.close()
@@ -525,7 +528,8 @@ class DurableSaver(BaseCheckpointSaver[str]):
             self._local.close()
 
     async def aclose(self) -> None:
-        """Close every connection, sync and async, and the local file."""
+        """`close` for both faces: ship what is owed (as `close` does), then
+        close every connection, sync and async, and the local file."""
         if self._origin is not None:
             await self._origin.aclose()
             return
@@ -548,7 +552,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
                     "DurableSaver.aclose() ran on another event loop than the one its async connections "
                     "belong to; they are left to the garbage collector."
                 )
-        self.close()
+        self._close_sync()
 
     # -- outages: what the shared tiers are owed, and each tier's health ------------
 
