@@ -48,6 +48,8 @@ NAMES = {
     "AsyncPostgresTier": "PostgresTier",
     "AsyncLeaseKeeper": "LeaseKeeper",
     "AsyncConnectionPool": "ConnectionPool",
+    "asynccontextmanager": "contextmanager",
+    "AsyncIterator": "Iterator",
     "arun_all": "run_all",
     "ALock": "Lock",
     "amaybe_await": "maybe_await",

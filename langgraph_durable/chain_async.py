@@ -34,8 +34,9 @@ from .backlog import DEFAULT_CALL_TIMEOUT_S, WRITE_MODES, Lag, MemoryBacklog, Ow
 from .breaker import Breakers
 from .codec import DEFAULT_MAX_ID_BYTES, RecordCodec, check_key_part, thread_id_of, thread_of
 from .concurrency import ALock, arun_all
+from .deltas import DeltaMemo
 from .errors import ConfigError, DurableError, TierUnavailable
-from .guard_async import AsyncGuardedTier
+from .guard_async import AsyncGuardedTier, overlap
 from .health import Counters, Health, TierHealth
 from .integrity import (
     Incident,
@@ -84,6 +85,7 @@ class AsyncTierChain:
         memory: MemoryBacklog | None = None,
         kick: Callable[[], None] | None = None,
         counters: Counters | None = None,
+        deltas: DeltaMemo | None = None,
     ) -> None:
         if local is None and not shared:
             raise ConfigError("at least one tier is needed: pass sqlite=, redis= or postgres=.")
@@ -107,8 +109,9 @@ class AsyncTierChain:
         self.journal = AsyncJournal(self.local, self.shared, codec, self.memory)
         self.kick = kick or (lambda: None)
         self.counters = counters or Counters()
+        self.deltas = deltas
         self.reads = AsyncTierReader(self.tiers, codec, self.policy)
-        self.maintenance = AsyncMaintenance(self.tiers, codec, self.reads)
+        self.maintenance = AsyncMaintenance(self.tiers, codec, self.reads, deltas)
         self._views: dict[int, AsyncTierChain] = {}
         self._ready = False
         # First use may come from many tasks (or threads) at once; the pools
@@ -129,7 +132,7 @@ class AsyncTierChain:
             view.codec = codec
             view.journal = AsyncJournal(self.local, self.shared, codec, self.memory)
             view.reads = AsyncTierReader(self.tiers, codec, self.policy)
-            view.maintenance = AsyncMaintenance(self.tiers, codec, view.reads)
+            view.maintenance = AsyncMaintenance(self.tiers, codec, view.reads, self.deltas)
             view._views = {}
             self._views[id(codec)] = view
         return view
@@ -232,7 +235,7 @@ class AsyncTierChain:
         fails (`TierUnavailable`: no shared tier took it, or with
         ``write="all"`` one did not) is withdrawn from every tier that took it."""
         # Serialize before touching any tier: a bad value writes nothing.
-        row, blobs = self.codec.encode_checkpoint(config, checkpoint, metadata, new_versions)
+        row, blobs, stored = self.codec.encode_put(config, checkpoint, metadata, new_versions, self.deltas)
         await self.ensure_setup()
         behind = await self._write_behind(
             fence, lambda owed, f: self._local().write_checkpoint(row, blobs, journal=owed, fence=f)
@@ -245,6 +248,8 @@ class AsyncTierChain:
                 withdraw=lambda t: t.delete_checkpoint(row.thread_id, row.checkpoint_ns, row.checkpoint_id),
                 owe=lambda names: self.memory.owe_checkpoint(row, blobs, names),
             )
+        if self.deltas is not None:
+            self.deltas.remember(stored)  # its lists may now be the base of the next pieces
         return {
             "configurable": {
                 "thread_id": row.thread_id,
@@ -353,7 +358,7 @@ class AsyncTierChain:
                     await self._withdraw(withdraw, fenced)
                     raise
                 self._local_failed(exc, "the shared tiers carry on")
-        results = await arun_all([functools.partial(first, t, None) for t in rest])
+        results = await arun_all([functools.partial(first, t, None) for t in rest], overlap=overlap(rest))
         took = fenced + [t for t, r in zip(rest, results) if not isinstance(r, BaseException)]
         failed = [(t, r) for t, r in zip(rest, results) if isinstance(r, BaseException)]
         must_fail = bool(failed) and (
@@ -373,12 +378,9 @@ class AsyncTierChain:
                     await self._local().journal_acked(seq, [t.name for t in took], everyone=self.journal.names)
             raise failed[0][1]
         if seq is not None:
-            try:
-                await self._local().journal_acked(seq, [t.name for t in took if t in rest], everyone=self.journal.names)
-            except TierUnavailable as exc:
-                # The entry stays owed: the tiers that have the record get it
-                # again later, which changes nothing (records are immutable).
-                self._local_failed(exc, "its journal entry is shipped again later")
+            # Written by the next local transaction, not one of its own.
+            assert self.raw_local is not None
+            self.raw_local.defer_ack(seq, [t.name for t in took if t in rest], everyone=self.journal.names)
         elif failed:
             owe([t.name for t, _ in failed])
         if failed:

@@ -28,6 +28,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
+from .deltas import DELTA_TAG, MSGPACK_TAG, DeltaMemo, Last, Piece, Remember, decode_piece, plan, rebuild
 from .errors import ConfigError, RecordTooLarge, SerializationError
 from .ledger import LedgerEntry
 from .records import (
@@ -284,12 +285,30 @@ class RecordCodec:
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> tuple[CheckpointRow, list[BlobRow]]:
+        """The checkpoint's row and its new channel values' rows, each whole."""
+        row, blobs, _ = self.encode_put(config, checkpoint, metadata, new_versions)
+        return row, blobs
+
+    def encode_put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+        memo: DeltaMemo | None = None,
+    ) -> tuple[CheckpointRow, list[BlobRow], Remember]:
+        """`encode_checkpoint`, storing a list that extends its value in the
+        parent checkpoint (as `memo` remembers it) as a piece (`deltas.py`).
+        Also returns what to tell `memo` once the write succeeded."""
         thread_id = thread_of(config, what="put")
         configurable = config["configurable"]
         ns = configurable.get("checkpoint_ns", "") or ""
         parent_id = configurable.get("checkpoint_id")
         cid = check_key_part(checkpoint.get("id"), what="put: checkpoint['id']", limit=DEFAULT_MAX_NAME_BYTES)
         values = checkpoint.get("channel_values", {})
+        base = memo.base_for(thread_id, ns, parent_id) if memo is not None else {}
+        every = memo.every if memo is not None else 0
+        lists: dict[str, Last] = {}
         blobs = []
         for channel, version in new_versions.items():
             check_key_part(channel, what="put: channel name", limit=DEFAULT_MAX_NAME_BYTES)
@@ -298,6 +317,12 @@ class RecordCodec:
             )
             if channel in values:
                 tag, payload = self._dump(values[channel], channel=channel, what="state key")
+                if memo is not None:
+                    piece, last = plan(base.get(channel), v, tag, payload, every=every)
+                    if last is not None:
+                        lists[channel] = last
+                    if piece is not None:
+                        tag, payload = DELTA_TAG, piece.encode()
             else:
                 tag, payload = EMPTY_TAG, b""
             blobs.append(
@@ -305,6 +330,11 @@ class RecordCodec:
                     thread_id, ns, channel, v, seal(blob_context(thread_id, ns, channel, v), tag, payload, key=self.key)
                 )
             )
+        for channel, version in checkpoint.get("channel_versions", {}).items():
+            # A channel this step left alone keeps its value, and its chain.
+            kept = base.get(channel)
+            if channel not in new_versions and kept is not None and kept.version == version_key(version):
+                lists[channel] = kept
         stored = {k: v for k, v in checkpoint.items() if k != "channel_values"}
         md = cast(dict[str, Any], get_serializable_checkpoint_metadata(config, metadata))
         tag, payload = self._dump({"checkpoint": stored, "metadata": md}, channel="metadata", what="checkpoint")
@@ -317,7 +347,7 @@ class RecordCodec:
             metadata_json=checked_metadata_json(md),
             envelope=seal(checkpoint_context(thread_id, ns, cid, parent_id), tag, payload, key=self.key),
         )
-        return row, blobs
+        return row, blobs, Remember(thread_id, ns, cid, lists)
 
     def encode_writes(
         self,
@@ -376,8 +406,36 @@ class RecordCodec:
         return body["checkpoint"], body["metadata"]
 
     def decode_blob(self, row: BlobRow) -> Any:
-        """The channel value, or `EMPTY` for a channel stored as empty."""
-        return self._load(row.context, row.envelope)
+        """The channel value, or `EMPTY` for a channel stored as empty, or
+        the `deltas.Piece` of a list stored as a piece (`value_of` rebuilds it)."""
+        return self.open_blob(row, decode=True)[2]
+
+    def open_blob(self, row: BlobRow, *, decode: bool) -> tuple[str, bytes, Any]:
+        """A verified blob's type tag, payload and: its `Piece` if it is one,
+        else (with `decode`) its value, else None. Raises BadRecord."""
+        tag, payload, _ = open_envelope_any(row.context, row.envelope, self.keys)
+        if tag == DELTA_TAG:
+            return tag, payload, decode_piece(payload)
+        if not decode:
+            return tag, payload, None
+        if tag == EMPTY_TAG:
+            return tag, payload, _EMPTY
+        try:
+            return tag, payload, self.loader.loads_typed((tag, payload))
+        except Exception as exc:  # any decoder failure means this copy is unusable
+            raise BadRecord(f"undecodable payload ({type(exc).__name__}: {exc})") from exc
+
+    def rebuild_value(self, snapshot: tuple[str, bytes], pieces: Sequence[Piece]) -> Any:
+        """The list a chain of verified pieces stands for (`deltas.rebuild`),
+        decoded as a whole copy would be. Raises BadRecord."""
+        tag, payload = snapshot
+        if tag != MSGPACK_TAG:
+            raise BadRecord(f"the snapshot a list piece is rebuilt from has type {tag!r}, not a msgpack list")
+        whole = rebuild(payload, pieces)
+        try:
+            return self.loader.loads_typed((MSGPACK_TAG, whole))
+        except Exception as exc:  # any decoder failure means the chain is unusable
+            raise BadRecord(f"the list rebuilt from its pieces is undecodable ({type(exc).__name__}: {exc})") from exc
 
     def decode_write(self, row: WriteRow) -> PendingWrite:
         value = self._load(row.context, row.envelope)

@@ -27,7 +27,8 @@ Lock = threading.Lock
 _POOL = ThreadPoolExecutor(max_workers=8, thread_name_prefix="langgraph-durable-io")
 
 
-async def arun_all(calls: Sequence[Callable[[], Awaitable[T]]]) -> list[T | BaseException]:
+async def arun_all(calls: Sequence[Callable[[], Awaitable[T]]], *, overlap: bool = True) -> list[T | BaseException]:
+    # `overlap` is for the sync twin: tasks on one event loop always overlap.
     if len(calls) == 1:
         try:
             return [await calls[0]()]
@@ -36,14 +37,18 @@ async def arun_all(calls: Sequence[Callable[[], Awaitable[T]]]) -> list[T | Base
     return await asyncio.gather(*(c() for c in calls), return_exceptions=True)
 
 
-def run_all(calls: Sequence[Callable[[], T]]) -> list[T | BaseException]:
+def run_all(calls: Sequence[Callable[[], T]], *, overlap: bool = True) -> list[T | BaseException]:
+    """Each call's result or exception. With `overlap`, the calls run at
+    once (all but the first on worker threads); without, one after another
+    (`breaker.overlap_pays` says which is faster)."""
+
     def capture(call: Callable[[], T]) -> Any:
         try:
             return call()
         except Exception as exc:  # reported to the caller, who decides
             return exc
 
-    if len(calls) <= 1:
+    if len(calls) <= 1 or not overlap:
         return [capture(c) for c in calls]
     # The first call runs on this thread; the rest overlap with it.
     futures = [_POOL.submit(capture, c) for c in calls[1:]]

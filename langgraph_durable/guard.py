@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .breaker import Breaker
+from .breaker import Breaker, overlap_pays
 from .concurrency import Lock, with_timeout
 from .errors import TierUnavailable
 
@@ -38,6 +38,12 @@ _UNTIMED = frozenset(
 )
 # Not calls to the tier.
 _PASSTHROUGH = frozenset({"close", "name"})
+
+
+def overlap(tiers: Any) -> bool:
+    """Whether calls to these (guarded) tiers should overlap in the sync face
+    (`breaker.overlap_pays`, from each tier's last answer time)."""
+    return overlap_pays([t.breaker.latency if isinstance(t, GuardedTier) else None for t in tiers])
 
 
 class GuardedTier:

@@ -30,6 +30,7 @@ from typing import Any
 from .backlog import JournalEntry, MemoryBacklog
 from .codec import RecordCodec, version_key
 from .concurrency import run_all
+from .deltas import Piece
 from .errors import LeaseLost, TierUnavailable
 from .integrity import record_label
 from .records import BadRecord, BlobRow, CheckpointRow, WriteRow, row_fields
@@ -205,7 +206,11 @@ class Journal:
         for h in heads:
             if isinstance(h, BaseException) and not isinstance(h, TierUnavailable):
                 raise h
-        newer = [h[0] for h in heads if not isinstance(h, BaseException) and h[0] and h[0] > row.checkpoint_id]
+        newer = [
+            cid
+            for h in heads
+            if not isinstance(h, BaseException) and (cid := h.checkpoint_id) and cid > row.checkpoint_id
+        ]
         return max(newer) if newer else None
 
     def _verified_local_blobs(self, row: CheckpointRow) -> list[BlobRow]:
@@ -218,13 +223,24 @@ class Journal:
             self._quarantine_local("checkpoint", row, exc.reason)
             raise
         keys = [(ch, version_key(v)) for ch, v in checkpoint["channel_versions"].items()]
-        blobs = list((self.local.read_blobs(row.thread_id, row.checkpoint_ns, keys)).values())
-        for blob in blobs:
-            try:
-                self.codec.decode_blob(blob)
-            except BadRecord as exc:
-                self._quarantine_local("blob", blob, exc.reason)
-                raise BadRecord(f"its channel value {blob.channel} @ {blob.version} is damaged ({exc.reason})") from exc
+        blobs: list[BlobRow] = []
+        while keys:
+            found = self.local.read_blobs(row.thread_id, row.checkpoint_ns, keys)
+            based: set[tuple[str, str]] = set()
+            for blob in found.values():
+                try:
+                    value = self.codec.decode_blob(blob)
+                except BadRecord as exc:
+                    self._quarantine_local("blob", blob, exc.reason)
+                    raise BadRecord(
+                        f"its channel value {blob.channel} @ {blob.version} is damaged ({exc.reason})"
+                    ) from exc
+                blobs.append(blob)
+                if isinstance(value, Piece):
+                    # Shipped with what it is rebuilt from (idempotent where
+                    # an earlier entry shipped them already).
+                    based.update((blob.channel, v) for v in value.base)
+            keys = sorted(based - {(b.channel, b.version) for b in blobs})
         return blobs
 
     def _quarantine_local(self, kind: str, row: Any, reason: str) -> None:

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 from .codec import EMPTY, RecordCodec, thread_id_of, version_key
 from .concurrency import run_all
+from .deltas import DeltaMemo
 from .integrity import Incident, Unusable
 from .reads import TierReader, Found
 from .records import BadRecord, BlobRow, CheckpointRow, WriteRow
@@ -36,10 +37,15 @@ RowT = TypeVar("RowT", CheckpointRow, BlobRow, WriteRow)
 class Maintenance:
     """delete_thread, delete_for_runs, copy_thread and prune, on every tier."""
 
-    def __init__(self, tiers: Sequence[Tier], codec: RecordCodec, reads: TierReader) -> None:
+    def __init__(
+        self, tiers: Sequence[Tier], codec: RecordCodec, reads: TierReader, deltas: DeltaMemo | None = None
+    ) -> None:
         self.tiers = list(tiers)
         self.codec = codec
         self.reads = reads
+        # What this saver stored last (deltas.py): a thread deleted, pruned or
+        # copied over starts again from a whole copy.
+        self.deltas = deltas or DeltaMemo()
 
     def _everywhere(self, call: Callable[[Tier], Any]) -> None:
         for result in run_all([functools.partial(call, t) for t in self.tiers]):
@@ -51,6 +57,7 @@ class Maintenance:
         checkpoint id) in every tier: a copy that another replica's local
         cache still holds is then known to be deleted, not lost."""
         thread_id = thread_id_of(thread_id, what="delete_thread")
+        self.deltas.forget(thread_id)
         newest = self.reads._each(
             "delete_thread", lambda t: t.list_checkpoints(thread_id, None, None, None, None, 1)
         )
@@ -69,6 +76,7 @@ class Maintenance:
         if not run_ids:
             return
         ids = [str(r) for r in run_ids]
+        self.deltas.forget()
         retain = sorted(self._needed_by_survivors(set(ids)))
         if retain:
             logger.info("delete_for_runs keeps %d checkpoint(s) surviving delta channels still read", len(retain))
@@ -159,6 +167,7 @@ class Maintenance:
         same checkpoint ids, re-sealed under the target thread's keys."""
         src = thread_id_of(source_thread_id, what="copy_thread: source")
         dst = thread_id_of(target_thread_id, what="copy_thread: target")
+        self.deltas.forget(dst)
         # The copies keep their ids: a deletion marker left on the target
         # thread would hide them.
         self._everywhere(lambda t: t.mark_deleted(dst, None))
@@ -186,14 +195,15 @@ class Maintenance:
             if found is not None:
                 candidates.append(found)
         keys = [(ch, version_key(v)) for _, cp, _ in candidates for ch, v in cp["channel_versions"].items()]
-        blob_map = self.reads.blobs(src, ns, keys, incidents)
+        pieces: dict[tuple[str, str], BlobRow] = {}  # what lists stored as pieces are rebuilt from
+        blob_map = self.reads.blobs(src, ns, keys, incidents, pieces)
         written = self.reads.writes(src, ns, [r.checkpoint_id for r, _, _ in candidates], incidents)
         verified = [
             (row, cp, md)
             for row, cp, md in candidates
             if all((ch, version_key(v)) in blob_map for ch, v in cp["channel_versions"].items())
         ]
-        blobs = [self._rekey(b, dst) for b, _ in blob_map.values()]
+        blobs = [self._rekey(b, dst) for b in [*(b for b, _ in blob_map.values()), *pieces.values()]]
         writes = [self._rekey(w, dst) for pairs in written.values() for w, _ in pairs]
         checkpoints = [self._rekey(r, dst) for r, _, _ in sorted(verified, key=lambda item: item[0].checkpoint_id)]
         # Blobs, then checkpoints oldest first, then writes: a reader never
@@ -212,6 +222,7 @@ class Maintenance:
         """keep_latest: per namespace, the newest intact checkpoint and what
         its delta channels are rebuilt from; delete: the whole thread."""
         for thread_id in [thread_id_of(t, what="prune") for t in thread_ids]:
+            self.deltas.forget(thread_id)
             if strategy == "delete":
                 self._everywhere(lambda t: t.delete_thread(thread_id))
                 continue
@@ -240,6 +251,11 @@ class Maintenance:
                         reads |= older_than(nodes, walk.checkpoints[-1])
                     keep.update((ns, cid) for cid in reads)
                     keep_blobs.update((ns, ch, v) for ch, v in blobs_of(nodes, reads))
+                    # Lists stored as pieces keep what they are rebuilt from.
+                    pieces: dict[tuple[str, str], BlobRow] = {}
+                    kept = sorted((ch, v) for n, ch, v in keep_blobs if n == ns)
+                    self.reads.blobs(thread_id, ns, kept, incidents, pieces)
+                    keep_blobs.update((ns, ch, v) for ch, v in pieces)
             finally:
                 self.reads.settle(incidents)
             self._everywhere(lambda t: t.prune(thread_id, keep, keep_blobs))

@@ -25,18 +25,20 @@ from __future__ import annotations
 import functools
 import logging
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn
 
 from langgraph.checkpoint.base import CheckpointTuple, PendingWrite
 
 from .codec import RecordCodec, assemble_tuple, version_key
 from .concurrency import run_all
+from .deltas import Piece
 from .errors import CorruptCheckpoint, DurableError, TierUnavailable
+from .guard import overlap
 from .integrity import CorruptionEvent, Incident, IntegrityPolicy, Unusable
 from .ledger import LedgerEntry, newest_entry
 from .records import BadRecord, BlobRow, CheckpointRow, WriteRow, metadata_matches, row_fields, with_verified_metadata
-from .tiers.base import pack_fields
+from .tiers.base import Head, pack_fields
 from .tiers.protocol import Tier
 
 logger = logging.getLogger("langgraph_durable")
@@ -44,6 +46,7 @@ logger = logging.getLogger("langgraph_durable")
 BlobKey = tuple[str, str]
 Found = tuple[CheckpointRow, dict[str, Any], dict[str, Any]]  # row, checkpoint, metadata
 WriteKey = tuple[str, str, int]  # checkpoint id, task id, idx
+Opened = tuple[BlobRow, str, bytes, Any]  # verified row, type tag, payload, piece or value
 
 
 class TierReader:
@@ -59,7 +62,7 @@ class TierReader:
     def _each(self, what: str, call: Callable[[Tier], Any]) -> list[tuple[Tier, Any]]:
         """`call` on every tier at once: (tier, result) of each reachable
         one, nearest first. `TierUnavailable` only when none is reachable."""
-        results = run_all([functools.partial(call, t) for t in self.tiers])
+        results = run_all([functools.partial(call, t) for t in self.tiers], overlap=overlap(self.tiers))
         out: list[tuple[Tier, Any]] = []
         down: TierUnavailable | None = None
         for tier, result in zip(self.tiers, results):
@@ -105,11 +108,20 @@ class TierReader:
 
     # -- one checkpoint -----------------------------------------------------------
 
-    def checkpoint(self, thread_id: str, ns: str, cid: str, incidents: list[Incident]) -> Found | None:
-        """A verified checkpoint row, asked of every reachable tier; tiers that
-        lacked it or held a bad copy get the good one. None if no tier has
-        it; `Unusable` if every copy is bad."""
-        copies = self._each("checkpoint", lambda t: t.read_checkpoint(thread_id, ns, cid))
+    def checkpoint(
+        self,
+        thread_id: str,
+        ns: str,
+        cid: str,
+        incidents: list[Incident],
+        copies: Sequence[tuple[Tier, CheckpointRow | None]] | None = None,
+    ) -> Found | None:
+        """A verified checkpoint row, asked of every reachable tier (or taken
+        from `copies`, what they answered already); tiers that lacked it or
+        held a bad copy get the good one. None if no tier has it; `Unusable`
+        if every copy is bad."""
+        if copies is None:
+            copies = self._each("checkpoint", lambda t: t.read_checkpoint(thread_id, ns, cid))
         good: tuple[Tier, Found] | None = None
         lacking: list[Tier] = []
         bad: list[Incident] = []
@@ -140,18 +152,75 @@ class TierReader:
         for incident in bad:
             incident.served = f"intact copy from {source.name}"
         incidents.extend(bad)
-        row, _, metadata = found
-        fixed = with_verified_metadata(row, metadata)
-        self._repair(lacking + [i.tier for i in bad], lambda t: t.write_checkpoint(fixed, []))
+        fix = lacking + [i.tier for i in bad]
+        if fix:
+            row, _, metadata = found
+            fixed = with_verified_metadata(row, metadata)
+            self._repair(fix, lambda t: t.write_checkpoint(fixed, []))
         return found
 
     def blobs(
-        self, thread_id: str, ns: str, keys: Sequence[BlobKey], incidents: list[Incident]
+        self,
+        thread_id: str,
+        ns: str,
+        keys: Sequence[BlobKey],
+        incidents: list[Incident],
+        pieces: dict[BlobKey, BlobRow] | None = None,
     ) -> dict[BlobKey, tuple[BlobRow, Any]]:
         """Verified channel values (row and decoded value), nearest tier
         first; nearer tiers that lacked one or held a bad copy get the good
-        one. Keys no tier holds intact are absent from the result."""
+        one. Keys no tier holds intact are absent from the result. A list
+        stored as a piece (`deltas.py`) is rebuilt from the records it names,
+        read the same way (their rows go into `pieces`, if given); one that
+        cannot be rebuilt intact is absent too."""
+        opened = self._open_blobs(thread_id, ns, keys, incidents, decode=True)
+        chained = {key: o[3] for key, o in opened.items() if isinstance(o[3], Piece)}
+        if chained:
+            needed = {(key[0], v) for key, piece in chained.items() for v in piece.base}
+            more = sorted(needed - opened.keys())
+            if more:
+                opened.update(self._open_blobs(thread_id, ns, more, incidents, decode=False))
         found: dict[BlobKey, tuple[BlobRow, Any]] = {}
+        for key in dict.fromkeys(keys):
+            if key not in opened:
+                continue
+            row, _, _, value = opened[key]
+            if isinstance(value, Piece):
+                try:
+                    value = self._rebuild(key, value, opened)
+                except BadRecord as exc:
+                    label = f"channel {key[0]} @ {key[1]}"
+                    incidents.append(Incident(None, "blob", thread_id, ns, label, exc.reason, b""))
+                    continue
+            found[key] = (row, value)
+        if pieces is not None:
+            pieces.update({key: o[0] for key, o in opened.items() if key not in found})
+        return found
+
+    def _rebuild(self, key: BlobKey, piece: Piece, opened: Mapping[BlobKey, Opened]) -> Any:
+        """A list stored as `piece`, from the verified records it names."""
+        channel = key[0]
+        chain: list[Piece] = []
+        for i, version in enumerate(piece.base):
+            record = opened.get((channel, version))
+            if record is None:
+                raise BadRecord(f"the list piece {version} it is rebuilt from is missing or damaged in every tier")
+            if i and not isinstance(record[3], Piece):
+                raise BadRecord(f"the record {version} it is rebuilt from is not a list piece")
+            if i:
+                chain.append(record[3])
+        snapshot = opened[(channel, piece.base[0])]
+        if isinstance(snapshot[3], Piece):
+            raise BadRecord(f"the snapshot {piece.base[0]} it is rebuilt from is itself a piece")
+        return self.codec.rebuild_value((snapshot[1], snapshot[2]), [*chain, piece])
+
+    def _open_blobs(
+        self, thread_id: str, ns: str, keys: Sequence[BlobKey], incidents: list[Incident], *, decode: bool
+    ) -> dict[BlobKey, Opened]:
+        """Verified blob records, nearest tier first, repairing nearer tiers
+        (see `blobs`): (row, type tag, payload, value: its `Piece` if it is
+        one, else with `decode` the decoded value, else None)."""
+        found: dict[BlobKey, Opened] = {}
         found_in: dict[BlobKey, str] = {}
         missing = list(dict.fromkeys(keys))
         lacking: list[Tier] = []
@@ -166,7 +235,7 @@ class TierReader:
             good: list[BlobRow] = []
             for key, brow in rows.items():
                 try:
-                    found[key] = (brow, self.codec.decode_blob(brow))
+                    found[key] = (brow, *self.codec.open_blob(brow, decode=decode))
                     found_in[key] = tier.name
                     good.append(brow)
                 except BadRecord as exc:
@@ -187,16 +256,23 @@ class TierReader:
         return found
 
     def writes(
-        self, thread_id: str, ns: str, cids: Sequence[str], incidents: list[Incident]
+        self,
+        thread_id: str,
+        ns: str,
+        cids: Sequence[str],
+        incidents: list[Incident],
+        copies: Sequence[tuple[Tier, Sequence[WriteRow]]] | None = None,
     ) -> dict[str, list[tuple[WriteRow, PendingWrite]]]:
         """The pending writes of these checkpoints: the union of what every
-        reachable tier holds intact (a write one tier lost is still served,
-        and copied back). A task with a write that no tier holds intact loses
-        all its writes, so LangGraph runs it again instead of resuming from a
-        partial set; the checkpoint itself stays usable."""
+        reachable tier holds intact (or of `copies`, what they answered
+        already; a write one tier lost is still served, and copied back). A
+        task with a write that no tier holds intact loses all its writes, so
+        LangGraph runs it again instead of resuming from a partial set; the
+        checkpoint itself stays usable."""
         if not cids:
             return {}
-        copies = self._each("pending writes", lambda t: t.read_writes(thread_id, ns, cids))
+        if copies is None:
+            copies = self._each("pending writes", lambda t: t.read_writes(thread_id, ns, cids))
         holders: dict[WriteKey, list[tuple[Tier, WriteRow]]] = defaultdict(list)
         # Farthest first, so that an upserted special write (an interrupt, an
         # error) is taken from the system of record when copies differ.
@@ -245,9 +321,16 @@ class TierReader:
                 out[cid].append(pair)
         return out
 
-    def assemble(self, found: Sequence[Found], incidents: list[Incident]) -> list[CheckpointTuple | Unusable]:
-        """Attach channel values and pending writes, batched per (thread, ns).
-        A checkpoint missing an intact channel value comes back `Unusable`."""
+    def assemble(
+        self,
+        found: Sequence[Found],
+        incidents: list[Incident],
+        writes: Sequence[tuple[Tier, Sequence[WriteRow]]] | None = None,
+    ) -> list[CheckpointTuple | Unusable]:
+        """Attach channel values and pending writes, batched per (thread, ns)
+        (`writes`: every reachable tier's writes of the one checkpoint in
+        `found`, if they were read already). A checkpoint missing an intact
+        channel value comes back `Unusable`."""
         groups: dict[tuple[str, str], list[Found]] = defaultdict(list)
         for item in found:
             groups[(item[0].thread_id, item[0].checkpoint_ns)].append(item)
@@ -255,7 +338,7 @@ class TierReader:
         for (thread_id, ns), items in groups.items():
             keys = [(ch, version_key(v)) for _, cp, _ in items for ch, v in cp["channel_versions"].items()]
             blobs = self.blobs(thread_id, ns, keys, incidents)
-            writes = self.writes(thread_id, ns, [row.checkpoint_id for row, _, _ in items], incidents)
+            pending = self.writes(thread_id, ns, [row.checkpoint_id for row, _, _ in items], incidents, writes)
             for row, cp, md in items:
                 cid = row.checkpoint_id
                 absent = [
@@ -276,19 +359,30 @@ class TierReader:
                     done[(thread_id, ns, cid)] = unusable
                     continue
                 values = {ch: blobs[(ch, version_key(v))][1] for ch, v in cp["channel_versions"].items()}
-                done[(thread_id, ns, cid)] = assemble_tuple(row, cp, md, values, writes.get(cid, []))
+                done[(thread_id, ns, cid)] = assemble_tuple(row, cp, md, values, pending.get(cid, []))
         return [done[(r.thread_id, r.checkpoint_ns, r.checkpoint_id)] for r, _, _ in found]
 
     # -- serving, and falling back ------------------------------------------------------
 
-    def serve(self, thread_id: str, ns: str, cid: str, incidents: list[Incident]) -> CheckpointTuple | None:
+    def serve(
+        self,
+        thread_id: str,
+        ns: str,
+        cid: str,
+        incidents: list[Incident],
+        heads: Sequence[tuple[Tier, Head]] | None = None,
+    ) -> CheckpointTuple | None:
         """Checkpoint `cid`; if it cannot be assembled intact, its newest
         intact ancestor (the unusable ones are withdrawn). None if no tier
-        has `cid` at all."""
+        has `cid` at all. `heads`: every reachable tier's `head`, each naming
+        `cid`, whose rows and writes stand in for asking again."""
         current: str | None = cid
         while current is not None:
+            first = heads if current == cid else None
             try:
-                found = self.checkpoint(thread_id, ns, current, incidents)
+                found = self.checkpoint(
+                    thread_id, ns, current, incidents, [(t, h.row) for t, h in first] if first else None
+                )
                 if found is None:
                     if current == cid:
                         return None
@@ -302,7 +396,8 @@ class TierReader:
                         Unusable(thread_id, ns, current, None, "it is missing in every tier"), incidents, missing=True
                     )
                     continue
-                result = (self.assemble([found], incidents))[0]
+                writes = [(t, h.writes) for t, h in first] if first else None
+                result = (self.assemble([found], incidents, writes))[0]
                 if not isinstance(result, Unusable):
                     if current != cid:
                         for incident in incidents:
@@ -441,19 +536,31 @@ class TierReader:
     def latest(self, thread_id: str, ns: str, incidents: list[Incident]) -> CheckpointTuple | None:
         """The newest checkpoint any reachable tier holds intact. A tier that
         lost it (or was rolled back) is not believed over the others; one
-        that was told of a deletion (`mark_deleted`) is."""
+        that was told of a deletion (`mark_deleted`) is.
+
+        One round trip per tier in the common case: every tier's `head`
+        brings the newest checkpoint's row and pending writes (what can go
+        stale) along with its id. When every reachable tier names the same
+        checkpoint, those answers are all the read needs, and its channel
+        values (immutable) come from the nearest tier that holds them."""
         heads = self._each("latest checkpoint", lambda t: t.head(thread_id, ns))
-        markers = [marker for _, (_, marker) in heads if marker]
+        markers = [h.deleted_through for _, h in heads if h.deleted_through]
         deleted_through = max(markers) if markers else None
         candidates = sorted(
-            {cid for _, (cid, _) in heads if cid and (deleted_through is None or cid > deleted_through)},
+            {
+                h.checkpoint_id
+                for _, h in heads
+                if h.checkpoint_id and (deleted_through is None or h.checkpoint_id > deleted_through)
+            },
             reverse=True,
         )
+        if candidates and all(h.checkpoint_id == candidates[0] for _, h in heads):
+            return self.serve(thread_id, ns, candidates[0], incidents, heads)
         local = self.tiers[0] if len(self.tiers) > 1 and self.tiers[0].name == "sqlite" else None
         for cid in candidates:
             # Only this replica's cache still has it: lost by the shared tiers,
             # or deleted through another replica (`delete_for_runs`)?
-            only_local = local is not None and all(head != cid for tier, (head, _) in heads if tier is not local)
+            only_local = local is not None and all(h.checkpoint_id != cid for tier, h in heads if tier is not local)
             if only_local and local is not None and self._gone(thread_id, ns, cid, local):
                 continue
             tup = self.serve(thread_id, ns, cid, incidents)
@@ -461,8 +568,8 @@ class TierReader:
                 return tup
             # An index entry with no record behind it in any tier (a Redis id
             # whose hash field is gone): nothing to lose by dropping it.
-            for tier, (head, _) in heads:
-                if head == cid:
+            for tier, h in heads:
+                if h.checkpoint_id == cid:
                     self._repair([tier], lambda t: t.delete_checkpoint(thread_id, ns, cid))
         if candidates:
             # Every tier's index named checkpoints that none of them holds.
@@ -549,7 +656,7 @@ class TierReader:
         shared = self.tiers[1:] if len(self.tiers) > 1 and self.tiers[0].name == "sqlite" else self.tiers
         # What the shared tiers are still owed, asked *before* them: a record
         # shipped in between is then in their answer, never in neither.
-        owed = self._owed_rows(thread_id, ns, cid, before_id, filter) if shared is not self.tiers else []
+        owed = self._owed_rows(thread_id, ns, cid, before_id, filter, limit) if shared is not self.tiers else []
         answers = _each_of(
             shared, self.tiers, "checkpoint list",
             lambda t: t.list_checkpoints(thread_id, ns, cid, before_id, filter, limit),
@@ -563,21 +670,28 @@ class TierReader:
         return sorted(rows.values(), key=lambda r: r.checkpoint_id, reverse=True)
 
     def _owed_rows(
-        self, thread_id: str | None, ns: str | None, cid: str | None, before_id: str | None, filter: Any
+        self,
+        thread_id: str | None,
+        ns: str | None,
+        cid: str | None,
+        before_id: str | None,
+        filter: Any,
+        limit: int | None,
     ) -> list[CheckpointRow]:
         """Local checkpoints the shared tiers are still owed (written behind,
         or while they were down): this replica's own writes, listed before
-        they are shipped."""
+        they are shipped. Only the newest `limit` local rows can be among the
+        newest `limit` of the union, so no more are read."""
         local: Any = self.tiers[0]
         try:
             owed = {
                 (e.thread_id, e.checkpoint_ns, e.checkpoint_id)
-                for e in local.pending_journal()
-                if e.kind == "checkpoint" and thread_id in (None, e.thread_id)
+                for e in local.pending_journal(thread_id=thread_id)
+                if e.kind == "checkpoint"
             }
             if not owed:
                 return []
-            listed = local.list_checkpoints(thread_id, ns, cid, before_id, filter, None)
+            listed = local.list_checkpoints(thread_id, ns, cid, before_id, filter, None if filter else limit)
         except TierUnavailable:
             return []
         return [r for r in listed if (r.thread_id, r.checkpoint_ns, r.checkpoint_id) in owed]
@@ -639,7 +753,7 @@ def _each_of(
 ) -> list[tuple[Tier, Any]]:
     """`call` on `tiers` at once; if none is reachable, on the first
     reachable tier of `fallback` (the local cache) instead."""
-    results = run_all([functools.partial(call, t) for t in tiers])
+    results = run_all([functools.partial(call, t) for t in tiers], overlap=overlap(tiers))
     out = [(t, r) for t, r in zip(tiers, results) if not isinstance(r, BaseException)]
     for r in results:
         if isinstance(r, BaseException) and not isinstance(r, TierUnavailable):

@@ -31,6 +31,7 @@ from .breaker import Breakers
 from .chain import TierChain
 from .chain_async import AsyncTierChain
 from .codec import DEFAULT_MAX_RECORD_BYTES, RecordCodec, thread_id_of
+from .deltas import DEFAULT_SNAPSHOT_EVERY, DeltaMemo
 from .errors import ConfigError
 from .health import Counters, Health
 from .integrity import IntegrityPolicy, OnCorruption, ScanReport
@@ -224,6 +225,12 @@ class DurableSaver(BaseCheckpointSaver[str]):
         drain_timeout: seconds ``close()`` / ``aclose()`` keep shipping what
             the shared tiers are owed before they give up (it stays in the
             local journal and is shipped at the next start). 0: close at once.
+        list_snapshot_every: a list channel whose new value extends the
+            previous one (a message list under ``add_messages`` or
+            ``operator.add``) is stored as what it appended, with a whole copy
+            at least every this many versions, so a read of it touches at most
+            this many records (`langgraph_durable.deltas`). 1 (or 0) stores
+            every value whole, as the stock savers do.
     """
 
     def __init__(
@@ -251,6 +258,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         write: WriteMode = "shared",
         call_timeout: float | None = DEFAULT_CALL_TIMEOUT_S,
         drain_timeout: float = DEFAULT_DRAIN_TIMEOUT_S,
+        list_snapshot_every: int = DEFAULT_SNAPSHOT_EVERY,
     ) -> None:
         super().__init__(serde=serde)
         if write not in WRITE_MODES:
@@ -266,6 +274,11 @@ class DurableSaver(BaseCheckpointSaver[str]):
             raise ConfigError(f"call_timeout must be a positive number of seconds or None, got {call_timeout!r}.")
         if drain_timeout < 0:
             raise ConfigError(f"drain_timeout must be 0 or more seconds, got {drain_timeout!r}.")
+        if not isinstance(list_snapshot_every, int) or isinstance(list_snapshot_every, bool) or list_snapshot_every < 0:
+            raise ConfigError(
+                f"list_snapshot_every must be a whole number of versions (1 or 0: store every value whole), "
+                f"got {list_snapshot_every!r}."
+            )
         if sqlite is None and redis is None and postgres is None:
             raise ConfigError("DurableSaver needs at least one tier: pass sqlite=, redis= or postgres=.")
         if sqlite is not None and not isinstance(sqlite, (str, os.PathLike)):
@@ -309,6 +322,8 @@ class DurableSaver(BaseCheckpointSaver[str]):
         self._breakers = Breakers()
         self._memory = MemoryBacklog()
         self._counters = Counters()
+        # Growing lists stored as what they appended (deltas.py): both faces.
+        self._deltas = DeltaMemo(every=list_snapshot_every) if list_snapshot_every > 1 else None
         self._replicator = Replicator(lambda: self._sync_chain().catch_up(), lambda: self._sync_chain().lag())
         self._lock = threading.Lock()
         self._sync: TierChain | None = None
@@ -407,6 +422,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
             "memory": self._memory,
             "kick": self._replicator.kick,
             "counters": self._counters,
+            "deltas": self._deltas,
         }
 
     def _sync_chain(self) -> TierChain:

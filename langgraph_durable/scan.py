@@ -224,7 +224,7 @@ class Scanner:
     def _deleted(self, t: str, ns: str, cid: str) -> bool:
         """Whether a shared tier recorded the checkpoint as deleted."""
         for tier in self.shared:
-            marker = (tier.head(t, ns))[1]
+            marker = (tier.head(t, ns)).deleted_through
             if (marker is not None and cid <= marker) or cid in tier.gone(t, ns, [cid]):
                 return True
         return False

@@ -222,7 +222,7 @@ class AsyncScanner:
     async def _deleted(self, t: str, ns: str, cid: str) -> bool:
         """Whether a shared tier recorded the checkpoint as deleted."""
         for tier in self.shared:
-            marker = (await tier.head(t, ns))[1]
+            marker = (await tier.head(t, ns)).deleted_through
             if (marker is not None and cid <= marker) or cid in await tier.gone(t, ns, [cid]):
                 return True
         return False

@@ -23,7 +23,11 @@ The rules (``langgraph_durable/reads_async.py``):
   is served, every tier that lacks it or holds a bad copy gets it written, and
   every bad copy is reported ("intact copy from <tier>") and quarantined.
 * channel values: nearest tier first; the tiers nearer than the first intact
-  copy are repaired; the bad copies met are reported and quarantined.
+  copy are repaired; the bad copies met are reported and quarantined. A
+  growing list stored as a piece (``langgraph_durable/deltas.py``; the
+  ``log`` channel here appends to itself) also needs every record its piece
+  names, read the same way; one with no intact copy anywhere makes the value
+  unusable ("missing in every tier" for it, tier none), as if it were bad.
 * pending writes: the union of every tier's, each from its farthest intact
   copy, every tier repaired. A task with a write that no tier holds intact
   loses all its writes ("no write: task T runs again"); the checkpoint stays
@@ -60,7 +64,7 @@ from typing import Any
 
 import ormsgpack
 import pytest
-from hypothesis import HealthCheck, given, note, settings
+from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 from langgraph.checkpoint.base import CheckpointTuple
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_config, generate_metadata
@@ -73,6 +77,7 @@ from .tamper import BLOB, CHECKPOINT, WRITE, Rec, Store, Stored, flip, open_stor
 
 NS = ""
 CHANNELS = ("a", "b", "c")
+GROWING = "log"
 WRITE_CHANNELS = ("x", "y")
 VALUES = st.one_of(
     st.none(),
@@ -87,6 +92,8 @@ STEPS = st.lists(
             "writes": st.lists(
                 st.lists(st.tuples(st.sampled_from(WRITE_CHANNELS), VALUES), min_size=1, max_size=2), max_size=2
             ),
+            # Append to the growing list `log` (stored as pieces).
+            "grow": st.booleans(),
         }
     ),
     min_size=1,
@@ -116,6 +123,8 @@ class Model:
     metadata: dict[str, dict[str, Any]] = field(default_factory=dict)
     writes: dict[str, list[tuple[str, int, str, Any]]] = field(default_factory=dict)  # task, idx, channel, value
     baseline: dict[str, CheckpointTuple] = field(default_factory=dict)
+    # (channel, version) of a value stored as a piece -> the versions it is rebuilt from
+    pieces: dict[tuple[str, str], tuple[str, ...]] = field(default_factory=dict)
 
     @staticmethod
     def cp_rec(cid: str) -> Rec:
@@ -152,7 +161,10 @@ def plan(model: Model, steps: list[dict[str, Any]]) -> list[Put]:
     counters: dict[str, int] = {}
     parent: str | None = None
     for i, step in enumerate(steps):
-        for ch, value in step["updates"].items():
+        updates = dict(step["updates"])
+        if step.get("grow"):
+            updates[GROWING] = [*values.get(GROWING, []), f"entry {i}"]
+        for ch, value in updates.items():
             counters[ch] = counters.get(ch, 0) + 1
             versions[ch] = f"{counters[ch]:032}.{i:016}"
             values[ch] = value
@@ -162,7 +174,7 @@ def plan(model: Model, steps: list[dict[str, Any]]) -> list[Put]:
         config = generate_config(model.thread, checkpoint_id=parent) if parent else generate_config(model.thread)
         md = generate_metadata(step=i)
         calls = [(f"task-{i}-{k}", list(call)) for k, call in enumerate(step["writes"])]
-        puts.append(Put(config, cp, md, {ch: versions[ch] for ch in step["updates"]}, calls))
+        puts.append(Put(config, cp, md, {ch: versions[ch] for ch in updates}, calls))
         model.ids.append(cid)
         model.parent[cid] = parent
         model.versions[cid] = dict(versions)
@@ -405,6 +417,22 @@ class Sim:
         return False
 
     def blobs(self, keys: list[tuple[str, str]], incidents: list[Inc]) -> set[tuple[str, str]]:
+        opened = self.open_blobs(keys, incidents)
+        based = {(k[0], v) for k in dict.fromkeys(keys) if k in opened for v in self.model.pieces.get(k, ())}
+        more = sorted(based - opened)
+        if more:
+            opened |= self.open_blobs(more, incidents)
+        found = set()
+        for key in dict.fromkeys(keys):
+            if key not in opened:
+                continue
+            if any((key[0], v) not in opened for v in self.model.pieces.get(key, ())):
+                incidents.append(Inc(None, Rec(BLOB, NS, key)))  # a piece it is rebuilt from is gone
+                continue
+            found.add(key)
+        return found
+
+    def open_blobs(self, keys: list[tuple[str, str]], incidents: list[Inc]) -> set[tuple[str, str]]:
         found = set()
         for key in dict.fromkeys(keys):
             rec = Rec(BLOB, NS, key)
@@ -685,6 +713,17 @@ def snapshot(stores: list[Store], model: Model) -> tuple[dict[Rec, Stored], dict
     return orig, raw
 
 
+def piece_base(envelope: bytes | None) -> tuple[str, ...] | None:
+    """The versions a piece is rebuilt from, read from its envelope's bytes
+    (magic, format, tag length, tag, 16-byte digest, payload), or None."""
+    if not envelope or envelope[:4] != b"\xd7LGD":
+        return None
+    end = 6 + envelope[5]
+    if envelope[6:end] != b"lgd-delta":
+        return None
+    return tuple(ormsgpack.unpackb(envelope[end + 16 :])[1])
+
+
 # --- checks ---------------------------------------------------------------------------
 
 
@@ -736,8 +775,10 @@ def assert_repaired(expected: Sim, after: World, what: str) -> None:
 def assert_events_sane(ctx: Ctx, events: list[CorruptionEvent], names: list[str]) -> None:
     for e in events:
         assert e.thread_id == ctx.model.thread and e.checkpoint_ns == NS, e
-        # A record missing from every tier is reported once, for "every tier".
-        in_a_tier = e.tier in names or (e.tier == "every tier" and e.reason == "missing in every tier")
+        # A record missing from every tier is reported once, for "every tier";
+        # so is a list whose pieces cannot all be read (saying which one).
+        nowhere = e.reason == "missing in every tier" or (e.kind == BLOB and "it is rebuilt from" in e.reason)
+        in_a_tier = e.tier in names or (e.tier == "every tier" and nowhere)
         assert in_a_tier and e.kind in (CHECKPOINT, BLOB, WRITE), e
 
 
@@ -810,6 +851,12 @@ class Scenario:
         self.stores = open_stores(saver, REDIS_URL)
         orig, raw = snapshot(self.stores, self.model)
         self.orig = orig
+        self.model.pieces = {
+            rec.key: base for rec, held in orig.items() if rec.kind == BLOB and (base := piece_base(held.envelope))
+        }
+        event(f"{len(self.model.pieces)} list piece(s)")
+        if self.model.pieces:
+            note(f"pieces: {self.model.pieces}")
         names = [s.name for s in self.stores]
         tampers = draw_tampers(self.data, self.model, names)
         for t in tampers:

@@ -22,6 +22,19 @@ BlobKey = tuple[str, str]  # (channel, version)
 
 
 @dataclass(frozen=True, slots=True)
+class Head:
+    """A tier's answer to "what is the newest checkpoint of (thread, ns)",
+    with everything a read of it can go stale on, in one round trip: its
+    id, the thread's deletion marker (`mark_deleted`), its pending writes
+    (a set that grows) and, where the tier has it, the checkpoint row."""
+
+    checkpoint_id: str | None
+    deleted_through: str | None
+    row: CheckpointRow | None = None
+    writes: tuple[WriteRow, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class QuarantinedRecord:
     """A bad copy kept for forensics: never served, removed with its thread."""
 

@@ -12,8 +12,11 @@ This is the async source; ``postgres.py`` is generated from it by
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Sequence
+import select
+import time
+from collections.abc import Iterator, Generator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -26,6 +29,7 @@ from ..lease import Fence, Lease, lease_lost
 from ..records import BlobRow, CheckpointRow, Row, WriteRow
 from .base import (
     BlobKey,
+    Head,
     QuarantinedRecord,
     ThreadRecords,
     _fields,
@@ -134,6 +138,13 @@ _CONFIG_FAILURES = (
 )
 
 
+# A pooled connection returned this recently is handed out without the test
+# query (psycopg_pool's `check_connection`: a round trip of its own, as long
+# as most of our calls) unless something says it broke (`_check`). One idle
+# longer may have been dropped by a server restart or a failover meanwhile.
+CHECK_IDLE_S = 1.0
+
+
 def _cp(r: TupleRow) -> CheckpointRow:
     return CheckpointRow(r[0], r[1], r[2], r[3], r[4], r[5], bytes(r[6]))
 
@@ -158,8 +169,44 @@ class PostgresTier:
         self.where = redact(url)
         self.connect_timeout = connect_timeout
         self.pool_size = pool_size
+        self._failed_at = 0.0  # when a call last met a connection error
         self.pool = self._new_pool()
         self._opened = False
+
+    @contextlib.contextmanager
+    def _unreachable(self) -> Generator[None, None, None]:
+        """`unavailable_on` for this tier, remembering when a call failed:
+        from then on every pooled connection is tested before use."""
+        try:
+            with unavailable_on("postgres", self.where, *_ERRORS):
+                yield
+        except TierUnavailable:
+            self._failed_at = time.monotonic()
+            raise
+
+    @contextlib.contextmanager
+    def _connection(self) -> Iterator[Any]:
+        """A pooled connection, stamped with when it went back to the pool
+        (`_check`). Not a pool ``reset`` callback: with one, psycopg_pool
+        returns connections from a background task, one hop more per call."""
+        with self.pool.connection() as conn:
+            try:
+                yield conn
+            finally:
+                conn._lgd_returned_at = time.monotonic()  # type: ignore[attr-defined]
+
+    def _check(self, conn: Any) -> None:
+        """Test a pooled connection before it is handed out, unless it was
+        in use a moment ago and nothing says it broke since: no call failed,
+        and its socket has nothing to read (a server that closed the
+        connection leaves an end-of-file there, seen without a round trip)."""
+        returned = getattr(conn, "_lgd_returned_at", 0.0)
+        if (
+            returned <= self._failed_at
+            or time.monotonic() - returned >= CHECK_IDLE_S
+            or select.select([conn.fileno()], [], [], 0)[0]
+        ):
+            ConnectionPool.check_connection(conn)
 
     def _new_pool(self) -> ConnectionPool:
         return ConnectionPool(
@@ -170,8 +217,8 @@ class PostgresTier:
             timeout=self.connect_timeout,
             kwargs={"autocommit": True, "connect_timeout": max(1, int(self.connect_timeout)), **_KEEPALIVES},
             # Hand out no connection the server dropped while it sat in the
-            # pool (a restart, a failover): psycopg_pool tests each one first.
-            check=ConnectionPool.check_connection,
+            # pool (a restart, a failover): one idle for a while is tested first.
+            check=self._check,
         )
 
     def _open(self) -> None:
@@ -216,8 +263,8 @@ class PostgresTier:
 
     def setup(self) -> None:
         self._open()
-        with unavailable_on("postgres", self.where, *_ERRORS):
-            with self.pool.connection() as conn, conn.transaction():
+        with self._unreachable():
+            with self._connection() as conn, conn.transaction():
                 conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
                 conn.execute("CREATE TABLE IF NOT EXISTS lgd_migrations (v integer PRIMARY KEY)")
                 cur = conn.execute("SELECT coalesce(max(v), 0) FROM lgd_migrations")
@@ -236,36 +283,39 @@ class PostgresTier:
     def write_checkpoint(
         self, row: CheckpointRow, blobs: Sequence[BlobRow], *, fence: Fence | None = None
     ) -> None:
-        with unavailable_on("postgres", self.where, *_ERRORS):
-            with self.pool.connection() as conn, conn.transaction(), conn.pipeline():
-                self._check_fence(conn, fence)
-                conn.execute(
-                    "INSERT INTO lgd_checkpoints VALUES (%s, %s, %s, %s, %s, %s::jsonb, %s) "
-                    "ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET "
-                    "parent_id = EXCLUDED.parent_id, run_id = EXCLUDED.run_id, "
-                    "metadata = EXCLUDED.metadata, record = EXCLUDED.record",
-                    (
-                        row.thread_id,
-                        row.checkpoint_ns,
-                        row.checkpoint_id,
-                        row.parent_id,
-                        row.run_id,
-                        row.metadata_json,
-                        row.envelope,
-                    ),
-                )
-                if blobs:
-                    with conn.cursor() as cur:
-                        cur.executemany(
-                            "INSERT INTO lgd_blobs VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
-                            [(b.thread_id, b.checkpoint_ns, b.channel, b.version, b.envelope) for b in blobs],
-                        )
+        """One statement, so one round trip and atomic without BEGIN/COMMIT:
+        the fence check (`_fenced`), the new blobs and the checkpoint."""
+        sql = (
+            "INSERT INTO lgd_blobs SELECT %s, %s, c, v, r FROM unnest(%s::text[], %s::text[], %s::bytea[]) AS u(c, v, r) "
+            "WHERE {ok} ON CONFLICT DO NOTHING"
+        )
+        cp = (
+            "INSERT INTO lgd_checkpoints SELECT %s, %s, %s, %s, %s, %s::jsonb, %s WHERE {ok} "
+            "ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET "
+            "parent_id = EXCLUDED.parent_id, run_id = EXCLUDED.run_id, "
+            "metadata = EXCLUDED.metadata, record = EXCLUDED.record"
+        )
+        params = (
+            row.thread_id,
+            row.checkpoint_ns,
+            [b.channel for b in blobs],
+            [b.version for b in blobs],
+            [b.envelope for b in blobs],
+            row.thread_id,
+            row.checkpoint_ns,
+            row.checkpoint_id,
+            row.parent_id,
+            row.run_id,
+            row.metadata_json,
+            row.envelope,
+        )
+        self._fenced(fence, [sql, cp], params)
 
     def write_blobs(self, blobs: Sequence[BlobRow]) -> None:
         if not blobs:
             return
-        with unavailable_on("postgres", self.where, *_ERRORS):
-            with self.pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+        with self._unreachable():
+            with self._connection() as conn, conn.transaction(), conn.cursor() as cur:
                 cur.executemany(
                     "INSERT INTO lgd_blobs VALUES (%s, %s, %s, %s, %s) ON CONFLICT "
                     "(thread_id, checkpoint_ns, channel, version) DO UPDATE SET record = EXCLUDED.record",
@@ -273,6 +323,8 @@ class PostgresTier:
                 )
 
     def write_writes(self, rows: Sequence[WriteRow], upsert: bool, *, fence: Fence | None = None) -> None:
+        """One statement (see `write_checkpoint`). A call's writes have
+        distinct (task, idx), so one INSERT may upsert them all."""
         if not rows:
             return
         conflict = (
@@ -281,31 +333,77 @@ class PostgresTier:
             if upsert
             else "DO NOTHING"
         )
-        with unavailable_on("postgres", self.where, *_ERRORS):
-            with self.pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
-                self._check_fence(conn, fence)
-                cur.executemany(
-                    f"INSERT INTO lgd_writes VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT {conflict}",
-                    [
-                        (
-                            w.thread_id,
-                            w.checkpoint_ns,
-                            w.checkpoint_id,
-                            w.task_id,
-                            w.idx,
-                            w.channel,
-                            w.task_path,
-                            w.envelope,
-                        )
-                        for w in rows
-                    ],
-                )
+        sql = (
+            "INSERT INTO lgd_writes SELECT %s, %s, %s, t, i, c, p, r "
+            "FROM unnest(%s::text[], %s::int[], %s::text[], %s::text[], %s::bytea[]) AS u(t, i, c, p, r) "
+            f"WHERE {{ok}} ON CONFLICT {conflict}"
+        )
+        first = rows[0]
+        params = (
+            first.thread_id,
+            first.checkpoint_ns,
+            first.checkpoint_id,
+            [w.task_id for w in rows],
+            [w.idx for w in rows],
+            [w.channel for w in rows],
+            [w.task_path for w in rows],
+            [w.envelope for w in rows],
+        )
+        if any(
+            (w.thread_id, w.checkpoint_ns, w.checkpoint_id)
+            != (first.thread_id, first.checkpoint_ns, first.checkpoint_id)
+            for w in rows
+        ):
+            for w in rows:  # rows of several checkpoints (catch-up, repair): one statement each
+                self.write_writes([w], upsert, fence=fence)
+            return
+        self._fenced(fence, [sql], params)
+
+    def _fenced(self, fence: Fence | None, inserts: Sequence[str], params: Sequence[Any]) -> None:
+        """Run `inserts` (each with an ``{ok}`` slot in its WHERE) as one
+        statement. With a `fence`, the statement first renews the lease if it
+        still matches (its row stays locked until the statement commits, so a
+        takeover waits for the write and then sees the renewed lease), and
+        inserts nothing otherwise: then `LeaseLost`."""
+        if fence is None:
+            parts = [q.format(ok="true") for q in inserts]
+            sql = "".join(f"WITH w{i} AS ({q}) " for i, q in enumerate(parts[:-1])) + parts[-1]
+            with self._unreachable():
+                with self._connection() as conn:
+                    conn.execute(sql, params)
+            return
+        ok = "EXISTS (SELECT 1 FROM fence)"
+        sql = (
+            "WITH fence AS (UPDATE lgd_leases SET expires_at = "
+            f"CASE WHEN token = %s AND expires_at > 0 THEN {_NOW} + %s ELSE expires_at END "
+            "WHERE thread_id = %s AND holder = %s "
+            "AND ((NOT %s AND token = %s AND expires_at > 0) OR (%s AND token >= %s)) RETURNING token)"
+            + "".join(f", w{i} AS ({q.format(ok=ok)})" for i, q in enumerate(inserts))
+            + " SELECT count(*) FROM fence"
+        )
+        check = (
+            fence.token,
+            fence.ttl,
+            fence.thread_id,
+            fence.holder,
+            fence.late,
+            fence.token,
+            fence.late,
+            fence.token,
+        )
+        rows = self._fetchall(sql, (*check, *params))
+        if not rows[0][0]:
+            lease = self._fetchall(
+                "SELECT holder, token, expires_at FROM lgd_leases WHERE thread_id = %s", (fence.thread_id,)
+            )
+            r = lease[0] if lease else None
+            raise lease_lost(fence, Lease(fence.thread_id, r[0], r[1], r[2]) if r else None, "postgres")
 
     # -- reads ------------------------------------------------------------------------
 
     def _fetchall(self, sql: str, params: Sequence[Any]) -> list[TupleRow]:
-        with unavailable_on("postgres", self.where, *_ERRORS):
-            with self.pool.connection() as conn:
+        with self._unreachable():
+            with self._connection() as conn:
                 cur = conn.execute(sql, params)
                 return cur.fetchall()
 
@@ -378,8 +476,8 @@ class PostgresTier:
     # -- deletes ----------------------------------------------------------------------
 
     def delete_thread(self, thread_id: str) -> None:
-        with unavailable_on("postgres", self.where, *_ERRORS):
-            with self.pool.connection() as conn, conn.transaction():
+        with self._unreachable():
+            with self._connection() as conn, conn.transaction():
                 for table in ("lgd_checkpoints", "lgd_blobs", "lgd_writes", "lgd_quarantine", "lgd_ledger"):
                     conn.execute(f"DELETE FROM {table} WHERE thread_id = %s", (thread_id,))
 
@@ -395,8 +493,8 @@ class PostgresTier:
             "c.run_id = ANY(%s) AND (c.thread_id, c.checkpoint_ns, c.checkpoint_id) NOT IN "
             "(SELECT * FROM unnest(%s::text[], %s::text[], %s::text[]))"
         )
-        with unavailable_on("postgres", self.where, *_ERRORS):
-            with self.pool.connection() as conn, conn.transaction():
+        with self._unreachable():
+            with self._connection() as conn, conn.transaction():
                 conn.execute(
                     f"DELETE FROM lgd_writes w USING lgd_checkpoints c WHERE {doomed} "
                     "AND w.thread_id = c.thread_id AND w.checkpoint_ns = c.checkpoint_ns "
@@ -406,16 +504,16 @@ class PostgresTier:
                 conn.execute(f"DELETE FROM lgd_checkpoints c WHERE {doomed}", (list(run_ids), *params))
 
     def delete_checkpoint(self, thread_id: str, ns: str, checkpoint_id: str) -> None:
-        with unavailable_on("postgres", self.where, *_ERRORS):
-            with self.pool.connection() as conn:
+        with self._unreachable():
+            with self._connection() as conn:
                 conn.execute(
                     "DELETE FROM lgd_checkpoints WHERE thread_id = %s AND checkpoint_ns = %s AND checkpoint_id = %s",
                     (thread_id, ns, checkpoint_id),
                 )
 
     def write_ledger(self, thread_id: str, key: str, envelope: bytes) -> None:
-        with unavailable_on("postgres", self.where, *_ERRORS):
-            with self.pool.connection() as conn:
+        with self._unreachable():
+            with self._connection() as conn:
                 conn.execute(
                     "INSERT INTO lgd_ledger VALUES (%s, %s, %s) "
                     "ON CONFLICT (thread_id, key) DO UPDATE SET record = EXCLUDED.record",
@@ -425,8 +523,8 @@ class PostgresTier:
     def swap_ledger(self, thread_id: str, key: str, old: bytes | None, new: bytes) -> None:
         """Replace one ledger entry only if it still holds `old` (None: only
         if there is none); see `SqliteTier.swap_ledger`."""
-        with unavailable_on("postgres", self.where, *_ERRORS):
-            with self.pool.connection() as conn:
+        with self._unreachable():
+            with self._connection() as conn:
                 if old is None:
                     conn.execute(
                         "INSERT INTO lgd_ledger VALUES (%s, %s, %s) ON CONFLICT (thread_id, key) DO NOTHING",
@@ -468,8 +566,8 @@ class PostgresTier:
         self, thread_id: str, ns: str, kind: str, key: str, reason: str, envelope: bytes, fields: bytes = b""
     ) -> None:
         """Keep a copy for forensics and for `restore`, out of every read path."""
-        with unavailable_on("postgres", self.where, *_ERRORS):
-            with self.pool.connection() as conn:
+        with self._unreachable():
+            with self._connection() as conn:
                 conn.execute(
                     "INSERT INTO lgd_quarantine (thread_id, checkpoint_ns, kind, key, reason, record, fields) "
                     "VALUES (%s, %s, %s, %s, %s, %s, %s)",
@@ -480,8 +578,8 @@ class PostgresTier:
         """Delete this exact copy from the live table; a different copy under
         the same key (one repaired meanwhile) stays."""
         table, where, params = live_row_where(row, "%s")
-        with unavailable_on("postgres", self.where, *_ERRORS):
-            with self.pool.connection() as conn:
+        with self._unreachable():
+            with self._connection() as conn:
                 conn.execute(f"DELETE FROM {table} WHERE {where} AND record = %s", (*params, row.envelope))
 
     def list_quarantine(self, thread_id: str | None) -> list[QuarantinedRecord]:
@@ -496,8 +594,8 @@ class PostgresTier:
         ]
 
     def drop_quarantined(self, ids: Sequence[str]) -> None:
-        with unavailable_on("postgres", self.where, *_ERRORS):
-            with self.pool.connection() as conn:
+        with self._unreachable():
+            with self._connection() as conn:
                 conn.execute("DELETE FROM lgd_quarantine WHERE id = ANY(%s)", ([int(i) for i in ids],))
 
     def read_meta(self, key: str) -> str | None:
@@ -506,8 +604,8 @@ class PostgresTier:
 
     def write_meta(self, key: str, value: str | None) -> None:
         """Set (or, with None, remove) one store-wide setting."""
-        with unavailable_on("postgres", self.where, *_ERRORS):
-            with self.pool.connection() as conn:
+        with self._unreachable():
+            with self._connection() as conn:
                 if value is None:
                     conn.execute("DELETE FROM lgd_meta WHERE key = %s", (key,))
                 else:
@@ -516,22 +614,32 @@ class PostgresTier:
                         (key, value),
                     )
 
-    def head(self, thread_id: str, ns: str) -> tuple[str | None, str | None]:
-        """The newest checkpoint id of (thread, ns) and the thread's deletion
-        marker (`mark_deleted`), in one round trip."""
+    def head(self, thread_id: str, ns: str) -> Head:
+        """The newest checkpoint of (thread, ns), the thread's deletion
+        marker (`mark_deleted`), and the newest checkpoint's row and pending
+        writes, in one statement (one round trip)."""
         rows = self._fetchall(
-            "SELECT (SELECT checkpoint_id FROM lgd_checkpoints WHERE thread_id = %s AND checkpoint_ns = %s "
-            "ORDER BY checkpoint_id DESC LIMIT 1), (SELECT value FROM lgd_meta WHERE key = %s)",
+            f"WITH h AS (SELECT {_CP_COLS} FROM lgd_checkpoints WHERE thread_id = %s AND checkpoint_ns = %s "
+            "ORDER BY checkpoint_id DESC LIMIT 1) "
+            "SELECT h.*, (SELECT value FROM lgd_meta WHERE key = %s), "
+            "w.task_id, w.idx, w.channel, w.task_path, w.record "
+            "FROM (SELECT 1) AS one LEFT JOIN h ON true LEFT JOIN lgd_writes w "
+            "ON w.thread_id = h.thread_id AND w.checkpoint_ns = h.checkpoint_ns AND w.checkpoint_id = h.checkpoint_id",
             (thread_id, ns, deleted_key(thread_id)),
         )
-        return rows[0][0], rows[0][1]
+        first = rows[0]
+        row = _cp(first) if first[2] is not None else None
+        writes = tuple(
+            WriteRow(thread_id, ns, first[2], r[8], r[9], r[10], r[11], bytes(r[12])) for r in rows if r[8] is not None
+        )
+        return Head(first[2], first[7], row, writes)
 
     def mark_gone(self, thread_id: str, checkpoints: Sequence[tuple[str, str]]) -> None:
         """Record that these (ns, checkpoint id) were deleted (`delete_for_runs`)."""
         if not checkpoints:
             return
-        with unavailable_on("postgres", self.where, *_ERRORS):
-            with self.pool.connection() as conn:
+        with self._unreachable():
+            with self._connection() as conn:
                 conn.execute(
                     "INSERT INTO lgd_meta SELECT k, '1' FROM unnest(%s::text[]) AS k ON CONFLICT (key) DO NOTHING",
                     ([gone_key(thread_id, ns, c) for ns, c in checkpoints],),
@@ -553,8 +661,8 @@ class PostgresTier:
     def prune(self, thread_id: str, keep: set[tuple[str, str]], keep_blobs: set[tuple[str, str, str]]) -> None:
         kept_ns = [ns for ns, _ in keep]
         kept_ids = [cid for _, cid in keep]
-        with unavailable_on("postgres", self.where, *_ERRORS):
-            with self.pool.connection() as conn, conn.transaction():
+        with self._unreachable():
+            with self._connection() as conn, conn.transaction():
                 for table in ("lgd_checkpoints", "lgd_writes"):
                     conn.execute(
                         f"DELETE FROM {table} WHERE thread_id = %s AND (checkpoint_ns, checkpoint_id) NOT IN "
@@ -568,27 +676,6 @@ class PostgresTier:
                 )
 
     # -- writer leases (lease.py): the server's clock, so replicas' skew does not matter --
-
-    def _check_fence(self, conn: Any, fence: Fence | None) -> None:
-        """First statement of a write transaction: renew the lease if it still
-        matches `fence`, else `LeaseLost` (the transaction rolls back). The
-        UPDATE locks the lease row until the write commits, so a takeover
-        waits for the write and then sees the renewed lease."""
-        if fence is None:
-            return
-        cur = conn.execute(
-            "UPDATE lgd_leases SET expires_at = "
-            f"CASE WHEN token = %s AND expires_at > 0 THEN {_NOW} + %s ELSE expires_at END "
-            "WHERE thread_id = %s AND holder = %s "
-            "AND ((NOT %s AND token = %s AND expires_at > 0) OR (%s AND token >= %s)) RETURNING token",
-            (fence.token, fence.ttl, fence.thread_id, fence.holder, fence.late, fence.token, fence.late, fence.token),
-        )
-        if cur.fetchone() is None:
-            cur = conn.execute(
-                "SELECT holder, token, expires_at FROM lgd_leases WHERE thread_id = %s", (fence.thread_id,)
-            )
-            r = cur.fetchone()
-            raise lease_lost(fence, Lease(fence.thread_id, r[0], r[1], r[2]) if r else None, "postgres")
 
     def read_lease(self, thread_id: str) -> tuple[Lease | None, float]:
         rows = self._fetchall(
@@ -617,8 +704,8 @@ class PostgresTier:
         return Lease(thread_id, holder, token, rows[0][0]) if rows else None
 
     def release_lease(self, thread_id: str, holder: str, token: int | None) -> None:
-        with unavailable_on("postgres", self.where, *_ERRORS):
-            with self.pool.connection() as conn:
+        with self._unreachable():
+            with self._connection() as conn:
                 conn.execute(
                     "UPDATE lgd_leases SET expires_at = 0 WHERE thread_id = %s AND holder = %s "
                     "AND (%s::bigint IS NULL OR token = %s)",

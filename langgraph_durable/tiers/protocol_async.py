@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 from ..lease import Fence, Lease
 from ..records import BlobRow, CheckpointRow, Row, WriteRow
-from .base import BlobKey, QuarantinedRecord, ThreadRecords
+from .base import BlobKey, Head, QuarantinedRecord, ThreadRecords
 
 
 class AsyncTier(Protocol):
@@ -42,8 +42,10 @@ class AsyncTier(Protocol):
     async def read_checkpoint(self, thread_id: str, ns: str, checkpoint_id: str) -> CheckpointRow | None: ...
     async def read_blobs(self, thread_id: str, ns: str, keys: Sequence[BlobKey]) -> dict[BlobKey, BlobRow]: ...
     async def read_writes(self, thread_id: str, ns: str, checkpoint_ids: Sequence[str]) -> list[WriteRow]: ...
-    async def head(self, thread_id: str, ns: str) -> tuple[str | None, str | None]:
-        """The newest checkpoint id of (thread, ns) and the thread's deletion marker."""
+    async def head(self, thread_id: str, ns: str) -> Head:
+        """The newest checkpoint of (thread, ns), the thread's deletion
+        marker and the newest checkpoint's row and pending writes, in one
+        round trip."""
 
     async def list_checkpoints(
         self,

@@ -44,7 +44,7 @@ from redis.exceptions import WatchError
 
 from ..lease import Fence, Lease, lease_lost
 from ..records import BlobRow, CheckpointRow, Row, WriteRow, metadata_matches
-from .base import BlobKey, QuarantinedRecord, ThreadRecords, _fields, redact, unavailable_on
+from .base import BlobKey, Head, QuarantinedRecord, ThreadRecords, _fields, redact, unavailable_on
 
 DEFAULT_KEY_PREFIX = "langgraph_durable"
 DEFAULT_SOCKET_TIMEOUT_S = 5.0
@@ -74,6 +74,17 @@ def _unpack(data: bytes, n: int) -> list[Any]:
         return parts
     return [None] * (n - 1) + [b""]
 
+
+# `head` in one round trip: the newest id, the deletion marker, and that
+# checkpoint's record and writes (whose keys depend on the id). The keys it
+# builds carry the thread's hash tag, so they are on the declared keys' slot.
+_HEAD_SCRIPT = """
+local ids = redis.call('ZREVRANGEBYLEX', KEYS[1], '+', '-', 'LIMIT', 0, 1)
+local marker = redis.call('GET', KEYS[2])
+if not ids[1] then return {false, marker, false, {}} end
+local cp = redis.call('HGET', KEYS[3], ARGV[1] .. ids[1])
+return {ids[1], marker, cp, redis.call('HGETALL', ARGV[2] .. ids[1])}
+"""
 
 # Retries of a command whose connection broke (each on a new connection).
 RETRIES = 2
@@ -113,6 +124,7 @@ class AsyncRedisTier:
             # PING a connection idle this long before using it.
             health_check_interval=HEALTH_CHECK_INTERVAL_S,
         )
+        self._head_script = self.client.register_script(_HEAD_SCRIPT)
 
     # -- keys -----------------------------------------------------------------
 
@@ -445,15 +457,29 @@ class AsyncRedisTier:
             else:
                 await self.client.hset(f"{self.prefix}:meta", key, value)
 
-    async def head(self, thread_id: str, ns: str) -> tuple[str | None, str | None]:
-        """The newest checkpoint id of (thread, ns) and the thread's deletion
-        marker (`mark_deleted`), in one round trip."""
+    async def head(self, thread_id: str, ns: str) -> Head:
+        """The newest checkpoint of (thread, ns), the thread's deletion
+        marker (`mark_deleted`), and the newest checkpoint's row and pending
+        writes, in one round trip (a script)."""
+        keys = [self._k(thread_id, f"ids:{ns}"), self._k(thread_id, "deleted"), self._k(thread_id, "cp")]
         with unavailable_on("redis", self.where, *_ERRORS):
-            async with self.client.pipeline(transaction=False) as pipe:
-                pipe.zrevrangebylex(self._k(thread_id, f"ids:{ns}"), "+", "-", start=0, num=1)
-                pipe.get(self._k(thread_id, "deleted"))
-                ids, marker = await pipe.execute()
-        return (ids[0].decode() if ids else None), (marker.decode() if marker is not None else None)
+            cid, marker, data, fields = await self._head_script(keys, [f"{ns}{_SEP}", self._wkey(thread_id, ns, "")])
+        if cid is None:
+            return Head(None, marker.decode() if marker is not None else None)
+        checkpoint_id = cid.decode()
+        writes = []
+        for field, value in zip(fields[::2], fields[1::2]):
+            task_id, idx = field.decode().rsplit(_SEP, 1)
+            channel, task_path, envelope = _unpack(value, 3)
+            writes.append(
+                WriteRow(thread_id, ns, checkpoint_id, task_id, int(idx), channel or "", task_path or "", envelope)
+            )
+        return Head(
+            checkpoint_id,
+            marker.decode() if marker is not None else None,
+            self._cp_row(thread_id, ns, checkpoint_id, data) if data is not None else None,
+            tuple(writes),
+        )
 
     async def mark_gone(self, thread_id: str, checkpoints: Sequence[tuple[str, str]]) -> None:
         """Record that these (ns, checkpoint id) were deleted (`delete_for_runs`)."""

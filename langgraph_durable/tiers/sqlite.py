@@ -25,11 +25,12 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from ..backlog import JournalEntry, Owed, decode_fence, encode_fence
-from ..errors import ConfigError
+from ..errors import ConfigError, TierUnavailable
 from ..lease import Fence, Lease, lease_lost
 from ..records import BlobRow, CheckpointRow, Row, WriteRow, metadata_matches
 from .base import (
     BlobKey,
+    Head,
     QuarantinedRecord,
     ThreadRecords,
     _fields,
@@ -132,10 +133,15 @@ MIGRATIONS: list[str] = [
 ]
 
 _CP_COLS = "thread_id, checkpoint_ns, checkpoint_id, parent_id, run_id, metadata, record"
+_W_COLS = "thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, task_path, record"
 
 
 def _cp(row: tuple[Any, ...]) -> CheckpointRow:
     return CheckpointRow(row[0], row[1], row[2], row[3], row[4], row[5], bytes(row[6]))
+
+
+def _w(r: tuple[Any, ...]) -> WriteRow:
+    return WriteRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], bytes(r[7]))
 
 
 class SqliteTier:
@@ -150,6 +156,10 @@ class SqliteTier:
         self._lock = threading.RLock()
         self._conn: sqlite3.Connection | None = None
         self._ready = False
+        # Acknowledgements not written yet (`defer_ack`), and their own lock:
+        # adding one never waits for a transaction.
+        self._acks: list[tuple[int, tuple[str, ...], tuple[str, ...]]] = []
+        self._acks_lock = threading.Lock()
 
     # -- connection ---------------------------------------------------------
 
@@ -203,11 +213,16 @@ class SqliteTier:
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
-        """A write transaction holding the write lock from its first statement."""
+        """A write transaction holding the write lock from its first
+        statement. It also writes the acknowledgements `defer_ack` kept."""
         with self._lock, unavailable_on("sqlite", self.path, sqlite3.OperationalError):
             conn = self._connect()
             conn.execute("BEGIN IMMEDIATE")
+            with self._acks_lock:
+                acks = list(self._acks)
             try:
+                for seq, tiers, everyone in acks:
+                    _ack(conn, seq, tiers, everyone)
                 yield conn
             except BaseException:
                 # SQLite rolls back by itself on some errors (SQLITE_FULL).
@@ -215,6 +230,9 @@ class SqliteTier:
                     conn.execute("ROLLBACK")
                 raise
             conn.execute("COMMIT")
+            if acks:
+                with self._acks_lock:
+                    del self._acks[: len(acks)]
 
     @contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
@@ -235,6 +253,8 @@ class SqliteTier:
             self._ready = True
 
     def close(self) -> None:
+        with contextlib.suppress(TierUnavailable):  # left owed: shipped again at the next start
+            self.flush_acks()
         with self._lock:
             if self._conn is not None:
                 self._conn.close()
@@ -324,33 +344,43 @@ class SqliteTier:
         if seq is None:
             return
         with self._tx() as conn:
-            found = conn.execute("SELECT owed FROM lgd_journal WHERE seq = ?", (seq,)).fetchone()
-            if found is None:
-                return
-            owed = found[0].split(",") if found[0] is not None else list(everyone)
-            left = [t for t in owed if t and t not in tiers]
-            if left:
-                conn.execute(
-                    "UPDATE lgd_journal SET owed = ?, acked = acked OR ? WHERE seq = ?",
-                    (",".join(left), 1 if tiers else 0, seq),
-                )
-            else:
-                conn.execute("DELETE FROM lgd_journal WHERE seq = ?", (seq,))
+            _ack(conn, seq, tuple(tiers), tuple(everyone))
+
+    def defer_ack(self, seq: int | None, tiers: Sequence[str], *, everyone: Sequence[str] = ()) -> None:
+        """`journal_acked`, written by the next transaction instead of one
+        of its own (a write's acknowledgement rides on the next write). Never
+        waits, never fails. Should the process die first, the entry is shipped
+        again at the next start, which changes nothing: records are immutable
+        and catch-up writes are idempotent."""
+        if seq is not None:
+            with self._acks_lock:
+                self._acks.append((seq, tuple(tiers), tuple(everyone)))
+
+    def flush_acks(self) -> None:
+        """Write the acknowledgements `defer_ack` kept (readers of the journal
+        call it first, so that they see what was acknowledged)."""
+        if self._acks:
+            with self._tx():
+                pass
 
     def journal_drop(self, seq: int) -> None:
         """Forget journal entry `seq` (shipped everywhere it can be, or not to be shipped)."""
         with self._tx() as conn:
             conn.execute("DELETE FROM lgd_journal WHERE seq = ?", (seq,))
 
-    def pending_journal(self, limit: int | None = None, after: int = 0) -> list[JournalEntry]:
-        """Entries some shared tier has not acknowledged, oldest first: a tier
-        was down, a write is behind (``write="local"``), or a crash came
-        between the local commit and the acknowledgement."""
+    def pending_journal(
+        self, limit: int | None = None, after: int = 0, *, thread_id: str | None = None
+    ) -> list[JournalEntry]:
+        """Entries some shared tier has not acknowledged, oldest first (of
+        one thread, or all): a tier was down, a write is behind
+        (``write="local"``), or a crash came between the local commit and the
+        acknowledgement."""
+        self.flush_acks()
         with self._read() as conn:
             rows = conn.execute(
                 "SELECT seq, kind, thread_id, checkpoint_ns, checkpoint_id, task_id, owed, acked, fence, created_at "
-                "FROM lgd_journal WHERE seq > ? ORDER BY seq LIMIT ?",
-                (after, -1 if limit is None else limit),
+                "FROM lgd_journal WHERE seq > ? AND (? IS NULL OR thread_id = ?) ORDER BY seq LIMIT ?",
+                (after, thread_id, thread_id, -1 if limit is None else limit),
             ).fetchall()
         return [_entry(r) for r in rows]
 
@@ -358,11 +388,13 @@ class SqliteTier:
         """Entries owed, the oldest's creation time, and entries owed per shared tier."""
         owes = "(owed IS NULL OR ',' || owed || ',' LIKE '%,' || ? || ',%')"
         columns = "".join(f", coalesce(sum({owes}), 0)" for _ in shared)
+        self.flush_acks()
         with self._read() as conn:
             row = conn.execute(f"SELECT count(*), min(created_at){columns} FROM lgd_journal", list(shared)).fetchone()
         return int(row[0]), row[1], {name: int(n) for name, n in zip(shared, row[2:])}
 
     def journal_size(self) -> int:
+        self.flush_acks()
         with self._read() as conn:
             return int(conn.execute("SELECT count(*) FROM lgd_journal").fetchone()[0])
 
@@ -396,11 +428,10 @@ class SqliteTier:
         marks = ",".join("?" * len(checkpoint_ids))
         with self._read() as conn:
             rows = conn.execute(
-                "SELECT thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, task_path, record "
-                f"FROM lgd_writes WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id IN ({marks})",
+                f"SELECT {_W_COLS} FROM lgd_writes WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id IN ({marks})",
                 (thread_id, ns, *checkpoint_ids),
             ).fetchall()
-        return [WriteRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], bytes(r[7])) for r in rows]
+        return [_w(r) for r in rows]
 
     def latest_id(self, thread_id: str, ns: str) -> str | None:
         with self._read() as conn:
@@ -576,16 +607,31 @@ class SqliteTier:
             else:
                 conn.execute("INSERT OR REPLACE INTO lgd_meta VALUES (?, ?)", (key, value))
 
-    def head(self, thread_id: str, ns: str) -> tuple[str | None, str | None]:
-        """The newest checkpoint id of (thread, ns) and the thread's deletion
-        marker (`mark_deleted`), in one read."""
+    def head(self, thread_id: str, ns: str) -> Head:
+        """The newest checkpoint of (thread, ns), the thread's deletion
+        marker (`mark_deleted`), and the newest checkpoint's row and pending
+        writes, in one read."""
         with self._read() as conn:
             row = conn.execute(
-                "SELECT (SELECT checkpoint_id FROM lgd_checkpoints WHERE thread_id = ? AND checkpoint_ns = ? "
-                "ORDER BY checkpoint_id DESC LIMIT 1), (SELECT value FROM lgd_meta WHERE key = ?)",
-                (thread_id, ns, deleted_key(thread_id)),
+                f"SELECT {_CP_COLS} FROM lgd_checkpoints WHERE thread_id = ? AND checkpoint_ns = ? "
+                "ORDER BY checkpoint_id DESC LIMIT 1",
+                (thread_id, ns),
             ).fetchone()
-        return row[0], row[1]
+            marker = conn.execute("SELECT value FROM lgd_meta WHERE key = ?", (deleted_key(thread_id),)).fetchone()
+            writes = (
+                conn.execute(
+                    f"SELECT {_W_COLS} FROM lgd_writes WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?",
+                    (thread_id, ns, row[2]),
+                ).fetchall()
+                if row
+                else []
+            )
+        return Head(
+            row[2] if row else None,
+            marker[0] if marker else None,
+            _cp(row) if row else None,
+            tuple(_w(w) for w in writes),
+        )
 
     def mark_gone(self, thread_id: str, checkpoints: Sequence[tuple[str, str]]) -> None:
         """Record that these (ns, checkpoint id) were deleted (`delete_for_runs`)."""
@@ -684,6 +730,21 @@ def _entry(r: tuple[Any, ...]) -> JournalEntry:
     return JournalEntry(r[0], r[1], r[2], r[3], r[4], r[5], owed, bool(r[7]), decode_fence(r[8]), r[9])
 
 
+def _ack(conn: sqlite3.Connection, seq: int, tiers: Sequence[str], everyone: Sequence[str]) -> None:
+    found = conn.execute("SELECT owed FROM lgd_journal WHERE seq = ?", (seq,)).fetchone()
+    if found is None:
+        return
+    owed = found[0].split(",") if found[0] is not None else list(everyone)
+    left = [t for t in owed if t and t not in tiers]
+    if left:
+        conn.execute(
+            "UPDATE lgd_journal SET owed = ?, acked = acked OR ? WHERE seq = ?",
+            (",".join(left), 1 if tiers else 0, seq),
+        )
+    else:
+        conn.execute("DELETE FROM lgd_journal WHERE seq = ?", (seq,))
+
+
 def _journal(
     conn: sqlite3.Connection, kind: str, thread_id: str, ns: str, cid: str, task_id: str | None, owed: Owed | bool
 ) -> int | None:
@@ -746,6 +807,10 @@ class AsyncSqliteTier:
             return await loop.run_in_executor(self._pool, functools.partial(fn, *args, **kwargs))
 
         return call
+
+    def defer_ack(self, seq: int | None, tiers: Sequence[str], *, everyone: Sequence[str] = ()) -> None:
+        """`SqliteTier.defer_ack`, on the caller's thread: it never waits."""
+        self.tier.defer_ack(seq, tiers, everyone=everyone)
 
     async def close(self) -> None:
         # The shared SqliteTier is closed by its owner; only the worker goes.
