@@ -112,7 +112,7 @@ class TierChain:
         self.kick = kick or (lambda: None)
         self.counters = counters or Counters()
         self.deltas = deltas
-        self.reads = TierReader(self.tiers, codec, self.policy)
+        self.reads = TierReader(self.tiers, codec, self.policy, deltas)
         self.maintenance = Maintenance(self.tiers, codec, self.reads, deltas)
         self._views: dict[int, TierChain] = {}
         self._ready = False
@@ -133,7 +133,7 @@ class TierChain:
             view = copy.copy(self)
             view.codec = codec
             view.journal = Journal(self.local, self.shared, codec, self.memory)
-            view.reads = TierReader(self.tiers, codec, self.policy)
+            view.reads = TierReader(self.tiers, codec, self.policy, self.deltas)
             view.maintenance = Maintenance(self.tiers, codec, view.reads, self.deltas)
             view._views = {}
             self._views[id(codec)] = view

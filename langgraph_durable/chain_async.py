@@ -110,7 +110,7 @@ class AsyncTierChain:
         self.kick = kick or (lambda: None)
         self.counters = counters or Counters()
         self.deltas = deltas
-        self.reads = AsyncTierReader(self.tiers, codec, self.policy)
+        self.reads = AsyncTierReader(self.tiers, codec, self.policy, deltas)
         self.maintenance = AsyncMaintenance(self.tiers, codec, self.reads, deltas)
         self._views: dict[int, AsyncTierChain] = {}
         self._ready = False
@@ -131,7 +131,7 @@ class AsyncTierChain:
             view = copy.copy(self)
             view.codec = codec
             view.journal = AsyncJournal(self.local, self.shared, codec, self.memory)
-            view.reads = AsyncTierReader(self.tiers, codec, self.policy)
+            view.reads = AsyncTierReader(self.tiers, codec, self.policy, self.deltas)
             view.maintenance = AsyncMaintenance(self.tiers, codec, view.reads, self.deltas)
             view._views = {}
             self._views[id(codec)] = view

@@ -64,6 +64,11 @@ def array_header(payload: bytes) -> tuple[int, int] | None:
     return None
 
 
+def whole_payload(count: int, elements: bytes) -> bytes:
+    """The msgpack payload of a list of `count` encoded `elements`."""
+    return _header(count) + elements
+
+
 def _header(count: int) -> bytes:
     if count < 16:
         return bytes([0x90 | count])
@@ -188,6 +193,16 @@ class DeltaMemo:
         if found is None or parent_id is None or found[0] != parent_id:
             return {}
         return found[1]
+
+    def stored(self, thread_id: str, ns: str, channel: str, version: str) -> Last | None:
+        """What was stored as `version` of a channel, if it is the one this
+        saver stored last (the newest checkpoint's, usually what is read)."""
+        with self._lock:
+            found = self._last.get((thread_id, ns))
+        if found is None:
+            return None
+        last = found[1].get(channel)
+        return last if last is not None and last.version == version else None
 
     def remember(self, what: Remember) -> None:
         """Record what a write stored. Call it once the write succeeded: a

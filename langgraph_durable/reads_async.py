@@ -30,7 +30,7 @@ from langgraph.checkpoint.base import CheckpointTuple, PendingWrite
 
 from .codec import RecordCodec, assemble_tuple, version_key
 from .concurrency import arun_all
-from .deltas import Piece
+from .deltas import MSGPACK_TAG, DeltaMemo, Last, Piece, whole_payload
 from .errors import CorruptCheckpoint, DurableError, TierUnavailable
 from .guard_async import overlap
 from .integrity import CorruptionEvent, Incident, IntegrityPolicy, Unusable
@@ -50,10 +50,19 @@ Opened = tuple[BlobRow, str, bytes, Any]  # verified row, type tag, payload, pie
 class AsyncTierReader:
     """Every read of records: by id, latest, list, pending writes, ledger."""
 
-    def __init__(self, tiers: Sequence[AsyncTier], codec: RecordCodec, policy: IntegrityPolicy) -> None:
+    def __init__(
+        self,
+        tiers: Sequence[AsyncTier],
+        codec: RecordCodec,
+        policy: IntegrityPolicy,
+        deltas: DeltaMemo | None = None,
+    ) -> None:
         self.tiers = list(tiers)
         self.codec = codec
         self.policy = policy
+        # What this saver stored last (deltas.py): a list it wrote itself is
+        # rebuilt from there instead of from the records its piece names.
+        self.deltas = deltas
 
     # -- asking every reachable tier ------------------------------------------------
 
@@ -173,6 +182,12 @@ class AsyncTierReader:
         cannot be rebuilt intact is absent too."""
         opened = await self._open_blobs(thread_id, ns, keys, incidents, decode=True)
         chained = {key: o[3] for key, o in opened.items() if isinstance(o[3], Piece)}
+        known: dict[BlobKey, Last] = {}
+        for key, piece in list(chained.items()):
+            last = self.deltas.stored(thread_id, ns, *key) if self.deltas is not None else None
+            if last is not None and last.count == piece.count and last.chain[:-1] == piece.base:
+                known[key] = last
+                del chained[key]
         if chained:
             needed = {(key[0], v) for key, piece in chained.items() for v in piece.base}
             more = sorted(needed - opened.keys())
@@ -185,7 +200,11 @@ class AsyncTierReader:
             row, _, _, value = opened[key]
             if isinstance(value, Piece):
                 try:
-                    value = self._rebuild(key, value, opened)
+                    if key in known:
+                        whole = whole_payload(known[key].count, known[key].elements)
+                        value = self.codec.rebuild_value((MSGPACK_TAG, whole), [])
+                    else:
+                        value = self._rebuild(key, value, opened)
                 except BadRecord as exc:
                     label = f"channel {key[0]} @ {key[1]}"
                     incidents.append(Incident(None, "blob", thread_id, ns, label, exc.reason, b""))

@@ -28,6 +28,8 @@ The rules (``langgraph_durable/reads_async.py``):
   ``log`` channel here appends to itself) also needs every record its piece
   names, read the same way; one with no intact copy anywhere makes the value
   unusable ("missing in every tier" for it, tier none), as if it were bad.
+  The saver that wrote the newest checkpoint rebuilds that checkpoint's lists
+  from what it remembers storing instead (their own records still read).
 * pending writes: the union of every tier's, each from its farthest intact
   copy, every tier repaired. A task with a write that no tier holds intact
   loses all its writes ("no write: task T runs again"); the checkpoint stays
@@ -418,7 +420,15 @@ class Sim:
 
     def blobs(self, keys: list[tuple[str, str]], incidents: list[Inc]) -> set[tuple[str, str]]:
         opened = self.open_blobs(keys, incidents)
-        based = {(k[0], v) for k in dict.fromkeys(keys) if k in opened for v in self.model.pieces.get(k, ())}
+        # The saver that wrote the newest checkpoint rebuilds its lists from
+        # what it remembers storing, not from the records its pieces name.
+        remembered = set(self.model.versions[self.model.ids[-1]].items())
+        based = {
+            (k[0], v)
+            for k in dict.fromkeys(keys)
+            if k in opened and k not in remembered
+            for v in self.model.pieces.get(k, ())
+        }
         more = sorted(based - opened)
         if more:
             opened |= self.open_blobs(more, incidents)
@@ -426,7 +436,7 @@ class Sim:
         for key in dict.fromkeys(keys):
             if key not in opened:
                 continue
-            if any((key[0], v) not in opened for v in self.model.pieces.get(key, ())):
+            if key not in remembered and any((key[0], v) not in opened for v in self.model.pieces.get(key, ())):
                 incidents.append(Inc(None, Rec(BLOB, NS, key)))  # a piece it is rebuilt from is gone
                 continue
             found.add(key)
