@@ -44,7 +44,7 @@ from .integrity import (
     ScanReport,
 )
 from .journal_async import AsyncJournal
-from .lease import Fence
+from .lease import Fence, OwnHeads
 from .ledger import LedgerEntry
 from .maintenance_async import AsyncMaintenance
 from .reads_async import AsyncTierReader
@@ -86,6 +86,7 @@ class AsyncTierChain:
         kick: Callable[[], None] | None = None,
         counters: Counters | None = None,
         deltas: DeltaMemo | None = None,
+        own: OwnHeads | None = None,
     ) -> None:
         if local is None and not shared:
             raise ConfigError("at least one tier is needed: pass sqlite=, redis= or postgres=.")
@@ -110,6 +111,9 @@ class AsyncTierChain:
         self.kick = kick or (lambda: None)
         self.counters = counters or Counters()
         self.deltas = deltas
+        # What this saver wrote last under a thread's lease (lease.py): read
+        # back from the local tier alone while it holds the lease.
+        self.own = own if local is not None else None
         self.reads = AsyncTierReader(self.tiers, codec, self.policy, deltas)
         self.maintenance = AsyncMaintenance(self.tiers, codec, self.reads, deltas)
         self._views: dict[int, AsyncTierChain] = {}
@@ -237,11 +241,11 @@ class AsyncTierChain:
         # Serialize before touching any tier: a bad value writes nothing.
         row, blobs, stored = self.codec.encode_put(config, checkpoint, metadata, new_versions, self.deltas)
         await self.ensure_setup()
-        behind = await self._write_behind(
+        local_took = await self._write_behind(
             fence, lambda owed, f: self._local().write_checkpoint(row, blobs, journal=owed, fence=f)
         )
-        if not behind:
-            await self._write_through(
+        if not local_took:
+            local_took = await self._write_through(
                 fence,
                 lambda t, f: t.write_checkpoint(row, blobs, fence=f),
                 lambda owed: self._local().write_checkpoint(row, blobs, journal=owed),
@@ -250,6 +254,11 @@ class AsyncTierChain:
             )
         if self.deltas is not None:
             self.deltas.remember(stored)  # its lists may now be the base of the next pieces
+        if self.own is not None:
+            if fence is not None and local_took:
+                self.own.put(row.thread_id, row.checkpoint_ns, fence.token, row.checkpoint_id, time.monotonic())
+            else:
+                self.own.forget(row.thread_id)
         return {
             "configurable": {
                 "thread_id": row.thread_id,
@@ -276,17 +285,25 @@ class AsyncTierChain:
         if not rows:
             return
         await self.ensure_setup()
-        behind = await self._write_behind(
+        local_took = await self._write_behind(
             fence, lambda owed, f: self._local().write_writes(rows, upsert, journal=owed, fence=f)
         )
-        if not behind:
-            await self._write_through(
+        if not local_took:
+            local_took = await self._write_through(
                 fence,
                 lambda t, f: t.write_writes(rows, upsert, fence=f),
                 lambda owed: self._local().write_writes(rows, upsert, journal=owed),
                 withdraw=None,
                 owe=lambda names: self.memory.owe_writes(rows, upsert, names),
             )
+        if self.own is not None:
+            first = rows[0]
+            if fence is not None and local_took:
+                keys = {(w.task_id, w.idx) for w in rows}
+                now = time.monotonic()
+                self.own.writes(first.thread_id, first.checkpoint_ns, fence.token, first.checkpoint_id, keys, now)
+            else:
+                self.own.forget(first.thread_id)
 
     def _local(self) -> AsyncSqliteTier:
         assert self.local is not None
@@ -331,7 +348,7 @@ class AsyncTierChain:
         *,
         withdraw: Callable[[AsyncTier], Any] | None,
         owe: Callable[[Sequence[str]], None],
-    ) -> None:
+    ) -> bool:
         """Write to the lease's tier first (fenced), then to the local tier
         with a journal entry naming the shared tiers still to write, then to
         those at once. The shared tiers that fail stay owed (journal, or
@@ -385,6 +402,7 @@ class AsyncTierChain:
             owe([t.name for t, _ in failed])
         if failed:
             self.kick()  # the replicator catches the tier up when it is back
+        return local_took or (self.local is not None and self.local in fenced)
 
     async def _withdraw(self, withdraw: Callable[[AsyncTier], Any] | None, tiers: Sequence[AsyncTier]) -> None:
         if withdraw is None:
@@ -498,12 +516,21 @@ class AsyncTierChain:
     async def _settle(self, incidents: list[Incident], default: str = "nothing") -> None:
         await self.reads.settle(incidents, default)
 
-    async def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+    async def get_tuple(self, config: RunnableConfig, *, lease_token: int | None = None) -> CheckpointTuple | None:
+        """`lease_token`: the token of this saver's lease of the thread, if it
+        holds one; then what it wrote last is read from the local tier alone."""
         thread_id = thread_of(config, what="get_tuple")
         configurable = config["configurable"]
         ns = configurable.get("checkpoint_ns", "") or ""
+        cid = configurable.get("checkpoint_id")
         await self.ensure_setup()
-        return await self.reads.get_tuple(thread_id, ns, configurable.get("checkpoint_id"))
+        if not cid and self.own is not None:
+            expected = self.own.current(thread_id, ns, lease_token, time.monotonic())
+            if expected is not None:
+                tup = await self.reads.local_latest(thread_id, ns, *expected)
+                if tup is not None:
+                    return tup
+        return await self.reads.get_tuple(thread_id, ns, cid)
 
     async def list_tuples(
         self,
@@ -611,22 +638,31 @@ class AsyncTierChain:
         _raise_first(await arun_all([functools.partial(call, t) for t in self.tiers]))
 
     async def delete_thread(self, thread_id: str) -> None:
+        if self.own is not None:
+            self.own.forget(thread_id)
         await self.ensure_setup()
         await self.maintenance.delete_thread(thread_id)
 
     async def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         if not run_ids:
             return
+        if self.own is not None:
+            self.own.forget(None)
         await self.ensure_setup()
         await self.maintenance.delete_for_runs(run_ids)
 
     async def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        if self.own is not None:
+            self.own.forget(str(target_thread_id))
         await self.ensure_setup()
         await self.maintenance.copy_thread(source_thread_id, target_thread_id)
 
     async def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         if strategy not in ("keep_latest", "delete"):
             raise ConfigError(f"unknown prune strategy {strategy!r}: use 'keep_latest' or 'delete'.")
+        if self.own is not None:
+            for thread_id in thread_ids:
+                self.own.forget(str(thread_id))
         await self.ensure_setup()
         await self.maintenance.prune(thread_ids, strategy=strategy)
 

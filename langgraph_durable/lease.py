@@ -469,3 +469,71 @@ class LeaseBook:
         with self._lock:
             h = self._held.get(thread_id)
             return h.lease if h is not None else None
+
+
+@dataclass(slots=True)
+class _Own:
+    token: int
+    checkpoint_id: str
+    writes: set[tuple[str, int]]  # (task id, idx) of its pending writes
+    at: float  # when a fenced write last succeeded (the lease was renewed)
+
+
+class OwnHeads:
+    """What a saver itself wrote last to each (thread, namespace) while it
+    held the thread's lease: the newest checkpoint and the keys of its
+    pending writes, as its local tier holds them.
+
+    Nobody else can write a thread while its lease is held, so that is the
+    thread's latest state, and a read of it needs no round trip to the shared
+    tiers (`TierReader.local_latest`). Only the saver's own fenced writes
+    that the local tier took make an entry; a read never does (it could have
+    been served by a shared tier while the local copy lags). An entry is
+    trusted for half the lease TTL after the last write that renewed the
+    lease, and only under that lease's token. Time is an argument, as in the
+    rest of this module."""
+
+    def __init__(self, *, max_age: float, max_threads: int = MAX_TRACKED_THREADS) -> None:
+        self.max_age = max_age
+        self.max_threads = max_threads
+        self._lock = threading.Lock()
+        self._own: OrderedDict[tuple[str, str], _Own] = OrderedDict()
+
+    def put(self, thread_id: str, ns: str, token: int, checkpoint_id: str, now: float) -> None:
+        """A fenced checkpoint the local tier took: the new head, no writes yet."""
+        with self._lock:
+            self._own[(thread_id, ns)] = _Own(token, checkpoint_id, set(), now)
+            self._own.move_to_end((thread_id, ns))
+            while len(self._own) > self.max_threads:
+                self._own.popitem(last=False)
+
+    def writes(
+        self, thread_id: str, ns: str, token: int, checkpoint_id: str, keys: set[tuple[str, int]], now: float
+    ) -> None:
+        """Fenced pending writes the local tier took (of the head, or of an older checkpoint)."""
+        with self._lock:
+            own = self._own.get((thread_id, ns))
+            if own is None or own.token != token:
+                return
+            own.at = now
+            if own.checkpoint_id == checkpoint_id:
+                own.writes |= keys
+
+    def forget(self, thread_id: str | None) -> None:
+        """The local tier missed a write of the thread, or the thread was
+        written without its lease or deleted (None: every thread)."""
+        with self._lock:
+            for key in [k for k in self._own if thread_id is None or k[0] == thread_id]:
+                del self._own[key]
+
+    def current(
+        self, thread_id: str, ns: str, token: int | None, now: float
+    ) -> tuple[str, frozenset[tuple[str, int]]] | None:
+        """The head and write keys to expect in the local tier, if they can be trusted now."""
+        if token is None:
+            return None
+        with self._lock:
+            own = self._own.get((thread_id, ns))
+            if own is None or own.token != token or now - own.at >= self.max_age:
+                return None
+            return own.checkpoint_id, frozenset(own.writes)

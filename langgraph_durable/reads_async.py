@@ -595,6 +595,40 @@ class AsyncTierReader:
                 return await self.serve(thread_id, ns, older, incidents)
         return None
 
+    async def local_latest(
+        self, thread_id: str, ns: str, checkpoint_id: str, write_keys: frozenset[tuple[str, int]]
+    ) -> CheckpointTuple | None:
+        """The newest checkpoint from the local tier alone, if it holds exactly
+        what this saver wrote last under the thread's lease (`lease.OwnHeads`):
+        that checkpoint as its head, those pending writes, every record intact.
+        None otherwise (also on a bad copy): the caller then reads as usual,
+        across the tiers, where bad copies are reported and repaired."""
+        local = self.tiers[0]
+        if local.name != "sqlite":
+            return None
+        try:
+            head = await local.head(thread_id, ns)
+        except TierUnavailable:
+            return None
+        if head.checkpoint_id != checkpoint_id or head.row is None:
+            return None
+        if {(w.task_id, w.idx) for w in head.writes} != write_keys or head.deleted_through:
+            return None
+        try:
+            checkpoint, metadata = self.codec.decode_checkpoint(head.row)
+            pending = [(w, self.codec.decode_write(w)) for w in head.writes]
+        except BadRecord:
+            return None
+        keys = [(ch, version_key(v)) for ch, v in checkpoint["channel_versions"].items()]
+        incidents: list[Incident] = []
+        found = await self.blobs(thread_id, ns, keys, incidents)
+        if incidents:
+            await self.settle(incidents)
+        if any(key not in found for key in keys):
+            return None
+        values = {ch: found[(ch, version_key(v))][1] for ch, v in checkpoint["channel_versions"].items()}
+        return assemble_tuple(head.row, checkpoint, metadata, values, pending)
+
     async def _gone(self, thread_id: str, ns: str, cid: str, local: AsyncTier) -> bool:
         """Whether a shared tier recorded `cid` as deleted; if so, the local
         cache's copy goes too."""

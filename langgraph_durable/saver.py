@@ -35,7 +35,7 @@ from .deltas import DEFAULT_SNAPSHOT_EVERY, DeltaMemo
 from .errors import ConfigError
 from .health import Counters, Health
 from .integrity import IntegrityPolicy, OnCorruption, ScanReport
-from .lease import DEFAULT_LEASE_TTL_S, DEFAULT_LEASE_WAIT_S, DEFAULT_ON_BUSY, LeaseBook, OnBusy
+from .lease import DEFAULT_LEASE_TTL_S, DEFAULT_LEASE_WAIT_S, DEFAULT_ON_BUSY, LeaseBook, OnBusy, OwnHeads
 from .lease_keeper import LeaseKeeper
 from .lease_keeper_async import AsyncLeaseKeeper
 from .ledger import LedgerEntry, resolved
@@ -334,6 +334,9 @@ class DurableSaver(BaseCheckpointSaver[str]):
         self._origin: DurableSaver | None = None
         # One writer per thread (lease.py): the leases this saver holds.
         self._leases = LeaseBook(ttl=lease_ttl, on_busy=on_busy, wait=lease_wait)
+        # What this saver wrote last under a thread's lease, read back from
+        # the local tier alone while it holds the lease: both faces.
+        self._own = OwnHeads(max_age=self._leases.ttl / 2)
         self._lease_keeper: LeaseKeeper | None = None
         self._alease_keeper: AsyncLeaseKeeper | None = None
 
@@ -423,6 +426,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
             "kick": self._replicator.kick,
             "counters": self._counters,
             "deltas": self._deltas,
+            "own": self._own,
         }
 
     def _sync_chain(self) -> TierChain:
@@ -652,7 +656,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         # for a new thread), and gives it back if it fails to start.
         lease = self._sync_leases().begin_run(config) if first else None
         try:
-            tup = chain.get_tuple(config)
+            tup = chain.get_tuple(config, lease_token=None if first else self._lease_token(config))
             if tup is not None and first:
                 tup = chain.validate(tup, self._validators, self._on_validation)
         except BaseException:
@@ -716,7 +720,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         first = self._first_call_of_run(config)
         lease = await self._async_leases().begin_run(config) if first else None  # see get_tuple
         try:
-            tup = await chain.get_tuple(config)
+            tup = await chain.get_tuple(config, lease_token=None if first else self._lease_token(config))
             if tup is not None and first:
                 tup = await chain.validate(tup, self._validators, self._on_validation)
         except BaseException:
@@ -944,6 +948,12 @@ class DurableSaver(BaseCheckpointSaver[str]):
         return f"{n + 1:032}.{random.random():016}"
 
     # -- one writer per thread (lease.py) -------------------------------------------------
+
+    def _lease_token(self, config: RunnableConfig) -> int | None:
+        """The token of this saver's lease of the config's thread, if it holds one."""
+        thread_id = (config.get("configurable") or {}).get("thread_id")
+        held = self._leases.held(str(thread_id)) if thread_id is not None else None
+        return held.token if held is not None else None
 
     def _sync_leases(self) -> LeaseKeeper:
         chain = self._sync_chain()
