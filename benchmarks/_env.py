@@ -1,5 +1,6 @@
 """Helpers the benchmark scripts use to stay on loopback, make fresh databases
-and describe the machine and code they measured."""
+and Redis key prefixes and remove them again, and describe the machine and
+code they measured."""
 
 from __future__ import annotations
 
@@ -7,10 +8,16 @@ import importlib.metadata
 import ipaddress
 import os
 import platform
+import signal
 import subprocess
+import tempfile
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
+
+POSTGRES_URL = os.environ.get("LANGGRAPH_DURABLE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+REDIS_URL = os.environ.get("LANGGRAPH_DURABLE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
 
 def is_loopback(url: str) -> bool:
@@ -83,3 +90,134 @@ def git_state(root: Path, package: str = "langgraph_durable") -> str:
     if not head:
         return "unknown"
     return head + (f" + uncommitted changes in {package}/" if dirty else " (clean)")
+
+
+def exit_on_sigterm() -> None:
+    """SIGTERM -> SystemExit, so a script's ``finally`` still drops databases and keys (Ctrl-C already
+    raises KeyboardInterrupt)."""
+
+    def on_term(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, on_term)
+
+
+class Resources:
+    """Everything a run creates outside the process, and its cleanup.
+
+    Every database, Redis key prefix and the temp dir of a run are named ``<name>_<run id>[_<tag>]``,
+    so that cleanup finds all of them by that name: databases are dropped ``WITH (FORCE)``, Redis keys
+    matching ``<name>_<run id>_*`` are deleted, the temp dir is removed.
+    """
+
+    def __init__(self, name: str, run_id: str, postgres_url: str = POSTGRES_URL, redis_url: str = REDIS_URL) -> None:
+        self.name = name
+        self.run_id = run_id
+        self.postgres_url = postgres_url
+        self.redis_url = redis_url
+        self.databases: list[str] = []
+        self.redis_prefixes: list[str] = []
+        self.tmp = tempfile.TemporaryDirectory(prefix=f"{name}_{run_id}_")
+        self.tmp_path = Path(self.tmp.name)
+        self.postgres_down: str | None = None  # None = reachable, else why not
+        self.redis_down: str | None = None
+        self.server_versions: dict[str, str] = {}
+
+    @property
+    def down(self) -> list[str]:
+        """Why each unusable server is unusable (empty once probe() found both usable)."""
+        return [why for why in (self.postgres_down, self.redis_down) if why]
+
+    def probe(self) -> bool:
+        """Check both servers (loopback only) and note their versions; whether both are usable."""
+        import psycopg
+        import redis as redis_lib
+
+        if not is_loopback(self.postgres_url):
+            self.postgres_down = "LANGGRAPH_DURABLE_TEST_POSTGRES_URL is not a loopback address (refused)"
+        else:
+            try:
+                with psycopg.connect(self.postgres_url, autocommit=True, connect_timeout=5) as c:
+                    row = c.execute("SHOW server_version").fetchone()
+                    self.server_versions["postgres"] = str(row[0]) if row else "?"
+            except Exception as exc:
+                self.postgres_down = f"Postgres unreachable: {exc}"
+        if not is_loopback(self.redis_url):
+            self.redis_down = "LANGGRAPH_DURABLE_TEST_REDIS_URL is not a loopback address (refused)"
+        else:
+            try:
+                client = redis_lib.Redis.from_url(self.redis_url, socket_connect_timeout=5)
+                try:
+                    self.server_versions["redis"] = str(client.info("server").get("redis_version"))
+                    self.redis_probed(client)
+                finally:
+                    client.close()
+            except Exception as exc:
+                self.redis_down = f"Redis unreachable: {exc}"
+        return not self.down
+
+    def redis_probed(self, client: Any) -> None:
+        """Hook: more questions to the reachable Redis during probe() (nothing by default)."""
+
+    def unavailable(self, needs: Iterable[str]) -> str | None:
+        """Why a configuration needing these servers cannot run, or None."""
+        needs = set(needs)
+        if "postgres" in needs and self.postgres_down:
+            return self.postgres_down
+        if "redis" in needs and self.redis_down:
+            return self.redis_down
+        return None
+
+    def new_database(self, tag: str | None = None) -> str:
+        """A fresh database ``<name>_<run id>[_<tag>]``; its URL."""
+        import psycopg
+
+        name = f"{self.name}_{self.run_id}" + (f"_{tag}" if tag else "")
+        self.databases.append(name)  # before CREATE: cleanup uses IF EXISTS
+        with psycopg.connect(self.postgres_url, autocommit=True, connect_timeout=5) as admin:
+            admin.execute(f'CREATE DATABASE "{name}"')
+        return database_url(self.postgres_url, name)
+
+    def new_prefix(self, tag: str) -> str:
+        """The Redis key prefix ``<name>_<run id>_<tag>``."""
+        prefix = f"{self.name}_{self.run_id}_{tag}"
+        self.redis_prefixes.append(prefix)
+        return prefix
+
+    def cleanup(self) -> list[str]:
+        """Remove all the run created; what could not be removed, as notes."""
+        notes: list[str] = []
+        if self.databases:
+            try:
+                import psycopg
+
+                with psycopg.connect(self.postgres_url, autocommit=True, connect_timeout=5) as admin:
+                    for name in self.databases:
+                        try:
+                            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+                        except Exception as exc:
+                            notes.append(f"could not drop database {name}: {exc}")
+            except Exception as exc:
+                notes.append(f"could not connect to drop databases {self.databases}: {exc}")
+        if self.redis_prefixes:
+            pattern = f"{self.name}_{self.run_id}_*"  # every prefix of this run
+            try:
+                import redis as redis_lib
+
+                client = redis_lib.Redis.from_url(self.redis_url, socket_connect_timeout=5)
+                try:
+                    keys = list(client.scan_iter(match=pattern, count=1000))
+                    for i in range(0, len(keys), 500):
+                        client.delete(*keys[i : i + 500])
+                    left = sum(1 for _ in client.scan_iter(match=pattern, count=1000))
+                    if left:
+                        notes.append(f"{left} Redis keys {pattern} left after delete")
+                finally:
+                    client.close()
+            except Exception as exc:
+                notes.append(f"could not delete Redis keys {pattern}: {exc}")
+        try:
+            self.tmp.cleanup()
+        except Exception as exc:
+            notes.append(f"could not remove the temp dir {self.tmp_path.name}: {exc}")
+        return notes

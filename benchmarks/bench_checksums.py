@@ -43,17 +43,13 @@ import argparse
 import contextlib
 import datetime as dt
 import gc
-import importlib.metadata
 import math
 import os
 import platform
 import random
 import shlex
-import signal
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -61,7 +57,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from _env import database_url, is_loopback  # benchmarks/ is on sys.path when run as a script
+from _env import (  # benchmarks/ is on sys.path when run as a script
+    REDIS_URL,
+    Resources,
+    cpu_model,
+    exit_on_sigterm,
+    git_state,
+    package_versions,
+    python_version,
+)
 from langgraph.checkpoint.base import empty_checkpoint
 
 import langgraph_durable.codec as codec_mod
@@ -73,12 +77,21 @@ from langgraph_durable.records import (
     BadRecord,
     blob_context,
     open_envelope,
+    open_envelope_any,
     seal,
 )
 
 HERE = Path(__file__).resolve().parent
-POSTGRES_URL = os.environ.get("LANGGRAPH_DURABLE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
-REDIS_URL = os.environ.get("LANGGRAPH_DURABLE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+NAME = "lgd_cbench"  # prefix of the database, Redis keys and temp dir a run creates
+PACKAGES = [
+    "langgraph-durable",
+    "langgraph",
+    "langgraph-checkpoint",
+    "ormsgpack",
+    "psycopg",
+    "psycopg-binary",
+    "redis",
+]
 
 SIGNING_KEY = bytes(range(1, 33))  # 32 bytes; the cost does not depend on the key's value
 SIZES: list[tuple[str, int]] = [("1 KB", 1024), ("100 KB", 100 * 1024), ("1 MB", 1024 * 1024)]
@@ -187,6 +200,10 @@ class NoHashPatch:
             raise ValueError(f"serializer type tag too long: {type_tag!r}")
         return b"".join((MAGIC, bytes((FORMAT_VERSION, len(tag))), tag, _ZERO_DIGEST, payload))
 
+    def open_envelope_any(self, context: str, data: bytes, keys: Any) -> tuple[str, bytes, int]:
+        tag, payload = self.open_envelope(context, data)
+        return tag, payload, 0
+
     def open_envelope(self, context: str, data: bytes, *, key: bytes = b"") -> tuple[str, bytes]:
         self.opens += 1
         if len(data) < _HEADER or data[: len(MAGIC)] != MAGIC:
@@ -204,13 +221,13 @@ class NoHashPatch:
 
     def apply(self) -> None:
         assert self._saved is None
-        self._saved = (codec_mod.seal, codec_mod.open_envelope)
+        self._saved = (codec_mod.seal, codec_mod.open_envelope_any)
         codec_mod.seal = self.seal  # type: ignore[assignment]
-        codec_mod.open_envelope = self.open_envelope  # type: ignore[assignment]
+        codec_mod.open_envelope_any = self.open_envelope_any  # type: ignore[assignment]
 
     def remove(self) -> None:
         assert self._saved is not None
-        codec_mod.seal, codec_mod.open_envelope = self._saved
+        codec_mod.seal, codec_mod.open_envelope_any = self._saved
         self._saved = None
 
     @contextlib.contextmanager
@@ -367,91 +384,6 @@ def render_micro(rows: list[MicroRow]) -> str:
     return "\n".join(out) + "\n"
 
 
-# -- environment -----------------------------------------------------------------------------
-
-
-class Resources:
-    """The database, Redis keys and temp dir of one run, and their cleanup."""
-
-    def __init__(self, run_id: str) -> None:
-        self.run_id = run_id
-        self.prefix = f"lgd_cbench_{run_id}_"
-        self.database: str | None = None
-        self.used_redis = False
-        self.tmp = tempfile.TemporaryDirectory(prefix=f"lgd_cbench_{run_id}_")
-        self.tmp_path = Path(self.tmp.name)
-        self.down: list[str] = []
-        self.server_versions: dict[str, str] = {}
-
-    def probe(self) -> bool:
-        """Whether both servers are usable (the sqlite+redis+postgres configuration needs both)."""
-        import psycopg
-        import redis as redis_lib
-
-        if not is_loopback(POSTGRES_URL):
-            self.down.append("LANGGRAPH_DURABLE_TEST_POSTGRES_URL is not a loopback address (refused)")
-        else:
-            try:
-                with psycopg.connect(POSTGRES_URL, autocommit=True, connect_timeout=5) as c:
-                    row = c.execute("SHOW server_version").fetchone()
-                    self.server_versions["postgres"] = str(row[0]) if row else "?"
-            except Exception as exc:
-                self.down.append(f"Postgres unreachable: {exc}")
-        if not is_loopback(REDIS_URL):
-            self.down.append("LANGGRAPH_DURABLE_TEST_REDIS_URL is not a loopback address (refused)")
-        else:
-            try:
-                client = redis_lib.Redis.from_url(REDIS_URL, socket_connect_timeout=5)
-                try:
-                    self.server_versions["redis"] = str(client.info("server").get("redis_version"))
-                finally:
-                    client.close()
-            except Exception as exc:
-                self.down.append(f"Redis unreachable: {exc}")
-        return not self.down
-
-    def new_database(self) -> str:
-        import psycopg
-
-        name = f"lgd_cbench_{self.run_id}"
-        self.database = name  # before CREATE: cleanup uses IF EXISTS
-        with psycopg.connect(POSTGRES_URL, autocommit=True, connect_timeout=5) as admin:
-            admin.execute(f'CREATE DATABASE "{name}"')
-        return database_url(POSTGRES_URL, name)
-
-    def cleanup(self) -> list[str]:
-        notes: list[str] = []
-        if self.database:
-            try:
-                import psycopg
-
-                with psycopg.connect(POSTGRES_URL, autocommit=True, connect_timeout=5) as admin:
-                    admin.execute(f'DROP DATABASE IF EXISTS "{self.database}" WITH (FORCE)')
-            except Exception as exc:
-                notes.append(f"could not drop database {self.database}: {exc}")
-        if self.used_redis:
-            try:
-                import redis as redis_lib
-
-                client = redis_lib.Redis.from_url(REDIS_URL, socket_connect_timeout=5)
-                try:
-                    keys = list(client.scan_iter(match=f"{self.prefix}*", count=1000))
-                    for i in range(0, len(keys), 500):
-                        client.delete(*keys[i : i + 500])
-                    left = sum(1 for _ in client.scan_iter(match=f"{self.prefix}*", count=1000))
-                    if left:
-                        notes.append(f"{left} Redis keys {self.prefix}* left after delete")
-                finally:
-                    client.close()
-            except Exception as exc:
-                notes.append(f"could not delete Redis keys {self.prefix}*: {exc}")
-        try:
-            self.tmp.cleanup()
-        except Exception as exc:
-            notes.append(f"could not remove {self.tmp_path}: {exc}")
-        return notes
-
-
 # -- end to end ------------------------------------------------------------------------------
 
 
@@ -474,16 +406,17 @@ class Params:
     warmup: int
 
 
-def open_savers(tiers: str, res: Resources, pg_url: str | None) -> dict[str, DurableSaver]:
+def open_savers(tiers: str, res: Resources) -> dict[str, DurableSaver]:
+    # One store per variant: a saver with a signing key refuses a store that
+    # unsigned savers wrote to (a configuration error, found at setup).
     savers: dict[str, DurableSaver] = {}
     for v in VARIANTS:
         kw: dict[str, Any] = {"sqlite": str(res.tmp_path / f"{tiers.replace('+', '_')}_{v}.sqlite")}
         if "redis" in tiers:
             kw["redis"] = REDIS_URL
-            kw["redis_key_prefix"] = f"{res.prefix}{v}"
-            res.used_redis = True
+            kw["redis_key_prefix"] = res.new_prefix(v)
         if "postgres" in tiers:
-            kw["postgres"] = pg_url
+            kw["postgres"] = res.new_database(v)
         if v == "key":
             kw["signing_key"] = SIGNING_KEY
         saver = DurableSaver(**kw)
@@ -492,9 +425,9 @@ def open_savers(tiers: str, res: Resources, pg_url: str | None) -> dict[str, Dur
     return savers
 
 
-def run_e2e(tiers: str, res: Resources, pg_url: str | None, params: Params, problems: list[str]) -> list[E2E]:
+def run_e2e(tiers: str, res: Resources, params: Params, problems: list[str]) -> list[E2E]:
     out: list[E2E] = []
-    savers = open_savers(tiers, res, pg_url)
+    savers = open_savers(tiers, res)
     try:
         serde = savers["on"].serde
         for label, target in SIZES:
@@ -625,55 +558,6 @@ def headline(rows: list[E2E], micro_rows: list[MicroRow]) -> str:
 # -- report ----------------------------------------------------------------------------------
 
 
-def versions() -> str:
-    names = [
-        "langgraph-durable",
-        "langgraph",
-        "langgraph-checkpoint",
-        "ormsgpack",
-        "psycopg",
-        "psycopg-binary",
-        "redis",
-    ]
-    out = []
-    for n in names:
-        try:
-            out.append(f"{n} {importlib.metadata.version(n)}")
-        except importlib.metadata.PackageNotFoundError:
-            out.append(f"{n} not installed")
-    return ", ".join(out)
-
-
-def git_state() -> str:
-    root = HERE.parent
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--", "langgraph_durable"],
-            cwd=root,
-            capture_output=True,
-            text=True,
-            timeout=10,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    if not head:
-        return "unknown"
-    return head + (" + uncommitted changes in langgraph_durable/" if dirty else " (clean)")
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
-
-
 def header(
     args: argparse.Namespace, params: Params, res: Resources, started: dt.datetime, wall: float, code: str
 ) -> str:
@@ -688,9 +572,9 @@ def header(
             f"- Command: `{cmd}`" + (" (quick mode)" if args.quick else ""),
             f"- Machine: nproc {len(os.sched_getaffinity(0))} ({os.cpu_count()} CPUs), {cpu_model()}, "
             f"{platform.system()} {platform.release()}",
-            f"- Python: {platform.python_implementation()} {platform.python_version()}",
+            f"- Python: {python_version()}",
             f"- Code measured: langgraph_durable at git {code} (at start of run)",
-            f"- Packages: {versions()}",
+            f"- Packages: {package_versions(PACKAGES)}",
             f"- Servers (loopback): {servers}",
             f"- State: `{{'messages': [str, ...], 'step': int}}`, ~{MSG_CHARS}-character message strings, "
             "serialized with the saver's default serde (JsonPlusSerializer, msgpack).",
@@ -742,16 +626,13 @@ def main(argv: list[str] | None = None) -> int:
         warmup=1 if q else 3,
     )
 
-    def on_term(signum: int, frame: Any) -> None:
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, on_term)
+    exit_on_sigterm()  # so the finally below still drops the database and keys
 
     started = dt.datetime.now(dt.UTC)
-    code = git_state()
+    code = git_state(HERE.parent)
     t_run = time.perf_counter()
     run_id = uuid.uuid4().hex[:10]
-    res = Resources(run_id)
+    res = Resources(NAME, run_id)
     problems: list[str] = []
     micro_rows: list[MicroRow] = []
     e2e_rows: list[E2E] = []
@@ -762,22 +643,22 @@ def main(argv: list[str] | None = None) -> int:
             micro_rows = run_micro(serde_saver.serde, SIZES, params.micro_repeats, params.sample_s)
         NOHASH.seals = NOHASH.opens = 0  # from here on, count only the end-to-end calls
         print("end to end", flush=True)
-        e2e_rows += run_e2e("sqlite", res, None, params, problems)
+        e2e_rows += run_e2e("sqlite", res, params, problems)
         if args.no_servers:
             problems.append("sqlite+redis+postgres skipped (--no-servers)")
         elif res.probe():
-            pg_url = res.new_database()
-            e2e_rows += run_e2e("sqlite+redis+postgres", res, pg_url, params, problems)
+            e2e_rows += run_e2e("sqlite+redis+postgres", res, params, problems)
         else:
             problems.extend(f"sqlite+redis+postgres skipped: {why}" for why in res.down)
     finally:
         notes = res.cleanup()
-        if codec_mod.seal is not seal or codec_mod.open_envelope is not open_envelope:
+        if codec_mod.seal is not seal or codec_mod.open_envelope_any is not open_envelope_any:
             problems.append("the no-hash patch was still applied at the end (bug in this script)")
     wall = time.perf_counter() - t_run
-    # each off put seals 3 records, each off get_tuple opens 3
+    # each off put seals 3 records; each off get_tuple opens the checkpoint
+    # as every tier sent it (with its head) and the 2 channel values
     want_seals = sum(3 * (params.warmup + r.puts) for r in e2e_rows)
-    want_opens = sum(3 * (params.warmup + r.gets) for r in e2e_rows)
+    want_opens = sum((len(r.tiers.split("+")) + 2) * (params.warmup + r.gets) for r in e2e_rows)
     if (NOHASH.seals, NOHASH.opens) != (want_seals, want_opens):
         problems.append(
             f"the no-hash patch handled {NOHASH.seals} seals / {NOHASH.opens} opens, expected "
@@ -789,7 +670,8 @@ def main(argv: list[str] | None = None) -> int:
     body = "\n".join([headline(e2e_rows, micro_rows), render_micro(micro_rows), render_e2e(e2e_rows, micro_by)])
     checks = (
         f'End to end, the "off" patch handled {NOHASH.seals:,} seals and {NOHASH.opens:,} opens '
-        f"(expected {want_seals:,} / {want_opens:,}: 3 records per put and per get_tuple); it was applied "
+        f"(expected {want_seals:,} / {want_opens:,}: 3 records per put; per get_tuple, the checkpoint as "
+        "each tier sent it and 2 channel values); it was applied "
         "only around the off saver's calls and removed after each. Every variant's last get_tuple "
         "returned the state last put unless listed below."
     )

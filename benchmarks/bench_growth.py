@@ -54,7 +54,6 @@ import operator
 import os
 import random
 import shlex
-import signal
 import sqlite3
 import statistics
 import subprocess
@@ -69,17 +68,17 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from _env import (  # benchmarks/ is on sys.path when run as a script
-    database_url,
+    REDIS_URL,
+    exit_on_sigterm,
     git_state,
     is_loopback,
     machine,
     package_versions,
     python_version,
 )
+from _env import Resources as SharedResources
 from typing_extensions import TypedDict
 
-POSTGRES_URL = os.environ.get("LANGGRAPH_DURABLE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
-REDIS_URL = os.environ.get("LANGGRAPH_DURABLE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 HERE = Path(__file__).resolve().parent
 NAME = "lgd_gbench"  # prefix of every database, Redis key and temp dir a run creates
 POOL_SIZE = 10  # the stock Postgres savers' pool; DurableSaver's postgres_pool_size default is also 10
@@ -320,105 +319,21 @@ def check_values(values: Any, steps: int, size: int, what: str) -> list[str]:
 # -- environment: databases, prefixes, temp files -------------------------------------------
 
 
-class Resources:
-    """Everything a run creates outside the process, and its cleanup."""
+class Resources(SharedResources):
+    """The shared resource manager, plus whether langgraph-checkpoint-redis could run on this Redis."""
 
     def __init__(self, run_id: str) -> None:
-        self.run_id = run_id
-        self.databases: list[str] = []
-        self.redis_prefixes: list[str] = []
-        self.tmp = tempfile.TemporaryDirectory(prefix=f"{NAME}_{run_id}_")
-        self.tmp_path = Path(self.tmp.name)
-        self.postgres_down: str | None = None  # None = reachable, else why not
-        self.redis_down: str | None = None
-        self.server_versions: dict[str, str] = {}
+        super().__init__(NAME, run_id)
         self.redis_saver_note = ""
 
-    def probe(self) -> None:
-        import psycopg
-        import redis as redis_lib
+    def redis_probed(self, client: Any) -> None:
+        self.redis_saver_note = redis_saver_note(client, self.server_versions["redis"])
 
-        if not is_loopback(POSTGRES_URL):
-            self.postgres_down = "LANGGRAPH_DURABLE_TEST_POSTGRES_URL is not a loopback address (refused)"
-        else:
-            try:
-                with psycopg.connect(POSTGRES_URL, autocommit=True, connect_timeout=5) as c:
-                    row = c.execute("SHOW server_version").fetchone()
-                    self.server_versions["postgres"] = str(row[0]) if row else "?"
-            except Exception as exc:
-                self.postgres_down = f"Postgres unreachable: {exc}"
-        if not is_loopback(REDIS_URL):
-            self.redis_down = "LANGGRAPH_DURABLE_TEST_REDIS_URL is not a loopback address (refused)"
-        else:
-            try:
-                client = redis_lib.Redis.from_url(REDIS_URL, socket_connect_timeout=5)
-                try:
-                    self.server_versions["redis"] = str(client.info("server").get("redis_version"))
-                    self.redis_saver_note = redis_saver_note(client, self.server_versions["redis"])
-                finally:
-                    client.close()
-            except Exception as exc:
-                self.redis_down = f"Redis unreachable: {exc}"
+    def probe(self) -> bool:
+        ok = super().probe()
         if not self.redis_saver_note:
             self.redis_saver_note = f"langgraph-checkpoint-redis: not measured ({self.redis_down})."
-
-    def unavailable(self, config: Config) -> str | None:
-        if "postgres" in config.needs and self.postgres_down:
-            return self.postgres_down
-        if "redis" in config.needs and self.redis_down:
-            return self.redis_down
-        return None
-
-    def new_database(self, tag: str) -> str:
-        import psycopg
-
-        name = f"{NAME}_{self.run_id}_{tag}"
-        self.databases.append(name)  # before CREATE: cleanup uses IF EXISTS
-        with psycopg.connect(POSTGRES_URL, autocommit=True, connect_timeout=5) as admin:
-            admin.execute(f'CREATE DATABASE "{name}"')
-        return database_url(POSTGRES_URL, name)
-
-    def new_prefix(self, tag: str) -> str:
-        prefix = f"{NAME}_{self.run_id}_{tag}"
-        self.redis_prefixes.append(prefix)
-        return prefix
-
-    def cleanup(self) -> list[str]:
-        notes: list[str] = []
-        if self.databases:
-            try:
-                import psycopg
-
-                with psycopg.connect(POSTGRES_URL, autocommit=True, connect_timeout=5) as admin:
-                    for name in self.databases:
-                        try:
-                            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-                        except Exception as exc:
-                            notes.append(f"could not drop database {name}: {exc}")
-            except Exception as exc:
-                notes.append(f"could not connect to drop databases {self.databases}: {exc}")
-        if self.redis_prefixes:
-            pattern = f"{NAME}_{self.run_id}_*"  # every prefix of this run
-            try:
-                import redis as redis_lib
-
-                client = redis_lib.Redis.from_url(REDIS_URL, socket_connect_timeout=5)
-                try:
-                    keys = list(client.scan_iter(match=pattern, count=1000))
-                    for i in range(0, len(keys), 500):
-                        client.delete(*keys[i : i + 500])
-                    left = sum(1 for _ in client.scan_iter(match=pattern, count=1000))
-                    if left:
-                        notes.append(f"{left} Redis keys {pattern} left after delete")
-                finally:
-                    client.close()
-            except Exception as exc:
-                notes.append(f"could not delete Redis keys {pattern}: {exc}")
-        try:
-            self.tmp.cleanup()
-        except Exception as exc:
-            notes.append(f"could not remove the temp dir {self.tmp_path.name}: {exc}")
-        return notes
+        return ok
 
 
 def redis_saver_note(client: Any, version: str) -> str:
@@ -1156,7 +1071,7 @@ def execute(run: Run, res: Resources) -> None:
     main_configs = [c for c in run.configs if not c.whole]
     for config in main_configs:  # sync phase, then resume in fresh processes
         row = run.row(config, "sync")
-        row.skipped = res.unavailable(config)
+        row.skipped = res.unavailable(config.needs)
         if row.skipped:
             say(row, "sync", "")
             continue
@@ -1170,7 +1085,7 @@ def execute(run: Run, res: Resources) -> None:
             say(rrow, "resume", f"{fmt_ms(tot)} ms open+step")
     for config in main_configs:  # async phase
         row = run.row(config, "async")
-        row.skipped = res.unavailable(config)
+        row.skipped = res.unavailable(config.needs)
         if row.skipped:
             say(row, "async", "")
             continue
@@ -1181,7 +1096,7 @@ def execute(run: Run, res: Resources) -> None:
     if "bytes" in run.parts:
         for config in run.configs:
             row = run.row(config, "bytes")
-            row.skipped = res.unavailable(config)
+            row.skipped = res.unavailable(config.needs)
             if config.whole and not has_snapshot_keyword():
                 row.skipped = "DurableSaver has no list_snapshot_every keyword"
             if row.skipped:
@@ -1880,11 +1795,7 @@ def main(argv: list[str] | None = None) -> int:
         configs = [c for c in ALL_CONFIGS if c.key in keep]
     run = Run(params, set(PARTS) - skip, configs)
 
-    # SIGTERM -> SystemExit so the finally below still drops databases and keys
-    def on_term(signum: int, frame: Any) -> None:
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, on_term)
+    exit_on_sigterm()  # so the finally below still drops databases and keys
 
     started = dt.datetime.now(dt.UTC)
     load = os.getloadavg()[0]

@@ -49,15 +49,11 @@ import copy
 import datetime as dt
 import functools
 import gc
-import importlib.metadata
 import operator
 import os
-import platform
 import shlex
-import signal
 import statistics
 import sys
-import tempfile
 import time
 import traceback
 import tracemalloc
@@ -67,12 +63,30 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
-from _env import database_url, is_loopback  # benchmarks/ is on sys.path when run as a script
+from _env import (  # benchmarks/ is on sys.path when run as a script
+    REDIS_URL,
+    Resources,
+    exit_on_sigterm,
+    git_state,
+    machine,
+    package_versions,
+    python_version,
+)
 from typing_extensions import TypedDict
 
-POSTGRES_URL = os.environ.get("LANGGRAPH_DURABLE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
-REDIS_URL = os.environ.get("LANGGRAPH_DURABLE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 HERE = Path(__file__).resolve().parent
+NAME = "lgd_bench"  # prefix of every database, Redis key and temp dir a run creates
+PACKAGES = [
+    "langgraph",
+    "langgraph-checkpoint",
+    "langgraph-checkpoint-sqlite",
+    "langgraph-checkpoint-postgres",
+    "langgraph-durable",
+    "psycopg",
+    "redis",
+    "aiosqlite",
+    "ormsgpack",
+]
 
 MODES = ("sync", "async")
 
@@ -298,103 +312,6 @@ def instrument(saver: Any, mode: str, sink: Result) -> Callable[[], None]:
         sink.writes_s.clear()
 
     return reset
-
-
-# -- environment: databases, prefixes, temp files ----------------------------------------
-
-
-class Resources:
-    """Everything a run creates outside the process, and its cleanup."""
-
-    def __init__(self, run_id: str) -> None:
-        self.run_id = run_id
-        self.databases: list[str] = []
-        self.redis_prefixes: list[str] = []
-        self.tmp = tempfile.TemporaryDirectory(prefix=f"lgd_bench_{run_id}_")
-        self.tmp_path = Path(self.tmp.name)
-        self.postgres_down: str | None = None  # None = reachable, else why not
-        self.redis_down: str | None = None
-        self.server_versions: dict[str, str] = {}
-
-    def probe(self) -> None:
-        import psycopg
-        import redis as redis_lib
-
-        if not is_loopback(POSTGRES_URL):
-            self.postgres_down = "LANGGRAPH_DURABLE_TEST_POSTGRES_URL is not a loopback address (refused)"
-        else:
-            try:
-                with psycopg.connect(POSTGRES_URL, autocommit=True, connect_timeout=5) as c:
-                    row = c.execute("SHOW server_version").fetchone()
-                    self.server_versions["postgres"] = str(row[0]) if row else "?"
-            except Exception as exc:
-                self.postgres_down = f"Postgres unreachable: {exc}"
-        if not is_loopback(REDIS_URL):
-            self.redis_down = "LANGGRAPH_DURABLE_TEST_REDIS_URL is not a loopback address (refused)"
-        else:
-            try:
-                client = redis_lib.Redis.from_url(REDIS_URL, socket_connect_timeout=5)
-                try:
-                    self.server_versions["redis"] = str(client.info("server").get("redis_version"))
-                finally:
-                    client.close()
-            except Exception as exc:
-                self.redis_down = f"Redis unreachable: {exc}"
-
-    def unavailable(self, config: Config) -> str | None:
-        if "postgres" in config.needs and self.postgres_down:
-            return self.postgres_down
-        if "redis" in config.needs and self.redis_down:
-            return self.redis_down
-        return None
-
-    def new_database(self, tag: str) -> str:
-        import psycopg
-
-        name = f"lgd_bench_{self.run_id}_{tag}"
-        self.databases.append(name)  # before CREATE: cleanup uses IF EXISTS
-        with psycopg.connect(POSTGRES_URL, autocommit=True, connect_timeout=5) as admin:
-            admin.execute(f'CREATE DATABASE "{name}"')
-        return database_url(POSTGRES_URL, name)
-
-    def new_prefix(self, tag: str) -> str:
-        prefix = f"lgd_bench_{self.run_id}_{tag}"
-        self.redis_prefixes.append(prefix)
-        return prefix
-
-    def cleanup(self) -> list[str]:
-        notes: list[str] = []
-        if self.databases:
-            try:
-                import psycopg
-
-                with psycopg.connect(POSTGRES_URL, autocommit=True, connect_timeout=5) as admin:
-                    for name in self.databases:
-                        try:
-                            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-                        except Exception as exc:
-                            notes.append(f"could not drop database {name}: {exc}")
-            except Exception as exc:
-                notes.append(f"could not connect to drop databases {self.databases}: {exc}")
-        if self.redis_prefixes:
-            try:
-                import redis as redis_lib
-
-                client = redis_lib.Redis.from_url(REDIS_URL, socket_connect_timeout=5)
-                try:
-                    # every prefix of this run starts with lgd_bench_<run id>_
-                    keys = list(client.scan_iter(match=f"lgd_bench_{self.run_id}_*", count=1000))
-                    for i in range(0, len(keys), 500):
-                        client.delete(*keys[i : i + 500])
-                finally:
-                    client.close()
-            except Exception as exc:
-                notes.append(f"could not delete Redis keys lgd_bench_{self.run_id}_*: {exc}")
-        try:
-            self.tmp.cleanup()
-        except Exception as exc:
-            notes.append(f"could not remove {self.tmp_path}: {exc}")
-        return notes
 
 
 # -- saver factories ---------------------------------------------------------------------
@@ -841,7 +758,7 @@ async def run_async(config: Config, st: Storage, params: Params, res: Result, sh
 
 def run_one(config: Config, mode: str, params: Params, res_env: Resources, pg_cache: dict[str, str]) -> Result:
     res = Result(config, mode)
-    why = res_env.unavailable(config)
+    why = res_env.unavailable(config.needs)
     if why:
         res.skipped = why
         return res
@@ -1088,60 +1005,6 @@ def problems_text(results: list[Result], cleanup_notes: list[str]) -> str:
     return "\n".join(out)
 
 
-def versions() -> dict[str, str]:
-    names = [
-        "langgraph",
-        "langgraph-checkpoint",
-        "langgraph-checkpoint-sqlite",
-        "langgraph-checkpoint-postgres",
-        "langgraph-durable",
-        "psycopg",
-        "redis",
-        "aiosqlite",
-        "ormsgpack",
-    ]
-    out = {}
-    for n in names:
-        try:
-            out[n] = importlib.metadata.version(n)
-        except importlib.metadata.PackageNotFoundError:
-            out[n] = "not installed"
-    return out
-
-
-def git_state() -> str:
-    """Commit of the checkout, and whether the package differs from it (figures are for the working tree)."""
-    import subprocess
-
-    root = HERE.parent
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--", "langgraph_durable"],
-            cwd=root,
-            capture_output=True,
-            text=True,
-            timeout=10,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    if not head:
-        return "unknown"
-    return f"{head}" + (" + uncommitted changes in langgraph_durable/" if dirty else " (clean)")
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
-
-
 def header(
     args: argparse.Namespace,
     params: Params,
@@ -1152,7 +1015,6 @@ def header(
     load: tuple[float, float],
 ) -> str:
     cmd = "python benchmarks/bench_savers.py" + "".join(" " + shlex.quote(a) for a in sys.argv[1:])
-    vers = ", ".join(f"{k} {v}" for k, v in versions().items())
     servers = ", ".join(f"{k} {v}" for k, v in res_env.server_versions.items()) or "none reachable"
     return "\n".join(
         [
@@ -1160,12 +1022,10 @@ def header(
             "",
             f"- Date: {started.strftime('%Y-%m-%d %H:%M:%S %Z')} (run took {wall:.0f} s)",
             f"- Command: `{cmd}`" + (" (quick mode)" if args.quick else ""),
-            f"- Machine: {os.cpu_count()} CPUs (nproc {len(os.sched_getaffinity(0))}), {cpu_model()}, "
-            f"{platform.system()} {platform.release()}; 1-minute load average {load[0]:.2f} at start, "
-            f"{load[1]:.2f} at end",
-            f"- Python: {platform.python_implementation()} {platform.python_version()}",
+            f"- Machine: {machine()}; 1-minute load average {load[0]:.2f} at start, {load[1]:.2f} at end",
+            f"- Python: {python_version()}",
             f"- Code measured: langgraph_durable at git {code_state} (at start of run)",
-            f"- Packages: {vers}",
+            f"- Packages: {package_versions(PACKAGES)}",
             f"- Servers (loopback): {servers}",
             f"- Workload: {params.steps} super-steps per invoke, one ~{params.msg_bytes}-byte message appended "
             f"per step to `messages: Annotated[list, operator.add]`; {params.threads} timed invokes (one fresh "
@@ -1244,18 +1104,14 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         configs = [c for c in ALL_CONFIGS if c.key in keep]
 
-    # SIGTERM -> SystemExit so the finally below still drops databases and keys
-    def on_term(signum: int, frame: Any) -> None:
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, on_term)
+    exit_on_sigterm()  # so the finally below still drops databases and keys
 
     started = dt.datetime.now(dt.UTC)
     load_start = os.getloadavg()[0]
-    code_state = git_state()
+    code_state = git_state(HERE.parent)
     t_run = time.perf_counter()
     run_id = uuid.uuid4().hex[:10]
-    res_env = Resources(run_id)
+    res_env = Resources(NAME, run_id)
     results: list[Result] = []
     cleanup_notes: list[str] = []
     try:

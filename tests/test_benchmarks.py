@@ -43,3 +43,21 @@ def test_a_small_growth_benchmark_runs_and_every_check_passes() -> None:
     for section in ("Time per super-step", "get_state", "limit=10", "concurrent", "restart", "Bytes stored"):
         assert section in out, section
     assert "Durable sqlite+redis+postgres" in out
+
+
+def test_the_checksum_benchmark_runs_and_its_patch_counts_add_up() -> None:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bench_checksums.py"), "--quick", "--no-write"],
+        cwd=ROOT,
+        env={
+            **os.environ,
+            "LANGGRAPH_DURABLE_TEST_POSTGRES_URL": POSTGRES_URL,
+            "LANGGRAPH_DURABLE_TEST_REDIS_URL": REDIS_URL,
+        },
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "No problems." in done.stdout[done.stdout.rindex("### Checks") :]
+    assert "sqlite+redis+postgres" in done.stdout
