@@ -541,7 +541,9 @@ class TierChain:
         filter: dict[str, Any] | None = None,
         before: RunnableConfig | None = None,
         limit: int | None = None,
+        channels: Sequence[str] | None = None,
     ) -> list[CheckpointTuple]:
+        """`list`; with `channels`, only those channels' values are read."""
         configurable = (config or {}).get("configurable") or {}
         thread_id = configurable.get("thread_id")
         thread_id = thread_id_of(thread_id, what="list") if thread_id is not None else None
@@ -551,7 +553,7 @@ class TierChain:
         cid = configurable.get("checkpoint_id")
         before_id = ((before or {}).get("configurable") or {}).get("checkpoint_id")
         self.ensure_setup()
-        return self.reads.list_tuples(thread_id, ns, cid, before_id, filter, limit)
+        return self.reads.list_tuples(thread_id, ns, cid, before_id, filter, limit, channels)
 
     def delta_history(
         self, config: RunnableConfig, channels: Sequence[str]
@@ -559,7 +561,19 @@ class TierChain:
         """A DeltaChannel's history (`delta.py`): the parent-chain walk over
         ancestors read a page at a time; None when the chain is not complete
         in what `list` returns (the caller then walks with `get_tuple`)."""
-        target = self.get_tuple(config)
+        configurable = config.get("configurable") or {}
+        target = None
+        if configurable.get("checkpoint_id"):
+            # Only its parent pointer is needed: no values, no writes, no
+            # asking every tier (the record is immutable).
+            self.ensure_setup()
+            target = self.reads.stub(
+                thread_of(config, what="get_delta_channel_history"),
+                configurable.get("checkpoint_ns", "") or "",
+                str(configurable["checkpoint_id"]),
+            )
+        if target is None:
+            target = self.get_tuple(config)
         if target is None:
             return delta.empty(channels)
         ancestors: dict[str, CheckpointTuple] = {}
@@ -571,7 +585,9 @@ class TierChain:
                 return found
             if found >= oldest:  # not where list() looked: gone, or another namespace
                 return None
-            page = self.list_tuples(delta.same_thread(target), before=delta.before(oldest), limit=size)
+            page = self.list_tuples(
+                delta.same_thread(target), before=delta.before(oldest), limit=size, channels=channels
+            )
             if not page:
                 return None
             delta.add_page(ancestors, page)

@@ -539,7 +539,9 @@ class AsyncTierChain:
         filter: dict[str, Any] | None = None,
         before: RunnableConfig | None = None,
         limit: int | None = None,
+        channels: Sequence[str] | None = None,
     ) -> list[CheckpointTuple]:
+        """`list`; with `channels`, only those channels' values are read."""
         configurable = (config or {}).get("configurable") or {}
         thread_id = configurable.get("thread_id")
         thread_id = thread_id_of(thread_id, what="list") if thread_id is not None else None
@@ -549,7 +551,7 @@ class AsyncTierChain:
         cid = configurable.get("checkpoint_id")
         before_id = ((before or {}).get("configurable") or {}).get("checkpoint_id")
         await self.ensure_setup()
-        return await self.reads.list_tuples(thread_id, ns, cid, before_id, filter, limit)
+        return await self.reads.list_tuples(thread_id, ns, cid, before_id, filter, limit, channels)
 
     async def delta_history(
         self, config: RunnableConfig, channels: Sequence[str]
@@ -557,7 +559,19 @@ class AsyncTierChain:
         """A DeltaChannel's history (`delta.py`): the parent-chain walk over
         ancestors read a page at a time; None when the chain is not complete
         in what `list` returns (the caller then walks with `get_tuple`)."""
-        target = await self.get_tuple(config)
+        configurable = config.get("configurable") or {}
+        target = None
+        if configurable.get("checkpoint_id"):
+            # Only its parent pointer is needed: no values, no writes, no
+            # asking every tier (the record is immutable).
+            await self.ensure_setup()
+            target = await self.reads.stub(
+                thread_of(config, what="get_delta_channel_history"),
+                configurable.get("checkpoint_ns", "") or "",
+                str(configurable["checkpoint_id"]),
+            )
+        if target is None:
+            target = await self.get_tuple(config)
         if target is None:
             return delta.empty(channels)
         ancestors: dict[str, CheckpointTuple] = {}
@@ -569,7 +583,9 @@ class AsyncTierChain:
                 return found
             if found >= oldest:  # not where list() looked: gone, or another namespace
                 return None
-            page = await self.list_tuples(delta.same_thread(target), before=delta.before(oldest), limit=size)
+            page = await self.list_tuples(
+                delta.same_thread(target), before=delta.before(oldest), limit=size, channels=channels
+            )
             if not page:
                 return None
             delta.add_page(ancestors, page)

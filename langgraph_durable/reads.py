@@ -25,7 +25,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, NoReturn
 
 from langgraph.checkpoint.base import CheckpointTuple, PendingWrite
@@ -345,26 +345,28 @@ class TierReader:
         found: Sequence[Found],
         incidents: list[Incident],
         writes: Sequence[tuple[Tier, Sequence[WriteRow]]] | None = None,
+        channels: Collection[str] | None = None,
     ) -> list[CheckpointTuple | Unusable]:
         """Attach channel values and pending writes, batched per (thread, ns)
         (`writes`: every reachable tier's writes of the one checkpoint in
-        `found`, if they were read already). A checkpoint missing an intact
-        channel value comes back `Unusable`."""
+        `found`, if they were read already; `channels`: only these channels'
+        values, the rest left out). A checkpoint missing an intact channel
+        value comes back `Unusable`."""
         groups: dict[tuple[str, str], list[Found]] = defaultdict(list)
         for item in found:
             groups[(item[0].thread_id, item[0].checkpoint_ns)].append(item)
         done: dict[tuple[str, str, str], CheckpointTuple | Unusable] = {}
         for (thread_id, ns), items in groups.items():
-            keys = [(ch, version_key(v)) for _, cp, _ in items for ch, v in cp["channel_versions"].items()]
+            versions = [
+                {ch: v for ch, v in cp["channel_versions"].items() if channels is None or ch in channels}
+                for _, cp, _ in items
+            ]
+            keys = [(ch, version_key(v)) for vs in versions for ch, v in vs.items()]
             blobs = self.blobs(thread_id, ns, keys, incidents)
             pending = self.writes(thread_id, ns, [row.checkpoint_id for row, _, _ in items], incidents, writes)
-            for row, cp, md in items:
+            for (row, cp, md), wanted in zip(items, versions):
                 cid = row.checkpoint_id
-                absent = [
-                    (ch, version_key(v))
-                    for ch, v in cp["channel_versions"].items()
-                    if (ch, version_key(v)) not in blobs
-                ]
+                absent = [(ch, version_key(v)) for ch, v in wanted.items() if (ch, version_key(v)) not in blobs]
                 for ch, v in absent:
                     key = f"channel {ch} @ {v}"
                     if not any(i.kind == "blob" and i.key == key for i in incidents):
@@ -377,7 +379,7 @@ class TierReader:
                     unusable.keep = any(i.keep for i in incidents if i.kind == "blob" and i.key in labels)
                     done[(thread_id, ns, cid)] = unusable
                     continue
-                values = {ch: blobs[(ch, version_key(v))][1] for ch, v in cp["channel_versions"].items()}
+                values = {ch: blobs[(ch, version_key(v))][1] for ch, v in wanted.items()}
                 done[(thread_id, ns, cid)] = assemble_tuple(row, cp, md, values, pending.get(cid, []))
         return [done[(r.thread_id, r.checkpoint_ns, r.checkpoint_id)] for r, _, _ in found]
 
@@ -597,6 +599,26 @@ class TierReader:
                 return self.serve(thread_id, ns, older, incidents)
         return None
 
+    def stub(self, thread_id: str, ns: str, checkpoint_id: str) -> CheckpointTuple | None:
+        """Checkpoint `checkpoint_id` without its channel values and writes
+        (its config, parent and versions: what a walk up the parent chain
+        needs), from the nearest tier holding it, verified. None when no tier
+        has it or the nearest copy is bad: the caller then reads it in full,
+        which reports and repairs a bad copy."""
+        for tier in self.tiers:
+            try:
+                row = tier.read_checkpoint(thread_id, ns, checkpoint_id)
+            except TierUnavailable:
+                continue
+            if row is None:
+                continue
+            try:
+                checkpoint, metadata = self.codec.decode_checkpoint(row)
+            except BadRecord:
+                return None
+            return assemble_tuple(row, checkpoint, metadata, {}, [])
+        return None
+
     def local_latest(
         self, thread_id: str, ns: str, checkpoint_id: str, write_keys: frozenset[tuple[str, int]]
     ) -> CheckpointTuple | None:
@@ -662,9 +684,10 @@ class TierReader:
         before_id: str | None,
         filter: dict[str, Any] | None,
         limit: int | None,
+        channels: Collection[str] | None = None,
     ) -> list[CheckpointTuple]:
         """`list`: the union of the shared tiers' indexes (see `rows`),
-        verified and assembled, newest first."""
+        verified and assembled, newest first (`channels`: see `assemble`)."""
         ordered = self.rows(thread_id, ns, cid, before_id, filter, limit)
         incidents: list[Incident] = []
         try:
@@ -681,7 +704,7 @@ class TierReader:
                 if item is not None and metadata_matches(item[2], filter):
                     found.append(item)
             out = []
-            for result in self.assemble(found, incidents):
+            for result in self.assemble(found, incidents, channels=channels):
                 if isinstance(result, Unusable):
                     self._omit(result, incidents)
                     continue
