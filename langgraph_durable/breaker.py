@@ -68,6 +68,7 @@ class Breaker:
         self._retry_at = 0.0
         self._probe_since: float | None = None
         self._latency: float | None = None
+        self._typical: float | None = None  # moving average of the answer times
         self._error: str | None = None
 
     @property
@@ -105,6 +106,9 @@ class Breaker:
             self._failures = 0
             self._probe_since = None
             self._latency = latency
+            self._typical = (
+                latency if self._typical is None else (1 - LATENCY_WEIGHT) * self._typical + LATENCY_WEIGHT * latency
+            )
             return reopened
 
     def failed(self, now: float, error: str) -> bool:
@@ -122,8 +126,10 @@ class Breaker:
 
     @property
     def latency(self) -> float | None:
-        """Seconds the last call that answered took (None before the first)."""
-        return self._latency
+        """Seconds a call that answers typically takes: a moving average, so
+        that one slow call does not flip decisions made on it (None before
+        the first answer)."""
+        return self._typical
 
     def stats(self, now: float) -> BreakerStats:
         with self._lock:
@@ -136,6 +142,8 @@ class Breaker:
             )
 
 
+# Weight of the newest answer time in `Breaker.latency`'s moving average.
+LATENCY_WEIGHT = 0.2
 # What handing a call to a worker thread costs the sync face: the wake-up and
 # the GIL changing hands, about 0.1-0.3 ms on a busy 2-core machine, as long
 # as a whole loopback round trip to Redis.

@@ -96,3 +96,24 @@ def test_a_probe_that_the_tier_answers_with_an_error_still_closes_the_breaker(tm
         guarded.write_checkpoint(row, blobs, fence=Fence("t", "nobody", 7, 30.0))
     assert breaker.state == "closed"
     tier.close()
+
+
+def test_calls_overlap_only_when_it_saves_more_than_the_thread_hand_offs_cost() -> None:
+    from langgraph_durable.breaker import THREAD_HOP_S, overlap_pays
+
+    assert overlap_pays([None, 0.0001])  # not measured yet: overlap
+    assert overlap_pays([0.0001])  # nothing to overlap with: as it comes
+    loopback = [0.00003, 0.0001, 0.00015]  # SQLite, Redis, Postgres on one machine
+    assert not overlap_pays(loopback)
+    remote = [0.00003, 0.0008, 0.0012]  # the shared tiers a network hop away
+    assert overlap_pays(remote)
+    assert sum(remote) - max(remote) > THREAD_HOP_S * 2
+
+
+def test_one_slow_answer_does_not_flip_the_typical_latency() -> None:
+    b = Breaker("redis")
+    for _ in range(10):
+        b.succeeded(0.0, 0.0001)
+    b.succeeded(0.0, 0.01)  # one hiccup
+    assert b.latency is not None and b.latency < 0.0025
+    assert b.stats(0.0).last_latency_s == 0.01  # the stats still say what the last call took
