@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections import defaultdict
+import threading
+from collections import OrderedDict, defaultdict
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast
 
 from langgraph.checkpoint.base import CheckpointTuple, PendingWrite
 
@@ -44,7 +45,9 @@ logger = logging.getLogger("langgraph_durable")
 BlobKey = tuple[str, str]
 Found = tuple[CheckpointRow, dict[str, Any], dict[str, Any]]  # row, checkpoint, metadata
 WriteKey = tuple[str, str, int]  # checkpoint id, task id, idx
-Opened = tuple[BlobRow, str, bytes, Any]  # verified row, type tag, payload, piece or value
+Opened = tuple[BlobRow, str, bytes, Any]
+# Parent pointers of recently served checkpoints kept for `stub`.
+PARENTS_REMEMBERED = 1024  # verified row, type tag, payload, piece or value
 
 
 class AsyncTierReader:
@@ -63,6 +66,8 @@ class AsyncTierReader:
         # What this saver stored last (deltas.py): a list it wrote itself is
         # rebuilt from there instead of from the records its piece names.
         self.deltas = deltas
+        self._parents: OrderedDict[tuple[str, str, str], Any] = OrderedDict()
+        self._parents_lock = threading.Lock()
 
     # -- asking every reachable tier ------------------------------------------------
 
@@ -603,6 +608,13 @@ class AsyncTierReader:
         needs), from the nearest tier holding it, verified. None when no tier
         has it or the nearest copy is bad: the caller then reads it in full,
         which reports and repairs a bad copy."""
+        with self._parents_lock:
+            known = self._parents.get((thread_id, ns, checkpoint_id), False)
+        if known is not False:
+            config: Any = {
+                "configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}
+            }
+            return CheckpointTuple(config=config, checkpoint=cast(Any, {}), metadata=cast(Any, {}), parent_config=known)
         for tier in self.tiers:
             try:
                 row = await tier.read_checkpoint(thread_id, ns, checkpoint_id)
@@ -668,11 +680,22 @@ class AsyncTierReader:
     async def get_tuple(self, thread_id: str, ns: str, cid: str | None) -> CheckpointTuple | None:
         incidents: list[Incident] = []
         try:
-            if cid:
-                return await self.serve(thread_id, ns, cid, incidents)
-            return await self.latest(thread_id, ns, incidents)
+            tup = await (self.serve(thread_id, ns, cid, incidents) if cid else self.latest(thread_id, ns, incidents))
         finally:
             await self.settle(incidents)
+        if tup is not None:
+            self._remember_parent(tup)
+        return tup
+
+    def _remember_parent(self, tup: CheckpointTuple) -> None:
+        """A served checkpoint's parent pointer (immutable): what `stub` needs
+        when LangGraph asks for its DeltaChannel history right after."""
+        conf = tup.config["configurable"]
+        key = (conf["thread_id"], conf.get("checkpoint_ns", ""), conf["checkpoint_id"])
+        with self._parents_lock:
+            self._parents[key] = tup.parent_config
+            while len(self._parents) > PARENTS_REMEMBERED:
+                self._parents.popitem(last=False)
 
     async def list_tuples(
         self,

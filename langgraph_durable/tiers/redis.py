@@ -88,6 +88,18 @@ local cp = redis.call('HGET', KEYS[3], ARGV[1] .. ids[1])
 return {ids[1], marker, cp, redis.call('HGETALL', ARGV[2] .. ids[1])}
 """
 
+# `list_checkpoints` of one (thread, namespace) in one round trip: the ids,
+# newest first, then their records.
+_LIST_SCRIPT = """
+local ids = redis.call('ZREVRANGEBYLEX', KEYS[1], ARGV[1], '-', 'LIMIT', 0, tonumber(ARGV[2]))
+local out = {}
+for i, id in ipairs(ids) do
+  out[2 * i - 1] = id
+  out[2 * i] = redis.call('HGET', KEYS[2], ARGV[3] .. id)
+end
+return out
+"""
+
 # Retries of a command whose connection broke (each on a new connection).
 RETRIES = 2
 HEALTH_CHECK_INTERVAL_S = 15
@@ -127,6 +139,7 @@ class RedisTier:
             health_check_interval=HEALTH_CHECK_INTERVAL_S,
         )
         self._head_script = self.client.register_script(_HEAD_SCRIPT)
+        self._list_script = self.client.register_script(_LIST_SCRIPT)
 
     # -- keys -----------------------------------------------------------------
 
@@ -228,6 +241,20 @@ class RedisTier:
     ) -> list[CheckpointRow]:
         per_key_limit = None if filter else limit
         rows: list[CheckpointRow] = []
+        if thread_id is not None and ns is not None and checkpoint_id is None:
+            # The common case (a thread's history): one round trip.
+            keys = [self._k(thread_id, f"ids:{ns}"), self._k(thread_id, "cp")]
+            top = f"({before}" if before is not None else "+"
+            with unavailable_on("redis", self.where, *_ERRORS):
+                flat = self._list_script(
+                    keys, [top, -1 if per_key_limit is None else per_key_limit, f"{ns}{_SEP}"]
+                )
+            for cid, data in zip(flat[::2], flat[1::2]):
+                if data is not None:
+                    rows.append(self._cp_row(thread_id, ns, cid.decode(), data))
+            if filter:
+                rows = [r for r in rows if metadata_matches(_loads(r.metadata_json), filter)]
+            return rows[:limit] if limit is not None else rows
         with unavailable_on("redis", self.where, *_ERRORS):
             if thread_id is not None:
                 threads = [thread_id]
