@@ -433,14 +433,6 @@ class PostgresTier:
         )
         return [_w(r) for r in rows]
 
-    def latest_id(self, thread_id: str, ns: str) -> str | None:
-        rows = self._fetchall(
-            "SELECT checkpoint_id FROM lgd_checkpoints WHERE thread_id = %s AND checkpoint_ns = %s "
-            "ORDER BY checkpoint_id DESC LIMIT 1",
-            (thread_id, ns),
-        )
-        return rows[0][0] if rows else None
-
     def list_checkpoints(
         self,
         thread_id: str | None,

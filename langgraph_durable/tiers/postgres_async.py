@@ -431,14 +431,6 @@ class AsyncPostgresTier:
         )
         return [_w(r) for r in rows]
 
-    async def latest_id(self, thread_id: str, ns: str) -> str | None:
-        rows = await self._fetchall(
-            "SELECT checkpoint_id FROM lgd_checkpoints WHERE thread_id = %s AND checkpoint_ns = %s "
-            "ORDER BY checkpoint_id DESC LIMIT 1",
-            (thread_id, ns),
-        )
-        return rows[0][0] if rows else None
-
     async def list_checkpoints(
         self,
         thread_id: str | None,

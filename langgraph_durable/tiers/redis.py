@@ -225,11 +225,6 @@ class RedisTier:
                 out.append(WriteRow(thread_id, ns, cid, task_id, int(idx), channel or "", task_path or "", envelope))
         return out
 
-    def latest_id(self, thread_id: str, ns: str) -> str | None:
-        with unavailable_on("redis", self.where, *_ERRORS):
-            ids = self.client.zrevrangebylex(self._k(thread_id, f"ids:{ns}"), "+", "-", start=0, num=1)
-        return ids[0].decode() if ids else None
-
     def list_checkpoints(
         self,
         thread_id: str | None,

@@ -223,11 +223,6 @@ class AsyncRedisTier:
                 out.append(WriteRow(thread_id, ns, cid, task_id, int(idx), channel or "", task_path or "", envelope))
         return out
 
-    async def latest_id(self, thread_id: str, ns: str) -> str | None:
-        with unavailable_on("redis", self.where, *_ERRORS):
-            ids = await self.client.zrevrangebylex(self._k(thread_id, f"ids:{ns}"), "+", "-", start=0, num=1)
-        return ids[0].decode() if ids else None
-
     async def list_checkpoints(
         self,
         thread_id: str | None,

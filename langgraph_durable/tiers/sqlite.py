@@ -433,15 +433,6 @@ class SqliteTier:
             ).fetchall()
         return [_w(r) for r in rows]
 
-    def latest_id(self, thread_id: str, ns: str) -> str | None:
-        with self._read() as conn:
-            row = conn.execute(
-                "SELECT checkpoint_id FROM lgd_checkpoints WHERE thread_id = ? AND checkpoint_ns = ? "
-                "ORDER BY checkpoint_id DESC LIMIT 1",
-                (thread_id, ns),
-            ).fetchone()
-        return row[0] if row else None
-
     def list_checkpoints(
         self,
         thread_id: str | None,
