@@ -575,3 +575,43 @@ def test_verify_finds_what_postgres_lost_when_only_the_local_tier_still_holds_it
         tup = postgres_only.get_tuple(_cfg("t"))
         assert tup.checkpoint["id"] == newest and tup.checkpoint["channel_values"] == {"v": "value 2"}
         assert tup.pending_writes == [("task-2", "x", "write 2")]
+
+
+@pytest.mark.parametrize("column", ["record", "parent_id"])
+def test_a_local_row_holding_text_where_bytes_belong_is_one_bad_copy_not_a_dead_tier(
+    make_saver: Any, column: str
+) -> None:
+    """sqlite3 raises when it cannot decode a text value; one such row (a
+    record column holding text, a key column holding bytes that are not
+    UTF-8) used to make every read of the local tier fail, so the tier
+    counted as down and its writes were skipped. It is one bad copy: read
+    around, reported, replaced; the local tier keeps working."""
+    events: list[Any] = []
+    with make_saver(ALL, on_corruption=events.append) as saver:
+        saver.setup()
+        graph = loop_graph(3).compile(checkpointer=saver)
+        graph.invoke({"messages": [], "n": 0}, _cfg("t"))
+        latest = saver.get_tuple(_cfg("t"))
+        assert latest is not None
+        path = saver.sqlite_path or ""
+    with sqlite3.connect(path) as conn:
+        if column == "record":
+            conn.execute(
+                "UPDATE lgd_checkpoints SET record = CAST(x'd74c4744ff00' AS TEXT) WHERE thread_id = 't' "
+                "AND checkpoint_id = ?",
+                (latest.checkpoint["id"],),
+            )
+        else:
+            conn.execute(
+                "UPDATE lgd_checkpoints SET parent_id = CAST(x'ff' AS TEXT) WHERE thread_id = 't' AND checkpoint_id = ?",
+                (latest.checkpoint["id"],),
+            )
+    with make_saver(ALL, on_corruption=events.append) as saver:
+        tup = saver.get_tuple(_cfg("t"))
+        assert tup is not None and tup.checkpoint == latest.checkpoint
+        assert [(e.tier, e.kind) for e in events] == [("sqlite", "checkpoint")]
+        # The local tier still works: the next run writes it, nothing is owed.
+        loop_graph(5).compile(checkpointer=saver).invoke({"messages": [], "n": 3}, _cfg("t"))
+        assert saver.health().local_write_failures == 0
+        assert saver.lag().records == 0
+        assert saver.verify("t").bad == []

@@ -134,6 +134,18 @@ MIGRATIONS: list[str] = [
 
 _CP_COLS = "thread_id, checkpoint_ns, checkpoint_id, parent_id, run_id, metadata, record"
 _W_COLS = "thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, task_path, record"
+# Records are read as bytes whatever type a row holds: a record column that
+# holds text (planted, or damaged by another program) then reads as a bad
+# copy of that one record, instead of making sqlite3 raise for the whole read.
+_RECORD = "CAST(record AS BLOB)"
+_READ_CP_COLS = _CP_COLS.replace("record", _RECORD)
+_READ_W_COLS = _W_COLS.replace("record", _RECORD)
+
+
+def _text(value: bytes) -> str:
+    """Text columns as str even when a row holds bytes that are not UTF-8
+    (see `_RECORD`): such a key no longer matches what it was written as."""
+    return value.decode("utf-8", "replace")
 
 
 def _cp(row: tuple[Any, ...]) -> CheckpointRow:
@@ -178,6 +190,7 @@ class SqliteTier:
                 ) from exc
         with unavailable_on("sqlite", self.path, sqlite3.OperationalError):
             conn = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False)
+            conn.text_factory = _text
             self._enable_wal(conn)
             if created:
                 # SQLite gives -wal and -shm the database file's mode; say so
@@ -403,7 +416,7 @@ class SqliteTier:
     def read_checkpoint(self, thread_id: str, ns: str, checkpoint_id: str) -> CheckpointRow | None:
         with self._read() as conn:
             row = conn.execute(
-                f"SELECT {_CP_COLS} FROM lgd_checkpoints WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?",
+                f"SELECT {_READ_CP_COLS} FROM lgd_checkpoints WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?",
                 (thread_id, ns, checkpoint_id),
             ).fetchone()
         return _cp(row) if row else None
@@ -415,7 +428,7 @@ class SqliteTier:
         with self._read() as conn:
             for channel, version in keys:
                 r = conn.execute(
-                    "SELECT record FROM lgd_blobs WHERE thread_id = ? AND checkpoint_ns = ? AND channel = ? AND version = ?",
+                    f"SELECT {_RECORD} FROM lgd_blobs WHERE thread_id = ? AND checkpoint_ns = ? AND channel = ? AND version = ?",
                     (thread_id, ns, channel, version),
                 ).fetchone()
                 if r:
@@ -428,7 +441,7 @@ class SqliteTier:
         marks = ",".join("?" * len(checkpoint_ids))
         with self._read() as conn:
             rows = conn.execute(
-                f"SELECT {_W_COLS} FROM lgd_writes WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id IN ({marks})",
+                f"SELECT {_READ_W_COLS} FROM lgd_writes WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id IN ({marks})",
                 (thread_id, ns, *checkpoint_ids),
             ).fetchall()
         return [_w(r) for r in rows]
@@ -450,7 +463,7 @@ class SqliteTier:
         if before is not None:
             wheres.append("checkpoint_id < ?")
             params.append(before)
-        sql = f"SELECT {_CP_COLS} FROM lgd_checkpoints"
+        sql = f"SELECT {_READ_CP_COLS} FROM lgd_checkpoints"
         if wheres:
             sql += " WHERE " + " AND ".join(wheres)
         sql += " ORDER BY checkpoint_id DESC"
@@ -521,7 +534,7 @@ class SqliteTier:
 
     def read_ledger(self, thread_id: str) -> dict[str, bytes]:
         with self._read() as conn:
-            rows = conn.execute("SELECT key, record FROM lgd_ledger WHERE thread_id = ?", (thread_id,)).fetchall()
+            rows = conn.execute(f"SELECT key, {_RECORD} FROM lgd_ledger WHERE thread_id = ?", (thread_id,)).fetchall()
         return {r[0]: bytes(r[1]) for r in rows}
 
     def thread_ids(self) -> list[str]:
@@ -535,14 +548,15 @@ class SqliteTier:
     def thread_records(self, thread_id: str) -> ThreadRecords:
         """Every live record of one thread, for `verify` and `repair`."""
         with self._read() as conn:
-            cps = conn.execute(f"SELECT {_CP_COLS} FROM lgd_checkpoints WHERE thread_id = ?", (thread_id,)).fetchall()
+            cps = conn.execute(
+                f"SELECT {_READ_CP_COLS} FROM lgd_checkpoints WHERE thread_id = ?", (thread_id,)
+            ).fetchall()
             blobs = conn.execute(
-                "SELECT thread_id, checkpoint_ns, channel, version, record FROM lgd_blobs WHERE thread_id = ?",
+                f"SELECT thread_id, checkpoint_ns, channel, version, {_RECORD} FROM lgd_blobs WHERE thread_id = ?",
                 (thread_id,),
             ).fetchall()
             writes = conn.execute(
-                "SELECT thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, task_path, record "
-                "FROM lgd_writes WHERE thread_id = ?",
+                f"SELECT {_READ_W_COLS} FROM lgd_writes WHERE thread_id = ?",
                 (thread_id,),
             ).fetchall()
         return ThreadRecords(
@@ -567,10 +581,10 @@ class SqliteTier:
         the same key (one repaired meanwhile) stays."""
         table, where, params = live_row_where(row, "?")
         with self._tx() as conn:
-            conn.execute(f"DELETE FROM {table} WHERE {where} AND record = ?", (*params, row.envelope))
+            conn.execute(f"DELETE FROM {table} WHERE {where} AND {_RECORD} = ?", (*params, row.envelope))
 
     def list_quarantine(self, thread_id: str | None) -> list[QuarantinedRecord]:
-        sql = "SELECT id, thread_id, checkpoint_ns, kind, key, reason, record, detected_at, fields FROM lgd_quarantine"
+        sql = f"SELECT id, thread_id, checkpoint_ns, kind, key, reason, {_RECORD}, detected_at, fields FROM lgd_quarantine"
         with self._read() as conn:
             if thread_id is None:
                 rows = conn.execute(sql + " ORDER BY id").fetchall()
@@ -604,14 +618,14 @@ class SqliteTier:
         writes, in one read."""
         with self._read() as conn:
             row = conn.execute(
-                f"SELECT {_CP_COLS} FROM lgd_checkpoints WHERE thread_id = ? AND checkpoint_ns = ? "
+                f"SELECT {_READ_CP_COLS} FROM lgd_checkpoints WHERE thread_id = ? AND checkpoint_ns = ? "
                 "ORDER BY checkpoint_id DESC LIMIT 1",
                 (thread_id, ns),
             ).fetchone()
             marker = conn.execute("SELECT value FROM lgd_meta WHERE key = ?", (deleted_key(thread_id),)).fetchone()
             writes = (
                 conn.execute(
-                    f"SELECT {_W_COLS} FROM lgd_writes WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?",
+                    f"SELECT {_READ_W_COLS} FROM lgd_writes WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?",
                     (thread_id, ns, row[2]),
                 ).fetchall()
                 if row
