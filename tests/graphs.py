@@ -20,11 +20,18 @@ class LoopState(TypedDict):
     n: int
 
 
-def loop_graph(steps: int = 5) -> StateGraph:
+def loop_graph(steps: int = 5, *, message_bytes: int = 50) -> StateGraph:
+    """`steps` super-steps, each appending one message of about `message_bytes`."""
+
     def step(state: LoopState) -> dict[str, Any]:
         n = state.get("n", 0)
-        return {"messages": [f"message {n}: " + "x" * 50], "n": n + 1}
+        return {"messages": [f"message {n}: " + "x" * message_bytes], "n": n + 1}
 
+    return looping(step, steps)
+
+
+def looping(step: Callable[..., Any], steps: int) -> StateGraph:
+    """A LoopState graph running node `step` (sync or async) until `n` reaches `steps`."""
     g = StateGraph(LoopState)
     g.add_node("step", step)
     g.add_edge(START, "step")

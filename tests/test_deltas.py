@@ -28,7 +28,7 @@ from langgraph_durable.deltas import DELTA_TAG, DeltaMemo, Last, Piece, Remember
 from langgraph_durable.records import BadRecord, BlobRow
 
 from .conftest import CONFIGS, REDIS_URL, SaverFactory
-from .graphs import LoopState, loop_graph
+from .graphs import loop_graph
 from .tamper import BLOB, Rec, flip, open_stores
 
 # --- the decisions, without services ------------------------------------------------
@@ -206,27 +206,13 @@ def is_piece(saver: DurableSaver, thread: str, channel: str, version: str, envel
     return saver._codec.open_blob(row, decode=False)[0] == DELTA_TAG
 
 
-def long_messages_graph(steps: int) -> StateGraph:
-    """The benchmark's workload: one ~420-byte message appended a step."""
-
-    def step(state: dict[str, Any]) -> dict[str, Any]:
-        n = state.get("n", 0)
-        return {"messages": [f"message {n}: " + "x" * 400], "n": n + 1}
-
-    g = StateGraph(LoopState)
-    g.add_node("step", step)
-    g.add_edge(START, "step")
-    g.add_conditional_edges("step", lambda s: "step" if s["n"] < steps else END)
-    return g
-
-
 def test_growing_lists_take_a_fraction_of_the_bytes_and_a_bounded_number_of_records(make_saver: SaverFactory) -> None:
     thread = "t-bytes"
     with make_saver("sqlite", sqlite_name="whole.sqlite", list_snapshot_every=1) as whole:
-        run_both(whole, long_messages_graph(100), thread, 100)
+        run_both(whole, loop_graph(100, message_bytes=400), thread, 100)
         full = blob_bytes(whole.sqlite_path or "")
     with make_saver("sqlite", sqlite_name="pieces.sqlite") as saver:
-        ours, ref = run_both(saver, long_messages_graph(100), thread, 100)
+        ours, ref = run_both(saver, loop_graph(100, message_bytes=400), thread, 100)
         assert histories(ours, thread) == histories(ref, thread)
         stored = blob_bytes(saver.sqlite_path or "")
         piece = latest_piece(saver, thread)

@@ -17,12 +17,12 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from langgraph.graph import END, START, StateGraph
+from langgraph.graph import StateGraph
 
 from langgraph_durable import DurableSaver
 
 from .conftest import SaverFactory
-from .graphs import LoopState
+from .graphs import looping
 from .tamper import flip
 
 READS = ("head", "read_checkpoint", "read_blobs", "read_writes", "list_checkpoints")
@@ -61,11 +61,7 @@ def reading_graph(saver: DurableSaver, thread: str, seen: list[Any], calls: Coun
         seen.append((state["n"], tup.checkpoint["channel_values"] if tup else None, sum(calls.values()) - before))
         return {"messages": [f"m{state['n']}"], "n": state["n"] + 1}
 
-    g = StateGraph(LoopState)
-    g.add_node("step", step)
-    g.add_edge(START, "step")
-    g.add_conditional_edges("step", lambda s: "step" if s["n"] < steps else END)
-    return g
+    return looping(step, steps)
 
 
 @pytest.mark.parametrize("tiers", ["sqlite+redis+postgres", "sqlite+postgres", "sqlite+redis"])
@@ -103,10 +99,7 @@ async def test_the_async_face_reads_its_own_latest_state_locally_too(make_saver:
             )
             return {"messages": ["m"], "n": state["n"] + 1}
 
-        g = StateGraph(LoopState)
-        g.add_node("step", step)
-        g.add_edge(START, "step")
-        g.add_conditional_edges("step", lambda s: "step" if s["n"] < 4 else END)
+        g = looping(step, 4)
         config = {"configurable": {"thread_id": thread}}
         await g.compile(checkpointer=saver).ainvoke({"messages": [], "n": 0}, config, durability="sync")
         assert [(n, latest, reads) for n, latest, reads in seen] == [(n, n, 0) for n in range(4)]
@@ -154,10 +147,7 @@ def test_a_damaged_local_copy_under_the_lease_is_read_around_and_repaired(make_s
                 served.append(tup.checkpoint["channel_values"]["n"] if tup else None)
             return {"messages": ["m"], "n": state["n"] + 1}
 
-        g = StateGraph(LoopState)
-        g.add_node("step", step)
-        g.add_edge(START, "step")
-        g.add_conditional_edges("step", lambda s: "step" if s["n"] < 4 else END)
+        g = looping(step, 4)
         config = {"configurable": {"thread_id": thread}}
         out = g.compile(checkpointer=saver).invoke({"messages": [], "n": 0}, config, durability="sync")
         assert saver.verify(thread).bad == []  # the damaged local copy was replaced
