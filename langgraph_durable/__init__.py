@@ -1,5 +1,8 @@
 """langgraph-durable: a tiered, checksummed LangGraph checkpoint saver."""
 
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _version
+
 from .errors import (
     ConfigError,
     CorruptCheckpoint,
@@ -27,7 +30,13 @@ from .validation import (
     rewind,
 )
 
+try:
+    __version__ = _version("langgraph-durable")
+except PackageNotFoundError:  # imported from a source tree that was never installed
+    __version__ = "0+unknown"
+
 __all__ = [
+    "__version__",
     # resume validation and non-resumable actions
     "LedgerEntry",
     "Reject",
