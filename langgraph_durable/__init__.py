@@ -14,6 +14,7 @@ from .errors import (
     ThreadBusy,
     TierUnavailable,
 )
+from .importing import ImportReport
 from .integrity import CorruptionEvent, CorruptionHook
 from .ledger import LedgerEntry, action, durable_action
 from .saver import DurableSaver
@@ -58,6 +59,7 @@ __all__ = [
     "CorruptionHook",
     "DurableError",
     "DurableSaver",
+    "ImportReport",
     "LeaseLost",
     "RecordTooLarge",
     "ResumeRejected",

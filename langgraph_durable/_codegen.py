@@ -33,6 +33,7 @@ FILES = {
     "tiers/postgres_async.py": "tiers/postgres.py",
     "tiers/protocol_async.py": "tiers/protocol.py",
     "guard_async.py": "guard.py",
+    "importer_async.py": "importer.py",
 }
 
 NAMES = {
@@ -56,7 +57,13 @@ NAMES = {
     "asleep": "sleep",
     "awith_timeout": "with_timeout",
     "AsyncGuardedTier": "GuardedTier",
+    "AsyncImporter": "Importer",
+    "aimport_from": "import_from",
+    "alist": "list",
+    "aput": "put",
+    "aput_writes": "put_writes",
     "guard_async": "guard",
+    "importer_async": "importer",
     "aclose": "close",
     "redis.asyncio": "redis",
     "chain_async": "chain",

@@ -32,6 +32,7 @@ from langgraph.checkpoint.base import (
 from . import delta
 from .backlog import DEFAULT_CALL_TIMEOUT_S, WRITE_MODES, Lag, MemoryBacklog, Owed, WriteMode, lag_of
 from .breaker import Breakers
+from .carried import SeenVersions, never_written
 from .codec import DEFAULT_MAX_ID_BYTES, RecordCodec, check_key_part, thread_id_of, thread_of
 from .concurrency import ALock, arun_all
 from .deltas import DeltaMemo
@@ -87,6 +88,7 @@ class AsyncTierChain:
         counters: Counters | None = None,
         deltas: DeltaMemo | None = None,
         own: OwnHeads | None = None,
+        seen: SeenVersions | None = None,
     ) -> None:
         if local is None and not shared:
             raise ConfigError("at least one tier is needed: pass sqlite=, redis= or postgres=.")
@@ -114,6 +116,8 @@ class AsyncTierChain:
         # What this saver wrote last under a thread's lease (lease.py): read
         # back from the local tier alone while it holds the lease.
         self.own = own if local is not None else None
+        # The versions of the checkpoints stored or served last (carried.py).
+        self.seen = seen or SeenVersions()
         self.reads = AsyncTierReader(self.tiers, codec, self.policy, deltas)
         self.maintenance = AsyncMaintenance(self.tiers, codec, self.reads, deltas)
         self._views: dict[int, AsyncTierChain] = {}
@@ -238,8 +242,14 @@ class AsyncTierChain:
         raises `LeaseLost` and no tier has the checkpoint. A checkpoint that
         fails (`TierUnavailable`: no shared tier took it, or with
         ``write="all"`` one did not) is withdrawn from every tier that took it."""
+        thread_id = thread_of(config, what="put")
+        ns = config["configurable"].get("checkpoint_ns", "") or ""
+        parent_id = config["configurable"].get("checkpoint_id")
+        versions = checkpoint.get("channel_versions", {})
+        parent = self.seen.get(thread_id, ns, parent_id) if parent_id else None
+        never = never_written(versions, new_versions, parent_id, parent)
         # Serialize before touching any tier: a bad value writes nothing.
-        row, blobs, stored = self.codec.encode_put(config, checkpoint, metadata, new_versions, self.deltas)
+        row, blobs, stored = self.codec.encode_put(config, checkpoint, metadata, new_versions, self.deltas, never)
         await self.ensure_setup()
         local_took = await self._write_behind(
             fence, lambda owed, f: self._local().write_checkpoint(row, blobs, journal=owed, fence=f)
@@ -254,6 +264,7 @@ class AsyncTierChain:
             )
         if self.deltas is not None:
             self.deltas.remember(stored)  # its lists may now be the base of the next pieces
+        self.seen.note(row.thread_id, row.checkpoint_ns, row.checkpoint_id, versions)
         if self.own is not None:
             if fence is not None and local_took:
                 self.own.put(row.thread_id, row.checkpoint_ns, fence.token, row.checkpoint_id, time.monotonic())
@@ -529,8 +540,17 @@ class AsyncTierChain:
             if expected is not None:
                 tup = await self.reads.local_latest(thread_id, ns, *expected)
                 if tup is not None:
-                    return tup
-        return await self.reads.get_tuple(thread_id, ns, cid)
+                    return self.served(tup)
+        return self.served(await self.reads.get_tuple(thread_id, ns, cid))
+
+    def served(self, tup: CheckpointTuple | None) -> CheckpointTuple | None:
+        """`tup`, noted as served: LangGraph may continue from it (carried.py)."""
+        if tup is not None:
+            c = tup.config["configurable"]
+            self.seen.note(
+                c["thread_id"], c.get("checkpoint_ns", ""), c["checkpoint_id"], tup.checkpoint["channel_versions"]
+            )
+        return tup
 
     async def list_tuples(
         self,
@@ -549,7 +569,9 @@ class AsyncTierChain:
         if ns:
             check_key_part(ns, what="list: checkpoint_ns", limit=None)
         cid = configurable.get("checkpoint_id")
-        before_id = ((before or {}).get("configurable") or {}).get("checkpoint_id")
+        # LangGraph's server passes `before` without its "configurable" wrapper.
+        plain: dict[str, Any] = dict(before or {})
+        before_id = cast(str | None, (plain.get("configurable") or plain).get("checkpoint_id"))
         await self.ensure_setup()
         return await self.reads.list_tuples(thread_id, ns, cid, before_id, filter, limit, channels)
 
@@ -656,6 +678,7 @@ class AsyncTierChain:
     async def delete_thread(self, thread_id: str) -> None:
         if self.own is not None:
             self.own.forget(thread_id)
+        self.seen.forget(thread_id)
         await self.ensure_setup()
         await self.maintenance.delete_thread(thread_id)
 

@@ -296,9 +296,13 @@ class RecordCodec:
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
         memo: DeltaMemo | None = None,
+        never_written: Mapping[str, Any] | None = None,
     ) -> tuple[CheckpointRow, list[BlobRow], Remember]:
         """`encode_checkpoint`, storing a list that extends its value in the
         parent checkpoint (as `memo` remembers it) as a piece (`deltas.py`).
+        `never_written`: carried channel versions no put stored
+        (`carried.never_written`), stored with this checkpoint (its value,
+        or empty when it has none).
         Also returns what to tell `memo` once the write succeeded."""
         thread_id = thread_of(config, what="put")
         configurable = config["configurable"]
@@ -330,6 +334,17 @@ class RecordCodec:
                     thread_id, ns, channel, v, seal(blob_context(thread_id, ns, channel, v), tag, payload, key=self.key)
                 )
             )
+        for channel, version in (never_written or {}).items():
+            check_key_part(channel, what="put: channel name", limit=DEFAULT_MAX_NAME_BYTES)
+            v = check_key_part(
+                version_key(version), what=f"put: version of channel {channel!r}", limit=DEFAULT_MAX_NAME_BYTES
+            )
+            if channel in values:
+                tag, payload = self._dump(values[channel], channel=channel, what="state key")
+            else:
+                tag, payload = EMPTY_TAG, b""
+            context = blob_context(thread_id, ns, channel, v)
+            blobs.append(BlobRow(thread_id, ns, channel, v, seal(context, tag, payload, key=self.key)))
         for channel, version in checkpoint.get("channel_versions", {}).items():
             # A channel this step left alone keeps its value, and its chain.
             kept = base.get(channel)

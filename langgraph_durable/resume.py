@@ -54,7 +54,8 @@ class ResumeGate:
             if hook is None:
                 return
             try:
-                hook(ValidationOutcome(thread_id, requested, resumed_from, tuple(decisions)))
+                # An async hook is awaited in the async face; the sync face logs why it cannot.
+                maybe_await(hook(ValidationOutcome(thread_id, requested, resumed_from, tuple(decisions))))
             except Exception:  # a hook never breaks a run
                 logger.exception("on_validation hook failed")
 

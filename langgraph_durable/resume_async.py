@@ -48,18 +48,19 @@ class AsyncResumeGate:
         requested = tup.checkpoint["id"]
         decisions: list[tuple[str, Any]] = []
 
-        def outcome(resumed_from: str | None) -> None:
+        async def outcome(resumed_from: str | None) -> None:
             if hook is None:
                 return
             try:
-                hook(ValidationOutcome(thread_id, requested, resumed_from, tuple(decisions)))
+                # An async hook is awaited in the async face; the sync face logs why it cannot.
+                await amaybe_await(hook(ValidationOutcome(thread_id, requested, resumed_from, tuple(decisions))))
             except Exception:  # a hook never breaks a run
                 logger.exception("on_validation hook failed")
 
         unconfirmed = sorted(k for k, e in (await self.ledger(thread_id)).items() if e.escalated())
         if unconfirmed:
             decisions.append(("unconfirmed_actions", Reject(unconfirmed_message(thread_id, unconfirmed))))
-            outcome(None)
+            await outcome(None)
             raise ResumeRejected(
                 unconfirmed_message(thread_id, unconfirmed),
                 reason="unconfirmed non-resumable action",
@@ -82,7 +83,7 @@ class AsyncResumeGate:
             if decision is None:
                 if candidate is not tup:
                     candidate = await self._fork(candidate, requested)
-                outcome(candidate.checkpoint["id"])
+                await outcome(candidate.checkpoint["id"])
                 return candidate
             if isinstance(decision, Rewind):
                 target = decision.checkpoint_id
@@ -100,7 +101,7 @@ class AsyncResumeGate:
                 decision = Reject(f"{decision.reason}; and no earlier checkpoint to rewind to")
             if not isinstance(decision, Reject):
                 raise ConfigError(f"validator {name} returned {decision!r}: return None, rewind(...) or reject(...).")
-            outcome(None)
+            await outcome(None)
             raise ResumeRejected(
                 f"resuming thread {thread_id!r} from checkpoint {candidate.checkpoint['id']} was rejected by "
                 f"{name}: {decision.reason}",

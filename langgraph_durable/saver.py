@@ -28,12 +28,16 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from .backlog import DEFAULT_CALL_TIMEOUT_S, WRITE_MODES, Lag, MemoryBacklog, WriteMode
 from .breaker import Breakers
+from .carried import SeenVersions
 from .chain import TierChain
 from .chain_async import AsyncTierChain
 from .codec import DEFAULT_MAX_RECORD_BYTES, RecordCodec, thread_id_of
 from .deltas import DEFAULT_SNAPSHOT_EVERY, DeltaMemo
 from .errors import ConfigError
 from .health import Counters, Health
+from .importer import Importer
+from .importer_async import AsyncImporter
+from .importing import ImportReport
 from .integrity import IntegrityPolicy, OnCorruption, ScanReport
 from .lease import DEFAULT_LEASE_TTL_S, DEFAULT_LEASE_WAIT_S, DEFAULT_ON_BUSY, LeaseBook, OnBusy, OwnHeads
 from .lease_keeper import LeaseKeeper
@@ -62,6 +66,8 @@ ENV_REDIS_URL = "LANGGRAPH_DURABLE_REDIS_URL"
 ENV_POSTGRES_URL = "LANGGRAPH_DURABLE_POSTGRES_URL"
 ENV_SIGNING_KEY = "LANGGRAPH_DURABLE_SIGNING_KEY"
 ENV_WRITE = "LANGGRAPH_DURABLE_WRITE"
+# Several deployments (or a server and its tests) sharing one Redis database.
+ENV_REDIS_KEY_PREFIX = "LANGGRAPH_DURABLE_REDIS_KEY_PREFIX"
 # Comma-separated keys still accepted for verification (rotation); the word
 # "unsigned" accepts records without a key.
 ENV_OLD_SIGNING_KEYS = "LANGGRAPH_DURABLE_OLD_SIGNING_KEYS"
@@ -190,7 +196,9 @@ class DurableSaver(BaseCheckpointSaver[str]):
         validators: resume validators (see `langgraph_durable.validation`),
             run in order before a graph resumes a thread; `add_validator`
             adds more. Unconfirmed non-resumable actions are always checked.
-        on_validation: called with a `ValidationOutcome` after each validation.
+        on_validation: called with a `ValidationOutcome` after each validation;
+            an async function is awaited in the async face (the sync face
+            cannot wait for one: it logs that it did not run).
         app_version: stamped into every checkpoint's metadata (``app_version``)
             so `validation.pin_version` can tell which version wrote it.
         lease_ttl: seconds a graph run keeps its thread's writer lease after
@@ -324,6 +332,8 @@ class DurableSaver(BaseCheckpointSaver[str]):
         self._counters = Counters()
         # Growing lists stored as what they appended (deltas.py): both faces.
         self._deltas = DeltaMemo(every=list_snapshot_every) if list_snapshot_every > 1 else None
+        # Versions of the checkpoints stored or served last, both faces (carried.py).
+        self._seen = SeenVersions()
         self._replicator = Replicator(lambda: self._sync_chain().catch_up(), lambda: self._sync_chain().lag())
         self._lock = threading.Lock()
         self._sync: TierChain | None = None
@@ -358,7 +368,8 @@ class DurableSaver(BaseCheckpointSaver[str]):
     def from_env(cls, **options: Any) -> DurableSaver:
         """Tiers from ``LANGGRAPH_DURABLE_SQLITE`` (a path, ``:memory:``, or
         empty for no local tier; default ``.langgraph_durable/checkpoints.sqlite``),
-        ``LANGGRAPH_DURABLE_REDIS_URL``, ``LANGGRAPH_DURABLE_POSTGRES_URL`` and
+        ``LANGGRAPH_DURABLE_REDIS_URL`` (and ``LANGGRAPH_DURABLE_REDIS_KEY_PREFIX``),
+        ``LANGGRAPH_DURABLE_POSTGRES_URL``, ``LANGGRAPH_DURABLE_WRITE`` and
         ``LANGGRAPH_DURABLE_SIGNING_KEY`` (plus ``LANGGRAPH_DURABLE_OLD_SIGNING_KEYS``,
         comma-separated, during a key rotation). Keyword options override them."""
         env = os.environ
@@ -370,6 +381,8 @@ class DurableSaver(BaseCheckpointSaver[str]):
         }
         if env.get(ENV_WRITE):
             kwargs["write"] = env[ENV_WRITE]
+        if env.get(ENV_REDIS_KEY_PREFIX):
+            kwargs["redis_key_prefix"] = env[ENV_REDIS_KEY_PREFIX]
         if env.get(ENV_SIGNING_KEY) or env.get(ENV_OLD_SIGNING_KEYS):
             old = [k.strip() for k in env.get(ENV_OLD_SIGNING_KEYS, "").split(",") if k.strip()]
             kwargs["signing_keys"] = [env.get(ENV_SIGNING_KEY) or None] + [None if k == "unsigned" else k for k in old]
@@ -427,6 +440,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
             "counters": self._counters,
             "deltas": self._deltas,
             "own": self._own,
+            "seen": self._seen,
         }
 
     def _sync_chain(self) -> TierChain:
@@ -933,6 +947,54 @@ class DurableSaver(BaseCheckpointSaver[str]):
     ) -> ScanReport:
         """Async `repair`."""
         return await self._async_chain().scan(thread_id, repair=True, progress=progress)
+
+    # -- importing another saver's threads (importer_async.py) ----------------------
+
+    def import_from(
+        self,
+        source: BaseCheckpointSaver,
+        *,
+        verify: bool = True,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> ImportReport:
+        """Copy every thread, namespace, checkpoint (parent chain and metadata
+        included) and pending write of `source`, any `BaseCheckpointSaver`,
+        into this saver's tiers, through `source.list` only. Run it again to
+        resume an interrupted import: checkpoints already here are skipped
+        and missing pending writes added. With `verify`, every checkpoint is
+        read back and compared with its source; `ImportReport.differences`
+        lists what differs. `progress(done, total)` is called per thread.
+        Checkpoints keep their metadata as the source stored it (no
+        ``app_version`` stamp: this code did not write them). A source or
+        tier failure raises; what was written stays and is skipped next time."""
+        leases = self._sync_leases()
+        return Importer(
+            source,
+            list_target=self.list,
+            put=leases.put,
+            put_writes=leases.put_writes,
+            verify=verify,
+            progress=progress,
+        ).run()
+
+    async def aimport_from(
+        self,
+        source: BaseCheckpointSaver,
+        *,
+        verify: bool = True,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> ImportReport:
+        """`import_from` through `source.alist` (an async-capable saver:
+        AsyncSqliteSaver, AsyncPostgresSaver, InMemorySaver, ...)."""
+        leases = self._async_leases()
+        return await AsyncImporter(
+            source,
+            list_target=self.alist,
+            put=leases.put,
+            put_writes=leases.put_writes,
+            verify=verify,
+            progress=progress,
+        ).run()
 
     # -- versions -------------------------------------------------------------------
 

@@ -87,7 +87,8 @@ class ValidationOutcome:
     decisions: tuple[tuple[str, Decision], ...]  # (validator name, decision), in order
 
 
-ValidationHook = Callable[[ValidationOutcome], None]
+# A plain function, or (awaited in the async face) an async one.
+ValidationHook = Callable[[ValidationOutcome], None | Awaitable[None]]
 
 
 def validator_name(v: Any) -> str:

@@ -116,6 +116,31 @@ def test_reject_raises_and_writes_nothing(make_saver: Any) -> None:
         assert outcomes[-1].resumed_from is None and outcomes[-1].checkpoint_id == before[0]
 
 
+async def test_an_async_on_validation_hook_is_awaited_in_the_async_face(
+    make_saver: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    outcomes: list[ValidationOutcome] = []
+
+    async def record(outcome: ValidationOutcome) -> None:
+        await asyncio.sleep(0)
+        outcomes.append(outcome)
+
+    async with make_saver("sqlite", on_validation=record) as saver:
+        g, _ = _stopping_graph(3)
+        graph = g.compile(checkpointer=saver)
+        with pytest.raises(RuntimeError):
+            await graph.ainvoke({"messages": [], "n": 0}, CFG)
+        await graph.ainvoke(None, CFG)
+        assert [o.resumed_from is not None for o in outcomes] == [True]
+        # The sync face cannot wait for it: the run goes on, and the log says why.
+        graph = _stopping_graph(3)[0].compile(checkpointer=saver)
+        with pytest.raises(RuntimeError):
+            graph.invoke({"messages": [], "n": 0}, {"configurable": {"thread_id": "other"}})
+        assert graph.invoke(None, {"configurable": {"thread_id": "other"}})["n"] == 6
+        assert len(outcomes) == 1
+        assert "use graph.ainvoke" in caplog.text
+
+
 @pytest.mark.parametrize("face", ["sync", "async"])
 async def test_rewind_to_the_newest_passing_checkpoint(make_saver: Any, face: str) -> None:
     """Rewind: the run resumes from the newest checkpoint whose n <= 2 and

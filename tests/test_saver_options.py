@@ -1,0 +1,38 @@
+"""Settings read from the environment, and call shapes other callers use."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import redis as redis_lib
+
+from langgraph_durable import DurableSaver
+
+from .conftest import REDIS_URL
+from .graphs import loop_graph
+
+
+@pytest.mark.redis
+def test_from_env_takes_the_redis_key_prefix(redis_prefix: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LANGGRAPH_DURABLE_SQLITE", "")
+    monkeypatch.setenv("LANGGRAPH_DURABLE_REDIS_URL", REDIS_URL)
+    monkeypatch.setenv("LANGGRAPH_DURABLE_REDIS_KEY_PREFIX", redis_prefix)
+    with DurableSaver.from_env() as saver:
+        assert saver.redis_key_prefix == redis_prefix
+        loop_graph(2).compile(checkpointer=saver).invoke({"messages": [], "n": 0}, {"configurable": {"thread_id": "t"}})
+    keys = redis_lib.Redis.from_url(REDIS_URL).keys(f"{redis_prefix}*")
+    assert any(b"{t}" in k or b":t:" in k for k in keys), keys
+
+
+def test_list_before_without_the_configurable_wrapper(make_saver: Any) -> None:
+    """LangGraph's server passes `before` as a bare {"checkpoint_id": ...}."""
+    with make_saver("sqlite") as saver:
+        graph = loop_graph(4).compile(checkpointer=saver)
+        cfg = {"configurable": {"thread_id": "t"}}
+        graph.invoke({"messages": [], "n": 0}, cfg)
+        ids = [t.config["configurable"]["checkpoint_id"] for t in saver.list(cfg)]
+        bare: Any = {"checkpoint_id": ids[2]}
+        assert [t.config["configurable"]["checkpoint_id"] for t in saver.list(cfg, before=bare)] == ids[3:]
+        wrapped: Any = {"configurable": {"checkpoint_id": ids[2]}}
+        assert [t.config["configurable"]["checkpoint_id"] for t in saver.list(cfg, before=wrapped)] == ids[3:]
