@@ -17,6 +17,7 @@ from .errors import (
 from .importing import ImportReport
 from .integrity import CorruptionEvent, CorruptionHook
 from .ledger import LedgerEntry, action, durable_action
+from .retention import RetentionPolicy, RetentionReport
 from .saver import DurableSaver
 from .validation import (
     Reject,
@@ -60,6 +61,8 @@ __all__ = [
     "DurableError",
     "DurableSaver",
     "ImportReport",
+    "RetentionPolicy",
+    "RetentionReport",
     "LeaseLost",
     "RecordTooLarge",
     "ResumeRejected",

@@ -34,7 +34,7 @@ from .backlog import DEFAULT_CALL_TIMEOUT_S, WRITE_MODES, Lag, MemoryBacklog, Ow
 from .breaker import Breakers
 from .carried import SeenVersions, never_written
 from .codec import DEFAULT_MAX_ID_BYTES, RecordCodec, check_key_part, thread_id_of, thread_of
-from .concurrency import ALock, arun_all
+from .concurrency import ALock, amaybe_await, arun_all
 from .deltas import DeltaMemo
 from .errors import ConfigError, DurableError, TierUnavailable
 from .guard_async import AsyncGuardedTier, overlap
@@ -48,9 +48,11 @@ from .journal_async import AsyncJournal
 from .lease import Fence, OwnHeads
 from .ledger import LedgerEntry
 from .maintenance_async import AsyncMaintenance
+from .metrics import MetricsSink
 from .reads_async import AsyncTierReader
 from .records import BlobRow, CheckpointRow, WriteRow
 from .resume_async import AsyncResumeGate
+from .retention import RetentionPolicy, RetentionReport
 from .scan_async import AsyncScanner
 from .tiers.base import KEYS_META, QuarantinedRecord, key_mismatch_message
 from .tiers.protocol_async import AsyncTier
@@ -89,6 +91,7 @@ class AsyncTierChain:
         deltas: DeltaMemo | None = None,
         own: OwnHeads | None = None,
         seen: SeenVersions | None = None,
+        metrics: MetricsSink | None = None,
     ) -> None:
         if local is None and not shared:
             raise ConfigError("at least one tier is needed: pass sqlite=, redis= or postgres=.")
@@ -100,6 +103,7 @@ class AsyncTierChain:
             )
         self.write = write
         self.breakers = breakers or Breakers()
+        self.metrics = metrics  # every tier call is reported to it (guard_async.py)
         # The tiers as the rooms see them: behind their breakers (guard_async.py).
         self.raw_local = local
         self.raw_shared = list(shared)
@@ -127,7 +131,9 @@ class AsyncTierChain:
         self._setup_lock = ALock()
 
     def _guard(self, tier: Any, timeout: float | None = None) -> Any:
-        return AsyncGuardedTier(tier, self.breakers[tier.name], timeout=timeout, admit=self._admit)
+        return AsyncGuardedTier(
+            tier, self.breakers[tier.name], timeout=timeout, admit=self._admit, metrics=self.metrics
+        )
 
     def with_codec(self, codec: RecordCodec) -> AsyncTierChain:
         """This chain decoding with `codec` (a `with_allowlist` clone's): the
@@ -695,6 +701,37 @@ class AsyncTierChain:
             self.own.forget(str(target_thread_id))
         await self.ensure_setup()
         await self.maintenance.copy_thread(source_thread_id, target_thread_id)
+
+    async def retain(
+        self,
+        policy: RetentionPolicy,
+        thread_ids: Sequence[str] | None,
+        *,
+        now: float,
+        dry_run: bool,
+        progress: Callable[[int, int], None] | None = None,
+        pace: Callable[[], Any] | None = None,
+    ) -> RetentionReport:
+        """Apply `policy` to these threads (None: every thread any tier
+        holds), one at a time; `pace()` runs after each (a rate limit)."""
+        await self.ensure_setup()
+        if thread_ids is None:
+            listed = await arun_all([functools.partial(t.thread_ids) for t in self.tiers])
+            _raise_first(listed)
+            thread_ids = sorted({t for ids in cast(list[list[str]], listed) for t in ids})
+        report = RetentionReport(dry_run=dry_run)
+        for done, thread_id in enumerate(thread_ids, start=1):
+            thread_id = thread_id_of(thread_id, what="apply_retention")
+            unconfirmed = any(e.escalated() for e in (await self.actions(thread_id)).values())
+            if not dry_run and self.own is not None:
+                self.own.forget(thread_id)
+            retained = await self.maintenance.retain(thread_id, policy, now, unconfirmed=unconfirmed, dry_run=dry_run)
+            report.add(retained, unconfirmed=unconfirmed)
+            if progress is not None:
+                progress(done, len(thread_ids))
+            if pace is not None:
+                await amaybe_await(pace())
+        return report
 
     async def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         if strategy not in ("keep_latest", "delete"):

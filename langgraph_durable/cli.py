@@ -1,74 +1,470 @@
-"""Command line: ``langgraph-durable`` (also ``python -m langgraph_durable``)."""
+"""Command line: ``langgraph-durable`` (also ``python -m langgraph_durable``).
+
+The commands are rows of `COMMANDS`: each names its arguments and a
+``run(args, out)`` that returns an exit status. Shared pieces a new command
+reuses: `tier_flags` (the tier options, added for it when ``tiers=True``),
+``--json`` (added to every public command), `Output` (where a command
+writes: rich tables and lines for people, one JSON document with
+``--json``), `progress_bar` (a rich progress bar fed ``(done, total)``) and
+`demo.saver_from_args` (a saver from the tier flags and the environment).
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
+import os
+import pprint
 import sys
-from collections.abc import Callable
-from typing import Any, TextIO
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass, fields, is_dataclass
+from typing import Any, TextIO, cast
 
-from . import demo
-from .errors import ConfigError, DurableError
+from rich.console import Console, JustifyMethod
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from . import __version__, browse, demo, importing, ledger
+from .errors import DurableError
+from .retention import RetentionPolicy
+from .saver import (
+    DEFAULT_SQLITE_PATH,
+    ENV_OLD_SIGNING_KEYS,
+    ENV_POSTGRES_URL,
+    ENV_REDIS_KEY_PREFIX,
+    ENV_REDIS_URL,
+    ENV_SIGNING_KEY,
+    ENV_SQLITE,
+    ENV_WRITE,
+    DurableSaver,
+)
+from .tiers.redis_async import DEFAULT_KEY_PREFIX
 
 # Exit status, documented in --help.
 EXIT_OK = 0
-EXIT_FINDINGS = 1  # verify found bad copies, repair could not restore some, doctor found a tier down
+# verify found bad copies, repair could not restore some, doctor found a tier
+# down, resolve-action refused, history/show found nothing, the demo failed
+EXIT_FINDINGS = 1
 EXIT_USAGE = 2  # bad command line (argparse exits with 2 itself)
 EXIT_CANNOT_RUN = 3  # a tier is unreachable or the configuration is wrong
 EXIT_INTERRUPTED = 130  # Ctrl-C, as shells report SIGINT
-EXIT_CODES_HELP = (
-    f"exit status: {EXIT_OK} ok; {EXIT_FINDINGS} verify found bad copies, repair could not restore "
-    f"some, or doctor found a tier down; {EXIT_USAGE} usage error; {EXIT_CANNOT_RUN} could not run (a tier unreachable, a configuration "
-    f"error; one line on stderr says why); {EXIT_INTERRUPTED} interrupted."
-)
+EXIT_CODES_HELP = f"""exit status:
+  {EXIT_OK:<4} ok
+  {EXIT_FINDINGS:<4} findings: verify found bad or missing copies, repair could not restore some, doctor
+       found a tier down, resolve-action refused (no such action, or one already answered
+       without --force), history/show found no such thread or checkpoint, the demo failed
+  {EXIT_USAGE:<4} usage error (usage on stderr; no JSON)
+  {EXIT_CANNOT_RUN:<4} could not run: a tier unreachable, a configuration error (one line on stderr
+       says why; with --json also {{"error": ..., "exit_code": 3}} on stdout)
+  {EXIT_INTERRUPTED:<4} interrupted (Ctrl-C)"""
 
+ENVIRONMENT_HELP = f"""environment (the tier flags override it; a flag given as '' switches its tier off):
+  {ENV_SQLITE:<36} local SQLite file, ':memory:', or '' for none
+  {"":<36} (default {DEFAULT_SQLITE_PATH})
+  {ENV_REDIS_URL:<36} redis:// URL of the Redis tier
+  {ENV_REDIS_KEY_PREFIX:<36} prefix of the saver's Redis keys (default {DEFAULT_KEY_PREFIX!r})
+  {ENV_POSTGRES_URL:<36} postgresql:// URL of the Postgres tier
+  {ENV_SIGNING_KEY:<36} the key that signs every record (HMAC); it must be
+  {"":<36} the key the store was written with
+  {ENV_OLD_SIGNING_KEYS:<36} older keys still accepted during a rotation,
+  {"":<36} comma-separated ('unsigned' accepts unsigned records)
+  {ENV_WRITE:<36} which tiers hold a write before it returns:
+  {"":<36} shared (default), all or local"""
 
-def _tier_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--sqlite", default=None, help="local SQLite file ('' for none; default from LANGGRAPH_DURABLE_SQLITE)"
-    )
-    p.add_argument("--redis", default=None, help="redis:// URL (default from LANGGRAPH_DURABLE_REDIS_URL)")
-    p.add_argument("--postgres", default=None, help="postgresql:// URL (default from LANGGRAPH_DURABLE_POSTGRES_URL)")
-    p.add_argument("--redis-key-prefix", default=None, help="prefix of the saver's Redis keys")
-
-
-def _progress(out: TextIO) -> Callable[[int, int], None]:
-    tty = out.isatty()
-    step = 1
-
-    def show(done: int, total: int) -> None:
-        # On a terminal: one bar redrawn in place; in a log: a line every 10%.
-        nonlocal step
-        if tty:
-            filled = int(30 * done / total) if total else 30
-            out.write(f"\r  threads [{'#' * filled}{'.' * (30 - filled)}] {done}/{total}")
-            if done == total:
-                out.write("\n")
-        elif done == total or done >= step * max(1, total // 10):
-            step += 1
-            out.write(f"  checked {done}/{total} threads\n")
-        out.flush()
-
-    return show
-
+JSON_HELP = "print one JSON document on stdout instead of text (same exit status)"
 
 # Maintenance needs every tier: write="all" makes setup fail on one that is down.
 STRICT = {"write": "all"}
+# Inspection reads and writes nothing; it ships nothing owed at exit either.
+LOOK = {"drain_timeout": 0}
 
 
-def _scan(args: argparse.Namespace, *, repair: bool) -> int:
-    with demo.saver_from_args(args, **STRICT) as saver:
-        saver.setup()  # an unreachable tier fails here, before any output
-        print(f"{'repairing' if repair else 'verifying'} tiers {' -> '.join(saver.tier_names)}", file=sys.stderr)
+# -- output -------------------------------------------------------------------------------
+
+
+def make_console(file: TextIO) -> Console:
+    """A rich console on `file`. Not a terminal (a pipe, a log, CI): no ANSI
+    codes, and wide enough that lines are not folded at 80 columns. Strings
+    are printed as they are (no markup, emoji codes or highlighting): thread
+    ids and values may contain brackets and colons."""
+    console = Console(file=file, markup=False, emoji=False, highlight=False, force_jupyter=False)
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console.width = 200
+    return console
+
+
+@contextmanager
+def progress_bar(
+    label: str, *, unit: str = "", file: TextIO | None = None, transient: bool = False
+) -> Iterator[Callable[[int, int], None]]:
+    """A progress display for a long task, fed ``show(done, total)``::
+
+        with progress_bar("importing", unit="checkpoints") as show:
+            for done, item in enumerate(items, 1):
+                ...
+                show(done, len(items))
+
+    On a terminal: a rich bar redrawn in place (label, bar, done/total, unit,
+    elapsed time), left on screen when the block ends, or erased if
+    `transient`. Elsewhere (a log, CI): a plain line such as ``  importing
+    40/400 checkpoints`` at the start, at each tenth of the way and at the
+    end. Writes to `file` (default stderr: stdout stays clean for the
+    command's output, JSON included).
+    """
+    console = make_console(file if file is not None else sys.stderr)
+    if console.is_terminal:
+        columns = [TextColumn("  {task.description}"), BarColumn(), MofNCompleteColumn()]
+        if unit:
+            columns.append(TextColumn(unit))
+        bar = Progress(*columns, TimeElapsedColumn(), console=console, transient=transient)
+        task = bar.add_task(label, total=None)
+        with bar:
+            yield lambda done, total: bar.update(task, completed=done, total=total)
+        return
+    printed: list[tuple[int, int]] = []
+    seen: list[tuple[int, int]] = []
+
+    def line(done: int, total: int) -> None:
+        printed.append((done, total))
+        console.out(f"  {label} {done}/{total}{' ' + unit if unit else ''}")
+
+    def show(done: int, total: int) -> None:
+        seen[:] = [(done, total)]
+        step = max(1, total // 10)
+        last = printed[-1] if printed else (0, total)
+        if printed and last == (done, total):
+            return
+        starting = not printed and done == 0
+        if starting or done >= total or last[1] != total or done // step > last[0] // step:
+            line(done, total)
+
+    try:
+        yield show
+    finally:
+        if seen and (not printed or printed[-1] != seen[0]):
+            line(*seen[0])
+
+
+class Output:
+    """Where a command writes. Without ``--json``: lines and rich tables on
+    stdout. With it: nothing on stdout but the one JSON document
+    (`document`). Progress and notes go to stderr either way."""
+
+    def __init__(self, json_mode: bool = False) -> None:
+        self.json = json_mode
+        self.out = make_console(sys.stdout)
+        self.err = make_console(sys.stderr)
+
+    def line(self, text: str = "", *, style: str | None = None) -> None:
+        """A line of human output (nothing with --json)."""
+        if not self.json:
+            self.out.out(text, style=style)
+
+    def table(self, table: Table) -> None:
+        """A table of human output (nothing with --json)."""
+        if self.json:
+            return
+        if self.out.is_terminal:
+            self.out.print(table)
+            return
+        # In a log, without the padding rich leaves after the last column.
+        with self.out.capture() as captured:
+            self.out.print(table)
+        self.out.out("\n".join(line.rstrip() for line in captured.get().splitlines()))
+
+    def note(self, text: str) -> None:
+        """A line on stderr, with or without --json."""
+        self.err.out(text)
+
+    def document(self, doc: Any) -> None:
+        """The JSON document (only with --json), values made plain by `browse.jsonable`."""
+        if self.json:
+            sys.stdout.write(json.dumps(browse.jsonable(doc), indent=2) + "\n")
+            sys.stdout.flush()
+
+    def fail(self, message: str, code: int, *, prefix: str = "error: ") -> int:
+        """Report a failure in one line on stderr (and as JSON with --json); returns `code`."""
+        message = " ".join(message.split())
+        print(f"langgraph-durable: {prefix}{message}", file=sys.stderr)
+        self.document({"error": message, "exit_code": code})
+        return code
+
+    def progress(
+        self, label: str, *, unit: str = "", transient: bool = False
+    ) -> AbstractContextManager[Callable[[int, int], None]]:
+        """`progress_bar` on stderr."""
+        return progress_bar(label, unit=unit, file=sys.stderr, transient=transient)
+
+
+def table(*columns: str | tuple[str, str]) -> Table:
+    """A borderless table; a column given as ``(name, "right")`` is right-aligned."""
+    t = Table(box=None, pad_edge=False, show_edge=False, header_style="bold", highlight=False)
+    for column in columns:
+        name, justify = column if isinstance(column, tuple) else (column, "left")
+        t.add_column(name, justify=cast(JustifyMethod, justify))
+    return t
+
+
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    for unit, size, limit in (("s", 1, 90), ("m", 60, 90 * 60), ("h", 3600, 36 * 3600)):
+        if seconds < limit:
+            return f"{seconds / size:.0f}{unit}"
+    return f"{seconds / 86400:.0f}d"
+
+
+def _bytes(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{n} B" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"
+
+
+def _ns_label(ns: str) -> str:
+    """A namespace as people read it: the root graph, or the path of subgraph nodes."""
+    if not ns:
+        return "(root)"
+    return "|".join(part.split(":", 1)[0] for part in ns.split("|"))
+
+
+# -- short previews of values ----------------------------------------------------------
+
+PREVIEW_CHARS = 160
+_ITEMS = 6
+_STRING = 60
+
+
+def preview(value: Any, limit: int = PREVIEW_CHARS) -> str:
+    """`value` in at most `limit` characters: long strings, collections and
+    nested structures are cut, saying how much was left out."""
+    text = _compact(value, 0)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _compact(value: Any, depth: int) -> str:
+    if isinstance(value, str):
+        return repr(value) if len(value) <= _STRING else f"{value[:_STRING]!r}... ({len(value)} chars)"
+    if isinstance(value, (bytes, bytearray)):
+        return repr(bytes(value)) if len(value) <= _STRING else f"<{len(value)} bytes>"
+    if isinstance(value, dict):
+        if depth > 2 and value:
+            return f"{{... {len(value)} keys}}"
+        items = [f"{_compact(k, depth + 1)}: {_compact(v, depth + 1)}" for k, v in list(value.items())[:_ITEMS]]
+        return "{" + ", ".join(items + _more(len(value))) + "}"
+    if isinstance(value, (list, tuple, set, frozenset)):
+        seq = list(value)
+        open_, close = ("[", "]") if isinstance(value, list) else ("(", ")") if isinstance(value, tuple) else ("{", "}")
+        if depth > 2 and seq:
+            return f"{open_}... {len(seq)} items{close}"
+        return open_ + ", ".join([_compact(v, depth + 1) for v in seq[:_ITEMS]] + _more(len(seq))) + close
+    kind, content = getattr(value, "type", None), getattr(value, "content", None)
+    if isinstance(kind, str) and content is not None:  # a LangChain message
+        return f"{kind}({_compact(content, depth + 1)})"
+    if is_dataclass(value) and not isinstance(value, type):
+        shown = {f.name: getattr(value, f.name) for f in fields(value) if getattr(value, f.name) is not None}
+        return f"{type(value).__name__}({', '.join(f'{k}={_compact(v, depth + 1)}' for k, v in shown.items())})"
+    text = repr(value)
+    return text if len(text) <= 2 * _STRING else text[: 2 * _STRING] + "..."
+
+
+def _more(n: int) -> list[str]:
+    return [f"... +{n - _ITEMS} more"] if n > _ITEMS else []
+
+
+def _full(value: Any) -> str:
+    """`value` whole: a string as it is (its lines kept), anything else pretty-printed."""
+    if isinstance(value, str):
+        return value
+    return pprint.pformat(value, width=100, sort_dicts=False)
+
+
+# -- tier flags and the saver ------------------------------------------------------------
+
+
+def tier_flags(p: argparse.ArgumentParser) -> None:
+    """The options naming the tiers (default: the environment)."""
+    g = p.add_argument_group(
+        "tiers",
+        f"default: the environment (`langgraph-durable --help` lists it, and {ENV_SIGNING_KEY} for signed "
+        "stores); '' switches a tier off",
+    )
+    g.add_argument(
+        "--sqlite",
+        metavar="PATH",
+        default=None,
+        help=f"local SQLite file, ':memory:', or '' for none (default ${ENV_SQLITE}, else {DEFAULT_SQLITE_PATH})",
+    )
+    g.add_argument(
+        "--redis", metavar="URL", default=None, help=f"redis:// URL, or '' for no Redis tier (default ${ENV_REDIS_URL})"
+    )
+    g.add_argument(
+        "--postgres",
+        metavar="URL",
+        default=None,
+        help=f"postgresql:// URL, or '' for no Postgres tier (default ${ENV_POSTGRES_URL})",
+    )
+    g.add_argument(
+        "--redis-key-prefix",
+        metavar="PREFIX",
+        default=None,
+        help=f"prefix of the saver's Redis keys (default ${ENV_REDIS_KEY_PREFIX}, else {DEFAULT_KEY_PREFIX!r})",
+    )
+
+
+def open_saver(args: argparse.Namespace, **options: Any) -> DurableSaver:
+    """The saver the tier flags and the environment name, set up (an
+    unreachable tier fails here, before any output)."""
+    saver = demo.saver_from_args(args, **options)
+    try:
+        saver.setup()
+    except BaseException:
+        saver.close()
+        raise
+    return saver
+
+
+# -- inspection: threads, history, show --------------------------------------------------
+
+
+def _threads(args: argparse.Namespace, out: Output) -> int:
+    with open_saver(args, **LOOK) as saver, out.progress("reading", unit="threads", transient=True) as progress:
+        found = browse.threads(saver, progress=progress)
+    out.document({"threads": found, "size": browse.SIZE_MEANING})
+    t = table(
+        "thread", "namespaces", ("checkpoints", "right"), ("last step", "right"), "interrupt", ("age", "right"),
+        ("size", "right"),
+    )  # fmt: skip
+    for s in found:
+        t.add_row(
+            s.thread_id,
+            ", ".join(dict.fromkeys(_ns_label(ns) for ns in s.namespaces)) or "-",
+            str(s.checkpoints),
+            "-" if s.last_step is None else str(s.last_step),
+            "yes" if s.interrupted else "-",
+            _age(s.age_seconds),
+            _bytes(s.size_bytes),
+        )
+    if found:
+        out.table(t)
+    out.line(f"{len(found)} thread(s), {_bytes(sum(s.size_bytes for s in found))} serialized")
+    return EXIT_OK
+
+
+def _history(args: argparse.Namespace, out: Output) -> int:
+    with open_saver(args, **LOOK) as saver:
+        found = browse.history(saver, args.thread, checkpoint_ns=args.ns, limit=args.limit)
+    if not found:
+        where = f" in namespace {args.ns!r}" if args.ns is not None else ""
+        return out.fail(f"thread {args.thread!r} has no checkpoints{where}", EXIT_FINDINGS)
+    out.document({"thread_id": args.thread, "checkpoints": found})
+    with_ns = any(s.checkpoint_ns for s in found)
+    t = table(
+        "checkpoint", *(["namespace"] if with_ns else []), ("step", "right"), "source", ("writes", "right"),
+        "interrupts", ("age", "right"),
+    )  # fmt: skip
+    for s in found:
+        interrupts = ""
+        if s.interrupts:
+            interrupts = f"{len(s.interrupts)}: {preview(s.interrupts[0].value, 60)}"
+        t.add_row(
+            s.checkpoint_id,
+            *([_ns_label(s.checkpoint_ns)] if with_ns else []),
+            "-" if s.step is None else str(s.step),
+            s.source or "-",
+            str(s.pending_writes),
+            interrupts,
+            _age(browse.age_seconds(s.ts)),
+        )
+    out.table(t)
+    out.line(f"{len(found)} checkpoint(s), newest first")
+    return EXIT_OK
+
+
+def _show(args: argparse.Namespace, out: Output) -> int:
+    with open_saver(args, **LOOK) as saver:
+        detail = browse.show(saver, args.thread, args.checkpoint, checkpoint_ns=args.ns)
+    if detail is None:
+        what = f"checkpoint {args.checkpoint!r}" if args.checkpoint else "checkpoint"
+        where = f" in namespace {args.ns!r}" if args.ns is not None else ""
+        return out.fail(f"thread {args.thread!r} has no {what}{where}", EXIT_FINDINGS)
+    s = detail.summary
+    out.document(
+        {
+            **{f.name: getattr(s, f.name) for f in fields(s)},
+            "metadata": detail.metadata,
+            "channel_values": detail.channel_values,
+            "channel_versions": detail.channel_versions,
+            "writes": detail.writes,
+        }
+    )
+    ns = "root graph" if not s.checkpoint_ns else f"namespace {s.checkpoint_ns!r}"
+    out.line(f"thread {s.thread_id!r}  checkpoint {s.checkpoint_id}  ({ns})", style="bold")
+    out.line(
+        f"step {'-' if s.step is None else s.step}, source {s.source or '-'}, {s.ts or 'no timestamp'} "
+        f"({_age(browse.age_seconds(s.ts))} ago), parent {s.parent_checkpoint_id or '-'}"
+    )
+    sections: list[tuple[str, list[str], list[tuple[list[str], Any]]]] = [
+        (
+            f"waiting on {len(s.interrupts)} interrupt(s)",
+            ["task", "id", "value"],
+            [([i.task_id, i.id or "-"], i.value) for i in s.interrupts],
+        ),
+        (
+            f"channel values ({len(detail.channel_values)})",
+            ["channel", "value"],
+            [([channel], value) for channel, value in sorted(detail.channel_values.items())],
+        ),
+        (
+            f"pending writes ({len(detail.writes)})",
+            ["task", "channel", "value"],
+            [([w.task_id, w.channel], w.value) for w in detail.writes],
+        ),
+    ]
+    for title, columns, rows in sections:
+        if not rows and title.startswith("waiting"):
+            continue
+        out.line(f"\n{title}", style="bold")
+        if args.full:
+            # Whole values, not folded into a table column: a block each.
+            for names, value in rows:
+                out.line("  ".join(names) + ":")
+                out.line("\n".join("    " + line for line in _full(value).splitlines()))
+        elif rows:
+            t = table(*columns)
+            for names, value in rows:
+                shown = [n[:8] if col == "task" else n for col, n in zip(columns, names)]
+                t.add_row(*shown, preview(value))
+            out.table(t)
+    if not args.full:
+        out.line(f"\n(long values are shortened to {PREVIEW_CHARS} characters; --full prints them whole)")
+    return EXIT_OK
+
+
+# -- integrity: verify, repair, quarantine -------------------------------------------------
+
+
+def _scan(args: argparse.Namespace, out: Output, *, repair: bool) -> int:
+    verb = "repairing" if repair else "verifying"
+    with open_saver(args, **STRICT) as saver:
+        out.note(f"{verb} tiers {' -> '.join(saver.tier_names)}")
         run = saver.repair if repair else saver.verify
-        report = run(args.thread, progress=_progress(sys.stderr))
+        with out.progress(verb, unit="threads") as progress:
+            report = run(args.thread, progress=progress)
+        tiers = saver.tier_names
+    code = EXIT_FINDINGS if (report.unrestorable if repair else report.bad or report.missing) else EXIT_OK
+    out.document({"command": args.command, "tiers": tiers, "ok": code == EXIT_OK, "report": report})
     for copy in [*report.bad, *report.missing]:
         state = ""
         if repair:
             state = "restored  " if copy in report.restored else "NOT RESTORED  "
-        print(f"{state}{copy}")
-    print(
+        out.line(f"{state}{copy}")
+    out.line(
         f"{report.threads} thread(s), {report.copies_checked} record copies checked, {len(report.bad)} bad, "
         f"{len(report.missing)} missing from a shared tier"
         + (
@@ -78,166 +474,535 @@ def _scan(args: argparse.Namespace, *, repair: bool) -> int:
             else ""
         )
     )
-    if repair:
-        return EXIT_FINDINGS if report.unrestorable else EXIT_OK
-    return EXIT_FINDINGS if report.bad or report.missing else EXIT_OK
+    return code
 
 
-def _quarantine(args: argparse.Namespace) -> int:
-    with demo.saver_from_args(args, **STRICT) as saver:
+# -- import, prune ------------------------------------------------------------------------
+
+
+def _import(args: argparse.Namespace, out: Output) -> int:
+    with importing.open_source(args.source) as source, open_saver(args, **STRICT) as saver:
+        out.note(f"importing {type(source).__name__} into tiers {' -> '.join(saver.tier_names)}")
+        with out.progress("importing", unit="threads") as progress:
+            report = saver.import_from(source, verify=not args.no_verify, progress=progress)
+    out.document({"command": "import", "ok": report.ok, "report": report.as_dict()})
+    for difference in report.differences:
+        out.line(f"DIFFERS  {difference}")
+    out.line(
+        f"{report.threads} thread(s), {report.namespaces} namespace(s): {report.checkpoints} checkpoint(s) and "
+        f"{report.writes} pending write(s) imported, {report.skipped} checkpoint(s) already there"
+        + (f", {report.verified} verified" if not args.no_verify else " (not verified)")
+        + (f", {len(report.differences)} differ" if report.differences else "")
+    )
+    return EXIT_OK if report.ok else EXIT_FINDINGS
+
+
+def _prune(args: argparse.Namespace, out: Output) -> int:
+    if args.keep_last is None and args.keep_for is None and args.delete_idle_after is None:
+        return out.fail("give --keep-last, --keep-for or --delete-idle-after (or several)", EXIT_USAGE)
+    policy = RetentionPolicy(keep_last=args.keep_last, keep_for=args.keep_for, delete_idle_after=args.delete_idle_after)
+    with open_saver(args, **STRICT) as saver:
+        out.note(f"{'dry run: ' if args.dry_run else ''}applying {policy} to tiers {' -> '.join(saver.tier_names)}")
+        with out.progress("sweeping", unit="threads") as progress:
+            report = saver.apply_retention(
+                policy, thread_ids=[args.thread] if args.thread else None, dry_run=args.dry_run, progress=progress
+            )
+    out.document({"command": "prune", "policy": policy, "report": report.as_dict()})
+    for thread_id in report.left_alone:
+        out.line(f"left alone  {thread_id} (unconfirmed non-resumable actions: see `actions`)")
+    would = "would be " if args.dry_run else ""
+    out.line(
+        f"{report.threads} thread(s): {report.checkpoints_deleted} checkpoint(s) {would}deleted, "
+        f"{report.checkpoints_kept} kept, {report.threads_deleted} idle thread(s) {would}deleted"
+    )
+    return EXIT_OK
+
+
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}
+
+
+def _duration(text: str) -> float:
+    """Seconds, from ``90``, ``90s``, ``15m``, ``12h``, ``7d`` or ``2w``."""
+    number, unit = (text[:-1], text[-1]) if text and text[-1] in _UNITS else (text, "s")
+    try:
+        seconds = float(number) * _UNITS[unit]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration: use e.g. 90s, 15m, 12h, 7d or 2w") from None
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"a duration must be above 0, got {text!r}")
+    return seconds
+
+
+def _import_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--from",
+        dest="source",
+        required=True,
+        metavar="SOURCE",
+        help="a SqliteSaver file (a path or sqlite:///path) or a PostgresSaver database (postgresql:// URL); "
+        "opened read-only",
+    )
+    p.add_argument("--no-verify", action="store_true", help="skip reading every copy back and comparing it")
+
+
+def _prune_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--keep-last", type=_at_least(1), default=None, help="keep the newest N checkpoints per namespace")
+    p.add_argument("--keep-for", type=_duration, default=None, help="keep checkpoints younger than this (e.g. 7d, 12h)")
+    p.add_argument(
+        "--delete-idle-after",
+        type=_duration,
+        default=None,
+        help="delete whole threads whose newest checkpoint is older than this (e.g. 30d)",
+    )
+    p.add_argument("--thread", default=None, help="only this thread (default: every thread)")
+    p.add_argument("--dry-run", action="store_true", help="count what would be deleted; delete nothing")
+
+
+def _quarantined(q: Any) -> dict[str, Any]:
+    return {
+        "id": f"{q.tier}:{q.id}",
+        "tier": q.tier,
+        "thread_id": q.thread_id,
+        "checkpoint_ns": q.checkpoint_ns,
+        "kind": q.kind,
+        "key": q.key,
+        "reason": q.reason,
+        "detected_at": q.detected_at,
+        "size_bytes": len(q.record),
+        "restorable": q.fields is not None,
+    }
+
+
+def _quarantine(args: argparse.Namespace, out: Output) -> int:
+    with open_saver(args, **STRICT) as saver:
         if args.action == "list":
+            if args.ids or args.all:
+                args.parser.error("`quarantine list` takes neither ids nor --all (they are for restore).")
             records = saver.quarantined(args.thread)
+            out.document({"records": [_quarantined(q) for q in records]})
+            t = table("id", "thread", "namespace", "record", "reason", "restorable")
             for q in records:
-                ns = f" ns {q.checkpoint_ns!r}" if q.checkpoint_ns else ""
-                restorable = "" if q.fields is not None else "  (not restorable)"
-                print(f"{q.tier}:{q.id}  thread {q.thread_id!r}{ns} {q.key}: {q.reason}{restorable}")
-            print(f"{len(records)} quarantined record(s)")
+                t.add_row(
+                    f"{q.tier}:{q.id}",
+                    q.thread_id,
+                    _ns_label(q.checkpoint_ns),
+                    q.key,
+                    q.reason,
+                    "yes" if q.fields is not None else "no",
+                )
+            if records:
+                out.table(t)
+            out.line(f"{len(records)} quarantined record(s)")
             return EXIT_OK
         if args.all:
             if args.ids:
-                raise ConfigError("give quarantine ids or --all, not both.")
+                args.parser.error("give quarantine ids or --all, not both.")
             chosen: list[Any] = [q for q in saver.quarantined(args.thread) if q.fields is not None]
         elif args.ids:
             chosen = list(args.ids)
         else:
-            raise ConfigError("name the quarantined records to restore (ids from `quarantine list`), or pass --all.")
+            args.parser.error("name the quarantined records to restore (ids from `quarantine list`), or pass --all.")
         restored, kept = saver.restore_quarantined(chosen)
+    out.document({"restored": [_quarantined(q) for q in restored], "kept": [_quarantined(q) for q in kept]})
     for q in restored:
-        print(f"restored  {q.tier}:{q.id}  thread {q.thread_id!r} {q.key}")
+        out.line(f"restored  {q.tier}:{q.id}  thread {q.thread_id!r} {q.key}")
     for q in kept:
-        print(f"kept      {q.tier}:{q.id}  thread {q.thread_id!r} {q.key} (an intact copy is in place)")
-    print(f"{len(restored)} restored, {len(kept)} kept; the next read verifies them again")
+        out.line(f"kept      {q.tier}:{q.id}  thread {q.thread_id!r} {q.key} (an intact copy is in place)")
+    out.line(f"{len(restored)} restored, {len(kept)} kept; the next read verifies them again")
     return EXIT_OK
 
 
-def _doctor(args: argparse.Namespace) -> int:
+# -- operations: doctor, actions ---------------------------------------------------------
+
+
+def _doctor(args: argparse.Namespace, out: Output) -> int:
     """Each tier's health (`DurableSaver.health`): exit 1 if one is down."""
     # drain_timeout=0: the doctor looks; it does not ship the backlog at exit.
     with demo.saver_from_args(args, drain_timeout=0, connect_timeout=args.timeout) as saver:
         health = saver.health()
         write = saver.write
-    print(f"{'tier':<10}{'reachable':<11}{'latency':>10}  {'breaker':<10}{'owed':>6}")
-    for t in health.tiers:
-        latency = f"{t.latency_ms:.1f} ms" if t.latency_ms is not None else "-"
-        owed = "-" if t.name == "sqlite" else str(t.owed)
-        print(f"{t.name:<10}{'yes' if t.reachable else 'NO':<11}{latency:>10}  {t.breaker.state:<10}{owed:>6}")
-        if t.error:
-            print(f"  {t.name}: {' '.join(t.error.split())}")
+    out.document({"ok": health.ok, "write": write, **{f.name: getattr(health, f.name) for f in fields(health)}})
+    t = table("tier", "reachable", ("latency", "right"), "breaker", ("owed", "right"))
+    for tier in health.tiers:
+        latency = f"{tier.latency_ms:.1f} ms" if tier.latency_ms is not None else "-"
+        reachable = "yes" if tier.reachable else "NO"
+        t.add_row(tier.name, reachable, latency, tier.breaker.state, "-" if tier.name == "sqlite" else str(tier.owed))
+    out.table(t)
+    for tier in health.tiers:
+        if tier.error:
+            out.line(f"  {tier.name}: {' '.join(tier.error.split())}")
     lag = health.lag
     oldest = f", the oldest {lag.seconds:.1f} s old" if lag.records else ""
-    print(
+    out.line(
         f"write mode {write!r}; {lag.records} record(s) owed to the shared tiers{oldest}; "
         f"{health.local_write_failures} local write failure(s) in this check"
     )
     return EXIT_OK if health.ok else EXIT_FINDINGS
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="langgraph-durable", description="Tiered, checksummed LangGraph checkpoints.", epilog=EXIT_CODES_HELP
-    )
-    commands = parser.add_subparsers(dest="command", required=True)
+def _entry(e: ledger.LedgerEntry) -> dict[str, Any]:
+    return {
+        "key": e.key,
+        "state": e.state,
+        "escalated": e.escalated(),
+        "idempotent": e.idempotent,
+        "result": e.result,
+        "updated_at": e.updated_at,
+        "resolved_by": e.resolved_by,
+    }
 
-    p = commands.add_parser("demo", help="kill a running graph with SIGKILL and resume it from its last checkpoint")
-    _tier_flags(p)
-    p.add_argument("--steps", type=int, default=12, help="super-steps in the demo graph (default 12)")
-    p.add_argument("--kill-after", type=int, default=5, help="kill the worker once this step is checkpointed")
+
+def _actions(args: argparse.Namespace, out: Output) -> int:
+    with open_saver(args, **STRICT) as saver:
+        entries = saver.actions(args.thread)
+    out.document({"thread_id": args.thread, "actions": [_entry(e) for _, e in sorted(entries.items())]})
+    t = table("action", "state", "idempotent", "resolved by", ("updated", "right"), "result")
+    for key, e in sorted(entries.items()):
+        state = "ESCALATED" if e.escalated() else e.state
+        age = max(0.0, time.time() - e.updated_at) if e.updated_at else None
+        result = preview(e.result, 40) if e.state == "done" else "-"
+        t.add_row(key, state, "yes" if e.idempotent else "no", e.resolved_by or "-", _age(age), result)
+    if entries:
+        out.table(t)
+    out.line(f"{len(entries)} action(s), {sum(e.escalated() for e in entries.values())} escalated")
+    return EXIT_OK
+
+
+def _resolve_action(args: argparse.Namespace, out: Output) -> int:
+    if args.result is not None and not args.done:
+        args.parser.error("--result records what the action returned: it goes with --done.")
+    result = json.loads(args.result) if args.result is not None else None
+    with open_saver(args, **STRICT) as saver:
+        try:
+            entries = saver.actions(args.thread)
+        except DurableError as exc:
+            if not ledger.damaged_entry(exc, args.thread, args.key):
+                raise
+            before = None  # damaged in every tier: an answer is what it needs
+        else:
+            reason = ledger.refusal(args.thread, args.key, entries, force=args.force, force_hint="--force")
+            if reason is not None:
+                return out.fail(reason, EXIT_FINDINGS)
+            before = entries[args.key]
+        entry = saver.resolve_action(args.thread, args.key, done=args.done, result=result, force=args.force)
+    out.document({"thread_id": args.thread, "previous": _entry(before) if before else None, "action": _entry(entry)})
+    was = f" (was {before.state}; changed with --force)" if before is not None and before.state != "intent" else ""
+    out.line(f"{args.key}: {entry.state}{was}; thread {args.thread!r} may run again")
+    return EXIT_OK
+
+
+# -- the demo --------------------------------------------------------------------------------
+
+
+def _demo(args: argparse.Namespace, out: Output) -> int:
+    # With --json the story goes to stderr; stdout carries the result.
+    stream = sys.stderr if out.json else sys.stdout
+    result = demo.run(args, stream, progress=lambda label, unit: progress_bar(label, unit=unit, file=stream))
+    out.document(result)
+    return EXIT_OK if result.ok else EXIT_FINDINGS
+
+
+def _demo_worker(args: argparse.Namespace, out: Output) -> int:
+    return demo.worker(args)
+
+
+# -- the command table ---------------------------------------------------------------------
+
+
+def _at_least(n: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < n:
+            raise argparse.ArgumentTypeError(f"must be at least {n}, got {value}")
+        return value
+
+    return parse
+
+
+def _json_value(text: str) -> str:
+    try:
+        json.loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not valid JSON ({exc}): {text!r}") from None
+    return text
+
+
+def _demo_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--steps", type=_at_least(2), default=12, help="super-steps in the demo graph (default 12)")
+    p.add_argument(
+        "--kill-after", type=int, default=5, help="kill the worker once this step is checkpointed (default 5)"
+    )
     p.add_argument("--thread", default=None, help="thread id (default: a new one)")
 
-    for name, what in (
-        ("verify", "check every record copy in every tier; exit 1 if any is bad"),
-        ("repair", "replace bad record copies with intact ones from other tiers; exit 1 if any cannot be"),
-    ):
-        c = commands.add_parser(name, help=what, epilog=EXIT_CODES_HELP)
-        _tier_flags(c)
-        c.add_argument("--thread", default=None, help="only this thread (default: every thread)")
 
-    d = commands.add_parser(
-        "doctor",
-        help="probe every tier: reachable, latency, breaker state, records owed; exit 1 if a tier is down",
-        epilog=EXIT_CODES_HELP,
-    )
-    _tier_flags(d)
-    d.add_argument("--timeout", type=float, default=5.0, help="seconds before a tier counts as down (default 5)")
+def _scan_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--thread", default=None, help="only this thread (default: every thread)")
 
-    a = commands.add_parser("actions", help="list a thread's non-resumable actions and which are escalated")
-    _tier_flags(a)
-    a.add_argument("--thread", required=True)
-    r = commands.add_parser(
-        "resolve-action", help="record whether an escalated action happened, so the thread can resume"
+
+def _threads_args(p: argparse.ArgumentParser) -> None:
+    pass
+
+
+def _history_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("thread", help="the thread id")
+    p.add_argument("--ns", default=None, help="only this namespace ('' for the root graph; default: every namespace)")
+    p.add_argument("--limit", type=_at_least(1), default=None, help="at most this many checkpoints (the newest)")
+
+
+def _show_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("thread", help="the thread id")
+    p.add_argument("checkpoint", nargs="?", default=None, help="a checkpoint id from `history` (default: the latest)")
+    p.add_argument(
+        "--ns",
+        default=None,
+        help="namespace of the checkpoint ('' for the root graph; default: the root graph, or with a checkpoint "
+        "id, whichever namespace holds it)",
     )
-    _tier_flags(r)
-    r.add_argument("--thread", required=True)
-    r.add_argument("--key", required=True)
-    answer = r.add_mutually_exclusive_group(required=True)
+    p.add_argument("--full", action="store_true", help="print values whole instead of shortened")
+
+
+def _doctor_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--timeout", type=float, default=5.0, help="seconds before a tier counts as down (default 5)")
+
+
+def _actions_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--thread", required=True, help="the thread whose ledger to list")
+
+
+def _resolve_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--thread", required=True, help="the thread the action belongs to")
+    p.add_argument("--key", required=True, help="the action's key, as `actions` lists it")
+    answer = p.add_mutually_exclusive_group(required=True)
     answer.add_argument("--done", action="store_true", help="it happened: later runs must not repeat it")
     answer.add_argument("--not-done", action="store_true", help="it did not happen: the next run may do it")
-
-    q = commands.add_parser(
-        "quarantine",
-        help="list quarantined record copies, or put them back",
-        description="Bad copies and withdrawn checkpoints are moved into their tier's quarantine, never "
-        "deleted. `list` shows them; `restore` puts them back (the next read verifies them again).",
-        epilog=EXIT_CODES_HELP,
+    p.add_argument(
+        "--result",
+        metavar="JSON",
+        type=_json_value,
+        default=None,
+        help="with --done: what the action returned, as JSON (later runs get it as `act.result`)",
     )
-    _tier_flags(q)
-    q.add_argument("action", choices=("list", "restore"))
-    q.add_argument("ids", nargs="*", help="with restore: ids as `list` prints them (tier:id)")
-    q.add_argument("--thread", default=None, help="only this thread (default: every thread)")
-    q.add_argument("--all", action="store_true", help="with restore: every restorable record (of --thread)")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="change an action that is already answered (confirmed done, or answered by an operator)",
+    )
 
-    w = commands.add_parser("_demo-worker")  # internal: the process the demo kills
-    _tier_flags(w)
-    w.add_argument("--thread", required=True)
-    w.add_argument("--steps", type=int, required=True)
-    w.add_argument("--executions", required=True)
-    w.add_argument("--resume", action="store_true")
 
-    args = parser.parse_args(argv)
+def _quarantine_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("action", choices=("list", "restore"), help="list the quarantined copies, or restore some")
+    p.add_argument("ids", nargs="*", help="with restore: ids as `list` prints them (tier:id)")
+    p.add_argument("--thread", default=None, help="only this thread (default: every thread)")
+    p.add_argument("--all", action="store_true", help="with restore: every restorable record (of --thread)")
+
+
+def _worker_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--thread", required=True, help="thread id")
+    p.add_argument("--steps", type=int, required=True, help="super-steps")
+    p.add_argument("--executions", required=True, help="file the worker logs each execution to")
+    p.add_argument("--resume", action="store_true", help="resume the thread instead of starting it")
+
+
+@dataclass(frozen=True)
+class Command:
+    """One subcommand. `arguments` adds its own options; `tier_flags` and
+    ``--json`` are added for it (``tiers`` / ``json``). `run(args, out)`
+    returns the exit status. An ``internal`` command is left out of --help
+    and only parsed when it is the first argument."""
+
+    name: str
+    help: str  # its line in `langgraph-durable --help`
+    description: str  # its own --help
+    arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace, Output], int]
+    tiers: bool = True
+    json: bool = True
+    internal: bool = False
+
+
+COMMANDS: list[Command] = [
+    Command(
+        "demo",
+        "kill a running graph with SIGKILL and resume it from its last checkpoint",
+        "Run a small graph in a worker process, kill the worker with SIGKILL in the middle of a step, start a "
+        "new worker and watch the thread resume from its last checkpoint, then check that no step was lost. "
+        "Uses the tiers the flags or the environment name (default: a local SQLite file). With --json the "
+        "narration goes to stderr and the result to stdout.",
+        _demo_args,
+        _demo,
+    ),
+    Command(
+        "threads",
+        "list the threads: namespaces, checkpoints, last step, age, size",
+        "One row per thread the tiers hold: its id, its namespaces ((root) and the subgraphs' nodes), number "
+        "of checkpoints (all namespaces), last step of the root graph, whether it waits on an interrupt(), "
+        f"age of its latest checkpoint and its size. Size: {browse.SIZE_MEANING}. Reads every checkpoint of "
+        "every thread.",
+        _threads_args,
+        _threads,
+    ),
+    Command(
+        "history",
+        "a thread's checkpoints, newest first",
+        "A thread's checkpoints, newest first: id, namespace (when the thread has subgraphs), step, source "
+        "(input, loop, update, fork), number of pending writes, the interrupts it waits on, and age.",
+        _history_args,
+        _history,
+    ),
+    Command(
+        "show",
+        "a checkpoint's channel values and pending writes",
+        "One checkpoint's channel values, pending writes and interrupts (default: the thread's latest "
+        "checkpoint of the root graph). Long values are shortened; --full prints them whole. --json always "
+        "carries whole values (as plain JSON data: objects, messages and dataclasses as objects).",
+        _show_args,
+        _show,
+    ),
+    Command(
+        "verify",
+        "check every record copy in every tier; exit 1 if any is bad",
+        "Check the checksum of every copy of every record in every tier (one thread or all), and compare "
+        "the shared tiers: a record a shared tier lacks while another holds it is missing. Changes nothing; "
+        "exit 1 if a copy is bad or missing. Needs every tier.",
+        _scan_args,
+        lambda args, out: _scan(args, out, repair=False),
+    ),
+    Command(
+        "repair",
+        "replace bad record copies with intact ones from other tiers; exit 1 if any cannot be",
+        "`verify`, then replace each bad or missing copy with an intact copy from another tier (the bad "
+        "bytes are quarantined first, see `quarantine`), and re-seal records an older signing key sealed. "
+        "Exit 1 if a copy has no intact twin. Needs every tier.",
+        _scan_args,
+        lambda args, out: _scan(args, out, repair=True),
+    ),
+    Command(
+        "doctor",
+        "probe every tier: reachable, latency, breaker state, records owed; exit 1 if a tier is down",
+        "Probe every tier: reachable or not, latency, circuit breaker state and records still owed to it; "
+        "then the write mode and the backlog. Exit 1 if a tier is down.",
+        _doctor_args,
+        _doctor,
+    ),
+    Command(
+        "actions",
+        "list a thread's non-resumable actions and which are escalated",
+        "List a thread's ledger of non-resumable actions (`langgraph_durable.action`): state (intent, done, "
+        "not_done), ESCALATED for an intent never confirmed (the thread will not resume until "
+        "`resolve-action` answers it), who resolved it and its recorded result.",
+        _actions_args,
+        _actions,
+    ),
+    Command(
+        "resolve-action",
+        "record whether an escalated action happened, so the thread can resume",
+        "Record an operator's answer for an escalated action: --done (it happened; later runs get --result "
+        "as its result and do not repeat it) or --not-done (it did not; the next run may do it). Refused "
+        "(exit 1) when the thread has no such action, or when the action is already answered (confirmed "
+        "done, or answered by an operator) unless --force.",
+        _resolve_args,
+        _resolve_action,
+    ),
+    Command(
+        "quarantine",
+        "list quarantined record copies, or put them back",
+        "Bad copies and withdrawn checkpoints are moved into their tier's quarantine, never deleted. "
+        "`list` shows them; `restore` puts them back (the next read verifies them again).",
+        _quarantine_args,
+        _quarantine,
+    ),
+    Command(
+        "import",
+        "copy every thread of a SqliteSaver file or PostgresSaver database into the tiers",
+        "Copy every thread, namespace, checkpoint and pending write of a stock SqliteSaver file or PostgresSaver "
+        "database into the tiers, then read each copy back and compare it with its source. Run it again to "
+        "resume an interrupted import: what is already there is skipped. Needs every tier; the stock savers "
+        "come with `pip install 'langgraph-durable[import]'`. Exit 1 if a copy differs from its source.",
+        _import_args,
+        _import,
+    ),
+    Command(
+        "prune",
+        "apply a retention policy: keep the newest N / the young checkpoints, delete idle threads",
+        "Delete old checkpoints by policy, per thread and namespace: --keep-last N, --keep-for DURATION "
+        "(either keeps a checkpoint), --delete-idle-after DURATION (whole threads). Never removes a "
+        "namespace's newest checkpoint, a checkpoint waiting at an interrupt(), a thread with unconfirmed "
+        "actions, or what a kept checkpoint needs (its values, list pieces, pending writes, DeltaChannel "
+        "ancestors). --dry-run only counts. Needs every tier.",
+        _prune_args,
+        _prune,
+    ),
+    # Internal: the process the demo kills.
+    Command("_demo-worker", "", "", _worker_args, _demo_worker, json=False, internal=True),
+]
+
+
+class _Formatter(argparse.HelpFormatter):
+    """Wraps prose; keeps the line breaks of text that has them (the
+    environment and exit status tables)."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if "\n" in text:
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
+
+
+def build_parser(*, internal: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every public command (and of the `internal` one, if named)."""
+    parser = argparse.ArgumentParser(
+        prog="langgraph-durable",
+        description="Tiered (SQLite -> Redis -> Postgres), checksummed LangGraph checkpoints: inspect, "
+        "check, repair and operate the store of a DurableSaver. Every command takes --json (one JSON document "
+        "on stdout) and the tier flags --sqlite, --redis, --postgres (default: the environment, below).",
+        epilog=f"{ENVIRONMENT_HELP}\n\n{EXIT_CODES_HELP}\n\n`langgraph-durable COMMAND --help` describes a command.",
+        formatter_class=_Formatter,
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"langgraph-durable {__version__}", help="print the version and exit"
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for cmd in COMMANDS:
+        if cmd.internal and cmd.name != internal:
+            continue
+        extra: dict[str, Any] = {} if cmd.internal else {"help": cmd.help}
+        p = commands.add_parser(
+            cmd.name,
+            description=cmd.description,
+            epilog=EXIT_CODES_HELP,
+            formatter_class=_Formatter,
+            **extra,
+        )
+        cmd.arguments(p)
+        if cmd.json:
+            p.add_argument("--json", action="store_true", help=JSON_HELP)
+        if cmd.tiers:
+            tier_flags(p)
+        p.set_defaults(spec=cmd, parser=p)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    internal = argv[0] if argv and any(c.internal and c.name == argv[0] for c in COMMANDS) else None
+    args = build_parser(internal=internal).parse_args(argv)
     # The command's own output says what went wrong, in one line; the saver's
     # warnings (a tier down, a degraded read) would repeat it on stderr
     # through logging's last-resort handler. An app that set up logging keeps them.
     package_logger = logging.getLogger("langgraph_durable")
     if not logging.getLogger().handlers and package_logger.level == logging.NOTSET:
         package_logger.setLevel(logging.ERROR)
+    out = Output(getattr(args, "json", False))
     # A tier that cannot be reached or a wrong setting is the user's to fix,
     # not a bug: one line saying what is wrong, not a driver's traceback.
     try:
-        return _run(parser, args)
+        return args.spec.run(args, out)
     except DurableError as exc:
-        print(f"langgraph-durable: error: {' '.join(str(exc).split())}", file=sys.stderr)
-        return EXIT_CANNOT_RUN
+        return out.fail(str(exc), EXIT_CANNOT_RUN)
     except KeyboardInterrupt:
-        print("langgraph-durable: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
-
-
-def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    if args.command == "demo":
-        if args.steps < 2:
-            parser.error("--steps must be at least 2")
-        return demo.run(args)
-    if args.command == "actions":
-        with demo.saver_from_args(args, **STRICT) as saver:
-            entries = saver.actions(args.thread)
-        for key, e in sorted(entries.items()):
-            flag = "ESCALATED  " if e.escalated() else ""
-            by = f" (by {e.resolved_by})" if e.resolved_by else ""
-            print(f"{flag}{key}: {e.state}{by}{' idempotent' if e.idempotent else ''}")
-        print(f"{len(entries)} action(s), {sum(e.escalated() for e in entries.values())} escalated")
-        return EXIT_OK
-    if args.command == "resolve-action":
-        with demo.saver_from_args(args, **STRICT) as saver:
-            entry = saver.resolve_action(args.thread, args.key, done=args.done)
-        print(f"{args.key}: {entry.state}; thread {args.thread!r} may run again")
-        return EXIT_OK
-    if args.command in ("verify", "repair"):
-        return _scan(args, repair=args.command == "repair")
-    if args.command == "quarantine":
-        return _quarantine(args)
-    if args.command == "doctor":
-        return _doctor(args)
-    return demo.worker(args)
+        return out.fail("interrupted", EXIT_INTERRUPTED, prefix="")
 
 
 if __name__ == "__main__":

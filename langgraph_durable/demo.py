@@ -15,6 +15,9 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, TextIO, TypedDict
 
@@ -54,13 +57,13 @@ def build_graph(executions_log: str) -> StateGraph:
 
 
 def saver_from_args(args: Any, **options: Any) -> DurableSaver:
-    """A saver from the command line's tier flags, falling back to the environment."""
-    if args.sqlite is not None:
-        options["sqlite"] = args.sqlite or None
-    if args.redis:
-        options["redis"] = args.redis
-    if args.postgres:
-        options["postgres"] = args.postgres
+    """A saver from the command line's tier flags, falling back to the
+    environment (`DurableSaver.from_env`). A flag given as '' switches its
+    tier off, even when the environment names one."""
+    for tier in ("sqlite", "redis", "postgres"):
+        value = getattr(args, tier, None)
+        if value is not None:
+            options[tier] = value or None
     if getattr(args, "redis_key_prefix", None):
         options["redis_key_prefix"] = args.redis_key_prefix
     return DurableSaver.from_env(**options)
@@ -76,32 +79,30 @@ def worker(args: Any) -> int:
     return 0
 
 
-def _bar(n: int, total: int, width: int = 30) -> str:
-    filled = int(width * n / total) if total else width
-    return f"[{'#' * filled}{'.' * (width - filled)}] {n:>3}/{total}"
+# A progress display: `progress(label, unit)` is a context manager giving a
+# `show(done, total)` callback (the CLI passes `cli.progress_bar`).
+ProgressFactory = Callable[[str, str], AbstractContextManager[Callable[[int, int], None]]]
 
 
-class _Progress:
-    def __init__(self, out: TextIO) -> None:
-        self.out = out
-        self.tty = out.isatty()
-        self.last = -1
+def _no_progress(label: str, unit: str) -> AbstractContextManager[Callable[[int, int], None]]:
+    return nullcontext(lambda done, total: None)
 
-    def show(self, label: str, n: int, total: int) -> None:
-        if n == self.last:
-            return
-        self.last = n
-        line = f"  {label:<10} {_bar(n, total)}"
-        if self.tty:
-            self.out.write("\r" + line)
-        else:
-            self.out.write(line + "\n")
-        self.out.flush()
 
-    def end(self) -> None:
-        if self.tty:
-            self.out.write("\n")
-        self.last = -1
+@dataclass(frozen=True, slots=True)
+class DemoResult:
+    """What the demo saw; ``langgraph-durable demo --json`` prints it."""
+
+    ok: bool
+    thread: str
+    tiers: list[str]
+    steps: int
+    killed_at_step: int | None  # the last step checkpointed when the first worker was killed
+    worker_exit_code: int | None  # of the worker that resumed the thread
+    steps_in_final_state: int
+    in_order: bool
+    steps_lost: int
+    steps_run_twice: list[int]  # cut short by the kill before their checkpoint, run again on resume
+    error: str | None = None
 
 
 def _spawn(args: Any, *, resume: bool) -> subprocess.Popen[bytes]:
@@ -117,12 +118,11 @@ def _spawn(args: Any, *, resume: bool) -> subprocess.Popen[bytes]:
         "--executions",
         args.executions,
     ]
-    if args.sqlite is not None:
-        cmd += ["--sqlite", args.sqlite]
-    if args.redis:
-        cmd += ["--redis", args.redis]
-    if args.postgres:
-        cmd += ["--postgres", args.postgres]
+    # '' is passed on too: the worker must not fall back to a tier the
+    # environment names but the command line switched off.
+    for tier in ("sqlite", "redis", "postgres"):
+        if getattr(args, tier) is not None:
+            cmd += [f"--{tier}", getattr(args, tier)]
     if args.redis_key_prefix:
         cmd += ["--redis-key-prefix", args.redis_key_prefix]
     if resume:
@@ -137,34 +137,41 @@ def _checkpointed_step(saver: DurableSaver, thread: str) -> int:
     return int(tup.checkpoint["channel_values"].get("n", 0))
 
 
-def run(args: Any, out: TextIO = sys.stdout) -> int:
-    """The demo. Returns 0 when the resumed run finished with the right state."""
+def run(args: Any, out: TextIO = sys.stdout, *, progress: ProgressFactory | None = None) -> DemoResult:
+    """The demo, narrated on `out`, with `progress` drawing the steps saved.
+    `DemoResult.ok` when the resumed run finished with the right state."""
+    show_progress = progress or _no_progress
     args.thread = args.thread or f"demo-{uuid.uuid4().hex[:8]}"
     args.kill_after = max(1, min(args.kill_after, args.steps - 1))
     watcher = saver_from_args(args)
     watcher.setup()
+    tiers = watcher.tier_names
     folder = Path(watcher.sqlite_path).parent if watcher.sqlite_path else Path(".langgraph_durable")
     folder.mkdir(parents=True, exist_ok=True)
     args.executions = str(folder / f"{args.thread}.executions")
     Path(args.executions).unlink(missing_ok=True)
-    print(f"langgraph-durable demo: tiers {' -> '.join(watcher.tier_names)}", file=out)
+    print(f"langgraph-durable demo: tiers {' -> '.join(tiers)}", file=out)
     if watcher.sqlite_path:
         print(f"  local file  {watcher.sqlite_path}", file=out)
     print(f"  thread      {args.thread}, {args.steps} steps of {STEP_SECONDS}s each", file=out)
-    progress = _Progress(out)
+
+    def failed(error: str, exit_code: int | None) -> DemoResult:
+        watcher.close()
+        print(error, file=out)
+        return DemoResult(False, args.thread, tiers, args.steps, None, exit_code, 0, False, args.steps, [], error)
 
     proc = _spawn(args, resume=False)
-    print(f"\n1. worker pid {proc.pid} starts the graph", file=out)
+    print(f"\n1. worker pid {proc.pid} starts the graph", file=out, flush=True)
     try:
-        while (n := _checkpointed_step(watcher, args.thread)) < args.kill_after:
-            progress.show("saved", n, args.steps)
-            if proc.poll() is not None:
-                progress.end()
-                print(f"worker exited early with code {proc.returncode}", file=out)
-                return 1
-            time.sleep(0.02)
-        progress.show("saved", n, args.steps)
-        progress.end()
+        with show_progress("saved", "steps") as show:
+            while (n := _checkpointed_step(watcher, args.thread)) < args.kill_after:
+                show(n, args.steps)
+                if proc.poll() is not None:
+                    break
+                time.sleep(0.02)
+            show(n, args.steps)
+        if proc.poll() is not None:
+            return failed(f"worker exited early with code {proc.returncode}", proc.returncode)
         # Let the worker get into the middle of the next step, then kill it.
         time.sleep(STEP_SECONDS / 2)
         os.kill(proc.pid, signal.SIGKILL)
@@ -177,16 +184,16 @@ def run(args: Any, out: TextIO = sys.stdout) -> int:
     print(f"   last checkpoint on disk: step {at_kill}/{args.steps}", file=out)
 
     proc = _spawn(args, resume=True)
-    print(f"\n3. new worker pid {proc.pid} resumes the thread (graph.invoke(None, config))", file=out)
+    print(f"\n3. new worker pid {proc.pid} resumes the thread (graph.invoke(None, config))", file=out, flush=True)
     try:
-        while proc.poll() is None:
-            progress.show("saved", _checkpointed_step(watcher, args.thread), args.steps)
-            time.sleep(0.02)
+        with show_progress("saved", "steps") as show:
+            while proc.poll() is None:
+                show(_checkpointed_step(watcher, args.thread), args.steps)
+                time.sleep(0.02)
+            show(_checkpointed_step(watcher, args.thread), args.steps)
     finally:
         if proc.poll() is None:
             proc.kill()
-    progress.show("saved", _checkpointed_step(watcher, args.thread), args.steps)
-    progress.end()
 
     final = watcher.get_tuple({"configurable": {"thread_id": args.thread}})
     watcher.close()
@@ -194,15 +201,14 @@ def run(args: Any, out: TextIO = sys.stdout) -> int:
     Path(args.executions).unlink(missing_ok=True)
     values = final.checkpoint["channel_values"] if final else {}
     expected = [f"step {i + 1}" for i in range(args.steps)]
+    done = values.get("done", [])
+    in_order = done == expected
     repeated = sorted({n + 1 for n in executions if executions.count(n) > 1})
-    ok = proc.returncode == 0 and values.get("done") == expected
+    ok = proc.returncode == 0 and in_order
     print("\n4. result", file=out)
     print(f"   worker exit code      {proc.returncode}", file=out)
-    print(
-        f"   steps in final state  {len(values.get('done', []))}/{args.steps} (in order: {values.get('done') == expected})",
-        file=out,
-    )
-    print(f"   steps lost            {args.steps - len(values.get('done', []))}", file=out)
+    print(f"   steps in final state  {len(done)}/{args.steps} (in order: {in_order})", file=out)
+    print(f"   steps lost            {args.steps - len(done)}", file=out)
     print(
         f"   steps run twice       {repeated or 'none'}"
         + (" (cut short by the kill before its checkpoint; run again on resume)" if repeated else ""),
@@ -212,4 +218,15 @@ def run(args: Any, out: TextIO = sys.stdout) -> int:
         f"\n{'OK' if ok else 'FAILED'}: the thread {'resumed and finished' if ok else 'did not finish correctly'}.",
         file=out,
     )
-    return 0 if ok else 1
+    return DemoResult(
+        ok,
+        args.thread,
+        tiers,
+        args.steps,
+        at_kill,
+        proc.returncode,
+        len(done),
+        in_order,
+        args.steps - len(done),
+        repeated,
+    )

@@ -11,6 +11,9 @@ its outcome is reported to the breaker. Only `TierUnavailable` (or no answer
 in time) counts as a failure: a refused lease, a constraint or a bad record
 means the tier answered.
 
+With the saver's ``metrics=`` hooks (`metrics.py`), each call is timed here
+and reported as a `metrics.TierCall`; without them the cost is one ``if``.
+
 A tier that was down when the saver started is set up (schema, key check)
 by the first call that reaches it, before that call runs.
 
@@ -22,12 +25,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .breaker import Breaker, overlap_pays
 from .concurrency import Lock, with_timeout
 from .errors import TierUnavailable
+from .metrics import MetricsSink, Outcome, TierCall, is_miss
 
 logger = logging.getLogger("langgraph_durable")
 
@@ -48,7 +52,8 @@ def overlap(tiers: Any) -> bool:
 
 class GuardedTier:
     """`tier`, called through `breaker`. `admit(tier)` runs before the first
-    call that reaches a tier not yet set up (its setup failed: it was down)."""
+    call that reaches a tier not yet set up (its setup failed: it was down).
+    `metrics` receives a `TierCall` for every call (probes included)."""
 
     def __init__(
         self,
@@ -57,6 +62,7 @@ class GuardedTier:
         *,
         timeout: float | None,
         admit: Callable[[Any], Any] | None = None,
+        metrics: MetricsSink | None = None,
     ) -> None:
         self.tier = tier
         self.name: str = tier.name
@@ -64,6 +70,7 @@ class GuardedTier:
         self.timeout = timeout
         self.admit = admit
         self.admitted = admit is None
+        self.metrics = metrics
         # Concurrent first calls must set the tier up once (psycopg_pool's
         # open() is not reentrant).
         self._admit_lock = Lock()
@@ -75,44 +82,64 @@ class GuardedTier:
         timeout = None if method in _UNTIMED else self.timeout
 
         def call(*args: Any, **kwargs: Any) -> Any:
-            return self.call(method, lambda: fn(*args, **kwargs), timeout)
+            return self.call(method, lambda: fn(*args, **kwargs), timeout, args)
 
         return call
 
-    def call(self, what: str, run: Callable[[], Any], timeout: float | None) -> Any:
+    def call(self, what: str, run: Callable[[], Any], timeout: float | None, args: Sequence[Any] = ()) -> Any:
+        """Run tier operation `what` (`run`; `args`, its positional arguments,
+        tell `metrics.is_miss` what was asked)."""
         if not self.breaker.allow(time.monotonic()):
+            if self.metrics is not None:
+                self.metrics(TierCall(self.name, what, 0.0, "unavailable"))
             stats = self.breaker.stats(time.monotonic())
             raise TierUnavailable(
                 f"{self.name} tier skipped: it is down ({stats.last_error}); next try in {stats.retry_in_s or 0:.1f} s",
                 tier=self.name,
             )
-        return self._timed(what, run, timeout, admit=what != "setup")
+        return self._timed(what, run, timeout, admit=what != "setup", args=args)
 
     def probe(self, run: Callable[[], Any]) -> Any:
         """Call the tier whatever its breaker says (`saver.health()`), and let
         the breaker learn the outcome: a tier that answers is closed again."""
-        return self._timed("a probe", run, self.timeout, admit=True)
+        return self._timed("probe", run, self.timeout, admit=True)
 
-    def _timed(self, what: str, run: Callable[[], Any], timeout: float | None, *, admit: bool) -> Any:
-        """Run one call, bounded by `timeout`, and tell the breaker how it went."""
+    def _timed(
+        self, op: str, run: Callable[[], Any], timeout: float | None, *, admit: bool, args: Sequence[Any] = ()
+    ) -> Any:
+        """Run one call, bounded by `timeout`, and tell the breaker (and the
+        metrics hooks) how it went."""
         started = time.monotonic()
+        # Stays None if the call is cancelled: not the tier's doing, not reported.
+        outcome: Outcome | None = None
         try:
             if admit:
                 self._admitted()
             result = with_timeout(run, timeout)
         except TierUnavailable as exc:
+            outcome = "unavailable"
             self._failed(str(exc))
             raise
         except TimeoutError as exc:
+            outcome = "unavailable"
+            what = "a probe" if op == "probe" else op
             self._failed(f"no answer to {what} within {timeout} s")
             raise TierUnavailable(
                 f"{self.name} tier did not answer {what} within {timeout} s; it is skipped for now",
                 tier=self.name,
             ) from exc
         except Exception:
+            outcome = "error"
             self._answered(started)  # a refused lease, a bad record...: the tier did answer
             raise
-        self._answered(started)
+        else:
+            outcome = "ok"
+            self._answered(started)
+        finally:
+            if self.metrics is not None and outcome is not None:
+                if outcome == "ok" and is_miss(op, result, args):
+                    outcome = "miss"
+                self.metrics(TierCall(self.name, op, time.monotonic() - started, outcome))
         return result
 
     def _answered(self, started: float) -> None:

@@ -9,6 +9,9 @@ its outcome is reported to the breaker. Only `TierUnavailable` (or no answer
 in time) counts as a failure: a refused lease, a constraint or a bad record
 means the tier answered.
 
+With the saver's ``metrics=`` hooks (`metrics.py`), each call is timed here
+and reported as a `metrics.TierCall`; without them the cost is one ``if``.
+
 A tier that was down when the saver started is set up (schema, key check)
 by the first call that reaches it, before that call runs.
 
@@ -20,12 +23,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .breaker import Breaker, overlap_pays
 from .concurrency import ALock, awith_timeout
 from .errors import TierUnavailable
+from .metrics import MetricsSink, Outcome, TierCall, is_miss
 
 logger = logging.getLogger("langgraph_durable")
 
@@ -46,7 +50,8 @@ def overlap(tiers: Any) -> bool:
 
 class AsyncGuardedTier:
     """`tier`, called through `breaker`. `admit(tier)` runs before the first
-    call that reaches a tier not yet set up (its setup failed: it was down)."""
+    call that reaches a tier not yet set up (its setup failed: it was down).
+    `metrics` receives a `TierCall` for every call (probes included)."""
 
     def __init__(
         self,
@@ -55,6 +60,7 @@ class AsyncGuardedTier:
         *,
         timeout: float | None,
         admit: Callable[[Any], Any] | None = None,
+        metrics: MetricsSink | None = None,
     ) -> None:
         self.tier = tier
         self.name: str = tier.name
@@ -62,6 +68,7 @@ class AsyncGuardedTier:
         self.timeout = timeout
         self.admit = admit
         self.admitted = admit is None
+        self.metrics = metrics
         # Concurrent first calls must set the tier up once (psycopg_pool's
         # open() is not reentrant).
         self._admit_lock = ALock()
@@ -73,44 +80,64 @@ class AsyncGuardedTier:
         timeout = None if method in _UNTIMED else self.timeout
 
         async def call(*args: Any, **kwargs: Any) -> Any:
-            return await self.call(method, lambda: fn(*args, **kwargs), timeout)
+            return await self.call(method, lambda: fn(*args, **kwargs), timeout, args)
 
         return call
 
-    async def call(self, what: str, run: Callable[[], Any], timeout: float | None) -> Any:
+    async def call(self, what: str, run: Callable[[], Any], timeout: float | None, args: Sequence[Any] = ()) -> Any:
+        """Run tier operation `what` (`run`; `args`, its positional arguments,
+        tell `metrics.is_miss` what was asked)."""
         if not self.breaker.allow(time.monotonic()):
+            if self.metrics is not None:
+                self.metrics(TierCall(self.name, what, 0.0, "unavailable"))
             stats = self.breaker.stats(time.monotonic())
             raise TierUnavailable(
                 f"{self.name} tier skipped: it is down ({stats.last_error}); next try in {stats.retry_in_s or 0:.1f} s",
                 tier=self.name,
             )
-        return await self._timed(what, run, timeout, admit=what != "setup")
+        return await self._timed(what, run, timeout, admit=what != "setup", args=args)
 
     async def probe(self, run: Callable[[], Any]) -> Any:
         """Call the tier whatever its breaker says (`saver.health()`), and let
         the breaker learn the outcome: a tier that answers is closed again."""
-        return await self._timed("a probe", run, self.timeout, admit=True)
+        return await self._timed("probe", run, self.timeout, admit=True)
 
-    async def _timed(self, what: str, run: Callable[[], Any], timeout: float | None, *, admit: bool) -> Any:
-        """Run one call, bounded by `timeout`, and tell the breaker how it went."""
+    async def _timed(
+        self, op: str, run: Callable[[], Any], timeout: float | None, *, admit: bool, args: Sequence[Any] = ()
+    ) -> Any:
+        """Run one call, bounded by `timeout`, and tell the breaker (and the
+        metrics hooks) how it went."""
         started = time.monotonic()
+        # Stays None if the call is cancelled: not the tier's doing, not reported.
+        outcome: Outcome | None = None
         try:
             if admit:
                 await self._admitted()
             result = await awith_timeout(run, timeout)
         except TierUnavailable as exc:
+            outcome = "unavailable"
             self._failed(str(exc))
             raise
         except TimeoutError as exc:
+            outcome = "unavailable"
+            what = "a probe" if op == "probe" else op
             self._failed(f"no answer to {what} within {timeout} s")
             raise TierUnavailable(
                 f"{self.name} tier did not answer {what} within {timeout} s; it is skipped for now",
                 tier=self.name,
             ) from exc
         except Exception:
+            outcome = "error"
             self._answered(started)  # a refused lease, a bad record...: the tier did answer
             raise
-        self._answered(started)
+        else:
+            outcome = "ok"
+            self._answered(started)
+        finally:
+            if self.metrics is not None and outcome is not None:
+                if outcome == "ok" and is_miss(op, result, args):
+                    outcome = "miss"
+                self.metrics(TierCall(self.name, op, time.monotonic() - started, outcome))
         return result
 
     def _answered(self, started: float) -> None:

@@ -10,14 +10,20 @@ read raised `CorruptCheckpoint`).
 
 from __future__ import annotations
 
+import inspect
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+if TYPE_CHECKING:
+    from .metrics import MetricsSink
 
 logger = logging.getLogger("langgraph_durable")
 
 RecordKind = Literal["checkpoint", "blob", "write", "ledger"]
+# What a read served in place of a bad copy (`served_from`).
+Served = Literal["other_tier", "ancestor", "rerun", "nothing"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,12 +50,29 @@ class CorruptionEvent:
 
 class CorruptionHook(Protocol):
     """Called once per `CorruptionEvent`. Exceptions it raises are logged and
-    swallowed: a hook never breaks a read."""
+    swallowed: a hook never breaks a read. An async hook is awaited in the
+    async face; the sync face cannot wait for it and logs that it did not run."""
 
-    def __call__(self, event: CorruptionEvent, /) -> None: ...
+    def __call__(self, event: CorruptionEvent, /) -> Awaitable[None] | None: ...
 
 
 OnCorruption = CorruptionHook | Literal["fallback", "raise"]
+
+
+def served_from(served_instead: str) -> tuple[Served, str | None]:
+    """What a `CorruptionEvent.served_instead` says was served, and from which
+    tier: ``("other_tier", tier)`` for "intact copy from <tier>",
+    ``("ancestor", None)`` for "ancestor checkpoint <id>", ``("rerun", None)``
+    for "no write: task <id> runs again", else ``("nothing", None)`` (the
+    read raised, or left the checkpoint out of a list). These are the
+    phrases the reader (`reads_async.py`) writes."""
+    if served_instead.startswith("intact copy from "):
+        return "other_tier", served_instead.removeprefix("intact copy from ").strip() or None
+    if served_instead.startswith("ancestor checkpoint"):
+        return "ancestor", None
+    if served_instead.startswith("no write"):
+        return "rerun", None
+    return "nothing", None
 
 
 @dataclass(slots=True)
@@ -85,9 +108,10 @@ class Unusable(Exception):
 
 
 class IntegrityPolicy:
-    """The `on_corruption` setting plus the running count of events."""
+    """The `on_corruption` setting plus the running count of events; each
+    event also goes to the saver's metrics hooks (`metrics.CorruptCopy`)."""
 
-    def __init__(self, on_corruption: OnCorruption = "fallback") -> None:
+    def __init__(self, on_corruption: OnCorruption = "fallback", *, metrics: MetricsSink | None = None) -> None:
         if on_corruption not in ("fallback", "raise") and not callable(on_corruption):
             from .errors import ConfigError
 
@@ -96,11 +120,15 @@ class IntegrityPolicy:
                 f"not {on_corruption!r}."
             )
         self.raise_on_loss = on_corruption == "raise"
-        self.hook: Callable[[CorruptionEvent], None] | None = on_corruption if callable(on_corruption) else None
+        self.hook: Callable[[CorruptionEvent], Any] | None = on_corruption if callable(on_corruption) else None
         self.count = 0
+        self.metrics = metrics
 
-    def report(self, event: CorruptionEvent) -> None:
+    def report(self, event: CorruptionEvent) -> Awaitable[Any] | None:
+        """Log, count and hand `event` to the hooks. An async `on_corruption`
+        hook's awaitable is returned for the async face to await."""
         self.count += 1
+        pending: Awaitable[Any] | None = None
         logger.error(
             "corrupt %s in %s: thread %r ns %r %s: %s; served instead: %s",
             event.kind,
@@ -113,9 +141,14 @@ class IntegrityPolicy:
         )
         if self.hook is not None:
             try:
-                self.hook(event)
+                result = self.hook(event)
+                if inspect.isawaitable(result):
+                    pending = result
             except Exception:  # a hook never breaks a read
                 logger.exception("on_corruption hook failed for %s", event)
+        if self.metrics is not None:
+            self.metrics.corruption(event)  # never raises: the sink logs a failing hook
+        return pending
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,14 +30,14 @@ from __future__ import annotations
 import functools
 import inspect
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import TracebackType
 from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
 from langgraph.config import get_config
 
-from .errors import ConfigError, ResumeRejected
+from .errors import ConfigError, CorruptCheckpoint, ResumeRejected
 
 ActionState = Literal["intent", "done", "not_done"]
 CHECKPOINTER_KEY = "__pregel_checkpointer"  # where Pregel puts the saver in a node's config
@@ -195,12 +195,78 @@ def durable_action(key: str | Callable[..., str], *, idempotent: bool = False) -
     return decorate
 
 
+def ledger_record_key(thread_id: str, key: str) -> str:
+    """How `CorruptCheckpoint.key` names a ledger entry damaged in every tier."""
+    return f"{thread_id}/ledger/{key}"
+
+
+def refusal(
+    thread_id: str,
+    key: str,
+    entries: Mapping[str, LedgerEntry],
+    *,
+    force: bool = False,
+    force_hint: str = "force=True (`--force` on the command line)",
+) -> str | None:
+    """Why an operator's answer for action `key` may not be recorded, or None
+    if it may: the thread has no such action, or the action is already
+    answered (confirmed done, or answered by an operator) and `force` is not
+    set. Only an unconfirmed intent is open to an answer: changing a
+    confirmed action could make a resumed thread repeat or skip a side effect.
+    `force_hint` names the way to force it, in the message."""
+    entry = entries.get(key)
+    if entry is None:
+        known = ", ".join(repr(k) for k in sorted(entries)) or "none"
+        return (
+            f"thread {thread_id!r} has no action {key!r} (its actions: {known}); "
+            "`langgraph-durable actions --thread ...` or saver.actions(thread_id) lists them."
+        )
+    if entry.state != "intent" and not force:
+        what = "confirmed done" if entry.state == "done" else "answered not done"
+        by = "an operator" if entry.resolved_by else "the code that ran it"
+        return (
+            f"action {key!r} of thread {thread_id!r} is already {what} (by {by}); changing the answer could make "
+            f"the thread repeat or skip the side effect. Pass {force_hint} to change it anyway."
+        )
+    return None
+
+
 def resolved(entry: LedgerEntry | None, key: str, *, done: bool, result: Any = None) -> LedgerEntry:
-    """The entry an operator's answer produces."""
+    """The entry an operator's answer produces (`entry` None: the entry was
+    damaged in every tier, and the answer replaces it)."""
     base = entry or LedgerEntry(key, "intent")
     return replace(
         base, state="done" if done else "not_done", result=result, updated_at=time.time(), resolved_by="operator"
     )
+
+
+def operator_answer(
+    thread_id: str,
+    key: str,
+    entries: Mapping[str, LedgerEntry] | None,
+    *,
+    done: bool,
+    result: Any = None,
+    force: bool = False,
+) -> LedgerEntry:
+    """The entry `DurableSaver.resolve_action` records for an operator's
+    answer. Raises `ConfigError` (nothing is written) for the reasons
+    `refusal` gives. `entries` None: the thread's ledger could not be read
+    because this very entry is damaged in every tier (`damaged_entry`); the
+    answer replaces it, which is what the error reporting the damage asks for."""
+    if entries is None:
+        return resolved(None, key, done=done, result=result)
+    reason = refusal(thread_id, key, entries, force=force)
+    if reason is not None:
+        raise ConfigError(reason)
+    return resolved(entries[key], key, done=done, result=result)
+
+
+def damaged_entry(exc: BaseException, thread_id: str, key: str) -> bool:
+    """Whether `exc` is the read error saying that the ledger entry `key` of
+    the thread is damaged in every tier (so only an operator's answer can
+    replace it)."""
+    return isinstance(exc, CorruptCheckpoint) and exc.key == ledger_record_key(thread_id, key)
 
 
 def newest_entry(copies: Sequence[tuple[LedgerEntry, T]]) -> tuple[LedgerEntry, T]:

@@ -20,13 +20,24 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
 
+from langgraph.checkpoint.base import INTERRUPT
+
 from .codec import EMPTY, RecordCodec, thread_id_of, version_key
 from .concurrency import run_all
 from .deltas import DeltaMemo
 from .integrity import Incident, Unusable
 from .reads import TierReader, Found
 from .records import BadRecord, BlobRow, CheckpointRow, WriteRow
-from .retention import Node, ReplayPlanner, Walk, blobs_of, older_than
+from .retention import (
+    Node,
+    ReplayPlanner,
+    Retained,
+    RetentionPolicy,
+    Walk,
+    blobs_of,
+    older_than,
+    waiting_at_interrupt,
+)
 from .tiers.protocol import Tier
 
 logger = logging.getLogger("langgraph_durable")
@@ -226,39 +237,76 @@ class Maintenance:
             if strategy == "delete":
                 self._everywhere(lambda t: t.delete_thread(thread_id))
                 continue
-            rows = self.reads.rows(thread_id, None, None, None, None, None)
-            namespaces = sorted({row.checkpoint_ns for row in rows})
-            keep: set[tuple[str, str]] = set()
-            keep_blobs: set[tuple[str, str, str]] = set()
-            incidents: list[Incident] = []
-            try:
-                for ns in namespaces:
-                    # The newest intact checkpoint any tier holds survives:
-                    # never a damaged one, and never one tier's older view.
-                    tup = self.reads.latest(thread_id, ns, incidents)
-                    if tup is None:
-                        continue
-                    keep.add((ns, tup.checkpoint["id"]))
-                    keep_blobs.update((ns, ch, version_key(v)) for ch, v in tup.checkpoint["channel_versions"].items())
-                    # Its delta channels are rebuilt from its ancestors' writes
-                    # back to their nearest stored snapshot: those ancestors
-                    # stay, with their writes and values (module `retention`).
-                    ns_rows = [r for r in rows if r.checkpoint_ns == ns]
-                    nodes = self._nodes(thread_id, ns, ns_rows, incidents)
-                    walk = self._replay_walk(ReplayPlanner(nodes), thread_id, ns, tup.checkpoint["id"], incidents)
-                    reads = set(walk.checkpoints)
+            self.retain(thread_id, _KEEP_LATEST, 0.0, unconfirmed=False, dry_run=False)
+
+    def retain(
+        self, thread_id: str, policy: RetentionPolicy, now: float, *, unconfirmed: bool, dry_run: bool
+    ) -> Retained:
+        """Apply `policy` to one thread (`retention.RetentionPolicy` says what
+        is kept); with `dry_run` only count. `unconfirmed`: the thread has
+        non-resumable actions nobody confirmed, so it is left as it is."""
+        rows = self.reads.rows(thread_id, None, None, None, None, None)
+        if unconfirmed or not rows:
+            return Retained(thread_id, kept=len(rows))
+        keep: set[tuple[str, str]] = set()
+        keep_blobs: set[tuple[str, str, str]] = set()
+        newest_ts = ""
+        waiting_anywhere = False
+        incidents: list[Incident] = []
+        try:
+            for ns in sorted({row.checkpoint_ns for row in rows}):
+                # The newest intact checkpoint any tier holds survives:
+                # never a damaged one, and never one tier's older view.
+                tup = self.reads.latest(thread_id, ns, incidents)
+                if tup is None:
+                    continue
+                newest_ts = max(newest_ts, str(tup.checkpoint.get("ts") or ""))
+                nodes = self._nodes(thread_id, ns, [r for r in rows if r.checkpoint_ns == ns], incidents)
+                waiting = self._waiting(thread_id, ns, nodes, incidents)
+                waiting_anywhere = waiting_anywhere or bool(waiting)
+                chosen = policy.chosen(nodes, now, waiting) | {tup.checkpoint["id"]}
+                # Delta channels are rebuilt from their ancestors' writes back
+                # to their nearest stored snapshot: those ancestors stay, with
+                # their writes and values (module `retention`).
+                planner = ReplayPlanner(nodes)
+                for cid in sorted(chosen):
+                    walk = self._replay_walk(planner, thread_id, ns, cid, incidents)
+                    reads = set(walk.checkpoints) | {cid}
                     if walk.broken:  # what lies past an unreadable ancestor is unknown: keep it
                         reads |= older_than(nodes, walk.checkpoints[-1])
-                    keep.update((ns, cid) for cid in reads)
+                    keep.update((ns, c) for c in reads)
                     keep_blobs.update((ns, ch, v) for ch, v in blobs_of(nodes, reads))
-                    # Lists stored as pieces keep what they are rebuilt from.
-                    pieces: dict[tuple[str, str], BlobRow] = {}
-                    kept = sorted((ch, v) for n, ch, v in keep_blobs if n == ns)
-                    self.reads.blobs(thread_id, ns, kept, incidents, pieces)
-                    keep_blobs.update((ns, ch, v) for ch, v in pieces)
-            finally:
-                self.reads.settle(incidents)
+                keep_blobs.update((ns, ch, version_key(v)) for ch, v in tup.checkpoint["channel_versions"].items())
+                # Lists stored as pieces keep what they are rebuilt from.
+                pieces: dict[tuple[str, str], BlobRow] = {}
+                kept = sorted((ch, v) for n, ch, v in keep_blobs if n == ns)
+                self.reads.blobs(thread_id, ns, kept, incidents, pieces)
+                keep_blobs.update((ns, ch, v) for ch, v in pieces)
+        finally:
+            self.reads.settle(incidents)
+        if newest_ts and not waiting_anywhere and policy.idle(newest_ts, now):
+            if not dry_run:
+                self.delete_thread(thread_id)  # with its marker, for other replicas' caches
+            return Retained(thread_id, deleted=len(rows), thread_deleted=True)
+        dropped = [r for r in rows if (r.checkpoint_ns, r.checkpoint_id) not in keep]
+        if dropped and not dry_run:
+            self.deltas.forget(thread_id)
             self._everywhere(lambda t: t.prune(thread_id, keep, keep_blobs))
+        return Retained(thread_id, kept=len(rows) - len(dropped), deleted=len(dropped))
+
+    def _waiting(
+        self, thread_id: str, ns: str, nodes: dict[str, Node | None], incidents: list[Incident]
+    ) -> set[str]:
+        """Checkpoints left waiting at an `interrupt()`: interrupt writes, no child."""
+        parents = {n.parent_id for n in nodes.values() if n is not None}
+        leaves = sorted(cid for cid, n in nodes.items() if n is not None and cid not in parents)
+        writes = self.reads.writes(thread_id, ns, leaves, incidents)
+        with_interrupts = {cid for cid, ws in writes.items() if any(w.channel == INTERRUPT for w, _ in ws)}
+        return waiting_at_interrupt(nodes, with_interrupts)
+
+
+# `prune(strategy="keep_latest")`: the newest checkpoint of each namespace, as a policy.
+_KEEP_LATEST = RetentionPolicy(keep_last=1)
 
 
 def _write_checkpoint(row: CheckpointRow, tier: Tier) -> None:

@@ -32,7 +32,7 @@ from typing import Any, NoReturn, cast
 from langgraph.checkpoint.base import CheckpointTuple, PendingWrite
 
 from .codec import RecordCodec, assemble_tuple, version_key
-from .concurrency import run_all
+from .concurrency import maybe_await, run_all
 from .deltas import MSGPACK_TAG, DeltaMemo, Last, Piece, whole_payload
 from .errors import CorruptCheckpoint, DurableError, TierUnavailable
 from .guard import overlap
@@ -163,6 +163,14 @@ class TierReader:
                 raise unusable
             return None
         source, found = good
+        local = self.tiers[0] if self.tiers[0].name == "sqlite" else None
+        held_locally = local is not None and local not in lacking
+        if held_locally and lacking and self._deleted(thread_id, ns, cid, lacking):
+            # Deleted through another replica: this cached copy is stale, not
+            # something the shared tiers lost. It goes too.
+            holders = [t for t, row in copies if row is not None]
+            self._repair(holders, lambda t: t.delete_checkpoint(thread_id, ns, cid))
+            return None
         for incident in bad:
             incident.served = f"intact copy from {source.name}"
         incidents.extend(bad)
@@ -172,6 +180,20 @@ class TierReader:
             fixed = with_verified_metadata(row, metadata)
             self._repair(fix, lambda t: t.write_checkpoint(fixed, []))
         return found
+
+    def _deleted(self, thread_id: str, ns: str, cid: str, lacking: Sequence[Tier]) -> bool:
+        """Whether a tier that lacks checkpoint `cid` recorded it as deleted:
+        the thread deleted through it (`mark_deleted`), or its run (`gone`)."""
+
+        def deleted(tier: Tier) -> bool:
+            marker = (tier.head(thread_id, ns)).deleted_through
+            return (marker is not None and cid <= marker) or cid in tier.gone(thread_id, ns, [cid])
+
+        try:
+            answers = _each_of(lacking, [], "deletion record", deleted)
+        except TierUnavailable:
+            return False
+        return any(answer for _, answer in answers)
 
     def blobs(
         self,
@@ -190,7 +212,9 @@ class TierReader:
         opened = self._open_blobs(thread_id, ns, keys, incidents, decode=True)
         chained = {key: o[3] for key, o in opened.items() if isinstance(o[3], Piece)}
         known: dict[BlobKey, Last] = {}
-        for key, piece in list(chained.items()):
+        # Asked for the records a piece is rebuilt from (`pieces`): read them,
+        # even when this saver still remembers the list (`DeltaMemo.stored`).
+        for key, piece in list(chained.items()) if pieces is None else []:
             last = self.deltas.stored(thread_id, ns, *key) if self.deltas is not None else None
             if last is not None and last.count == piece.count and last.chain[:-1] == piece.base:
                 known[key] = last
@@ -530,7 +554,7 @@ class TierReader:
                         incident.tier.remove_copy(incident.kind, incident.row)
                 except DurableError as exc:
                     logger.warning("could not quarantine a bad %s in %s: %s", incident.kind, tier_name, exc)
-            self.policy.report(
+            pending = self.policy.report(
                 CorruptionEvent(
                     tier=tier_name,
                     kind=incident.kind,
@@ -541,6 +565,12 @@ class TierReader:
                     served_instead=incident.served or default,
                 )
             )
+            if pending is not None:
+                # An async on_corruption hook: awaited here; the sync face logs why it cannot.
+                try:
+                    maybe_await(pending)
+                except Exception:  # a hook never breaks a read
+                    logger.exception("on_corruption hook failed")
         incidents.clear()
 
     @staticmethod

@@ -38,7 +38,8 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, cast
 
 DELTA_COUNTERS_KEY = "counters_since_delta_snapshot"
 # How many ancestors a walk asks facts for at once: fewer round trips to the
@@ -56,6 +57,7 @@ class Node:
     parent_id: str | None
     versions: Mapping[str, str]  # channel -> version key of the blob it reads
     delta_channels: frozenset[str]  # channels named in its delta counters
+    ts: str = ""  # when it was written (the checkpoint's ISO 8601 "ts")
 
     @classmethod
     def of(
@@ -67,6 +69,7 @@ class Node:
             parent_id or None,
             {ch: str(v) for ch, v in (checkpoint.get("channel_versions") or {}).items()},
             frozenset(counters) if isinstance(counters, Mapping) else frozenset(),
+            str(checkpoint.get("ts") or ""),
         )
 
     def blob_keys(self) -> set[BlobKey]:
@@ -211,3 +214,124 @@ def blobs_of(nodes: Mapping[str, Node | None], kept: Iterable[str]) -> set[BlobK
         if node is not None:
             out |= node.blob_keys()
     return out
+
+
+# -- retention policy: which checkpoints a sweep keeps ---------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionPolicy:
+    """What a retention sweep (`DurableSaver.apply_retention`,
+    ``langgraph-durable prune``) keeps, per thread and namespace.
+
+    - `keep_last`: the newest N checkpoints;
+    - `keep_for`: checkpoints younger than this many seconds;
+    - `delete_idle_after`: delete a whole thread whose newest checkpoint is
+      older than this many seconds.
+
+    A checkpoint is kept when either keep rule keeps it (with neither, every
+    checkpoint of a live thread is kept). Whatever the rules say, a sweep
+    never removes the newest checkpoint of a namespace, a checkpoint left
+    waiting at an `interrupt()` (one with interrupt writes and no child), or
+    anything a kept checkpoint needs: its channel values, the records a list
+    stored as pieces is rebuilt from, its pending writes, the ancestors a
+    LangGraph DeltaChannel is rebuilt from (`ReplayPlanner`). A thread with
+    unconfirmed non-resumable actions is left as it is; one waiting at an
+    interrupt is never deleted as idle.
+    """
+
+    keep_last: int | None = None
+    keep_for: float | None = None
+    delete_idle_after: float | None = None
+
+    def __post_init__(self) -> None:
+        from .errors import ConfigError
+
+        if self.keep_last is None and self.keep_for is None and self.delete_idle_after is None:
+            raise ConfigError("a retention policy needs keep_last=, keep_for= or delete_idle_after=.")
+        if self.keep_last is not None and (not isinstance(self.keep_last, int) or self.keep_last < 1):
+            raise ConfigError(f"keep_last= must be a whole number of checkpoints, 1 or more, not {self.keep_last!r}.")
+        for name in ("keep_for", "delete_idle_after"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, (int, float)) or value <= 0):
+                raise ConfigError(f"{name}= must be a number of seconds above 0, not {value!r}.")
+
+    def keeps_everything(self) -> bool:
+        return self.keep_last is None and self.keep_for is None
+
+    def chosen(self, nodes: Mapping[str, Node | None], now: float, waiting: Collection[str] = ()) -> set[str]:
+        """The checkpoints of one namespace the rules keep, before what those
+        need is added: the newest (by id, which sorts by time), the waiting
+        ones, those the rules keep, and any that could not be read (what it
+        is cannot be judged; `verify` / `repair` deal with it)."""
+        readable = sorted((cid for cid, n in nodes.items() if n is not None), reverse=True)
+        kept = {cid for cid, n in nodes.items() if n is None} | set(waiting) | set(readable[:1])
+        if self.keeps_everything():
+            return kept | set(readable)
+        if self.keep_last is not None:
+            kept |= set(readable[: self.keep_last])
+        if self.keep_for is not None:
+            kept |= {cid for cid in readable if age(cast(Node, nodes[cid]).ts, now) < self.keep_for}
+        return kept
+
+    def idle(self, newest_ts: str, now: float) -> bool:
+        """Whether a thread whose newest checkpoint was written at `newest_ts` is deleted as idle."""
+        return self.delete_idle_after is not None and age(newest_ts, now) >= self.delete_idle_after
+
+
+def age(ts: str, now: float) -> float:
+    """Seconds since `ts` (ISO 8601); 0 for a missing or unreadable one, so
+    a checkpoint whose time is unknown counts as new and is kept."""
+    try:
+        stamp = datetime.fromisoformat(ts)
+    except (TypeError, ValueError):
+        return 0.0
+    if stamp.tzinfo is None:
+        stamp = stamp.replace(tzinfo=UTC)
+    return max(0.0, now - stamp.timestamp())
+
+
+def waiting_at_interrupt(nodes: Mapping[str, Node | None], with_interrupts: Collection[str]) -> set[str]:
+    """Checkpoints with interrupt writes that no checkpoint continues from."""
+    parents = {n.parent_id for n in nodes.values() if n is not None}
+    return {cid for cid in with_interrupts if cid not in parents}
+
+
+@dataclass(frozen=True, slots=True)
+class Retained:
+    """What a sweep did (or, dry, would do) to one thread."""
+
+    thread_id: str
+    kept: int = 0
+    deleted: int = 0
+    thread_deleted: bool = False
+
+
+@dataclass(slots=True)
+class RetentionReport:
+    """What a retention sweep did (with `dry_run`: would do)."""
+
+    dry_run: bool = False
+    threads: int = 0  # threads looked at
+    threads_deleted: int = 0  # idle threads deleted whole
+    checkpoints_deleted: int = 0
+    checkpoints_kept: int = 0
+    left_alone: list[str] = field(default_factory=list)  # threads with unconfirmed actions
+
+    def add(self, retained: Retained, *, unconfirmed: bool = False) -> None:
+        self.threads += 1
+        self.threads_deleted += retained.thread_deleted
+        self.checkpoints_deleted += retained.deleted
+        self.checkpoints_kept += retained.kept
+        if unconfirmed:
+            self.left_alone.append(retained.thread_id)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "dry_run": self.dry_run,
+            "threads": self.threads,
+            "threads_deleted": self.threads_deleted,
+            "checkpoints_deleted": self.checkpoints_deleted,
+            "checkpoints_kept": self.checkpoints_kept,
+            "left_alone": list(self.left_alone),
+        }

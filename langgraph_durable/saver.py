@@ -11,6 +11,7 @@ import logging
 import os
 import random
 import threading
+import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Collection, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, cast
@@ -42,8 +43,11 @@ from .integrity import IntegrityPolicy, OnCorruption, ScanReport
 from .lease import DEFAULT_LEASE_TTL_S, DEFAULT_LEASE_WAIT_S, DEFAULT_ON_BUSY, LeaseBook, OnBusy, OwnHeads
 from .lease_keeper import LeaseKeeper
 from .lease_keeper_async import AsyncLeaseKeeper
-from .ledger import LedgerEntry, resolved
+from .ledger import LedgerEntry, damaged_entry, operator_answer
+from .metrics import MetricsHook, MetricsSink
 from .replicator import Replicator
+from .retention import RetentionPolicy, RetentionReport
+from .sweeper import RetentionSweeper
 from .tiers.base import QuarantinedRecord, redact
 from .tiers.postgres import PostgresTier
 from .tiers.postgres_async import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_POOL_SIZE, AsyncPostgresTier
@@ -77,6 +81,8 @@ _POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 _UNSET: Any = object()
 # How long close() keeps shipping what the shared tiers are owed.
 DEFAULT_DRAIN_TIMEOUT_S = 10.0
+# Threads a background retention sweep visits per second, at most.
+DEFAULT_RETENTION_RATE = 20.0
 
 
 def _signing_keys(signing_key: bytes | str | None, signing_keys: Sequence[bytes | str | None] | None) -> list[bytes]:
@@ -187,8 +193,9 @@ class DurableSaver(BaseCheckpointSaver[str]):
         on_corruption: what to do when a record is bad in every tier:
             ``"fallback"`` (default) serves the newest intact ancestor
             checkpoint, ``"raise"`` raises `CorruptCheckpoint`, a callable
-            does the fallback and receives each `CorruptionEvent`. Every bad
-            copy is quarantined, logged and counted in any case.
+            does the fallback and receives each `CorruptionEvent` (an async
+            one is awaited in the async face). Every bad copy is
+            quarantined, logged and counted in any case.
         max_record_bytes: largest serialized channel value, pending write or
             checkpoint accepted by ``put`` / ``put_writes``; a larger one raises
             `RecordTooLarge` naming the channel, and nothing is written.
@@ -239,6 +246,21 @@ class DurableSaver(BaseCheckpointSaver[str]):
             at least every this many versions, so a read of it touches at most
             this many records (`langgraph_durable.deltas`). 1 (or 0) stores
             every value whole, as the stock savers do.
+        retention: a `RetentionPolicy` (keep the newest N checkpoints per
+            thread and namespace, those younger than T, delete threads idle
+            longer than T) that `apply_retention` applies by default.
+        retention_every: seconds between background retention sweeps (a
+            daemon thread; None: none, call `apply_retention` yourself).
+        retention_rate: threads a background sweep visits per second, at
+            most (default 20; None: no limit).
+        metrics: a `langgraph_durable.metrics.MetricsHook` (or a list of
+            them) called with a `TierCall` for every call to a tier (tier,
+            operation, seconds, ok / miss / error / unavailable) and a
+            `CorruptCopy` for every bad copy a read met (what was served
+            instead, whether it was repaired). Ready-made: `TierStats` (counts
+            and latency percentiles to read) and `OpenTelemetryMetrics` (the
+            ``otel`` extra); both also report the journal backlog (`lag`). A
+            hook that raises is logged once and never breaks a call.
     """
 
     def __init__(
@@ -267,6 +289,10 @@ class DurableSaver(BaseCheckpointSaver[str]):
         call_timeout: float | None = DEFAULT_CALL_TIMEOUT_S,
         drain_timeout: float = DEFAULT_DRAIN_TIMEOUT_S,
         list_snapshot_every: int = DEFAULT_SNAPSHOT_EVERY,
+        metrics: MetricsHook | Sequence[MetricsHook] | None = None,
+        retention: RetentionPolicy | None = None,
+        retention_every: float | None = None,
+        retention_rate: float | None = DEFAULT_RETENTION_RATE,
     ) -> None:
         super().__init__(serde=serde)
         if write not in WRITE_MODES:
@@ -312,7 +338,9 @@ class DurableSaver(BaseCheckpointSaver[str]):
         # is as trusted as the process's own disk, so it keeps the default.
         strict = not keys[0] and (redis is not None or postgres is not None) and not permissive_decoding
         self._codec = RecordCodec(self.serde, signing_keys=keys, max_record_bytes=max_record_bytes, strict=strict)
-        self._policy = IntegrityPolicy(on_corruption)
+        # Per-tier metrics (metrics.py): None without hooks, so a tier call costs one `if`.
+        self._metrics = MetricsSink.of(metrics, lag=self.lag)
+        self._policy = IntegrityPolicy(on_corruption, metrics=self._metrics)
         self._validators: list[Validator] = []
         for v in validators:
             self.add_validator(v)
@@ -335,6 +363,19 @@ class DurableSaver(BaseCheckpointSaver[str]):
         # Versions of the checkpoints stored or served last, both faces (carried.py).
         self._seen = SeenVersions()
         self._replicator = Replicator(lambda: self._sync_chain().catch_up(), lambda: self._sync_chain().lag())
+        if retention is not None and not isinstance(retention, RetentionPolicy):
+            raise ConfigError(f"retention= must be a langgraph_durable.RetentionPolicy, not {retention!r}.")
+        if retention_every is not None and (retention is None or retention_every <= 0):
+            raise ConfigError("retention_every= needs retention= (a RetentionPolicy) and a number of seconds above 0.")
+        if retention_rate is not None and retention_rate <= 0:
+            raise ConfigError(f"retention_rate= must be threads per second above 0, or None, not {retention_rate!r}.")
+        self.retention = retention
+        self._sweeper: RetentionSweeper | None = None
+        if retention_every is not None:
+            self._sweeper = RetentionSweeper(
+                lambda pace: self.apply_retention(pace=pace), every=retention_every, rate=retention_rate
+            )
+            self._sweeper.start()
         self._lock = threading.Lock()
         self._sync: TierChain | None = None
         self._async: AsyncTierChain | None = None
@@ -440,6 +481,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
             "counters": self._counters,
             "deltas": self._deltas,
             "own": self._own,
+            "metrics": self._metrics,
             "seen": self._seen,
         }
 
@@ -549,6 +591,8 @@ class DurableSaver(BaseCheckpointSaver[str]):
         self._close_sync()
 
     def _close_sync(self) -> None:
+        if self._metrics is not None:
+            self._metrics.close()  # the backlog gauges stop asking: they would reopen the local file
         if self._sync is not None:
             self._sync_leases().release_all()  # writer leases (lease.py)
             self._sync.close()
@@ -616,6 +660,8 @@ class DurableSaver(BaseCheckpointSaver[str]):
                     kept,
                 )
         self._replicator.stop()
+        if self._sweeper is not None:
+            self._sweeper.stop()
 
     def drain(self, timeout: float | None = None) -> Lag:
         """Ship what the shared tiers are owed, until nothing is or `timeout`
@@ -866,17 +912,39 @@ class DurableSaver(BaseCheckpointSaver[str]):
         """Async `record_action`."""
         await self._async_chain().record_action(thread_id_of(thread_id, what="record_action"), entry)
 
-    def resolve_action(self, thread_id: str, key: str, *, done: bool, result: Any = None) -> LedgerEntry:
+    def resolve_action(
+        self, thread_id: str, key: str, *, done: bool, result: Any = None, force: bool = False
+    ) -> LedgerEntry:
         """An operator's answer for an escalated action: ``done=True`` (it
         happened; `result` is what later runs get) or ``done=False`` (it did
-        not; the next run may do it). The thread can then run again."""
-        entry = resolved(self.actions(thread_id).get(key), key, done=done, result=result)
+        not; the next run may do it). The thread can then run again.
+
+        Raises `ConfigError`, writing nothing, if the thread has no action
+        `key`, or if the action is already answered (confirmed done, or
+        answered by an operator) and `force` is not set: changing a confirmed
+        action could make the thread repeat or skip its side effect. An entry
+        damaged in every tier can always be answered."""
+        try:
+            entries: Mapping[str, LedgerEntry] | None = self.actions(thread_id)
+        except Exception as exc:
+            if not damaged_entry(exc, str(thread_id), key):
+                raise
+            entries = None  # unreadable everywhere: the answer replaces it
+        entry = operator_answer(str(thread_id), key, entries, done=done, result=result, force=force)
         self.record_action(thread_id, entry)
         return entry
 
-    async def aresolve_action(self, thread_id: str, key: str, *, done: bool, result: Any = None) -> LedgerEntry:
+    async def aresolve_action(
+        self, thread_id: str, key: str, *, done: bool, result: Any = None, force: bool = False
+    ) -> LedgerEntry:
         """Async `resolve_action`."""
-        entry = resolved((await self.aactions(thread_id)).get(key), key, done=done, result=result)
+        try:
+            entries: Mapping[str, LedgerEntry] | None = await self.aactions(thread_id)
+        except Exception as exc:
+            if not damaged_entry(exc, str(thread_id), key):
+                raise
+            entries = None  # see resolve_action
+        entry = operator_answer(str(thread_id), key, entries, done=done, result=result, force=force)
         await self.arecord_action(thread_id, entry)
         return entry
 
@@ -924,6 +992,15 @@ class DurableSaver(BaseCheckpointSaver[str]):
         await chain.ensure_setup()
         return [q for tier in chain.tiers for q in await tier.list_quarantine(thread_id)]
 
+    def thread_ids(self) -> builtins.list[str]:
+        """Every thread with a checkpoint or pending write in some tier,
+        sorted: the union over the tiers, as `verify` walks them (so a tier
+        that cannot be reached raises `TierUnavailable` rather than leaving
+        its threads out). ``langgraph-durable threads`` lists them."""
+        chain = self._sync_chain()
+        chain.ensure_setup()
+        return sorted({t for tier in chain.tiers for t in tier.thread_ids()})
+
     def verify(self, thread_id: str | None = None, *, progress: Callable[[int, int], None] | None = None) -> ScanReport:
         """Check every copy of every record in every tier (one thread or all).
         Changes nothing; `ScanReport.bad` lists each bad copy with its tier and key.
@@ -947,6 +1024,61 @@ class DurableSaver(BaseCheckpointSaver[str]):
     ) -> ScanReport:
         """Async `repair`."""
         return await self._async_chain().scan(thread_id, repair=True, progress=progress)
+
+    # -- retention (retention.py) ---------------------------------------------------
+
+    def apply_retention(
+        self,
+        policy: RetentionPolicy | None = None,
+        *,
+        thread_ids: Sequence[str] | None = None,
+        dry_run: bool = False,
+        now: float | None = None,
+        progress: Callable[[int, int], None] | None = None,
+        pace: Callable[[], None] | None = None,
+    ) -> RetentionReport:
+        """Apply `policy` (default: the saver's `retention=`) to these threads
+        (default: every thread any tier holds), in every tier; with `dry_run`
+        only count what would go. What a sweep never removes is listed in
+        `RetentionPolicy`. Records still owed to the shared tiers are shipped
+        first. A tier that cannot be reached raises `TierUnavailable` and
+        leaves the threads not reached yet as they were; run it again."""
+        chosen = self._retention_policy(policy)
+        chain = self._sync_chain()
+        with self._replicator.exclusive():
+            chain.catch_up()  # see delete_thread
+            return chain.retain(
+                chosen,
+                thread_ids,
+                now=time.time() if now is None else now,
+                dry_run=dry_run,
+                progress=progress,
+                pace=pace,
+            )
+
+    async def aapply_retention(
+        self,
+        policy: RetentionPolicy | None = None,
+        *,
+        thread_ids: Sequence[str] | None = None,
+        dry_run: bool = False,
+        now: float | None = None,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> RetentionReport:
+        """`apply_retention` on the async face."""
+        chosen = self._retention_policy(policy)
+        chain = self._async_chain()
+        async with self._replicator.aexclusive():
+            await chain.catch_up()
+            return await chain.retain(
+                chosen, thread_ids, now=time.time() if now is None else now, dry_run=dry_run, progress=progress
+            )
+
+    def _retention_policy(self, policy: RetentionPolicy | None) -> RetentionPolicy:
+        chosen = policy if policy is not None else self.retention
+        if not isinstance(chosen, RetentionPolicy):
+            raise ConfigError("no retention policy: pass one, or give the saver retention=RetentionPolicy(...).")
+        return chosen
 
     # -- importing another saver's threads (importer_async.py) ----------------------
 

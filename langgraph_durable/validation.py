@@ -88,7 +88,7 @@ class ValidationOutcome:
 
 
 # A plain function, or (awaited in the async face) an async one.
-ValidationHook = Callable[[ValidationOutcome], None | Awaitable[None]]
+ValidationHook = Callable[[ValidationOutcome], Awaitable[None] | None]
 
 
 def validator_name(v: Any) -> str:

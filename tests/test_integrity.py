@@ -3,6 +3,7 @@ directly in the stores (never through the saver)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sqlite3
 import subprocess
@@ -115,6 +116,30 @@ def test_graph_resumes_from_the_previous_step_when_its_latest_checkpoint_is_corr
         assert len(saver.quarantined("flaky")) == len(events)
         ids = [t.checkpoint["id"] for t in saver.list(cfg)]
         assert latest.checkpoint["id"] not in ids  # withdrawn, never served again
+
+
+async def test_an_async_on_corruption_hook_is_awaited_in_the_async_face(
+    make_saver: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    events: list[CorruptionEvent] = []
+
+    async def record(event: CorruptionEvent) -> None:
+        await asyncio.sleep(0)
+        events.append(event)
+
+    async with make_saver("sqlite", on_corruption=record) as saver:
+        cfg = {"configurable": {"thread_id": "flaky"}}
+        with pytest.raises(RuntimeError, match="died"):
+            await _flaky_graph(4, []).compile(checkpointer=saver).ainvoke({"messages": [], "n": 0}, cfg)
+        latest = await saver.aget_tuple(cfg)
+        damage_checkpoint(saver, "flaky", latest.checkpoint["id"], {"sqlite"})
+        older = await saver.aget_tuple(cfg)
+        assert older is not None and older.checkpoint["id"] != latest.checkpoint["id"]
+        assert [e.kind for e in events] == ["checkpoint"]
+        # The sync face cannot wait for it: the read goes on, and the log says why.
+        damage_checkpoint(saver, "flaky", older.checkpoint["id"], {"sqlite"})
+        assert saver.get_tuple(cfg) is not None
+        assert len(events) == 1 and "use graph.ainvoke" in caplog.text
 
 
 def test_raise_policy_refuses_instead_of_falling_back(make_saver: Any) -> None:

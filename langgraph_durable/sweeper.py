@@ -1,0 +1,60 @@
+"""Retention sweeps in the background (`DurableSaver(retention_every=...)`).
+
+A daemon thread applies the saver's `RetentionPolicy` every `every` seconds,
+one thread of the store at a time, at most `rate` threads a second, so a
+sweep over a large store never takes the tiers from the application. A
+sweep that fails (a tier down) is logged and tried again next time; `stop`
+ends a sweep between two threads.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+logger = logging.getLogger("langgraph_durable")
+
+
+class _Stopped(Exception):
+    pass
+
+
+class RetentionSweeper:
+    """Calls `sweep(pace)` every `every` seconds on a daemon thread; `pace`
+    waits 1/`rate` seconds (between two threads of the store)."""
+
+    def __init__(self, sweep: Callable[[Callable[[], None]], Any], *, every: float, rate: float | None) -> None:
+        self.sweep = sweep
+        self.every = every
+        self.rate = rate
+        self.sweeps = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="langgraph-durable-retention", daemon=True)
+            self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+    def _pace(self) -> None:
+        if self._stop.wait(1.0 / self.rate if self.rate else 0.0):
+            raise _Stopped
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            try:
+                report = self.sweep(self._pace)
+            except _Stopped:
+                return
+            except Exception:  # a sweep never takes the process down; the next one tries again
+                logger.exception("retention sweep failed; trying again in %.0f s", self.every)
+                continue
+            self.sweeps += 1
+            logger.info("retention sweep: %s", report)
