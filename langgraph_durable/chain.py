@@ -273,6 +273,7 @@ class TierChain:
         if self.deltas is not None:
             self.deltas.remember(stored)  # its lists may now be the base of the next pieces
         self.seen.note(row.thread_id, row.checkpoint_ns, row.checkpoint_id, versions)
+        self._bounded(row.thread_id, local_took)
         if self.own is not None:
             if fence is not None and local_took:
                 self.own.put(row.thread_id, row.checkpoint_ns, fence.token, row.checkpoint_id, time.monotonic())
@@ -323,10 +324,29 @@ class TierChain:
                 self.own.writes(first.thread_id, first.checkpoint_ns, fence.token, first.checkpoint_id, keys, now)
             else:
                 self.own.forget(first.thread_id)
+        self._bounded(rows[0].thread_id, local_took)
 
     def _local(self) -> SqliteTier:
         assert self.local is not None
         return self.local
+
+    def _bounded(self, thread_id: str, wrote: bool = False) -> None:
+        """A size-bounded local cache (``local_max_bytes``): note the use of
+        `thread_id` and, after a local write, evict what is past the bound
+        (`SqliteTier.evict`), never a thread this saver is running."""
+        if self.raw_local is None or self.raw_local.max_bytes is None:
+            return
+        self.raw_local.touch(thread_id)
+        if not wrote:
+            return
+        running = (self.own.threads() if self.own is not None else set()) | {thread_id}
+        try:
+            evicted = self._local().evict(running)
+        except TierUnavailable:
+            return  # counted as a local write failure where it matters; the next check tries again
+        for gone in evicted:
+            if self.own is not None:
+                self.own.forget(gone)
 
     def tier_named(self, name: str) -> Tier:
         return next((t for t in self.tiers if t.name == name), self.tiers[-1])
@@ -543,6 +563,7 @@ class TierChain:
         ns = configurable.get("checkpoint_ns", "") or ""
         cid = configurable.get("checkpoint_id")
         self.ensure_setup()
+        self._bounded(thread_id)
         if not cid and self.own is not None:
             expected = self.own.current(thread_id, ns, lease_token, time.monotonic())
             if expected is not None:
@@ -581,6 +602,8 @@ class TierChain:
         plain: dict[str, Any] = dict(before or {})
         before_id = cast(str | None, (plain.get("configurable") or plain).get("checkpoint_id"))
         self.ensure_setup()
+        if thread_id is not None:
+            self._bounded(thread_id)
         return self.reads.list_tuples(thread_id, ns, cid, before_id, filter, limit, channels)
 
     def delta_history(

@@ -519,6 +519,11 @@ class OwnHeads:
             if own.checkpoint_id == checkpoint_id:
                 own.writes |= keys
 
+    def threads(self) -> set[str]:
+        """The threads this saver wrote last under their lease (running, or just ran)."""
+        with self._lock:
+            return {thread_id for thread_id, _ in self._own}
+
     def forget(self, thread_id: str | None) -> None:
         """The local tier missed a write of the thread, or the thread was
         written without its lease or deleted (None: every thread)."""

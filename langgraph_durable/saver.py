@@ -246,6 +246,12 @@ class DurableSaver(BaseCheckpointSaver[str]):
             at least every this many versions, so a read of it touches at most
             this many records (`langgraph_durable.deltas`). 1 (or 0) stores
             every value whole, as the stock savers do.
+        local_max_bytes: bound the local SQLite file to about this many
+            bytes in use: past it, the least recently used threads' local
+            copies are evicted (never one the journal still owes a shared
+            tier, nor one this saver is running); a read copies an evicted
+            thread back from the shared tiers. Needs a shared tier. None
+            (default): unbounded.
         retention: a `RetentionPolicy` (keep the newest N checkpoints per
             thread and namespace, those younger than T, delete threads idle
             longer than T) that `apply_retention` applies by default.
@@ -290,6 +296,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         drain_timeout: float = DEFAULT_DRAIN_TIMEOUT_S,
         list_snapshot_every: int = DEFAULT_SNAPSHOT_EVERY,
         metrics: MetricsHook | Sequence[MetricsHook] | None = None,
+        local_max_bytes: int | None = None,
         retention: RetentionPolicy | None = None,
         retention_every: float | None = None,
         retention_rate: float | None = DEFAULT_RETENTION_RATE,
@@ -315,6 +322,13 @@ class DurableSaver(BaseCheckpointSaver[str]):
             )
         if sqlite is None and redis is None and postgres is None:
             raise ConfigError("DurableSaver needs at least one tier: pass sqlite=, redis= or postgres=.")
+        if local_max_bytes is not None and (
+            not isinstance(local_max_bytes, int) or local_max_bytes < 1 or sqlite is None or (redis or postgres) is None
+        ):
+            raise ConfigError(
+                "local_max_bytes= bounds the local SQLite cache of the shared tiers: it needs sqlite= and redis= "
+                f"or postgres= (alone, the local file is the only copy), and a number of bytes; got {local_max_bytes!r}."
+            )
         if sqlite is not None and not isinstance(sqlite, (str, os.PathLike)):
             raise ConfigError(f"sqlite= must be a file path, ':memory:' or None, not {type(sqlite).__name__}.")
         if redis is not None:
@@ -350,7 +364,9 @@ class DurableSaver(BaseCheckpointSaver[str]):
         self.call_timeout = call_timeout
         self.drain_timeout = drain_timeout
         self._local = (
-            SqliteTier(self.sqlite_path, busy_timeout=sqlite_busy_timeout, fsync=write == "local")
+            SqliteTier(
+                self.sqlite_path, busy_timeout=sqlite_busy_timeout, fsync=write == "local", max_bytes=local_max_bytes
+            )
             if self.sqlite_path
             else None
         )

@@ -19,7 +19,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -130,7 +130,22 @@ MIGRATIONS: list[str] = [
     ALTER TABLE lgd_journal ADD COLUMN acked INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE lgd_journal ADD COLUMN fence TEXT;
     """,
+    # When each thread was last used, for a size-bounded cache (`evict`).
+    """
+    CREATE TABLE IF NOT EXISTS lgd_thread_use (
+        thread_id TEXT PRIMARY KEY,
+        used_at REAL NOT NULL
+    ) WITHOUT ROWID;
+    """,
 ]
+
+# A size-bounded cache evicts down to this share of its bound, so that it
+# does not evict again at the very next write.
+EVICT_TO = 0.8
+# How often a bounded cache checks its size: every this many reads and
+# writes, or this many seconds.
+EVICT_CHECK_USES = 32
+EVICT_CHECK_S = 2.0
 
 _CP_COLS = "thread_id, checkpoint_ns, checkpoint_id, parent_id, run_id, metadata, record"
 _W_COLS = "thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, task_path, record"
@@ -140,6 +155,12 @@ _W_COLS = "thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, task_
 _RECORD = "CAST(record AS BLOB)"
 _READ_CP_COLS = _CP_COLS.replace("record", _RECORD)
 _READ_W_COLS = _W_COLS.replace("record", _RECORD)
+
+
+def _in_use(conn: sqlite3.Connection) -> int:
+    """Bytes of the database in use: its pages less the free ones."""
+    pages = conn.execute("PRAGMA page_count").fetchone()[0] - conn.execute("PRAGMA freelist_count").fetchone()[0]
+    return int(pages) * int(conn.execute("PRAGMA page_size").fetchone()[0])
 
 
 def _text(value: bytes) -> str:
@@ -161,10 +182,24 @@ class SqliteTier:
 
     name = "sqlite"
 
-    def __init__(self, path: str, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT_S, fsync: bool = False) -> None:
+    def __init__(
+        self,
+        path: str,
+        *,
+        busy_timeout: float = DEFAULT_BUSY_TIMEOUT_S,
+        fsync: bool = False,
+        max_bytes: int | None = None,
+    ) -> None:
         self.path = path
         self.busy_timeout = busy_timeout
         self.fsync = fsync
+        # A cache of the shared tiers bounded in size (`evict`): threads used
+        # last, by this process, and what was written since the last check.
+        self.max_bytes = max_bytes
+        self._used: dict[str, float] = {}
+        self._used_lock = threading.Lock()
+        self._uses_since_check = 0
+        self._checked_at = 0.0
         self._lock = threading.RLock()
         self._conn: sqlite3.Connection | None = None
         self._ready = False
@@ -682,6 +717,65 @@ class SqliteTier:
                 [(thread_id, *b) for b in blobs if tuple(b) not in keep_blobs],
             )
 
+    # -- a size-bounded cache: least recently used threads out -------------------
+
+    def touch(self, thread_id: str) -> None:
+        """`thread_id` was just read or written (in memory: a read writes nothing)."""
+        if self.max_bytes is not None:
+            with self._used_lock:
+                self._used[thread_id] = time.time()
+                self._uses_since_check += 1
+
+    def used_bytes(self) -> int:
+        """Bytes of the file in use (free pages left by deletes not counted)."""
+        with self._read() as conn:
+            return _in_use(conn)
+
+    def evict(self, protect: Collection[str] = (), *, force: bool = False) -> list[str]:
+        """Past `max_bytes`, delete the local copies of the least recently
+        used threads until the file uses `EVICT_TO` of it. Never a thread the
+        journal still owes a shared tier, nor one in `protect` (threads this
+        saver is running). Checks at most every `EVICT_CHECK_USES` uses or
+        `EVICT_CHECK_S` seconds unless `force`. The shared tiers still hold
+        what is evicted; a read copies it back. Returns the evicted threads."""
+        if self.max_bytes is None:
+            return []
+        now = time.time()
+        with self._used_lock:
+            due = self._uses_since_check >= EVICT_CHECK_USES or now - self._checked_at >= EVICT_CHECK_S
+            if not (due or force):
+                return []
+            self._uses_since_check = 0
+            self._checked_at = now
+            used = dict(self._used)
+        if self.used_bytes() <= self.max_bytes:
+            return []
+        target = int(self.max_bytes * EVICT_TO)
+        evicted: list[str] = []
+        with self._tx() as conn:
+            conn.executemany(
+                "INSERT INTO lgd_thread_use VALUES (?, ?) "
+                "ON CONFLICT(thread_id) DO UPDATE SET used_at = MAX(used_at, excluded.used_at)",
+                list(used.items()),
+            )
+            held = {r[0] for r in conn.execute("SELECT DISTINCT thread_id FROM lgd_checkpoints")}
+            held |= {r[0] for r in conn.execute("SELECT DISTINCT thread_id FROM lgd_writes")}
+            owed = {r[0] for r in conn.execute("SELECT DISTINCT thread_id FROM lgd_journal")}
+            last_use = dict(conn.execute("SELECT thread_id, used_at FROM lgd_thread_use").fetchall())
+            candidates = sorted(held - owed - set(protect), key=lambda t: (last_use.get(t, 0.0), t))
+            for thread_id in candidates:
+                # The pages a delete empties join the free list at once, inside
+                # the transaction: the size is measured, not estimated.
+                if _in_use(conn) <= target:
+                    break
+                for table in ("lgd_checkpoints", "lgd_blobs", "lgd_writes", "lgd_thread_use"):
+                    conn.execute(f"DELETE FROM {table} WHERE thread_id = ?", (thread_id,))
+                evicted.append(thread_id)
+        with self._used_lock:
+            for thread_id in evicted:
+                self._used.pop(thread_id, None)
+        return evicted
+
     # -- writer leases (lease.py): the local clock; every step is one transaction --
 
     @staticmethod
@@ -816,6 +910,14 @@ class AsyncSqliteTier:
     def defer_ack(self, seq: int | None, tiers: Sequence[str], *, everyone: Sequence[str] = ()) -> None:
         """`SqliteTier.defer_ack`, on the caller's thread: it never waits."""
         self.tier.defer_ack(seq, tiers, everyone=everyone)
+
+    def touch(self, thread_id: str) -> None:
+        """`SqliteTier.touch`, on the caller's thread: in memory only."""
+        self.tier.touch(thread_id)
+
+    @property
+    def max_bytes(self) -> int | None:
+        return self.tier.max_bytes
 
     async def close(self) -> None:
         # The shared SqliteTier is closed by its owner; only the worker goes.
