@@ -75,6 +75,8 @@ ENV_REDIS_KEY_PREFIX = "LANGGRAPH_DURABLE_REDIS_KEY_PREFIX"
 # Comma-separated keys still accepted for verification (rotation); the word
 # "unsigned" accepts records without a key.
 ENV_OLD_SIGNING_KEYS = "LANGGRAPH_DURABLE_OLD_SIGNING_KEYS"
+# "false" behind a pooler in transaction mode (PgBouncer): see postgres_prepared_statements.
+ENV_POSTGRES_PREPARED_STATEMENTS = "LANGGRAPH_DURABLE_POSTGRES_PREPARED_STATEMENTS"
 
 _REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 _POSTGRES_SCHEMES = ("postgresql://", "postgres://")
@@ -135,6 +137,15 @@ def _check_url(kind: str, url: str, schemes: tuple[str, ...]) -> str:
     return url
 
 
+def _env_flag(name: str, value: str) -> bool:
+    word = value.strip().lower()
+    if word in ("1", "true", "yes", "on"):
+        return True
+    if word in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"{name} must be true or false (or 1/0, yes/no, on/off), got {value!r}.")
+
+
 async def _close_at_loop_shutdown(chain: AsyncTierChain) -> None:
     """Close `chain` from ``loop.shutdown_asyncgens()``. asyncio.run has
     cancelled every task by then, psycopg_pool's workers included, and the
@@ -187,6 +198,17 @@ class DurableSaver(BaseCheckpointSaver[str]):
             registers the state's types) or a signing key is set.
         redis_key_prefix: prefix of every Redis key this saver writes.
         postgres_pool_size: maximum connections in each psycopg pool.
+        postgres_prepared_statements: let psycopg prepare statements on the
+            server (its ``prepare_threshold``), saving a parse and a plan per
+            call. Pass False when a pooler in transaction mode sits in front
+            of Postgres (PgBouncer ``pool_mode = transaction``) and does not
+            track prepared statements (below 1.21, or ``max_prepared_statements
+            = 0``): it runs each transaction in any server session, where a
+            prepared statement is missing or another replica's, so calls fail
+            with `ConfigError` saying so (or, worse, run the other statement).
+            The tier keeps no other session state, so nothing else needs
+            changing. Also
+            ``LANGGRAPH_DURABLE_POSTGRES_PREPARED_STATEMENTS=false``.
         sqlite_busy_timeout: seconds to wait for another process's SQLite lock.
         connect_timeout: seconds before Redis or Postgres counts as unreachable
             (connecting, and each Redis command).
@@ -281,6 +303,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         permissive_decoding: bool = False,
         redis_key_prefix: str = DEFAULT_KEY_PREFIX,
         postgres_pool_size: int = DEFAULT_POOL_SIZE,
+        postgres_prepared_statements: bool = True,
         sqlite_busy_timeout: float = DEFAULT_BUSY_TIMEOUT_S,
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
         on_corruption: OnCorruption = "fallback",
@@ -337,12 +360,17 @@ class DurableSaver(BaseCheckpointSaver[str]):
             _check_url("postgres", postgres, _POSTGRES_SCHEMES)
         if postgres_pool_size < 1:
             raise ConfigError(f"postgres_pool_size must be at least 1, got {postgres_pool_size}.")
+        if not isinstance(postgres_prepared_statements, bool):
+            raise ConfigError(
+                f"postgres_prepared_statements must be True or False, got {postgres_prepared_statements!r}."
+            )
         keys = _signing_keys(signing_key, signing_keys)
         self.sqlite_path = os.fspath(sqlite) if sqlite is not None else None
         self.redis_url = redis
         self.postgres_url = postgres
         self.redis_key_prefix = redis_key_prefix
         self.postgres_pool_size = postgres_pool_size
+        self.postgres_prepared_statements = postgres_prepared_statements
         self.connect_timeout = connect_timeout
         if max_record_bytes is not None and max_record_bytes < 1:
             raise ConfigError(f"max_record_bytes must be positive or None, got {max_record_bytes}.")
@@ -426,7 +454,9 @@ class DurableSaver(BaseCheckpointSaver[str]):
         """Tiers from ``LANGGRAPH_DURABLE_SQLITE`` (a path, ``:memory:``, or
         empty for no local tier; default ``.langgraph_durable/checkpoints.sqlite``),
         ``LANGGRAPH_DURABLE_REDIS_URL`` (and ``LANGGRAPH_DURABLE_REDIS_KEY_PREFIX``),
-        ``LANGGRAPH_DURABLE_POSTGRES_URL``, ``LANGGRAPH_DURABLE_WRITE`` and
+        ``LANGGRAPH_DURABLE_POSTGRES_URL`` (and
+        ``LANGGRAPH_DURABLE_POSTGRES_PREPARED_STATEMENTS``, true or false),
+        ``LANGGRAPH_DURABLE_WRITE`` and
         ``LANGGRAPH_DURABLE_SIGNING_KEY`` (plus ``LANGGRAPH_DURABLE_OLD_SIGNING_KEYS``,
         comma-separated, during a key rotation). Keyword options override them."""
         env = os.environ
@@ -440,6 +470,10 @@ class DurableSaver(BaseCheckpointSaver[str]):
             kwargs["write"] = env[ENV_WRITE]
         if env.get(ENV_REDIS_KEY_PREFIX):
             kwargs["redis_key_prefix"] = env[ENV_REDIS_KEY_PREFIX]
+        if env.get(ENV_POSTGRES_PREPARED_STATEMENTS):
+            kwargs["postgres_prepared_statements"] = _env_flag(
+                ENV_POSTGRES_PREPARED_STATEMENTS, env[ENV_POSTGRES_PREPARED_STATEMENTS]
+            )
         if env.get(ENV_SIGNING_KEY) or env.get(ENV_OLD_SIGNING_KEYS):
             old = [k.strip() for k in env.get(ENV_OLD_SIGNING_KEYS, "").split(",") if k.strip()]
             kwargs["signing_keys"] = [env.get(ENV_SIGNING_KEY) or None] + [None if k == "unsigned" else k for k in old]
@@ -464,7 +498,10 @@ class DurableSaver(BaseCheckpointSaver[str]):
         if self.postgres_url:
             shared.append(
                 postgres_tier(
-                    self.postgres_url, pool_size=self.postgres_pool_size, connect_timeout=self.connect_timeout
+                    self.postgres_url,
+                    pool_size=self.postgres_pool_size,
+                    connect_timeout=self.connect_timeout,
+                    prepared_statements=self.postgres_prepared_statements,
                 )
             )
         return shared

@@ -4,8 +4,16 @@ Tables are keyed by thread first, so they partition cleanly by thread.
 Schema changes go through `MIGRATIONS` (index = version, append only),
 applied under an advisory lock so many replicas can call ``setup()`` at once.
 
+Every statement works behind a pooler in transaction mode (PgBouncer
+``pool_mode = transaction``), which hands each transaction to whichever
+server connection is free: nothing here keeps state in a server session
+between transactions (no SET, LISTEN, temporary table, WITH HOLD cursor or
+session advisory lock; the migration lock is ``pg_advisory_xact_lock``, held
+by the transaction that migrates). The one session feature is psycopg's
+server-side prepared statements, off with ``prepared_statements=False``.
+
 This is the async source; ``postgres.py`` is generated from it by
-``tools/generate_sync.py``.
+``python -m langgraph_durable._codegen``.
 """
 
 from __future__ import annotations
@@ -134,6 +142,21 @@ _CONFIG_FAILURES = (
     "not permitted to log in",
     "permission denied",
 )
+# What the server says when psycopg's prepared statements (named _pg3_0,
+# _pg3_1, ... by every connection) meet a server session other than the one
+# they were prepared in: the mark of a pooler in transaction mode between us
+# and the server. Such a session may lack the name, hold another client's
+# statement under it, or one with another number of parameters (a protocol
+# violation, which would otherwise pass for an outage).
+_SESSION_MOVED = (
+    psycopg.errors.DuplicatePreparedStatement,
+    psycopg.errors.InvalidSqlStatementName,
+    psycopg.errors.ProtocolViolation,
+)
+
+
+def _prepared_elsewhere(exc: psycopg.Error) -> bool:
+    return not isinstance(exc, psycopg.errors.ProtocolViolation) or "prepared statement" in str(exc)
 
 
 # A pooled connection returned this recently is handed out without the test
@@ -152,7 +175,16 @@ def _w(r: TupleRow) -> WriteRow:
 
 
 class AsyncPostgresTier:
-    """Checkpoints in Postgres through a psycopg connection pool."""
+    """Checkpoints in Postgres through a psycopg connection pool.
+
+    ``prepared_statements=False`` keeps psycopg from preparing statements on
+    the server (``prepare_threshold=None``): needed behind a pooler in
+    transaction mode that does not track them. There a call finds its
+    prepared statement missing, or another client's under the same name:
+    it fails with `ConfigError` (or, same name and number of parameters,
+    runs the other statement). Each call then costs the server a parse and
+    a plan.
+    """
 
     name = "postgres"
 
@@ -162,11 +194,13 @@ class AsyncPostgresTier:
         *,
         pool_size: int = DEFAULT_POOL_SIZE,
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
+        prepared_statements: bool = True,
     ) -> None:
         self.url = url
         self.where = redact(url)
         self.connect_timeout = connect_timeout
         self.pool_size = pool_size
+        self.prepared_statements = prepared_statements
         self._failed_at = 0.0  # when a call last met a connection error
         self.pool = self._new_pool()
         self._opened = False
@@ -174,13 +208,30 @@ class AsyncPostgresTier:
     @contextlib.contextmanager
     def _unreachable(self) -> Generator[None, None, None]:
         """`unavailable_on` for this tier, remembering when a call failed:
-        from then on every pooled connection is tested before use."""
+        from then on every pooled connection is tested before use. A
+        prepared statement met in the wrong server session is a
+        `ConfigError` saying how to run behind a transaction pooler."""
         try:
             with unavailable_on("postgres", self.where, *_ERRORS):
-                yield
+                try:
+                    yield
+                except _SESSION_MOVED as exc:
+                    if self.prepared_statements and _prepared_elsewhere(exc):
+                        raise self._pooled_error(exc) from exc
+                    raise
         except TierUnavailable:
             self._failed_at = time.monotonic()
             raise
+
+    def _pooled_error(self, exc: psycopg.Error) -> ConfigError:
+        return ConfigError(
+            f"postgres tier at {self.where}: {' '.join(str(exc).split())}. A connection pooler in transaction "
+            "mode (PgBouncer pool_mode = transaction) is between this saver and the server: it runs each "
+            "transaction in any server session, where the statements psycopg prepared are missing or are another "
+            "client's. Pass postgres_prepared_statements=False to DurableSaver (or set "
+            "LANGGRAPH_DURABLE_POSTGRES_PREPARED_STATEMENTS=false), or make the pooler track prepared statements "
+            "(PgBouncer 1.21+: max_prepared_statements > 0)."
+        )
 
     @contextlib.asynccontextmanager
     async def _connection(self) -> AsyncIterator[Any]:
@@ -213,7 +264,15 @@ class AsyncPostgresTier:
             max_size=self.pool_size,
             open=False,
             timeout=self.connect_timeout,
-            kwargs={"autocommit": True, "connect_timeout": max(1, int(self.connect_timeout)), **_KEEPALIVES},
+            kwargs={
+                "autocommit": True,
+                "connect_timeout": max(1, int(self.connect_timeout)),
+                **_KEEPALIVES,
+                # psycopg prepares a statement on the server once a connection
+                # has run it a few times; None never does, for a pooler that
+                # gives each transaction any server session (see the module).
+                **({} if self.prepared_statements else {"prepare_threshold": None}),
+            },
             # Hand out no connection the server dropped while it sat in the
             # pool (a restart, a failover): one idle for a while is tested first.
             check=self._check,

@@ -1,0 +1,260 @@
+"""Postgres behind PgBouncer in transaction pooling mode, as many replicas
+reach it: each transaction may run on another server session.
+
+With ``postgres_prepared_statements=False`` the Postgres tier keeps nothing
+in a server session between transactions, so the conformance suite, real
+graphs, writer leases and migrations behave as on a direct connection.
+Without it, psycopg's prepared statements break after a few calls. Through
+a private ``pgbouncer`` per test (tests/pgbouncer.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from langgraph.checkpoint.memory import InMemorySaver
+
+from langgraph_durable import ConfigError, DurableSaver
+from langgraph_durable.saver import ENV_POSTGRES_PREPARED_STATEMENTS
+from langgraph_durable.tiers.postgres_async import MIGRATIONS
+from tests import lease_worker
+from tests import test_lease as lease_tests
+
+from .conftest import POSTGRES_URL
+from .graphs import arun_scenarios, run_scenarios
+from .pgbouncer import PrivateBouncer
+from .test_conformance import _run_suite
+from .test_graphs import DURABILITIES, _compare
+
+SPAWN = lease_tests.SPAWN
+POOLED = ["postgres", "sqlite+postgres"]
+
+
+@pytest.fixture
+def bouncer() -> Iterator[PrivateBouncer]:
+    with PrivateBouncer(POSTGRES_URL) as b:
+        yield b
+
+
+@pytest.fixture
+def pooled_url(postgres_url: str, bouncer: PrivateBouncer) -> str:
+    """The test's fresh database, through the pooler (which stops before
+    the database is dropped)."""
+    return bouncer.url_for(postgres_url)
+
+
+@pytest.fixture
+def make_pooled(make_saver: Any, pooled_url: str) -> Any:
+    """`make_saver` with Postgres through the pooler, prepared statements off."""
+
+    def make(tiers: str, **options: Any) -> DurableSaver:
+        return make_saver(tiers, **({"postgres": pooled_url, "postgres_prepared_statements": False} | options))
+
+    return make
+
+
+# -- the option, no servers ------------------------------------------------------------------
+
+
+def test_the_option_reaches_the_pool_and_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    url = "postgresql://postgres@127.0.0.1:1/none"  # nothing connects until first use
+    for option, kwargs in ((False, {"prepare_threshold": None}), (True, {})):  # {}: psycopg's default
+        saver = DurableSaver(sqlite=None, postgres=url, postgres_prepared_statements=option, drain_timeout=0)
+        (tier,) = saver._sync_chain().raw_shared
+        assert {k: v for k, v in tier.pool.kwargs.items() if k == "prepare_threshold"} == kwargs
+        saver.close()
+    for value, on in (("false", False), ("0", False), ("Off", False), ("true", True), ("yes", True)):
+        monkeypatch.setenv(ENV_POSTGRES_PREPARED_STATEMENTS, value)
+        assert DurableSaver.from_env(sqlite=None, postgres=url).postgres_prepared_statements is on
+    monkeypatch.setenv(ENV_POSTGRES_PREPARED_STATEMENTS, "sometimes")
+    with pytest.raises(ConfigError, match="true or false"):
+        DurableSaver.from_env(sqlite=None, postgres=url)
+    with pytest.raises(ConfigError, match="True or False"):
+        DurableSaver(sqlite=None, postgres=url, postgres_prepared_statements="false")  # type: ignore[arg-type]
+
+
+# -- the failure it prevents -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("face", ["sync", "async"])
+@pytest.mark.parametrize("prepared", [True, False])
+async def test_prepared_statements_break_behind_transaction_pooling(
+    make_saver: Any, pooled_url: str, prepared: bool, face: str
+) -> None:
+    """Two replicas taking turns: psycopg prepares a statement once a
+    connection has run it 5 times, as ``_pg3_0``, ``_pg3_1``, ... on
+    whichever server session the pooler lent it. The second replica's
+    ``_pg3_0`` then meets the first one's in that session ("already exists"),
+    or a replica's own is looked for in another session ("does not exist").
+    The tier turns either into a `ConfigError` that says what to do. With
+    prepared statements off, the same turns all succeed."""
+    runs = 20
+    replicas = [make_saver("postgres", postgres=pooled_url, postgres_prepared_statements=prepared) for _ in range(2)]
+    graphs = [lease_worker.counter().compile(checkpointer=s) for s in replicas]
+    failed: ConfigError | None = None
+    try:
+        for i in range(runs):
+            try:
+                for n, graph in enumerate(graphs):
+                    args = ({"hits": [f"{n}-{i}"]}, {"configurable": {"thread_id": f"replica-{n}"}})
+                    _ = graph.invoke(*args) if face == "sync" else await graph.ainvoke(*args)
+            except ConfigError as exc:
+                failed = exc  # in the 4th to 6th turn, in practice
+                break
+    finally:
+        for s in replicas:
+            with contextlib.suppress(ConfigError):  # releasing the lease may meet the same broken statement
+                _ = s.close() if face == "sync" else await s.aclose()
+    if not prepared:
+        assert failed is None
+        with make_saver("postgres") as direct:  # straight to Postgres
+            for n in range(2):
+                state = direct.get_tuple({"configurable": {"thread_id": f"replica-{n}"}}).checkpoint
+                assert state["channel_values"]["count"] == runs
+        return
+    assert failed is not None, f"{runs} turns of two replicas through the pooler met no broken prepared statement"
+    assert "postgres_prepared_statements=False" in str(failed)
+    assert isinstance(failed.__cause__, psycopg.Error)
+    # "already exists", "does not exist", or a bind to another client's
+    # statement with a different number of parameters
+    found = re.search(r'prepared statement "_pg3_\d+" (already exists|does not exist|requires \d+)', str(failed))
+    assert found, failed
+
+
+# -- with the option: everything works ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("face", ["async", "sync"])
+@pytest.mark.parametrize("tiers", POOLED)
+async def test_conformance_through_pgbouncer(make_pooled: Any, tiers: str, face: str) -> None:
+    await _run_suite(make_pooled, tiers, face)
+
+
+@pytest.mark.parametrize("face", ["async", "sync"])
+async def test_conformance_write_behind_through_pgbouncer(make_pooled: Any, face: str) -> None:
+    """The replicator ships the journal to Postgres through the pooler."""
+    await _run_suite(make_pooled, "sqlite+postgres", face, write="local")
+
+
+@pytest.mark.parametrize("durability", DURABILITIES)
+@pytest.mark.parametrize("tiers", POOLED)
+def test_graphs_sync_through_pgbouncer(make_pooled: Any, tiers: str, durability: str) -> None:
+    expected = run_scenarios(InMemorySaver(), durability)
+    with make_pooled(tiers) as saver:
+        actual = run_scenarios(saver, durability)
+    _compare(expected, actual)
+
+
+@pytest.mark.parametrize("durability", DURABILITIES)
+@pytest.mark.parametrize("tiers", POOLED)
+async def test_graphs_async_through_pgbouncer(make_pooled: Any, tiers: str, durability: str) -> None:
+    expected = await arun_scenarios(InMemorySaver(), durability)
+    async with make_pooled(tiers) as saver:
+        actual = await arun_scenarios(saver, durability)
+    _compare(expected, actual)
+
+
+# -- writer leases: replicas contending for one thread through the pooler ------------------------
+
+
+@pytest.mark.parametrize("tiers", POOLED)
+def test_two_processes_increment_one_thread_through_pgbouncer(
+    tmp_path: Path, make_pooled: Any, pooled_url: str, tiers: str
+) -> None:
+    """Two replica processes, each running the same thread 20 times: the
+    lease, taken and renewed in Postgres through the pooler, lets one run at
+    a time, so no run is lost and the history never forks."""
+    runs, thread_id = 20, f"counter-{uuid.uuid4().hex[:8]}"
+    start, results = SPAWN.Event(), SPAWN.Queue()
+    procs = []
+    for tag in ("A", "B"):
+        kwargs = {
+            "sqlite": str(tmp_path / f"{tag}.sqlite") if "sqlite" in tiers else None,
+            "postgres": pooled_url,
+            "postgres_prepared_statements": False,
+            "on_busy": "wait",
+            "lease_ttl": 2.0,
+            "lease_wait": 60,
+        }
+        procs.append(SPAWN.Process(target=lease_worker.increments, args=(kwargs, thread_id, tag, runs, start, results)))
+    for p in procs:
+        p.start()
+    start.set()
+    outcomes = lease_tests._collect(results, 2, procs)
+    assert sorted(outcomes) == [("ok", "A"), ("ok", "B")], outcomes
+    with make_pooled(tiers, sqlite_name="check.sqlite") as saver:
+        state = saver.get_tuple({"configurable": {"thread_id": thread_id}}).checkpoint["channel_values"]
+        assert state["count"] == 2 * runs
+        assert sorted(state["hits"]) == sorted(f"{t}-{i}" for t in "AB" for i in range(runs))
+        lease_tests._history_is_one_line(saver, thread_id)
+
+
+@pytest.mark.parametrize("durability", ["async", "sync"])
+def test_a_stalled_holder_is_fenced_out_through_pgbouncer(make_pooled: Any, durability: str) -> None:
+    """A holder that stalls past its lease's TTL loses the thread to another
+    replica, and its late write is refused by the fence (one statement that
+    checks and renews the lease, then writes)."""
+    lease_tests.test_a_holder_that_stalls_past_the_ttl_loses_the_thread_and_its_write(
+        make_pooled, "postgres", durability
+    )
+
+
+# -- setup: migrations on a fresh database, many replicas at once -------------------------------
+
+
+def test_replicas_migrate_a_fresh_database_at_once_through_pgbouncer(
+    make_pooled: Any, postgres_url: str, bouncer: PrivateBouncer
+) -> None:
+    """Six replicas (sync and async faces) call setup() at the same moment
+    on an empty database. The migration lock is a transaction's
+    (``pg_advisory_xact_lock``), so it holds through the pooler: each
+    migration runs once and every replica starts."""
+    savers = [make_pooled("postgres") for _ in range(6)]
+    barrier = threading.Barrier(len(savers))
+    errors: list[BaseException] = []
+
+    def sync_setup(saver: DurableSaver) -> None:
+        try:
+            barrier.wait(10)
+            saver.setup()
+        except BaseException as exc:
+            errors.append(exc)
+
+    def async_setup(saver: DurableSaver) -> None:
+        async def go() -> None:
+            barrier.wait(10)
+            await saver.asetup()
+            await saver.aclose()
+
+        try:
+            asyncio.run(go())
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=sync_setup if i % 2 else async_setup, args=(s,)) for i, s in enumerate(savers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    try:
+        assert not errors, errors
+        config = {"configurable": {"thread_id": "after-setup"}}
+        out = lease_worker.counter().compile(checkpointer=savers[1]).invoke({"hits": ["x"]}, config)
+        assert out == {"count": 1, "hits": ["x"]}
+    finally:
+        for s in savers:
+            s.close()
+    with psycopg.connect(postgres_url, autocommit=True) as direct:  # what really happened, past the pooler
+        versions = [r[0] for r in direct.execute("SELECT v FROM lgd_migrations ORDER BY v").fetchall()]
+        assert versions == list(range(1, len(MIGRATIONS)))
+        tables = {r[0] for r in direct.execute("SELECT tablename FROM pg_tables WHERE tablename LIKE 'lgd_%'")}
+        assert {"lgd_checkpoints", "lgd_blobs", "lgd_writes", "lgd_leases", "lgd_meta"} <= tables
