@@ -17,6 +17,7 @@ from .errors import (
 from .importing import ImportReport
 from .integrity import CorruptionEvent, CorruptionHook
 from .ledger import LedgerEntry, action, durable_action
+from .metrics import CorruptCopy, MetricsHook, OpenTelemetryMetrics, TierCall, TierStats
 from .retention import RetentionPolicy, RetentionReport
 from .saver import DurableSaver
 from .validation import (
@@ -61,6 +62,12 @@ __all__ = [
     "DurableError",
     "DurableSaver",
     "ImportReport",
+    # metrics
+    "CorruptCopy",
+    "MetricsHook",
+    "OpenTelemetryMetrics",
+    "TierCall",
+    "TierStats",
     "RetentionPolicy",
     "RetentionReport",
     "LeaseLost",
