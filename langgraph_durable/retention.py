@@ -38,8 +38,9 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any, cast
+
+from .browse import age_seconds
 
 DELTA_COUNTERS_KEY = "counters_since_delta_snapshot"
 # How many ancestors a walk asks facts for at once: fewer round trips to the
@@ -282,13 +283,7 @@ class RetentionPolicy:
 def age(ts: str, now: float) -> float:
     """Seconds since `ts` (ISO 8601); 0 for a missing or unreadable one, so
     a checkpoint whose time is unknown counts as new and is kept."""
-    try:
-        stamp = datetime.fromisoformat(ts)
-    except (TypeError, ValueError):
-        return 0.0
-    if stamp.tzinfo is None:
-        stamp = stamp.replace(tzinfo=UTC)
-    return max(0.0, now - stamp.timestamp())
+    return age_seconds(ts, now) or 0.0
 
 
 def waiting_at_interrupt(nodes: Mapping[str, Node | None], with_interrupts: Collection[str]) -> set[str]:
