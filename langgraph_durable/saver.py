@@ -53,6 +53,7 @@ from .tiers.postgres import PostgresTier
 from .tiers.postgres_async import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_POOL_SIZE, AsyncPostgresTier
 from .tiers.redis import RedisTier
 from .tiers.redis_async import DEFAULT_KEY_PREFIX, AsyncRedisTier
+from .tiers.redis_async import check_url as check_redis_url
 from .tiers.sqlite import DEFAULT_BUSY_TIMEOUT_S, AsyncSqliteTier, SqliteTier
 from .validation import RUNTIME_KEY, VERSION_KEY, ValidationHook, Validator, is_resume_of_a_run
 
@@ -78,7 +79,7 @@ ENV_OLD_SIGNING_KEYS = "LANGGRAPH_DURABLE_OLD_SIGNING_KEYS"
 # "false" behind a pooler in transaction mode (PgBouncer): see postgres_prepared_statements.
 ENV_POSTGRES_PREPARED_STATEMENTS = "LANGGRAPH_DURABLE_POSTGRES_PREPARED_STATEMENTS"
 
-_REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
+_REDIS_SCHEMES = ("redis://", "rediss://", "unix://", "redis+sentinel://")
 _POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 _UNSET: Any = object()
 # How long close() keeps shipping what the shared tiers are owed.
@@ -177,7 +178,12 @@ class DurableSaver(BaseCheckpointSaver[str]):
     Args:
         sqlite: path of the local SQLite file, ``":memory:"``, or None for no
             local tier.
-        redis: a ``redis://`` URL, or None.
+        redis: a ``redis://`` URL, or None. A URL of any node of a Redis
+            Cluster works as is (see ``redis_cluster``); for Redis Sentinel,
+            ``redis+sentinel://[user:password@]host:port[,host:port...]/service[/db]``
+            names the sentinels and the monitored primary's service name
+            (the credentials are the primary's; sentinel port 26379 if
+            omitted), and the primary is found again after a failover.
         postgres: a ``postgresql://`` URL, or None.
         serde: the serializer (default: LangGraph's JsonPlusSerializer).
         signing_key: bytes or str (16 bytes or more). Makes each record's
@@ -197,6 +203,15 @@ class DurableSaver(BaseCheckpointSaver[str]):
             graph is compiled with ``LANGGRAPH_STRICT_MSGPACK=true`` (which
             registers the state's types) or a signing key is set.
         redis_key_prefix: prefix of every Redis key this saver writes.
+        redis_cluster: None (default) asks the server at setup whether it is
+            a Redis Cluster node (``INFO cluster``) and, if so, uses redis-py's
+            cluster client; True or False says so without asking. Each
+            thread's keys share one hash slot, so every per-thread step is
+            one transaction or script on one primary; ``list(None)``,
+            ``delete_for_runs``, ``verify`` and ``repair`` scan every primary.
+            A primary that is down (or a cluster answering CLUSTERDOWN)
+            counts as the Redis tier being down. True with a
+            ``redis+sentinel://`` URL raises `ConfigError`.
         postgres_pool_size: maximum connections in each psycopg pool.
         postgres_prepared_statements: let psycopg prepare statements on the
             server (its ``prepare_threshold``), saving a parse and a plan per
@@ -302,6 +317,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         signing_keys: Sequence[bytes | str | None] | None = None,
         permissive_decoding: bool = False,
         redis_key_prefix: str = DEFAULT_KEY_PREFIX,
+        redis_cluster: bool | None = None,
         postgres_pool_size: int = DEFAULT_POOL_SIZE,
         postgres_prepared_statements: bool = True,
         sqlite_busy_timeout: float = DEFAULT_BUSY_TIMEOUT_S,
@@ -356,6 +372,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
             raise ConfigError(f"sqlite= must be a file path, ':memory:' or None, not {type(sqlite).__name__}.")
         if redis is not None:
             _check_url("redis", redis, _REDIS_SCHEMES)
+            check_redis_url(redis, redis_cluster)
         if postgres is not None:
             _check_url("postgres", postgres, _POSTGRES_SCHEMES)
         if postgres_pool_size < 1:
@@ -369,6 +386,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         self.redis_url = redis
         self.postgres_url = postgres
         self.redis_key_prefix = redis_key_prefix
+        self.redis_cluster = redis_cluster
         self.postgres_pool_size = postgres_pool_size
         self.postgres_prepared_statements = postgres_prepared_statements
         self.connect_timeout = connect_timeout
@@ -493,7 +511,12 @@ class DurableSaver(BaseCheckpointSaver[str]):
         shared: list[Any] = []
         if self.redis_url:
             shared.append(
-                redis_tier(self.redis_url, key_prefix=self.redis_key_prefix, socket_timeout=self.connect_timeout)
+                redis_tier(
+                    self.redis_url,
+                    key_prefix=self.redis_key_prefix,
+                    socket_timeout=self.connect_timeout,
+                    cluster=self.redis_cluster,
+                )
             )
         if self.postgres_url:
             shared.append(

@@ -21,36 +21,85 @@ its multi-key transactions stay legal. Layout, under the key prefix ``P``::
 
 Every write touches one thread's keys only, so it is one MULTI/EXEC on one
 slot. There is deliberately no global index (it would put a second slot in
-every transaction): the rare whole-store operations, ``list(None)`` and
-``delete_for_runs``, find threads by SCAN over ``P:{*}:nss`` instead.
+every transaction): the rare whole-store operations (``list(None)``,
+``delete_for_runs``, ``verify`` / ``repair``, listing the quarantine) find
+threads by SCAN over ``P:{*}:nss`` instead, which redis-py's cluster client
+runs on every primary. ``P:meta`` is the one key outside every thread's
+slot, and it is always read or written alone.
+
+Three deployments, one layout:
+
+- a single server (``redis://``, ``rediss://``, ``unix://``): the plain client;
+- Redis Cluster: a ``redis://`` URL of any node. `setup` asks that node
+  (``INFO cluster``) and, if cluster mode is on, talks to the whole cluster
+  through redis-py's `RedisCluster` (``cluster=True`` / ``False`` skips the
+  question). Every per-thread step stays on the thread's slot. A primary
+  that cannot be reached, CLUSTERDOWN and TRYAGAIN count as the tier being
+  down (`TierUnavailable`), as a single server that is down does. redis-py's
+  (8.1) async cluster pipeline runs each command after a WATCH on a thread
+  of its own while the event loop waits (no cancellation, no `call_timeout`), and
+  its cluster pipelines refuse TIME (and, sync, EVAL) inside a transaction;
+  so on a cluster the few compare-and-set steps (a fenced write, reading a
+  lease, swapping a ledger entry, removing a bad copy) are Lua scripts on the
+  thread's keys instead of WATCH ... MULTI/EXEC. Plain MULTI/EXEC
+  transactions stay transactions. The single-server path is unchanged;
+- Redis Sentinel: ``redis+sentinel://[user:password@]host:port[,host:port...]/service[/db]``
+  (sentinel port 26379 if omitted): the primary is looked up from the
+  sentinels and again after a failover (redis-py's `Sentinel`). The
+  credentials are the primary's; the sentinels are asked without them.
 
 This is the async source; ``redis.py`` is generated from it by
-``tools/generate_sync.py``.
+``langgraph_durable/_codegen.py``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 import uuid
 from collections.abc import Sequence
+from types import TracebackType
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
 
 import ormsgpack
 from redis import Redis
+from redis.cluster import RedisCluster
 from redis.retry import Retry
+from redis.sentinel import Sentinel
 from redis.backoff import ExponentialBackoff
+from redis.exceptions import (
+    ClusterError,
+    CrossSlotTransactionError,
+    RedisClusterException,
+    ResponseError,
+    SlotNotCoveredError,
+    TryAgainError,
+    WatchError,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
-from redis.exceptions import WatchError
 
+from ..errors import ConfigError, TierUnavailable
 from ..lease import Fence, Lease, lease_lost
 from ..records import BlobRow, CheckpointRow, Row, WriteRow, metadata_matches
-from .base import BlobKey, Head, QuarantinedRecord, ThreadRecords, _fields, redact, unavailable_on
+from .base import BlobKey, Head, QuarantinedRecord, ThreadRecords, _fields, redact
 
 DEFAULT_KEY_PREFIX = "langgraph_durable"
 DEFAULT_SOCKET_TIMEOUT_S = 5.0
+SENTINEL_SCHEME = "redis+sentinel://"
+DEFAULT_SENTINEL_PORT = 26379
 _ERRORS = (RedisConnectionError, RedisTimeoutError, OSError)
+# How Redis Cluster says that the part of it holding a key is down: CLUSTERDOWN
+# and MASTERDOWN (ClusterError), TRYAGAIN (a slot half moved), a slot map
+# without the slot. A single server never answers these.
+_CLUSTER_ERRORS = (ClusterError, TryAgainError, SlotNotCoveredError)
+# The cluster client reports a slot map it could not build (no node answered,
+# or some slot has no primary) as a bare RedisClusterException; these are the
+# beginnings of those messages. Any other RedisClusterException (keys on two
+# slots in one transaction) is a bug and must not pass for an outage.
+_TOPOLOGY_LOST = ("Redis Cluster cannot be connected", "All slots are not covered")
 _SEP = "\x00"
 
 
@@ -105,8 +154,135 @@ RETRIES = 2
 HEALTH_CHECK_INTERVAL_S = 15
 
 
+@dataclasses.dataclass(frozen=True)
+class SentinelAddress:
+    """A parsed ``redis+sentinel://`` URL."""
+
+    sentinels: list[tuple[str, int]]
+    service: str
+    db: int = 0
+    username: str | None = None
+    password: str | None = dataclasses.field(default=None, repr=False)
+
+
+def sentinel_address(url: str) -> SentinelAddress:
+    """Parse ``redis+sentinel://[user:password@]host[:port][,host[:port]...]/service[/db]``.
+
+    Raises `ConfigError`, saying what a valid URL looks like, for anything else."""
+    example = f"{SENTINEL_SCHEME}10.0.0.1:26379,10.0.0.2:26379/mymaster/0"
+    if not url.startswith(SENTINEL_SCHEME):
+        raise ConfigError(f"a Sentinel URL starts with {SENTINEL_SCHEME} (for example {example}).")
+    rest = url[len(SENTINEL_SCHEME) :]
+    if "?" in rest:
+        raise ConfigError(f"a Sentinel URL takes no query string ({redact(url)!r}); for example {example}.")
+    netloc, _, path = rest.partition("/")
+    creds, at, hosts = netloc.rpartition("@")
+    username = password = None
+    if at:
+        user, colon, secret = creds.partition(":")
+        username = unquote(user) or None
+        password = unquote(secret) if colon else None
+    sentinels = []
+    for part in hosts.split(","):
+        host, port = part.strip(), str(DEFAULT_SENTINEL_PORT)
+        if host.startswith("["):  # [::1]:26379
+            inner, _, tail = host[1:].partition("]")
+            host, port = inner, tail[1:] if tail.startswith(":") else port
+        elif host.count(":") == 1:
+            host, port = host.split(":")
+        if not host or not port.isdigit():
+            raise ConfigError(f"bad sentinel address {part!r} in {redact(url)!r}; for example {example}.")
+        sentinels.append((host, int(port)))
+    service, _, db = path.strip("/").partition("/")
+    if not service or (db and not db.isdigit()):
+        raise ConfigError(
+            f"{redact(url)!r} needs the monitored service's name and optionally a database number "
+            f"after the sentinels; for example {example}."
+        )
+    return SentinelAddress(sentinels, service, int(db or 0), username, password)
+
+
+def check_url(url: str, cluster: bool | None) -> None:
+    """Refuse, before anything connects, a Redis URL and `cluster` setting that
+    cannot work together (`ConfigError`)."""
+    if url.startswith(SENTINEL_SCHEME):
+        sentinel_address(url)
+        if cluster:
+            raise ConfigError(
+                "redis_cluster=True does not go with a redis+sentinel:// URL: Sentinel watches a single "
+                "primary. Give the URL of any node of the cluster (redis://host:port) instead."
+            )
+
+
+def _topology_lost(exc: BaseException) -> bool:
+    return isinstance(exc, RedisClusterException) and (
+        not isinstance(exc, CrossSlotTransactionError)
+        and (str(exc).startswith(_TOPOLOGY_LOST) or isinstance(exc.__cause__, (*_ERRORS, *_CLUSTER_ERRORS)))
+    )
+
+
+class _Unreachable:
+    """``with tier._io:`` turns what says the server (or the part of the
+    cluster holding the key) cannot be reached into `TierUnavailable`;
+    anything else (a bug, a wrong type) propagates unchanged. A class rather
+    than a generator context manager: it wraps every call."""
+
+    __slots__ = ("where",)
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        if exc is None:
+            return
+        if isinstance(exc, (*_ERRORS, *_CLUSTER_ERRORS)) or _topology_lost(exc):
+            raise TierUnavailable(
+                f"redis tier at {self.where} is unreachable ({type(exc).__name__}: {exc}). "
+                f"Check that the server is running and the URL is right.",
+                tier="redis",
+            ) from exc
+
+
+class _Ops:
+    """The commands of one fenced write in cluster mode, recorded (same
+    methods as a pipeline) to run inside `_FENCED_WRITE` after its lease
+    check: `keys` follow the lease key, `args` its four arguments."""
+
+    def __init__(self) -> None:
+        self.keys: list[str] = []
+        self.args: list[Any] = []
+        self._index: dict[str, int] = {}
+
+    def _op(self, name: str, key: str, a: Any, b: Any) -> None:
+        if key not in self._index:
+            self.keys.append(key)
+            self._index[key] = len(self.keys) + 1  # KEYS[1] is the lease
+        self.args += [name, self._index[key], a, b]
+
+    def hset(self, key: str, field: str, value: bytes) -> None:
+        self._op("HSET", key, field, value)
+
+    def hsetnx(self, key: str, field: str, value: bytes) -> None:
+        self._op("HSETNX", key, field, value)
+
+    def zadd(self, key: str, mapping: dict[str, float]) -> None:
+        for member, score in mapping.items():
+            self._op("ZADD", key, score, member)
+
+    def sadd(self, key: str, *members: str) -> None:
+        for member in members:
+            self._op("SADD", key, member, "")
+
+
 class RedisTier:
-    """Checkpoints in Redis, one hash-tagged key family per thread."""
+    """Checkpoints in Redis, one hash-tagged key family per thread.
+
+    `url` is a single server's, any cluster node's or a ``redis+sentinel://``
+    one (see the module docstring). `cluster`: None finds out at `setup`
+    whether the server is a Redis Cluster node; True or False says so."""
 
     name = "redis"
 
@@ -116,30 +292,64 @@ class RedisTier:
         *,
         key_prefix: str = DEFAULT_KEY_PREFIX,
         socket_timeout: float = DEFAULT_SOCKET_TIMEOUT_S,
+        cluster: bool | None = None,
     ) -> None:
+        check_url(url, cluster)
         self.url = url
         self.where = redact(url)
         self.prefix = key_prefix
-        # Typed Any: redis-py types replies as bytes | str whatever
-        # decode_responses says; with False they are always bytes.
-        self.client: Any = Redis.from_url(
-            url,
-            socket_timeout=socket_timeout,
-            socket_connect_timeout=socket_timeout,
-            decode_responses=False,
+        self._io = _Unreachable(self.where)
+        self._options: dict[str, Any] = {
+            "socket_timeout": socket_timeout,
+            "socket_connect_timeout": socket_timeout,
+            "decode_responses": False,
             # A pooled connection the server dropped (it restarted) fails on
             # first use: retry at once on a fresh one, so the first call after
             # a restart succeeds. Only connection errors: a server that does
             # not answer in time is given up on at once (its breaker opens),
             # not waited for again, and redis-py's default backoff (up to
-            # seconds) would hold every call while a server is down.
-            retry=Retry(ExponentialBackoff(cap=0.1, base=0.01), RETRIES),
-            retry_on_error=[RedisConnectionError],
+            # seconds) would hold every call while a server is down. The
+            # cluster client retries the same way, refreshing its slot map.
+            "retry": Retry(ExponentialBackoff(cap=0.1, base=0.01), RETRIES),
+            "retry_on_error": [RedisConnectionError],
             # PING a connection idle this long before using it.
-            health_check_interval=HEALTH_CHECK_INTERVAL_S,
-        )
+            "health_check_interval": HEALTH_CHECK_INTERVAL_S,
+        }
+        self._sentinel: Any = None
+        # Typed Any: redis-py types replies as bytes | str whatever
+        # decode_responses says; with False they are always bytes.
+        self.client: Any
+        if url.startswith(SENTINEL_SCHEME):
+            cluster = False
+            address = sentinel_address(url)
+            self._sentinel = Sentinel(
+                address.sentinels,
+                sentinel_kwargs={"socket_timeout": socket_timeout, "socket_connect_timeout": socket_timeout},
+            )
+            self.client = self._sentinel.master_for(
+                address.service,
+                redis_class=Redis,
+                db=address.db,
+                username=address.username,
+                password=address.password,
+                **self._options,
+            )
+        else:
+            # The plain client, also for a cluster until `setup` has asked
+            # (building a sync cluster client connects at once).
+            self.client = Redis.from_url(url, **self._options)
+        # None until `setup` has found out.
+        self.cluster: bool | None = cluster
+        self.clustered = False  # talking through the cluster client
+        self._register_scripts()
+
+    def _register_scripts(self) -> None:
         self._head_script = self.client.register_script(_HEAD_SCRIPT)
         self._list_script = self.client.register_script(_LIST_SCRIPT)
+        self._fenced_write = self.client.register_script(_FENCED_WRITE)
+        self._read_lease = self.client.register_script(_READ_LEASE)
+        self._swap_field = self.client.register_script(_SWAP_FIELD)
+        self._drop_field = self.client.register_script(_DROP_FIELD)
 
     # -- keys -----------------------------------------------------------------
 
@@ -162,11 +372,59 @@ class RedisTier:
     # -- lifecycle --------------------------------------------------------------
 
     def setup(self) -> None:
-        with unavailable_on("redis", self.where, *_ERRORS):
-            self.client.ping()
+        """Connect, and the first time find out whether this is a cluster.
+        `TierUnavailable` if the server (or the cluster) cannot be reached;
+        a later call tries again."""
+        with self._io:
+            answered = False  # asking (INFO) already showed the server answers
+            if self.cluster is None:
+                self.cluster = self._cluster_enabled()
+                answered = True
+            if self.cluster and not self.clustered:
+                self._use_cluster()
+                answered = False
+            if not answered:
+                self.client.ping()
+
+    def _cluster_enabled(self) -> bool:
+        try:
+            info = self.client.info("cluster")
+        except ResponseError as exc:
+            if "cluster mode" in str(exc):  # the URL's SELECT <db> refused
+                raise self._only_database_0() from exc
+            # INFO renamed or forbidden: CLUSTER INFO only works on a cluster node.
+            try:
+                self.client.execute_command("CLUSTER INFO")
+            except ResponseError:
+                return False
+            return True
+        return bool(info.get("cluster_enabled"))
+
+    def _use_cluster(self) -> None:
+        """Talk to the whole cluster through redis-py's cluster client, which
+        follows the slot map from the node the URL names."""
+        try:
+            client = RedisCluster.from_url(self.url, **self._options)
+        except RedisClusterException as exc:
+            if "'db'" in str(exc):
+                raise self._only_database_0() from exc
+            raise
+        plain, self.client = self.client, client
+        self.clustered = True
+        self._register_scripts()
+        plain.close()
+
+    def _only_database_0(self) -> ConfigError:
+        return ConfigError(
+            f"{self.where} is a Redis Cluster node, and a cluster has only database 0: "
+            "drop the database number from the URL (or make it /0)."
+        )
 
     def close(self) -> None:
         self.client.close()
+        if self._sentinel is not None:
+            for sentinel in self._sentinel.sentinels:
+                sentinel.close()
 
     # -- writes -------------------------------------------------------------------
 
@@ -178,18 +436,32 @@ class RedisTier:
     def write_blobs(self, blobs: Sequence[BlobRow]) -> None:
         if not blobs:
             return
-        with unavailable_on("redis", self.where, *_ERRORS):
-            with self.client.pipeline(transaction=True) as pipe:
-                for b in blobs:
-                    pipe.hset(
-                        self._k(b.thread_id, "blob"), f"{b.checkpoint_ns}{_SEP}{b.channel}{_SEP}{b.version}", b.envelope
-                    )
-                pipe.execute()
+        with self._io:
+            for group in self._per_slot(blobs):
+                with self.client.pipeline(transaction=True) as pipe:
+                    for b in group:
+                        pipe.hset(
+                            self._k(b.thread_id, "blob"),
+                            f"{b.checkpoint_ns}{_SEP}{b.channel}{_SEP}{b.version}",
+                            b.envelope,
+                        )
+                    pipe.execute()
 
     def write_writes(self, rows: Sequence[WriteRow], upsert: bool, *, fence: Fence | None = None) -> None:
         if not rows:
             return
-        self._transaction(fence, lambda pipe: self._queue_writes(pipe, rows, upsert))
+        for group in self._per_slot(rows):
+            self._transaction(fence, lambda pipe, group=group: self._queue_writes(pipe, group, upsert))
+
+    def _per_slot(self, rows: Sequence[Any]) -> list[Sequence[Any]]:
+        """One transaction's rows: all of them on a single server; per thread
+        (one slot each) on a cluster, where a transaction spans one slot."""
+        if not self.clustered or len({r.thread_id for r in rows}) < 2:
+            return [rows]
+        threads: dict[str, list[Any]] = {}
+        for r in rows:
+            threads.setdefault(r.thread_id, []).append(r)
+        return list(threads.values())
 
     # -- reads ----------------------------------------------------------------------
 
@@ -198,21 +470,21 @@ class RedisTier:
         return CheckpointRow(thread_id, ns, cid, parent, run_id, md or "{}", envelope)
 
     def read_checkpoint(self, thread_id: str, ns: str, checkpoint_id: str) -> CheckpointRow | None:
-        with unavailable_on("redis", self.where, *_ERRORS):
+        with self._io:
             data = self.client.hget(self._k(thread_id, "cp"), f"{ns}{_SEP}{checkpoint_id}")
         return self._cp_row(thread_id, ns, checkpoint_id, data) if data is not None else None
 
     def read_blobs(self, thread_id: str, ns: str, keys: Sequence[BlobKey]) -> dict[BlobKey, BlobRow]:
         if not keys:
             return {}
-        with unavailable_on("redis", self.where, *_ERRORS):
+        with self._io:
             values = self.client.hmget(self._k(thread_id, "blob"), [f"{ns}{_SEP}{c}{_SEP}{v}" for c, v in keys])
         return {(c, v): BlobRow(thread_id, ns, c, v, data) for (c, v), data in zip(keys, values) if data is not None}
 
     def read_writes(self, thread_id: str, ns: str, checkpoint_ids: Sequence[str]) -> list[WriteRow]:
         if not checkpoint_ids:
             return []
-        with unavailable_on("redis", self.where, *_ERRORS):
+        with self._io:
             with self.client.pipeline(transaction=False) as pipe:
                 for cid in checkpoint_ids:
                     pipe.hgetall(self._wkey(thread_id, ns, cid))
@@ -240,7 +512,7 @@ class RedisTier:
             # The common case (a thread's history): one round trip.
             keys = [self._k(thread_id, f"ids:{ns}"), self._k(thread_id, "cp")]
             top = f"({before}" if before is not None else "+"
-            with unavailable_on("redis", self.where, *_ERRORS):
+            with self._io:
                 flat = self._list_script(
                     keys, [top, -1 if per_key_limit is None else per_key_limit, f"{ns}{_SEP}"]
                 )
@@ -250,7 +522,7 @@ class RedisTier:
             if filter:
                 rows = [r for r in rows if metadata_matches(_loads(r.metadata_json), filter)]
             return rows[:limit] if limit is not None else rows
-        with unavailable_on("redis", self.where, *_ERRORS):
+        with self._io:
             if thread_id is not None:
                 threads = [thread_id]
             else:
@@ -287,7 +559,7 @@ class RedisTier:
 
     def delete_thread(self, thread_id: str) -> None:
         t = thread_id
-        with unavailable_on("redis", self.where, *_ERRORS):
+        with self._io:
             nss = self.client.smembers(self._k(t, "nss"))
             wkeys = self.client.smembers(self._k(t, "wkeys"))
             with self.client.pipeline(transaction=True) as pipe:
@@ -305,7 +577,7 @@ class RedisTier:
         if not wanted:
             return
         kept = set(retain)
-        with unavailable_on("redis", self.where, *_ERRORS):
+        with self._io:
             for t in self._all_threads():
                 stored = self.client.hgetall(self._k(t, "cp"))
                 doomed = []
@@ -328,23 +600,26 @@ class RedisTier:
         pipe.srem(self._k(t, "wkeys"), self._wkey(t, ns, cid))
 
     def delete_checkpoint(self, thread_id: str, ns: str, checkpoint_id: str) -> None:
-        with unavailable_on("redis", self.where, *_ERRORS):
+        with self._io:
             with self.client.pipeline(transaction=True) as pipe:
                 pipe.hdel(self._k(thread_id, "cp"), f"{ns}{_SEP}{checkpoint_id}")
                 pipe.zrem(self._k(thread_id, f"ids:{ns}"), checkpoint_id)
                 pipe.execute()
 
     def write_ledger(self, thread_id: str, key: str, envelope: bytes) -> None:
-        with unavailable_on("redis", self.where, *_ERRORS):
+        with self._io:
             self.client.hset(self._k(thread_id, "ledger"), key, envelope)
 
     def swap_ledger(self, thread_id: str, key: str, old: bytes | None, new: bytes) -> None:
         """Replace one ledger entry only if it still holds `old` (None: only
         if there is none); WATCH makes the compare and the write one step."""
         ledger = self._k(thread_id, "ledger")
-        with unavailable_on("redis", self.where, *_ERRORS):
+        with self._io:
             if old is None:
                 self.client.hsetnx(ledger, key, new)
+                return
+            if self.clustered:
+                self._swap_field([ledger], [key, old, new])
                 return
             with self.client.pipeline(transaction=True) as pipe:
                 try:
@@ -358,18 +633,18 @@ class RedisTier:
                     return  # written meanwhile: that state is newer than ours
 
     def read_ledger(self, thread_id: str) -> dict[str, bytes]:
-        with unavailable_on("redis", self.where, *_ERRORS):
+        with self._io:
             fields = self.client.hgetall(self._k(thread_id, "ledger"))
         return {k.decode(): v for k, v in fields.items()}
 
     def thread_ids(self) -> list[str]:
-        with unavailable_on("redis", self.where, *_ERRORS):
+        with self._io:
             return self._all_threads()
 
     def thread_records(self, thread_id: str) -> ThreadRecords:
         """Every live record of one thread, for `verify` and `repair`."""
         t = thread_id
-        with unavailable_on("redis", self.where, *_ERRORS):
+        with self._io:
             cps = self.client.hgetall(self._k(t, "cp"))
             blobs = self.client.hgetall(self._k(t, "blob"))
             wkeys = sorted(k.decode() for k in self.client.smembers(self._k(t, "wkeys")))
@@ -396,7 +671,7 @@ class RedisTier:
         self, thread_id: str, ns: str, kind: str, key: str, reason: str, envelope: bytes, fields: bytes = b""
     ) -> None:
         """Keep a copy for forensics and for `restore`, out of every read path."""
-        with unavailable_on("redis", self.where, *_ERRORS):
+        with self._io:
             self.client.hset(
                 self._k(thread_id, "quarantined"),
                 uuid.uuid4().hex,
@@ -414,17 +689,27 @@ class RedisTier:
             key, field = self._k(t, "blob"), f"{row.checkpoint_ns}{_SEP}{row.channel}{_SEP}{row.version}"
         else:
             key, field = self._wkey(t, row.checkpoint_ns, row.checkpoint_id), f"{row.task_id}{_SEP}{row.idx}"
-        with unavailable_on("redis", self.where, *_ERRORS):
+        if self.clustered:
+            # The same compare and delete as a script: the field must still
+            # hold the frame read (see the module docstring for why not WATCH).
+            with self._io:
+                current = self.client.hget(key, field)
+                if current is None or _stored_envelope(kind, row, current) != row.envelope:
+                    return
+                if isinstance(row, CheckpointRow):
+                    ids = self._k(t, f"ids:{row.checkpoint_ns}")
+                    self._drop_field([key, ids], [field, current, row.checkpoint_id])
+                else:
+                    self._drop_field([key], [field, current])
+            return
+        with self._io:
             with self.client.pipeline(transaction=True) as pipe:
                 try:
                     pipe.watch(key)
                     current = pipe.hget(key, field)
                     if current is None:
                         return
-                    stored = (
-                        current if isinstance(row, BlobRow) else _unpack(current, 4 if kind == "checkpoint" else 3)[-1]
-                    )
-                    if stored != row.envelope:
+                    if _stored_envelope(kind, row, current) != row.envelope:
                         return
                     pipe.multi()
                     pipe.hdel(key, field)
@@ -436,7 +721,7 @@ class RedisTier:
 
     def list_quarantine(self, thread_id: str | None) -> list[QuarantinedRecord]:
         out = []
-        with unavailable_on("redis", self.where, *_ERRORS):
+        with self._io:
             threads = [thread_id] if thread_id is not None else self._all_threads()
             for t in threads:
                 for qid, item in sorted((self.client.hgetall(self._k(t, "quarantined"))).items()):
@@ -463,19 +748,19 @@ class RedisTier:
         return out
 
     def drop_quarantined(self, ids: Sequence[str]) -> None:
-        with unavailable_on("redis", self.where, *_ERRORS):
+        with self._io:
             for qid in ids:
                 t, field = qid.rsplit("/", 1)
                 self.client.hdel(self._k(t, "quarantined"), field)
 
     def read_meta(self, key: str) -> str | None:
-        with unavailable_on("redis", self.where, *_ERRORS):
+        with self._io:
             value = self.client.hget(f"{self.prefix}:meta", key)
         return value.decode() if value is not None else None
 
     def write_meta(self, key: str, value: str | None) -> None:
         """Set (or, with None, remove) one store-wide setting."""
-        with unavailable_on("redis", self.where, *_ERRORS):
+        with self._io:
             if value is None:
                 self.client.hdel(f"{self.prefix}:meta", key)
             else:
@@ -486,7 +771,7 @@ class RedisTier:
         marker (`mark_deleted`), and the newest checkpoint's row and pending
         writes, in one round trip (a script)."""
         keys = [self._k(thread_id, f"ids:{ns}"), self._k(thread_id, "deleted"), self._k(thread_id, "cp")]
-        with unavailable_on("redis", self.where, *_ERRORS):
+        with self._io:
             cid, marker, data, fields = self._head_script(keys, [f"{ns}{_SEP}", self._wkey(thread_id, ns, "")])
         if cid is None:
             return Head(None, marker.decode() if marker is not None else None)
@@ -509,14 +794,14 @@ class RedisTier:
         """Record that these (ns, checkpoint id) were deleted (`delete_for_runs`)."""
         if not checkpoints:
             return
-        with unavailable_on("redis", self.where, *_ERRORS):
+        with self._io:
             self.client.sadd(self._k(thread_id, "gone"), *[f"{ns}{_SEP}{c}" for ns, c in checkpoints])
 
     def gone(self, thread_id: str, ns: str, checkpoint_ids: Sequence[str]) -> set[str]:
         """Which of these checkpoint ids `mark_gone` recorded."""
         if not checkpoint_ids:
             return set()
-        with unavailable_on("redis", self.where, *_ERRORS):
+        with self._io:
             flags = self.client.smismember(self._k(thread_id, "gone"), [f"{ns}{_SEP}{c}" for c in checkpoint_ids])
         return {c for c, flag in zip(checkpoint_ids, flags) if flag}
 
@@ -524,7 +809,7 @@ class RedisTier:
         """Record that every checkpoint of the thread up to `marker` was
         deleted (None clears it). Kept on the thread's slot, apart from its
         other keys, so `delete_thread` does not remove it."""
-        with unavailable_on("redis", self.where, *_ERRORS):
+        with self._io:
             if marker is None:
                 self.client.delete(self._k(thread_id, "deleted"))
             else:
@@ -532,7 +817,7 @@ class RedisTier:
 
     def prune(self, thread_id: str, keep: set[tuple[str, str]], keep_blobs: set[tuple[str, str, str]]) -> None:
         t = thread_id
-        with unavailable_on("redis", self.where, *_ERRORS):
+        with self._io:
             fields = self.client.hkeys(self._k(t, "cp"))
             wkeys = {k.decode() for k in self.client.smembers(self._k(t, "wkeys"))}
             blob_fields = self.client.hkeys(self._k(t, "blob"))
@@ -578,8 +863,12 @@ class RedisTier:
         """One MULTI/EXEC of what `queue(pipe)` adds. With a `fence`, the
         lease key is WATCHed and checked first and renewed inside the MULTI:
         EXEC fails if the lease moved in between (a takeover, or a renewal by
-        a parallel write of the same run), and then the check runs again."""
-        with unavailable_on("redis", self.where, *_ERRORS):
+        a parallel write of the same run), and then the check runs again.
+        On a cluster a fenced write is one script instead (`_FENCED_WRITE`)."""
+        if fence is not None and self.clustered:
+            self._fenced_on_cluster(fence, queue)
+            return
+        with self._io:
             with self.client.pipeline(transaction=True) as pipe:
                 while True:
                     if fence is not None:
@@ -605,10 +894,28 @@ class RedisTier:
                     except WatchError:
                         continue
 
+    def _fenced_on_cluster(self, fence: Fence, queue: Any) -> None:
+        """`_transaction` with a fence, on a cluster: the lease check, its
+        renewal and the writes in one script on the thread's slot."""
+        ops = _Ops()
+        queue(ops)
+        lease_key = self._k(fence.thread_id, "lease")
+        args = [fence.holder, str(fence.token), "1" if fence.late else "0", repr(float(fence.ttl)), *ops.args]
+        with self._io:
+            result = self._fenced_write([lease_key, *ops.keys], args)
+        if not result[0]:
+            holder, token, expires = result[1:4]
+            raise lease_lost(fence, _lease(fence.thread_id, holder, token, expires), "redis")
+
     # -- writer leases (lease.py): Redis's clock (TIME), so replicas' skew does not matter --
 
     def read_lease(self, thread_id: str) -> tuple[Lease | None, float]:
-        with unavailable_on("redis", self.where, *_ERRORS):
+        if self.clustered:
+            # A cluster transaction refuses TIME (it has no key): a script reads both.
+            with self._io:
+                holder, token, expires, sec, usec = self._read_lease([self._k(thread_id, "lease")])
+            return _lease(thread_id, holder, token, expires), int(sec) + int(usec) / 1e6
+        with self._io:
             with self.client.pipeline(transaction=True) as pipe:
                 pipe.hmget(self._k(thread_id, "lease"), ["holder", "token", "expires_at"])
                 pipe.time()
@@ -622,17 +929,25 @@ class RedisTier:
             want = ["0", "", "", ""]
         else:
             want = ["1", expected.holder, str(expected.token), _ts(expected.expires_at)]
-        with unavailable_on("redis", self.where, *_ERRORS):
+        with self._io:
             expires = self.client.eval(
                 _SWAP_LEASE, 1, self._k(thread_id, "lease"), *want, holder, str(token), repr(float(ttl))
             )
         return Lease(thread_id, holder, token, float(expires)) if expires else None
 
     def release_lease(self, thread_id: str, holder: str, token: int | None) -> None:
-        with unavailable_on("redis", self.where, *_ERRORS):
+        with self._io:
             self.client.eval(
                 _RELEASE_LEASE, 1, self._k(thread_id, "lease"), holder, "" if token is None else str(token)
             )
+
+
+def _stored_envelope(kind: str, row: Row, current: bytes) -> bytes:
+    """The envelope in a stored frame (a blob is stored bare)."""
+    if isinstance(row, BlobRow):
+        return current
+    envelope: bytes = _unpack(current, 4 if kind == "checkpoint" else 3)[-1]
+    return envelope
 
 
 def _glob_escape(text: str) -> str:
@@ -688,6 +1003,70 @@ local cur = redis.call('HMGET', KEYS[1], 'holder', 'token')
 if cur[1] ~= ARGV[1] then return 0 end
 if ARGV[2] ~= '' and cur[2] ~= ARGV[2] then return 0 end
 redis.call('HSET', KEYS[1], 'expires_at', '0.000000')
+return 1
+"""
+
+
+# Cluster mode (see the module docstring): the compare-and-set steps as
+# scripts, each on the keys of one thread, so on one slot.
+
+# A fenced write: KEYS[1] the lease, ARGV[1..4] holder, token, late (1/0),
+# ttl; then per command: name, index of its key in KEYS, two arguments. The
+# check is `_transaction`'s, the renewal `_RENEW_LEASE`'s. Returns {1}, or
+# {0, holder, token, expires_at} when the lease is not the fence's.
+_FENCED_WRITE = """
+local cur = redis.call('HMGET', KEYS[1], 'holder', 'token', 'expires_at')
+local token = tonumber(cur[2])
+local want = tonumber(ARGV[2])
+local live = token ~= nil and token == want and (tonumber(cur[3] or '0') or 0) > 0
+local holds
+if not cur[2] or cur[1] ~= ARGV[1] then
+  holds = false
+elseif ARGV[3] == '1' then
+  holds = token ~= nil and token >= want
+else
+  holds = live
+end
+if not holds then return {0, cur[1], cur[2], cur[3]} end
+if redis.replicate_commands then redis.replicate_commands() end
+if live then
+  local t = redis.call('TIME')
+  local expires = string.format('%.6f', tonumber(t[1]) + tonumber(t[2]) / 1000000 + tonumber(ARGV[4]))
+  redis.call('HSET', KEYS[1], 'expires_at', expires)
+end
+for i = 5, #ARGV, 4 do
+  local name, key = ARGV[i], KEYS[tonumber(ARGV[i + 1])]
+  if name == 'ZADD' then
+    redis.call('ZADD', key, ARGV[i + 2], ARGV[i + 3])
+  elseif name == 'SADD' then
+    redis.call('SADD', key, ARGV[i + 2])
+  elseif name == 'HSET' or name == 'HSETNX' then
+    redis.call(name, key, ARGV[i + 2], ARGV[i + 3])
+  end
+end
+return {1}
+"""
+
+# The lease hash and the server's clock, at one instant.
+_READ_LEASE = """
+local cur = redis.call('HMGET', KEYS[1], 'holder', 'token', 'expires_at')
+local t = redis.call('TIME')
+return {cur[1], cur[2], cur[3], t[1], t[2]}
+"""
+
+# HSET field ARGV[1] of KEYS[1] to ARGV[3] if it still holds ARGV[2].
+_SWAP_FIELD = """
+if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then return 0 end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+return 1
+"""
+
+# HDEL field ARGV[1] of KEYS[1] if it still holds ARGV[2]; then ZREM ARGV[3]
+# from KEYS[2], if given (a checkpoint's id from its namespace's index).
+_DROP_FIELD = """
+if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then return 0 end
+redis.call('HDEL', KEYS[1], ARGV[1])
+if KEYS[2] then redis.call('ZREM', KEYS[2], ARGV[3]) end
 return 1
 """
 
