@@ -36,6 +36,7 @@ from .saver import (
     ENV_POSTGRES_PREPARED_STATEMENTS,
     ENV_POSTGRES_URL,
     ENV_REDIS_KEY_PREFIX,
+    ENV_REDIS_TTL,
     ENV_REDIS_URL,
     ENV_SIGNING_KEY,
     ENV_SQLITE,
@@ -67,6 +68,7 @@ ENVIRONMENT_HELP = f"""environment (the tier flags override it; a flag given as 
   {"":<36} (default {DEFAULT_SQLITE_PATH})
   {ENV_REDIS_URL:<36} redis:// URL of the Redis tier
   {ENV_REDIS_KEY_PREFIX:<36} prefix of the saver's Redis keys (default {DEFAULT_KEY_PREFIX!r})
+  {ENV_REDIS_TTL:<36} seconds after which an idle thread leaves Redis
   {ENV_POSTGRES_URL:<36} postgresql:// URL of the Postgres tier
   {ENV_POSTGRES_PREPARED_STATEMENTS:<36} false behind PgBouncer in transaction mode
   {ENV_SIGNING_KEY:<36} the key that signs every record (HMAC); it must be

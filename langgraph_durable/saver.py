@@ -73,6 +73,8 @@ ENV_SIGNING_KEY = "LANGGRAPH_DURABLE_SIGNING_KEY"
 ENV_WRITE = "LANGGRAPH_DURABLE_WRITE"
 # Several deployments (or a server and its tests) sharing one Redis database.
 ENV_REDIS_KEY_PREFIX = "LANGGRAPH_DURABLE_REDIS_KEY_PREFIX"
+# Seconds after which an idle thread leaves Redis (redis_ttl).
+ENV_REDIS_TTL = "LANGGRAPH_DURABLE_REDIS_TTL"
 # Comma-separated keys still accepted for verification (rotation); the word
 # "unsigned" accepts records without a key.
 ENV_OLD_SIGNING_KEYS = "LANGGRAPH_DURABLE_OLD_SIGNING_KEYS"
@@ -213,6 +215,12 @@ class DurableSaver(BaseCheckpointSaver[str]):
             counts as the Redis tier being down. True with a
             ``redis+sentinel://`` URL raises `ConfigError`.
         postgres_pool_size: maximum connections in each psycopg pool.
+        redis_ttl: seconds after which a thread nobody used leaves Redis
+            (every key a write touches expires that long after, and a thread
+            in use has its keys' expiry pushed back, at most every tenth of
+            it). Its next read is served from Postgres and copies it back.
+            Needs postgres=. None (default): keys never expire. Also
+            ``LANGGRAPH_DURABLE_REDIS_TTL``.
         postgres_prepared_statements: let psycopg prepare statements on the
             server (its ``prepare_threshold``), saving a parse and a plan per
             call. Pass False when a pooler in transaction mode sits in front
@@ -318,6 +326,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         permissive_decoding: bool = False,
         redis_key_prefix: str = DEFAULT_KEY_PREFIX,
         redis_cluster: bool | None = None,
+        redis_ttl: float | None = None,
         postgres_pool_size: int = DEFAULT_POOL_SIZE,
         postgres_prepared_statements: bool = True,
         sqlite_busy_timeout: float = DEFAULT_BUSY_TIMEOUT_S,
@@ -387,6 +396,14 @@ class DurableSaver(BaseCheckpointSaver[str]):
         self.postgres_url = postgres
         self.redis_key_prefix = redis_key_prefix
         self.redis_cluster = redis_cluster
+        if redis_ttl is not None and (
+            not isinstance(redis_ttl, (int, float)) or redis_ttl <= 0 or redis is None or postgres is None
+        ):
+            raise ConfigError(
+                "redis_ttl= lets idle threads leave Redis, to be served from Postgres: it needs redis= and "
+                f"postgres=, and a number of seconds above 0; got {redis_ttl!r}."
+            )
+        self.redis_ttl = redis_ttl
         self.postgres_pool_size = postgres_pool_size
         self.postgres_prepared_statements = postgres_prepared_statements
         self.connect_timeout = connect_timeout
@@ -471,7 +488,8 @@ class DurableSaver(BaseCheckpointSaver[str]):
     def from_env(cls, **options: Any) -> DurableSaver:
         """Tiers from ``LANGGRAPH_DURABLE_SQLITE`` (a path, ``:memory:``, or
         empty for no local tier; default ``.langgraph_durable/checkpoints.sqlite``),
-        ``LANGGRAPH_DURABLE_REDIS_URL`` (and ``LANGGRAPH_DURABLE_REDIS_KEY_PREFIX``),
+        ``LANGGRAPH_DURABLE_REDIS_URL`` (and ``LANGGRAPH_DURABLE_REDIS_KEY_PREFIX``,
+        ``LANGGRAPH_DURABLE_REDIS_TTL``),
         ``LANGGRAPH_DURABLE_POSTGRES_URL`` (and
         ``LANGGRAPH_DURABLE_POSTGRES_PREPARED_STATEMENTS``, true or false),
         ``LANGGRAPH_DURABLE_WRITE`` and
@@ -488,6 +506,11 @@ class DurableSaver(BaseCheckpointSaver[str]):
             kwargs["write"] = env[ENV_WRITE]
         if env.get(ENV_REDIS_KEY_PREFIX):
             kwargs["redis_key_prefix"] = env[ENV_REDIS_KEY_PREFIX]
+        if env.get(ENV_REDIS_TTL):
+            try:
+                kwargs["redis_ttl"] = float(env[ENV_REDIS_TTL])
+            except ValueError:
+                raise ConfigError(f"{ENV_REDIS_TTL} must be a number of seconds, got {env[ENV_REDIS_TTL]!r}.") from None
         if env.get(ENV_POSTGRES_PREPARED_STATEMENTS):
             kwargs["postgres_prepared_statements"] = _env_flag(
                 ENV_POSTGRES_PREPARED_STATEMENTS, env[ENV_POSTGRES_PREPARED_STATEMENTS]
@@ -516,6 +539,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
                     key_prefix=self.redis_key_prefix,
                     socket_timeout=self.connect_timeout,
                     cluster=self.redis_cluster,
+                    ttl=self.redis_ttl,
                 )
             )
         if self.postgres_url:

@@ -126,3 +126,10 @@ async def test_conformance_write_modes(make_saver: Any, write: str, face: str) -
 @pytest.mark.parametrize("face", ["async", "sync"])
 async def test_conformance_write_behind_without_redis(make_saver: Any, face: str) -> None:
     await _run_suite(make_saver, "sqlite+postgres", face, write="local")
+
+
+# The bounds of running at scale: a size-bounded local cache (small enough to
+# evict during the suite) and expiring Redis keys.
+@pytest.mark.parametrize("face", ["async", "sync"])
+async def test_conformance_bounded_tiers(make_saver: Any, face: str) -> None:
+    await _run_suite(make_saver, "sqlite+redis+postgres", face, local_max_bytes=64 * 1024, redis_ttl=60)

@@ -17,6 +17,12 @@ its multi-key transactions stay legal. Layout, under the key prefix ``P``::
     P:{T}:ledger          hash  action key -> envelope (non-resumable actions)
     P:{T}:lease           hash  holder, token, expires_at: the thread's writer lease (lease.py)
 
+With a TTL (``redis_ttl=``) every write sets the keys it touches to expire
+that many seconds later, and a thread in use has all its keys' expiry pushed
+back (`_keep_alive`, at most every tenth of the TTL), so an idle thread
+leaves Redis whole, apart from its lease and quarantine. Reads then find it
+in Postgres and copy it back, as they do for anything Redis lacks.
+
 Every write touches one thread's keys only, so it is one MULTI/EXEC on one
 slot. There is deliberately no global index (it would put a second slot in
 every transaction): the rare whole-store operations (``list(None)``,
@@ -54,8 +60,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -86,6 +94,8 @@ from .base import BlobKey, Head, QuarantinedRecord, ThreadRecords, _fields, reda
 
 DEFAULT_KEY_PREFIX = "langgraph_durable"
 DEFAULT_SOCKET_TIMEOUT_S = 5.0
+# Threads whose last keep-alive (`_keep_alive`) a tier remembers.
+KEEP_ALIVE_MEMO = 10_000
 SENTINEL_SCHEME = "redis+sentinel://"
 DEFAULT_SENTINEL_PORT = 26379
 _ERRORS = (RedisConnectionError, RedisTimeoutError, OSError)
@@ -274,6 +284,9 @@ class _Ops:
         for member in members:
             self._op("SADD", key, member, "")
 
+    def expire(self, key: str, seconds: int) -> None:
+        self._op("EXPIRE", key, seconds, "")
+
 
 class AsyncRedisTier:
     """Checkpoints in Redis, one hash-tagged key family per thread.
@@ -291,9 +304,13 @@ class AsyncRedisTier:
         key_prefix: str = DEFAULT_KEY_PREFIX,
         socket_timeout: float = DEFAULT_SOCKET_TIMEOUT_S,
         cluster: bool | None = None,
+        ttl: float | None = None,
     ) -> None:
         check_url(url, cluster)
         self.url = url
+        # Idle threads leave Redis after `ttl` seconds (`_expire`, `_keep_alive`).
+        self.ttl = max(1, math.ceil(ttl)) if ttl is not None else None
+        self._kept_alive: OrderedDict[str, float] = OrderedDict()
         self.where = redact(url)
         self.prefix = key_prefix
         self._io = _Unreachable(self.where)
@@ -348,6 +365,7 @@ class AsyncRedisTier:
         self._read_lease = self.client.register_script(_READ_LEASE)
         self._swap_field = self.client.register_script(_SWAP_FIELD)
         self._drop_field = self.client.register_script(_DROP_FIELD)
+        self._keep_alive_script = self.client.register_script(_KEEP_ALIVE)
 
     # -- keys -----------------------------------------------------------------
 
@@ -430,6 +448,7 @@ class AsyncRedisTier:
         self, row: CheckpointRow, blobs: Sequence[BlobRow], *, fence: Fence | None = None
     ) -> None:
         await self._transaction(fence, lambda pipe: self._queue_checkpoint(pipe, row, blobs))
+        await self._keep_alive(row.thread_id)
 
     async def write_blobs(self, blobs: Sequence[BlobRow]) -> None:
         if not blobs:
@@ -443,6 +462,7 @@ class AsyncRedisTier:
                             f"{b.checkpoint_ns}{_SEP}{b.channel}{_SEP}{b.version}",
                             b.envelope,
                         )
+                    self._expire(pipe, sorted({self._k(b.thread_id, "blob") for b in group}))
                     await pipe.execute()
 
     async def write_writes(self, rows: Sequence[WriteRow], upsert: bool, *, fence: Fence | None = None) -> None:
@@ -468,6 +488,7 @@ class AsyncRedisTier:
         return CheckpointRow(thread_id, ns, cid, parent, run_id, md or "{}", envelope)
 
     async def read_checkpoint(self, thread_id: str, ns: str, checkpoint_id: str) -> CheckpointRow | None:
+        await self._keep_alive(thread_id)
         with self._io:
             data = await self.client.hget(self._k(thread_id, "cp"), f"{ns}{_SEP}{checkpoint_id}")
         return self._cp_row(thread_id, ns, checkpoint_id, data) if data is not None else None
@@ -769,6 +790,7 @@ class AsyncRedisTier:
         marker (`mark_deleted`), and the newest checkpoint's row and pending
         writes, in one round trip (a script)."""
         keys = [self._k(thread_id, f"ids:{ns}"), self._k(thread_id, "deleted"), self._k(thread_id, "cp")]
+        await self._keep_alive(thread_id)
         with self._io:
             cid, marker, data, fields = await self._head_script(keys, [f"{ns}{_SEP}", self._wkey(thread_id, ns, "")])
         if cid is None:
@@ -845,6 +867,7 @@ class AsyncRedisTier:
         pipe.sadd(self._k(t, "nss"), ns)
         for b in blobs:
             pipe.hsetnx(self._k(t, "blob"), f"{b.checkpoint_ns}{_SEP}{b.channel}{_SEP}{b.version}", b.envelope)
+        self._expire(pipe, [self._k(t, "cp"), self._k(t, f"ids:{ns}"), self._k(t, "nss"), self._k(t, "blob")])
 
     def _queue_writes(self, pipe: Any, rows: Sequence[WriteRow], upsert: bool) -> None:
         for w in rows:
@@ -856,6 +879,34 @@ class AsyncRedisTier:
             else:
                 pipe.hsetnx(key, field, value)
             pipe.sadd(self._k(w.thread_id, "wkeys"), key)
+        self._expire(pipe, sorted({self._wkey(w.thread_id, w.checkpoint_ns, w.checkpoint_id) for w in rows}))
+        self._expire(pipe, sorted({self._k(w.thread_id, "wkeys") for w in rows}))
+
+    def _expire(self, pipe: Any, keys: Sequence[str]) -> None:
+        """With a TTL, the keys a write touched expire `ttl` seconds from now:
+        a key never outlives its thread's last use by more than that."""
+        if self.ttl is not None:
+            for key in keys:
+                pipe.expire(key, self.ttl)
+
+    async def _keep_alive(self, thread_id: str) -> None:
+        """With a TTL, push back the expiry of every key of a thread in use
+        (at most every tenth of the TTL per thread and process): a thread in
+        use stays; one idle for `ttl` seconds leaves Redis, and is served from
+        the other tiers and copied back when it returns."""
+        if self.ttl is None:
+            return
+        now = time.monotonic()
+        last = self._kept_alive.get(thread_id)
+        if last is not None and now - last < self.ttl / 10:
+            return
+        self._kept_alive[thread_id] = now
+        self._kept_alive.move_to_end(thread_id)
+        while len(self._kept_alive) > KEEP_ALIVE_MEMO:
+            self._kept_alive.popitem(last=False)
+        keys = [self._k(thread_id, part) for part in ("cp", "nss", "blob", "wkeys", "gone", "deleted", "ledger")]
+        with self._io:
+            await self._keep_alive_script(keys, [self.ttl, self._k(thread_id, "ids:")])
 
     async def _transaction(self, fence: Fence | None, queue: Any) -> None:
         """One MULTI/EXEC of what `queue(pipe)` adds. With a `fence`, the
@@ -1040,9 +1091,21 @@ for i = 5, #ARGV, 4 do
     redis.call('SADD', key, ARGV[i + 2])
   elseif name == 'HSET' or name == 'HSETNX' then
     redis.call(name, key, ARGV[i + 2], ARGV[i + 3])
+  elseif name == 'EXPIRE' then
+    redis.call('EXPIRE', key, ARGV[i + 2])
   end
 end
 return {1}
+"""
+
+# Push back the expiry of every key of one thread (`_keep_alive`): its fixed
+# keys (KEYS), each namespace's id index (ARGV[2] .. ns) and each write hash
+# (members of KEYS[4], the thread's set of them). All on the thread's slot.
+_KEEP_ALIVE = """
+for i = 1, #KEYS do redis.call('EXPIRE', KEYS[i], ARGV[1]) end
+for _, ns in ipairs(redis.call('SMEMBERS', KEYS[2])) do redis.call('EXPIRE', ARGV[2] .. ns, ARGV[1]) end
+for _, key in ipairs(redis.call('SMEMBERS', KEYS[4])) do redis.call('EXPIRE', key, ARGV[1]) end
+return 1
 """
 
 # The lease hash and the server's clock, at one instant.
