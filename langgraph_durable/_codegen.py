@@ -50,6 +50,7 @@ NAMES = {
     "AsyncLeaseKeeper": "LeaseKeeper",
     "AsyncConnectionPool": "ConnectionPool",
     "asynccontextmanager": "contextmanager",
+    "AbstractAsyncContextManager": "AbstractContextManager",
     "AsyncIterator": "Iterator",
     "arun_all": "run_all",
     "ALock": "Lock",

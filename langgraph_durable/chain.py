@@ -458,10 +458,11 @@ class TierChain:
 
     # -- outages: catch-up and health ----------------------------------------------------
 
-    def catch_up(self) -> int:
-        """Ship what the shared tiers are owed (`journal.Journal`)."""
+    def catch_up(self, thread_id: str | None = None) -> int:
+        """Ship what the shared tiers are owed, by one thread or all
+        (`journal.Journal`)."""
         self.ensure_setup()
-        return self.journal.catch_up()
+        return self.journal.catch_up(thread_id)
 
     def lag(self) -> Lag:
         """What the shared tiers are owed: records, per tier, and the oldest's age."""

@@ -456,10 +456,11 @@ class AsyncTierChain:
 
     # -- outages: catch-up and health ----------------------------------------------------
 
-    async def catch_up(self) -> int:
-        """Ship what the shared tiers are owed (`journal_async.AsyncJournal`)."""
+    async def catch_up(self, thread_id: str | None = None) -> int:
+        """Ship what the shared tiers are owed, by one thread or all
+        (`journal_async.AsyncJournal`)."""
         await self.ensure_setup()
-        return await self.journal.catch_up()
+        return await self.journal.catch_up(thread_id)
 
     async def lag(self) -> Lag:
         """What the shared tiers are owed: records, per tier, and the oldest's age."""

@@ -63,16 +63,21 @@ class Journal:
         # Writes refused by a newer lease holder since the saver started.
         self.refused = 0
 
-    def catch_up(self) -> int:
-        """One pass over everything owed; returns how many entries were
-        settled (shipped wherever they were owed, or dropped as not to be
-        shipped). A tier that fails is skipped until the next pass."""
+    def catch_up(self, thread_id: str | None = None) -> int:
+        """One pass over everything owed (by one thread, or all); returns how
+        many entries were settled (shipped wherever they were owed, or
+        dropped as not to be shipped). A tier that fails is skipped until
+        the next pass."""
         blocked: set[str] = set()
         settled = 0
         after = 0
         while True:
             try:
-                batch = self.local.pending_journal(BATCH, after) if self.local is not None else []
+                batch = (
+                    self.local.pending_journal(BATCH, after, thread_id=thread_id)
+                    if self.local is not None
+                    else []
+                )
             except TierUnavailable as exc:  # the local file is unreadable: its entries wait
                 logger.warning("cannot read the local journal (%s); its entries are shipped later", exc)
                 batch = []
@@ -84,8 +89,15 @@ class Journal:
             if len(blocked) == len(self.shared):
                 return settled
         for entry in self.memory.pending():
-            settled += self._ship(entry, blocked)
+            if thread_id is None or entry.thread_id == thread_id:
+                settled += self._ship(entry, blocked)
         return settled
+
+    def owes(self, thread_id: str) -> bool:
+        """Whether a shared tier is still owed a record of this thread."""
+        if any(entry.thread_id == thread_id for entry in self.memory.pending()):
+            return True
+        return self.local is not None and bool(self.local.pending_journal(1, 0, thread_id=thread_id))
 
     def _ship(self, entry: JournalEntry, blocked: set[str]) -> int:
         """Ship one entry to the tiers that owe it and are not blocked. 1 if
@@ -115,6 +127,7 @@ class Journal:
                     "journal entry %s: checkpoint %s of thread %r not shipped: the thread moved on to %s",
                     entry.seq, entry.checkpoint_id, entry.thread_id, newer,
                 )  # fmt: skip
+                self._withdraw_local(entry, loaded, f"not shipped: the thread moved on to {newer}")
                 self._drop(entry)
                 return 1
         fence = entry.fence
@@ -130,6 +143,7 @@ class Journal:
             except LeaseLost as exc:
                 self.refused += 1
                 logger.error("journal entry %s of thread %r not shipped: %s", entry.seq, entry.thread_id, exc)
+                self._withdraw_local(entry, loaded, "refused at shipping: another writer took the thread over")
                 self._drop(entry)
                 return 1
             except TierUnavailable:
@@ -150,6 +164,29 @@ class Journal:
         if not left:
             logger.debug("journal entry %s (%s %s) shipped", entry.seq, entry.kind, entry.checkpoint_id)
         return 0 if left else 1
+
+    def _withdraw_local(self, entry: JournalEntry, loaded: Any, reason: str) -> None:
+        """A record the shared tiers will never take: out of the local file's
+        read path too, into its quarantine (restorable, never deleted).
+        Left there, this replica would read it back as the thread's latest
+        and copy it into the shared tiers, without its ancestors."""
+        if entry.in_memory or self.local is None:
+            return
+        rows = loaded[1] if loaded[0] == "writes" else [loaded[0]]
+        for row in rows:
+            kind = "checkpoint" if isinstance(row, CheckpointRow) else "write"
+            key = (
+                f"checkpoint {row.checkpoint_id}"
+                if kind == "checkpoint"
+                else f"write {row.task_id}/{row.idx} of checkpoint {row.checkpoint_id}"
+            )
+            try:
+                self.local.quarantine(
+                    row.thread_id, row.checkpoint_ns, kind, key, reason, row.envelope, pack_fields(row_fields(row))
+                )
+                self.local.remove_copy(kind, row)
+            except TierUnavailable as exc:
+                logger.warning("could not withdraw %s of thread %r locally: %s", key, row.thread_id, exc)
 
     def _write(self, tier: Tier, loaded: Any, fence: Any) -> None:
         if loaded[0] == "writes":

@@ -61,16 +61,21 @@ class AsyncJournal:
         # Writes refused by a newer lease holder since the saver started.
         self.refused = 0
 
-    async def catch_up(self) -> int:
-        """One pass over everything owed; returns how many entries were
-        settled (shipped wherever they were owed, or dropped as not to be
-        shipped). A tier that fails is skipped until the next pass."""
+    async def catch_up(self, thread_id: str | None = None) -> int:
+        """One pass over everything owed (by one thread, or all); returns how
+        many entries were settled (shipped wherever they were owed, or
+        dropped as not to be shipped). A tier that fails is skipped until
+        the next pass."""
         blocked: set[str] = set()
         settled = 0
         after = 0
         while True:
             try:
-                batch = await self.local.pending_journal(BATCH, after) if self.local is not None else []
+                batch = (
+                    await self.local.pending_journal(BATCH, after, thread_id=thread_id)
+                    if self.local is not None
+                    else []
+                )
             except TierUnavailable as exc:  # the local file is unreadable: its entries wait
                 logger.warning("cannot read the local journal (%s); its entries are shipped later", exc)
                 batch = []
@@ -82,8 +87,15 @@ class AsyncJournal:
             if len(blocked) == len(self.shared):
                 return settled
         for entry in self.memory.pending():
-            settled += await self._ship(entry, blocked)
+            if thread_id is None or entry.thread_id == thread_id:
+                settled += await self._ship(entry, blocked)
         return settled
+
+    async def owes(self, thread_id: str) -> bool:
+        """Whether a shared tier is still owed a record of this thread."""
+        if any(entry.thread_id == thread_id for entry in self.memory.pending()):
+            return True
+        return self.local is not None and bool(await self.local.pending_journal(1, 0, thread_id=thread_id))
 
     async def _ship(self, entry: JournalEntry, blocked: set[str]) -> int:
         """Ship one entry to the tiers that owe it and are not blocked. 1 if
@@ -113,6 +125,7 @@ class AsyncJournal:
                     "journal entry %s: checkpoint %s of thread %r not shipped: the thread moved on to %s",
                     entry.seq, entry.checkpoint_id, entry.thread_id, newer,
                 )  # fmt: skip
+                await self._withdraw_local(entry, loaded, f"not shipped: the thread moved on to {newer}")
                 await self._drop(entry)
                 return 1
         fence = entry.fence
@@ -128,6 +141,7 @@ class AsyncJournal:
             except LeaseLost as exc:
                 self.refused += 1
                 logger.error("journal entry %s of thread %r not shipped: %s", entry.seq, entry.thread_id, exc)
+                await self._withdraw_local(entry, loaded, "refused at shipping: another writer took the thread over")
                 await self._drop(entry)
                 return 1
             except TierUnavailable:
@@ -148,6 +162,29 @@ class AsyncJournal:
         if not left:
             logger.debug("journal entry %s (%s %s) shipped", entry.seq, entry.kind, entry.checkpoint_id)
         return 0 if left else 1
+
+    async def _withdraw_local(self, entry: JournalEntry, loaded: Any, reason: str) -> None:
+        """A record the shared tiers will never take: out of the local file's
+        read path too, into its quarantine (restorable, never deleted).
+        Left there, this replica would read it back as the thread's latest
+        and copy it into the shared tiers, without its ancestors."""
+        if entry.in_memory or self.local is None:
+            return
+        rows = loaded[1] if loaded[0] == "writes" else [loaded[0]]
+        for row in rows:
+            kind = "checkpoint" if isinstance(row, CheckpointRow) else "write"
+            key = (
+                f"checkpoint {row.checkpoint_id}"
+                if kind == "checkpoint"
+                else f"write {row.task_id}/{row.idx} of checkpoint {row.checkpoint_id}"
+            )
+            try:
+                await self.local.quarantine(
+                    row.thread_id, row.checkpoint_ns, kind, key, reason, row.envelope, pack_fields(row_fields(row))
+                )
+                await self.local.remove_copy(kind, row)
+            except TierUnavailable as exc:
+                logger.warning("could not withdraw %s of thread %r locally: %s", key, row.thread_id, exc)
 
     async def _write(self, tier: AsyncTier, loaded: Any, fence: Any) -> None:
         if loaded[0] == "writes":

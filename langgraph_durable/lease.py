@@ -363,8 +363,11 @@ class LeaseBook:
         # thread is inside the book.
         self._lock = threading.RLock()
         self._held: OrderedDict[str, _Held] = OrderedDict()
-        self._holder = ""
-        self._pid = -1
+        # Set here, not on first use: two threads' first runs would both see
+        # an unset pid, and the second would clear the lease the first had
+        # just recorded.
+        self._holder = new_holder()
+        self._pid = os.getpid()
 
     @property
     def holder(self) -> str:
@@ -376,8 +379,9 @@ class LeaseBook:
         its parent's leases."""
         if self._pid != os.getpid():
             with self._lock:
-                self._held.clear()
-                self._holder, self._pid = new_holder(), os.getpid()
+                if self._pid != os.getpid():  # checked again: another thread may have just done it
+                    self._held.clear()
+                    self._holder, self._pid = new_holder(), os.getpid()
 
     def fence(self, lease: Lease) -> Fence:
         return Fence(lease.thread_id, lease.holder, lease.token, self.ttl, lease.tier)
