@@ -1,0 +1,153 @@
+"""Several worker processes, one Redis, one Postgres, threads handed from
+process to process between runs (`tests/load.py`): a small run of the load
+benchmark, asserting correctness only, never timings.
+
+Each run checks every thread's latest state (every run's messages, in order,
+each by the process it was sent to) through the shared tiers together, each
+shared tier alone and each worker's SQLite file as a replica; that every
+checkpoint a worker's ``put`` acknowledged is in each shared tier and in that
+worker's own file; and that each thread's history is one chain.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain_core.runnables import RunnableConfig
+
+from langgraph_durable import DurableSaver
+from langgraph_durable.lease import Lease, LeaseBook
+from langgraph_durable.replicator import Replicator
+from langgraph_durable.validation import RUNTIME_KEY
+
+from .conftest import REDIS_URL
+from .graphs import loop_graph
+from .load import LoadResult, count_forks, run_load
+
+WORKERS, THREADS, RUNS, STEPS = 3, 12, 3, 5
+
+
+def _load(tmp_path: Path, redis_prefix: str, postgres_url: str, **options: Any) -> LoadResult:
+    return run_load(
+        WORKERS,
+        THREADS,
+        RUNS,
+        STEPS,
+        REDIS_URL,
+        redis_prefix,
+        postgres_url,
+        tmp_path,
+        seed=7,
+        concurrency=4,
+        timeout=120,
+        **options,
+    )
+
+
+def _every_view_is_right(result: LoadResult) -> None:
+    assert result.ok, result.summary()
+    views = ["shared", "redis", "postgres", *(f"w{w} replica" for w in range(WORKERS))]
+    assert sorted(result.wrong_states) == sorted(views), result.wrong_states
+    assert set(result.lost) == {"shared", "redis", "postgres", *(f"w{w} file" for w in range(WORKERS))}
+    assert set(result.forks) == set(result.unlinked) == {"shared", "redis", "postgres"}
+    assert sorted(result.corrupt) == sorted(views)
+    assert result.checkpoints == THREADS * RUNS * (STEPS + 2)  # input + start + one per step, each run
+    assert all(w.runs > 0 for w in result.per_worker), result.summary()  # every process took runs
+    assert sum(w.runs for w in result.per_worker) == THREADS * RUNS
+    assert result.refused == 0 and all(w.owed_at_close == 0 for w in result.per_worker)
+
+
+def test_threads_handed_between_processes_keep_one_history(
+    tmp_path: Path, redis_prefix: str, postgres_url: str
+) -> None:
+    """write="shared" (the default), sync face: a run acknowledged by one
+    process is seen whole by the next process the thread goes to."""
+    result = _load(tmp_path, redis_prefix, postgres_url, write="shared", face="sync")
+    _every_view_is_right(result)
+    assert all(w.warnings == 0 for w in result.per_worker), [w.first_warnings for w in result.per_worker]
+
+
+@pytest.mark.parametrize("face", ["sync", "async"])
+def test_write_behind_hand_off_keeps_one_history(
+    tmp_path: Path, redis_prefix: str, postgres_url: str, face: str
+) -> None:
+    """write="local" (write-behind), the thread handed on as soon as its run
+    returns, no drain: a run's end ships the thread's records before it
+    gives the lease back, so the next process sees the whole run, and
+    nothing is refused or lost. The async face gives the lease back just
+    after ``ainvoke`` returns (a task on the loop), so the next process
+    waits for it (``on_busy="wait"``, as a replica taking threads from a
+    load balancer should)."""
+    result = _load(
+        tmp_path,
+        redis_prefix,
+        postgres_url,
+        write="local",
+        face=face,
+        handoff_drain=False,
+        saver_options={"on_busy": "wait"},
+    )
+    _every_view_is_right(result)
+    assert all(w.warnings == 0 for w in result.per_worker), [w.first_warnings for w in result.per_worker]
+
+
+# -- saver bugs the load test found, fixed -------------------------------------------------------
+
+
+def test_a_refused_write_behind_checkpoint_stays_out_of_the_shared_history(
+    tmp_path: Path, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Replica A runs the thread with write="local"; before A's replicator
+    ships it, replica B takes the thread over (so A's records are refused
+    when shipped, as the README says), and B's run is not shipped either.
+    A then runs the thread again. Nothing A's refused run wrote may reach the
+    shared history: every checkpoint there must have its parent and channel
+    values. The load test hit this on its own (``handoff_drain=False``); here
+    the background replicator is held back so only ``drain()`` ships."""
+    monkeypatch.setattr(Replicator, "kick", lambda self: None)
+    config: RunnableConfig = {"configurable": {"thread_id": "refused"}}
+    a = DurableSaver(sqlite=str(tmp_path / "a.sqlite"), postgres=postgres_url, write="local")
+    b = DurableSaver(sqlite=str(tmp_path / "b.sqlite"), postgres=postgres_url, write="local")
+    try:
+        ga, gb = (loop_graph(3).compile(checkpointer=s) for s in (a, b))
+        ga.invoke({"messages": [], "n": 0}, config, durability="sync")
+        gb.invoke({"messages": [], "n": 0}, config, durability="sync")  # takes the thread over, unshipped
+        assert a.drain(5).caught_up  # A's run is refused: never in the shared tier
+        ga.invoke({"messages": ["again"], "n": 0}, config, durability="sync")
+        assert a.drain(5).caught_up and b.drain(5).caught_up
+    finally:
+        a.close()
+        b.close()
+    events: list[Any] = []
+    with DurableSaver(sqlite=None, postgres=postgres_url, on_corruption=events.append) as fresh:
+        listed = [(c.config["configurable"]["checkpoint_id"], c.parent_config) for c in fresh.list(config)]
+    assert events == []
+    assert count_forks((cid, (p or {}).get("configurable", {}).get("checkpoint_id")) for cid, p in listed) == (0, 0)
+
+
+def test_runs_starting_together_in_a_fresh_process_keep_their_leases() -> None:
+    """The load test saw `LeaseLost: ... it was released while the run was
+    going` at the first write of a run, now and then, among the first runs
+    of a fresh worker process (several runner threads start at once). The
+    book is set up on first use (``_pid == -1``): thread B passes the pid
+    check, thread A sets the book up and begins a run, then B clears it.
+    Here B is held between the check and the lock (A holds the lock)."""
+    book = LeaseBook()
+
+    def writer(_: Any) -> None:
+        pass
+
+    runtime = types.SimpleNamespace(stream_writer=writer, control=None)
+    with book._lock:  # A is inside _after_fork ...
+        b = threading.Thread(target=lambda: book.holder)  # ... as B starts its first run
+        b.start()
+        time.sleep(0.2)  # B passed the pid check and waits for the lock
+        book._after_fork()  # A sets the book up
+        book.begin(runtime, Lease("t", book.holder, 1, time.time() + 30))  # and begins its run
+    b.join(5)
+    assert book.fence_for("t", {RUNTIME_KEY: runtime})[0] is not None
