@@ -50,7 +50,6 @@ NAMES = {
     "AsyncLeaseKeeper": "LeaseKeeper",
     "AsyncConnectionPool": "ConnectionPool",
     "asynccontextmanager": "contextmanager",
-    "AbstractAsyncContextManager": "AbstractContextManager",
     "AsyncIterator": "Iterator",
     "arun_all": "run_all",
     "ALock": "Lock",

@@ -35,7 +35,7 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Iterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -62,26 +62,12 @@ from .validation import RUNTIME_KEY
 logger = logging.getLogger("langgraph_durable")
 
 
-@contextlib.contextmanager
-def _no_exclusion() -> Iterator[None]:
-    yield
-
-
 class LeaseKeeper:
     """Takes, checks and gives back the writer leases of one saver's threads."""
 
-    def __init__(
-        self,
-        chain: TierChain,
-        book: LeaseBook,
-        exclusive: Callable[[], contextlib.AbstractContextManager[None]] | None = None,
-    ) -> None:
+    def __init__(self, chain: TierChain, book: LeaseBook) -> None:
         self.chain = chain
         self.book = book
-        # Keeps the replicator's passes out while a run's end ships the
-        # thread's records (`Replicator.aexclusive`): two shippers of one
-        # record race, and the later one is refused once the lease moved on.
-        self.exclusive = exclusive or _no_exclusion
         # The event loop of the runs (async face), the leases of ended runs
         # it is to release, and the tasks releasing them.
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -156,8 +142,7 @@ class LeaseKeeper:
         lease is kept until it expires, while the replicator keeps trying."""
         try:
             if self.chain.write == "local":
-                with self.exclusive():
-                    self.chain.catch_up(lease.thread_id)
+                self.chain.catch_up(lease.thread_id)
                 if self.chain.journal.owes(lease.thread_id):
                     logger.warning(
                         "thread %r still owes records to the shared tiers at the end of its run; its writer lease "

@@ -1252,13 +1252,13 @@ class DurableSaver(BaseCheckpointSaver[str]):
     def _sync_leases(self) -> LeaseKeeper:
         chain = self._sync_chain()
         if self._lease_keeper is None or self._lease_keeper.chain is not chain:
-            self._lease_keeper = LeaseKeeper(chain, self._leases, self._replicator.exclusive)
+            self._lease_keeper = LeaseKeeper(chain, self._leases)
         return self._lease_keeper
 
     def _async_leases(self) -> AsyncLeaseKeeper:
         chain = self._async_chain()
         if self._alease_keeper is None or self._alease_keeper.chain is not chain:
-            self._alease_keeper = AsyncLeaseKeeper(chain, self._leases, self._replicator.aexclusive)
+            self._alease_keeper = AsyncLeaseKeeper(chain, self._leases)
         return self._alease_keeper
 
     def release_thread(self, thread_id: str) -> None:
