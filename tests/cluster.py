@@ -18,12 +18,11 @@ import tempfile
 import time
 from collections.abc import Iterator
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
-import pytest
 import redis as redis_lib
 
-from .conftest import IN_CI
+from .conftest import unavailable
 from .servers import free_port
 
 STARTUP_TIMEOUT_S = 20.0
@@ -48,10 +47,7 @@ def _cluster_port() -> int:
 def _binary(name: str) -> str:
     path = shutil.which(name)
     if path is None:
-        message = f"{name} is not installed (apt-get install redis-server)"
-        if IN_CI:
-            pytest.fail(message)
-        pytest.skip(message)
+        unavailable(f"{name} is not installed (apt-get install redis-server)")
     return path
 
 
@@ -76,7 +72,29 @@ def _wait(what: str, ready: Any, timeout: float = STARTUP_TIMEOUT_S) -> None:
     raise RuntimeError(f"{what} did not happen within {timeout:.0f} s")
 
 
-class RedisClusterProcesses:
+class _Processes:
+    """Private servers: `start` them (stopping what did start if that
+    fails) on entry, `stop` them on exit."""
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
+        self.stop()
+
+
+class RedisClusterProcesses(_Processes):
     """``with RedisClusterProcesses() as c: c.url ... c.kill(port) ... c.restart(port)``."""
 
     def __init__(self, primaries: int = 3) -> None:
@@ -157,19 +175,8 @@ class RedisClusterProcesses:
             self.kill(port)
         shutil.rmtree(self.dir, ignore_errors=True)
 
-    def __enter__(self) -> RedisClusterProcesses:
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
 
-    def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
-        self.stop()
-
-
-class SentinelProcesses:
+class SentinelProcesses(_Processes):
     """A primary and one `redis-server --sentinel` watching it as ``mymaster``."""
 
     SERVICE = "mymaster"
@@ -212,17 +219,6 @@ class SentinelProcesses:
         self.procs = []
         shutil.rmtree(self.dir, ignore_errors=True)
 
-    def __enter__(self) -> SentinelProcesses:
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
-        self.stop()
-
 
 def started(factory: Any, what: str) -> Iterator[Any]:
     """Yield a started set of servers; one that cannot start fails the tests
@@ -231,10 +227,7 @@ def started(factory: Any, what: str) -> Iterator[Any]:
         servers = factory()
         servers.__enter__()
     except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
-        message = f"{what} could not be started: {exc}"
-        if IN_CI:
-            pytest.fail(message)
-        pytest.skip(message)
+        unavailable(f"{what} could not be started: {exc}")
     try:
         yield servers
     finally:

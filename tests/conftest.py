@@ -11,7 +11,7 @@ import os
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import psycopg
 import pytest
@@ -35,11 +35,16 @@ CONFIGS = [
 ]
 
 
-def _missing(what: str, exc: Exception) -> None:
-    message = f"{what} is not reachable ({exc}); start it or set its LANGGRAPH_DURABLE_TEST_* URL"
+def unavailable(message: str) -> NoReturn:
+    """A server or program a test needs is missing: skip locally, FAIL under
+    CI=true (CI must never pass by skipping). Every such skip goes through here."""
     if IN_CI:
         pytest.fail(message)
     pytest.skip(message)
+
+
+def _missing(what: str, exc: Exception) -> NoReturn:
+    unavailable(f"{what} is not reachable ({exc}); start it or set its LANGGRAPH_DURABLE_TEST_* URL")
 
 
 def database_url(base: str, name: str) -> str:

@@ -21,10 +21,9 @@ from types import TracebackType
 from urllib.parse import quote
 
 import psycopg
-import pytest
 from psycopg.conninfo import conninfo_to_dict
 
-from .conftest import IN_CI
+from .conftest import unavailable
 from .servers import free_port
 
 # PgBouncer tracks protocol-level prepared statements from 1.21 on, when
@@ -53,10 +52,7 @@ class PrivateBouncer:
         # Debian installs it in sbin, which a non-root PATH may lack.
         binary = shutil.which("pgbouncer", path=os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin"]))
         if binary is None:
-            message = "pgbouncer is not installed (apt-get install pgbouncer)"
-            if IN_CI:
-                pytest.fail(message)
-            pytest.skip(message)
+            unavailable("pgbouncer is not installed (apt-get install pgbouncer)")
         self.binary = binary
         self.version = _version(binary)
         server = conninfo_to_dict(server_url)
