@@ -4,12 +4,15 @@ code they measured."""
 
 from __future__ import annotations
 
+import datetime as dt
 import importlib.metadata
 import ipaddress
 import os
 import platform
+import shlex
 import signal
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
@@ -90,6 +93,29 @@ def git_state(root: Path, package: str = "langgraph_durable") -> str:
     if not head:
         return "unknown"
     return head + (f" + uncommitted changes in {package}/" if dirty else " (clean)")
+
+
+def run_lines(
+    script: str,
+    *,
+    quick: bool,
+    started: dt.datetime,
+    wall: float,
+    load: tuple[float, float],
+    code: str,
+    packages: Iterable[str],
+) -> list[str]:
+    """The lines every results file opens with: when, the command as run,
+    the machine and its load (start, end), Python, the code and packages."""
+    cmd = f"python benchmarks/{script}" + "".join(" " + shlex.quote(a) for a in sys.argv[1:])
+    return [
+        f"- Date: {started.strftime('%Y-%m-%d %H:%M:%S %Z')} (run took {wall:.0f} s)",
+        f"- Command: `{cmd}`" + (" (quick mode)" if quick else ""),
+        f"- Machine: {machine()}; 1-minute load average {load[0]:.2f} at start, {load[1]:.2f} at end",
+        f"- Python: {python_version()}",
+        f"- Code measured: langgraph_durable at git {code} (at start of run)",
+        f"- Packages: {package_versions(packages)}",
+    ]
 
 
 def exit_on_sigterm() -> None:

@@ -53,7 +53,6 @@ import json
 import operator
 import os
 import random
-import shlex
 import sqlite3
 import statistics
 import subprocess
@@ -67,14 +66,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
-from _env import (  # benchmarks/ is on sys.path when run as a script
+from _env import (
     REDIS_URL,
     exit_on_sigterm,
     git_state,
     is_loopback,
-    machine,
-    package_versions,
-    python_version,
+    run_lines,  # benchmarks/ is on sys.path when run as a script
 )
 from _env import Resources as SharedResources
 from typing_extensions import TypedDict
@@ -1684,18 +1681,20 @@ def header(
     args: argparse.Namespace, run: Run, res: Resources, started: dt.datetime, wall: float, code: str, load: float
 ) -> str:
     p = run.params
-    cmd = "python benchmarks/bench_growth.py" + "".join(" " + shlex.quote(a) for a in sys.argv[1:])
     servers = ", ".join(f"{k} {v}" for k, v in res.server_versions.items()) or "none reachable"
     return "\n".join(
         [
             "# Growth benchmark results",
             "",
-            f"- Date: {started.strftime('%Y-%m-%d %H:%M:%S %Z')} (run took {wall:.0f} s)",
-            f"- Command: `{cmd}`" + (" (quick mode)" if args.quick else ""),
-            f"- Machine: {machine()}; 1-minute load average {load:.2f} at start, {os.getloadavg()[0]:.2f} at end",
-            f"- Python: {python_version()}",
-            f"- Code measured: langgraph_durable at git {code} (at start of run)",
-            f"- Packages: {package_versions(PACKAGES)}",
+            *run_lines(
+                "bench_growth.py",
+                quick=args.quick,
+                started=started,
+                wall=wall,
+                load=(load, os.getloadavg()[0]),
+                code=code,
+                packages=PACKAGES,
+            ),
             f"- Servers (loopback): {servers}",
             f"- Plain-Redis saver: {res.redis_saver_note}",
             f"- Workload: `messages: Annotated[list, operator.add]` grows by one {p.msg_bytes}-byte string "

@@ -42,7 +42,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
-import shlex
 import sys
 import tempfile
 import time
@@ -51,14 +50,12 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from _env import (  # benchmarks/ is on sys.path when run as a script
+from _env import (
     REDIS_URL,
     Resources,
     exit_on_sigterm,
     git_state,
-    machine,
-    package_versions,
-    python_version,
+    run_lines,  # benchmarks/ is on sys.path when run as a script
 )
 
 HERE = Path(__file__).resolve().parent
@@ -341,18 +338,20 @@ def storage_tables(series: list[Series], args: argparse.Namespace) -> str:
 
 
 def header(args: argparse.Namespace, res: Resources, started: dt.datetime, wall: float, code: str, load: float) -> str:
-    cmd = "python benchmarks/bench_load.py" + "".join(" " + shlex.quote(a) for a in sys.argv[1:])
     servers = ", ".join(f"{k} {v}" for k, v in res.server_versions.items()) or "none reachable"
     return "\n".join(
         [
             "# Load benchmark results: several replicas, one Redis, one Postgres",
             "",
-            f"- Date: {started.strftime('%Y-%m-%d %H:%M:%S %Z')} (run took {wall:.0f} s)",
-            f"- Command: `{cmd}`" + (" (quick mode)" if args.quick else ""),
-            f"- Machine: {machine()}; 1-minute load average {load:.2f} at start, {os.getloadavg()[0]:.2f} at end",
-            f"- Python: {python_version()}",
-            f"- Code measured: langgraph_durable at git {code} (at start of run)",
-            f"- Packages: {package_versions(PACKAGES)}",
+            *run_lines(
+                "bench_load.py",
+                quick=args.quick,
+                started=started,
+                wall=wall,
+                load=(load, os.getloadavg()[0]),
+                code=code,
+                packages=PACKAGES,
+            ),
             f"- Servers (loopback, shared with whatever else runs on the machine): {servers}",
             f"- Load: {args.workers} worker processes (multiprocessing spawn), each with its own `DurableSaver` "
             f"(sqlite+redis+postgres, defaults except `write=`) and SQLite file, {args.concurrency} runs at once per "

@@ -51,7 +51,6 @@ import functools
 import gc
 import operator
 import os
-import shlex
 import statistics
 import sys
 import time
@@ -63,14 +62,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
-from _env import (  # benchmarks/ is on sys.path when run as a script
+from _env import (
     REDIS_URL,
     Resources,
     exit_on_sigterm,
     git_state,
-    machine,
-    package_versions,
-    python_version,
+    run_lines,  # benchmarks/ is on sys.path when run as a script
 )
 from typing_extensions import TypedDict
 
@@ -1014,18 +1011,20 @@ def header(
     code_state: str,
     load: tuple[float, float],
 ) -> str:
-    cmd = "python benchmarks/bench_savers.py" + "".join(" " + shlex.quote(a) for a in sys.argv[1:])
     servers = ", ".join(f"{k} {v}" for k, v in res_env.server_versions.items()) or "none reachable"
     return "\n".join(
         [
             "# Checkpoint saver benchmark results",
             "",
-            f"- Date: {started.strftime('%Y-%m-%d %H:%M:%S %Z')} (run took {wall:.0f} s)",
-            f"- Command: `{cmd}`" + (" (quick mode)" if args.quick else ""),
-            f"- Machine: {machine()}; 1-minute load average {load[0]:.2f} at start, {load[1]:.2f} at end",
-            f"- Python: {python_version()}",
-            f"- Code measured: langgraph_durable at git {code_state} (at start of run)",
-            f"- Packages: {package_versions(PACKAGES)}",
+            *run_lines(
+                "bench_savers.py",
+                quick=args.quick,
+                started=started,
+                wall=wall,
+                load=load,
+                code=code_state,
+                packages=PACKAGES,
+            ),
             f"- Servers (loopback): {servers}",
             f"- Workload: {params.steps} super-steps per invoke, one ~{params.msg_bytes}-byte message appended "
             f"per step to `messages: Annotated[list, operator.add]`; {params.threads} timed invokes (one fresh "

@@ -313,6 +313,23 @@ def _closing_stats(saver: TimedSaver, runs: int, errors: int, checkpoints: int) 
     }
 
 
+def _run_of(spec: dict[str, Any], task: tuple[int, int]) -> tuple[str, RunnableConfig, int]:
+    """A run's thread id, config and goal (the value of ``n`` it ends at)."""
+    thread, run = task
+    thread_id = thread_id_of(spec["thread_prefix"], thread)
+    return thread_id, {"configurable": {"thread_id": thread_id}}, (run + 1) * spec["steps_per_run"]
+
+
+def _run_error(out: dict[str, Any], goal: int) -> str | None:
+    return None if out.get("n") == goal else f"run ended at n={out.get('n')}, not {goal}"
+
+
+def _count(counts: dict[str, int], report: RunReport) -> None:
+    counts["runs"] += 1
+    counts["errors"] += report.error is not None
+    counts["checkpoints"] += len(report.acked)
+
+
 def _worker(index: int, spec: dict[str, Any], tasks: Any, results: Any) -> dict[str, Any]:
     steps, write_behind = spec["steps_per_run"], spec["saver"].get("write") == "local"
     counts = {"runs": 0, "errors": 0, "checkpoints": 0}
@@ -325,27 +342,19 @@ def _worker(index: int, spec: dict[str, Any], tasks: Any, results: Any) -> dict[
 
         def runner() -> None:
             while (task := tasks.get()) is not None:
-                thread, run = task
-                thread_id = thread_id_of(spec["thread_prefix"], thread)
-                config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
-                error = None
+                thread_id, config, goal = _run_of(spec, task)
                 started = time.perf_counter()
                 try:
-                    out = graph.invoke({"goal": (run + 1) * steps}, config, durability="sync")
-                    if out.get("n") != (run + 1) * steps:
-                        error = f"run ended at n={out.get('n')}, not {(run + 1) * steps}"
+                    error = _run_error(graph.invoke({"goal": goal}, config, durability="sync"), goal)
                 except Exception as exc:
                     error = f"{type(exc).__name__}: {exc}"
-                ended = time.perf_counter()
-                report = _report(saver, index, (thread, run), thread_id, started, ended, error)
+                report = _report(saver, index, task, thread_id, started, time.perf_counter(), error)
                 if write_behind and spec["handoff_drain"] and error is None:
                     t0 = time.perf_counter()
                     report.owed_after = saver.drain(None).records
                     report.drain_ms = (time.perf_counter() - t0) * 1000
                 with guard:
-                    counts["runs"] += 1
-                    counts["errors"] += error is not None
-                    counts["checkpoints"] += len(report.acked)
+                    _count(counts, report)
                 results.put(("run", index, asdict(report)))
 
         runners = [threading.Thread(target=runner, name=f"load-runner-{i}") for i in range(spec["concurrency"])]
@@ -371,26 +380,18 @@ async def _aworker(index: int, spec: dict[str, Any], tasks: Any, results: Any) -
 
         async def runner() -> None:
             while (task := await loop.run_in_executor(getters, tasks.get)) is not None:
-                thread, run = task
-                thread_id = thread_id_of(spec["thread_prefix"], thread)
-                config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
-                error = None
+                thread_id, config, goal = _run_of(spec, task)
                 started = time.perf_counter()
                 try:
-                    out = await graph.ainvoke({"goal": (run + 1) * steps}, config, durability="sync")
-                    if out.get("n") != (run + 1) * steps:
-                        error = f"run ended at n={out.get('n')}, not {(run + 1) * steps}"
+                    error = _run_error(await graph.ainvoke({"goal": goal}, config, durability="sync"), goal)
                 except Exception as exc:
                     error = f"{type(exc).__name__}: {exc}"
-                ended = time.perf_counter()
-                report = _report(saver, index, (thread, run), thread_id, started, ended, error)
+                report = _report(saver, index, task, thread_id, started, time.perf_counter(), error)
                 if write_behind and spec["handoff_drain"] and error is None:
                     t0 = time.perf_counter()
                     report.owed_after = (await saver.adrain(None)).records
                     report.drain_ms = (time.perf_counter() - t0) * 1000
-                counts["runs"] += 1
-                counts["errors"] += error is not None
-                counts["checkpoints"] += len(report.acked)
+                _count(counts, report)
                 results.put(("run", index, asdict(report)))
 
         await asyncio.gather(*(runner() for _ in range(spec["concurrency"])))
