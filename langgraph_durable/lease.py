@@ -10,7 +10,8 @@ was taken over gets `LeaseLost` at its next write, and that write is not
 stored. Two writers therefore never fork a thread's history.
 
 A run gives the lease back when it ends, so another replica may run the
-thread right after it. LangGraph tells a checkpointer nothing at the end of
+thread right after it (with write-behind, once the replicator has shipped
+the run: `LeaseBook.hand_off_later`). LangGraph tells a checkpointer nothing at the end of
 a run; the sign used is the run's ``stream_writer`` (a function Pregel makes
 per run and keeps in the run's Runtime) being freed: `LeaseBook` watches it
 with a weak reference. The TTL is the fallback for a holder that crashed, or
@@ -363,6 +364,9 @@ class LeaseBook:
         # thread is inside the book.
         self._lock = threading.RLock()
         self._held: OrderedDict[str, _Held] = OrderedDict()
+        # Ended write-behind runs' leases, kept until their threads' records
+        # have shipped (`hand_off_later`).
+        self._handoffs: dict[str, Lease] = {}
         # Set here, not on first use: two threads' first runs would both see
         # an unset pid, and the second would clear the lease the first had
         # just recorded.
@@ -381,6 +385,7 @@ class LeaseBook:
             with self._lock:
                 if self._pid != os.getpid():  # checked again: another thread may have just done it
                     self._held.clear()
+                    self._handoffs.clear()
                     self._holder, self._pid = new_holder(), os.getpid()
 
     def fence(self, lease: Lease) -> Fence:
@@ -409,6 +414,7 @@ class LeaseBook:
             runtime=runtime if writer is None else None,
         )
         with self._lock:
+            self._handoffs.pop(lease.thread_id, None)  # the lease moved on (a new token)
             self._held[lease.thread_id] = held
             self._held.move_to_end(lease.thread_id)
             evicted = []
@@ -468,6 +474,29 @@ class LeaseBook:
             leases = [h.lease for h in self._held.values()]
             self._held.clear()
             return leases
+
+    def hand_off_later(self, lease: Lease) -> None:
+        """An ended write-behind run whose thread still owes the shared tiers
+        records: its lease is given back once they have shipped (the
+        replicator does it), not at the run's end, so that no other replica
+        takes the thread before it can see them."""
+        with self._lock:
+            self._handoffs[lease.thread_id] = lease
+
+    def handoffs(self) -> list[Lease]:
+        """The leases `hand_off_later` keeps, oldest first."""
+        with self._lock:
+            return list(self._handoffs.values())
+
+    def handed(self, lease: Lease) -> bool:
+        """Forget a kept lease, to give it back now; False if a newer run of
+        its thread took the lease since (then there is nothing to give back)."""
+        with self._lock:
+            kept = self._handoffs.get(lease.thread_id)
+            if kept is None or kept.token != lease.token:
+                return False
+            del self._handoffs[lease.thread_id]
+            return True
 
     def held(self, thread_id: str) -> Lease | None:
         with self._lock:

@@ -133,27 +133,37 @@ class AsyncLeaseKeeper:
         """Give back an ended run's lease (if it still has the run's token);
         False if that failed (logged).
 
-        With write-behind (``write="local"``) the thread's records still owed
-        are shipped first: a replica that took the thread over before they
-        reached the shared tiers would not see them, and they would then be
-        refused. If some cannot be shipped now (a shared tier down), the
-        lease is kept until it expires, while the replicator keeps trying."""
+        With write-behind (``write="local"``) a thread whose records are still
+        owed to the shared tiers keeps its lease until they have shipped: a
+        replica that took the thread over before would not see them, and they
+        would then be refused. The run's end does not wait for that: the
+        replicator ships the thread first and then gives the lease back
+        (`hand_off_shipped`). Should they not ship (a shared tier down), the
+        lease expires after its TTL."""
         try:
-            if self.chain.write == "local":
-                await self.chain.catch_up(lease.thread_id)
-                if await self.chain.journal.owes(lease.thread_id):
-                    logger.warning(
-                        "thread %r still owes records to the shared tiers at the end of its run; its writer lease "
-                        "is kept until it expires (%s s), so that no other replica takes the thread before they ship",
-                        lease.thread_id,
-                        self.book.ttl,
-                    )
-                    return False
+            if self.chain.write == "local" and await self.chain.journal.owes(lease.thread_id):
+                self.book.hand_off_later(lease)
+                self.chain.kick()
+                return True
             await self.chain.tier_named(lease.tier).release_lease(lease.thread_id, lease.holder, lease.token)
         except Exception as exc:  # a TierUnavailable, or the saver closed meanwhile
             self._not_released(lease, exc)
             return False
         return True
+
+    async def hand_off_shipped(self) -> int:
+        """(The replicator, at each pass.) Ship the threads of the leases kept
+        at the end of write-behind runs (`LeaseBook.hand_off_later`), and
+        give back each lease whose thread owes the shared tiers nothing now.
+        Returns how many journal entries were settled."""
+        settled = 0
+        for lease in self.book.handoffs():
+            settled += await self.chain.catch_up(lease.thread_id)
+            if await self.chain.journal.owes(lease.thread_id):
+                continue  # a shared tier is down: the next pass tries again
+            if self.book.handed(lease):
+                await self._release_quietly(lease)
+        return settled
 
     def _not_released(self, lease: Lease, exc: BaseException) -> None:
         logger.warning(
@@ -243,6 +253,10 @@ class AsyncLeaseKeeper:
         while self._releasing:
             with contextlib.suppress(Exception, asyncio.CancelledError):
                 await amaybe_await(self._releasing.pop())
+        # Write-behind runs' leases: given back if their threads have shipped
+        # (`close` drains first), else left to expire, for the same reason.
+        with contextlib.suppress(DurableError):
+            await self.hand_off_shipped()
         for lease in self.book.drop_all():
             await self._release_quietly(lease)
 

@@ -441,7 +441,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         self._deltas = DeltaMemo(every=list_snapshot_every) if list_snapshot_every > 1 else None
         # Versions of the checkpoints stored or served last, both faces (carried.py).
         self._seen = SeenVersions()
-        self._replicator = Replicator(lambda: self._sync_chain().catch_up(), lambda: self._sync_chain().lag())
+        self._replicator = Replicator(self._replicate, lambda: self._sync_chain().lag())
         if retention is not None and not isinstance(retention, RetentionPolicy):
             raise ConfigError(f"retention= must be a langgraph_durable.RetentionPolicy, not {retention!r}.")
         if retention_every is not None and (retention is None or retention_every <= 0):
@@ -762,6 +762,13 @@ class DurableSaver(BaseCheckpointSaver[str]):
         self._replicator.stop()
         if self._sweeper is not None:
             self._sweeper.stop()
+
+    def _replicate(self) -> int:
+        """One replicator pass: first the threads of ended write-behind runs
+        (their leases are given back once they have shipped:
+        `LeaseKeeper.hand_off_shipped`), then everything else owed."""
+        settled = self._sync_leases().hand_off_shipped() if self._leases.handoffs() else 0
+        return settled + self._sync_chain().catch_up()
 
     def drain(self, timeout: float | None = None) -> Lag:
         """Ship what the shared tiers are owed, until nothing is or `timeout`

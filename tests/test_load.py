@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from langchain_core.runnables import RunnableConfig
 
-from langgraph_durable import DurableSaver
+from langgraph_durable import DurableSaver, ThreadBusy
 from langgraph_durable.lease import Lease, LeaseBook
 from langgraph_durable.replicator import Replicator
 from langgraph_durable.validation import RUNTIME_KEY
@@ -77,12 +77,11 @@ def test_write_behind_hand_off_keeps_one_history(
     tmp_path: Path, redis_prefix: str, postgres_url: str, face: str
 ) -> None:
     """write="local" (write-behind), the thread handed on as soon as its run
-    returns, no drain: a run's end ships the thread's records before it
-    gives the lease back, so the next process sees the whole run, and
-    nothing is refused or lost. The async face gives the lease back just
-    after ``ainvoke`` returns (a task on the loop), so the next process
-    waits for it (``on_busy="wait"``, as a replica taking threads from a
-    load balancer should)."""
+    returns, no drain: the run's lease is kept until the replicator has
+    shipped the thread, so the next process, waiting for the lease
+    (``on_busy="wait"``, as a replica taking write-behind threads from a
+    load balancer should), sees the whole run, and nothing is refused or
+    lost."""
     result = _load(
         tmp_path,
         redis_prefix,
@@ -103,21 +102,25 @@ def test_a_refused_write_behind_checkpoint_stays_out_of_the_shared_history(
     tmp_path: Path, postgres_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Replica A runs the thread with write="local"; before A's replicator
-    ships it, replica B takes the thread over (so A's records are refused
-    when shipped, as the README says), and B's run is not shipped either.
+    ships it, replica B takes the thread over (A keeps the lease until its
+    run has shipped, but the lease expires first), so A's records are
+    refused when shipped, as the README says. B's run ships when B drains,
+    which gives B's lease back.
     A then runs the thread again. Nothing A's refused run wrote may reach the
     shared history: every checkpoint there must have its parent and channel
     values. The load test hit this on its own (``handoff_drain=False``); here
     the background replicator is held back so only ``drain()`` ships."""
     monkeypatch.setattr(Replicator, "kick", lambda self: None)
     config: RunnableConfig = {"configurable": {"thread_id": "refused"}}
-    a = DurableSaver(sqlite=str(tmp_path / "a.sqlite"), postgres=postgres_url, write="local")
-    b = DurableSaver(sqlite=str(tmp_path / "b.sqlite"), postgres=postgres_url, write="local")
+    a = DurableSaver(sqlite=str(tmp_path / "a.sqlite"), postgres=postgres_url, write="local", lease_ttl=1)
+    b = DurableSaver(sqlite=str(tmp_path / "b.sqlite"), postgres=postgres_url, write="local", on_busy="wait")
     try:
         ga, gb = (loop_graph(3).compile(checkpointer=s) for s in (a, b))
         ga.invoke({"messages": [], "n": 0}, config, durability="sync")
-        gb.invoke({"messages": [], "n": 0}, config, durability="sync")  # takes the thread over, unshipped
+        assert a.lag().records > 0  # the run returned unshipped, still holding the lease
+        gb.invoke({"messages": [], "n": 0}, config, durability="sync")  # takes the thread over once it expires
         assert a.drain(5).caught_up  # A's run is refused: never in the shared tier
+        assert b.drain(5).caught_up  # B's run ships, and B gives the lease back
         ga.invoke({"messages": ["again"], "n": 0}, config, durability="sync")
         assert a.drain(5).caught_up and b.drain(5).caught_up
     finally:
@@ -128,6 +131,55 @@ def test_a_refused_write_behind_checkpoint_stays_out_of_the_shared_history(
         listed = [(c.config["configurable"]["checkpoint_id"], c.parent_config) for c in fresh.list(config)]
     assert events == []
     assert count_forks((cid, (p or {}).get("configurable", {}).get("checkpoint_id")) for cid, p in listed) == (0, 0)
+
+
+def test_a_write_behind_run_returns_before_it_ships_and_keeps_its_lease_until_it_has(
+    tmp_path: Path, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """write="local", sync face: the run's end does not wait for the shared
+    tiers. Its thread's lease is kept until the replicator has shipped the
+    run (here held back, so only ``drain()`` ships); meanwhile another
+    replica is refused the thread, and afterwards it sees the whole run."""
+    monkeypatch.setattr(Replicator, "kick", lambda self: None)
+    config: RunnableConfig = {"configurable": {"thread_id": "kept"}}
+    a = DurableSaver(sqlite=str(tmp_path / "a.sqlite"), postgres=postgres_url, write="local")
+    b = DurableSaver(sqlite=str(tmp_path / "b.sqlite"), postgres=postgres_url)
+    try:
+        ga, gb = (loop_graph(3).compile(checkpointer=s) for s in (a, b))
+        ga.invoke({"messages": [], "n": 0}, config, durability="sync")
+        assert a.lag().records > 0  # returned unshipped
+        with pytest.raises(ThreadBusy):
+            gb.invoke({"messages": ["too soon"], "n": 0}, config, durability="sync")
+        assert a.drain(5).caught_up  # ships the run, then gives the lease back
+        assert a._leases.handoffs() == []
+        state = gb.invoke(None, config, durability="sync")  # nothing left to run: the whole run is seen
+        assert state["n"] == 3 and len(state["messages"]) == 3
+    finally:
+        a.close()
+        b.close()
+
+
+async def test_a_write_behind_async_run_keeps_its_lease_until_it_has_shipped(
+    tmp_path: Path, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The async face of the test above: the lease is kept by the task the
+    run's end schedules, given back by ``adrain()`` once the run shipped."""
+    monkeypatch.setattr(Replicator, "kick", lambda self: None)
+    config: RunnableConfig = {"configurable": {"thread_id": "kept"}}
+    a = DurableSaver(sqlite=str(tmp_path / "a.sqlite"), postgres=postgres_url, write="local")
+    b = DurableSaver(sqlite=str(tmp_path / "b.sqlite"), postgres=postgres_url, lease_wait=1, on_busy="wait")
+    try:
+        ga, gb = (loop_graph(3).compile(checkpointer=s) for s in (a, b))
+        await ga.ainvoke({"messages": [], "n": 0}, config, durability="sync")
+        assert (await a.alag()).records > 0
+        with pytest.raises(ThreadBusy):  # waited 1 s: the lease is kept
+            await gb.ainvoke({"messages": ["too soon"], "n": 0}, config, durability="sync")
+        assert (await a.adrain(5)).caught_up
+        state = await gb.ainvoke(None, config, durability="sync")
+        assert state["n"] == 3 and len(state["messages"]) == 3
+    finally:
+        await a.aclose()
+        await b.aclose()
 
 
 def test_runs_starting_together_in_a_fresh_process_keep_their_leases() -> None:
