@@ -39,14 +39,25 @@ class BadRecord(Exception):
         self.reason = reason
 
 
-def _digest(context: bytes, type_tag: bytes, payload: bytes, key: bytes) -> bytes:
-    h: Any = hmac.new(key, digestmod=hashlib.sha256) if key else hashlib.sha256()
+# One keyed HMAC per signing key, copied for each digest: `hmac.new` sets the
+# key up again on every call, and a read verifies several records.
+_HMACS: dict[bytes, Any] = {}
+
+
+def _digest(context: bytes, type_tag: bytes, payload: bytes | memoryview, key: bytes) -> bytes:
+    if key:
+        base = _HMACS.get(key)
+        if base is None:
+            base = _HMACS.setdefault(key, hmac.new(key, digestmod=hashlib.sha256))
+        h: Any = base.copy()
+    else:
+        h = hashlib.sha256()
     h.update(context)
     h.update(b"\x00")
     h.update(type_tag)
     h.update(b"\x00")
     h.update(payload)
-    return bytes(h.digest()[:DIGEST_SIZE])
+    return h.digest()[:DIGEST_SIZE]
 
 
 def seal(context: str, type_tag: str, payload: bytes, *, key: bytes = b"") -> bytes:
@@ -74,11 +85,11 @@ def open_envelope(context: str, data: bytes, *, key: bytes = b"") -> tuple[str, 
     if len(data) < payload_start:
         raise BadRecord("truncated envelope")
     tag = bytes(data[_HEADER:tag_end])
-    digest = bytes(data[tag_end:payload_start])
-    payload = bytes(data[payload_start:])
-    if _digest(context.encode(), tag, payload, key) != digest:
+    view = memoryview(data)
+    # Verified in place: the payload is copied out only once it checks out.
+    if not hmac.compare_digest(_digest(context.encode(), tag, view[payload_start:], key), view[tag_end:payload_start]):
         raise BadRecord("checksum mismatch")
-    return tag.decode(), payload
+    return tag.decode(), bytes(view[payload_start:])
 
 
 def open_envelope_any(context: str, data: bytes, keys: Sequence[bytes]) -> tuple[str, bytes, int]:

@@ -153,6 +153,8 @@ _W_COLS = "thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, task_
 # holds text (planted, or damaged by another program) then reads as a bad
 # copy of that one record, instead of making sqlite3 raise for the whole read.
 _RECORD = "CAST(record AS BLOB)"
+# Channel values read by one statement (two parameters each).
+BLOBS_PER_QUERY = 500
 _READ_CP_COLS = _CP_COLS.replace("record", _RECORD)
 _READ_W_COLS = _W_COLS.replace("record", _RECORD)
 
@@ -461,13 +463,21 @@ class SqliteTier:
             return {}
         found: dict[BlobKey, BlobRow] = {}
         with self._read() as conn:
-            for channel, version in keys:
-                r = conn.execute(
-                    f"SELECT {_RECORD} FROM lgd_blobs WHERE thread_id = ? AND checkpoint_ns = ? AND channel = ? AND version = ?",
-                    (thread_id, ns, channel, version),
-                ).fetchone()
-                if r:
-                    found[(channel, version)] = BlobRow(thread_id, ns, channel, version, bytes(r[0]))
+            # One statement per at most BLOBS_PER_QUERY keys (SQLite's limit on
+            # parameters is 32766): the primary key's index serves each pair.
+            for i in range(0, len(keys), BLOBS_PER_QUERY):
+                part = keys[i : i + BLOBS_PER_QUERY]
+                pairs = ",".join(["(?, ?)"] * len(part))
+                # CROSS JOIN keeps the keys the outer loop: a primary-key
+                # lookup each (a row-value IN would scan the thread's values).
+                rows = conn.execute(
+                    f"WITH k(c, v) AS (VALUES {pairs}) SELECT b.channel, b.version, CAST(b.record AS BLOB) "
+                    "FROM k CROSS JOIN lgd_blobs b ON b.thread_id = ? AND b.checkpoint_ns = ? "
+                    "AND b.channel = k.c AND b.version = k.v",
+                    (*(v for key in part for v in key), thread_id, ns),
+                ).fetchall()
+                for channel, version, record in rows:
+                    found[(channel, version)] = BlobRow(thread_id, ns, channel, version, bytes(record))
         return found
 
     def read_writes(self, thread_id: str, ns: str, checkpoint_ids: Sequence[str]) -> list[WriteRow]:
