@@ -28,6 +28,12 @@ logger = logging.getLogger("langgraph_durable")
 # How often a pass runs while something is owed (a tier that is down costs
 # nothing then: its breaker refuses at once).
 DEFAULT_INTERVAL_S = 0.5
+# With write-behind, every write kicks the replicator. Passes that close
+# together would each ship a record or two, one round trip per tier each,
+# and take the interpreter from the runs meanwhile; a pass at most every
+# this many seconds ships a thread's records in one transaction per tier
+# instead (`journal_async.GROUP`).
+WRITE_BEHIND_GAP_S = 0.25
 
 
 class Replicator:
@@ -39,10 +45,12 @@ class Replicator:
         lag: Callable[[], Lag],
         *,
         interval: float = DEFAULT_INTERVAL_S,
+        gap: float = 0.0,
     ) -> None:
         self._catch_up = catch_up
         self._lag = lag
         self.interval = interval
+        self.gap = gap  # the least time between the starts of two background passes
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -67,9 +75,14 @@ class Replicator:
 
     def _run(self) -> None:
         owed = True
+        started = 0.0
         while not self._stopping.is_set():
             self._wake.wait(self.interval if owed else None)
+            wait = self.gap - (time.monotonic() - started)
+            if wait > 0 and self._stopping.wait(wait):
+                return
             self._wake.clear()
+            started = time.monotonic()
             if self._stopping.is_set():
                 return
             try:

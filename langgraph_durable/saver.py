@@ -45,7 +45,7 @@ from .lease_keeper import LeaseKeeper
 from .lease_keeper_async import AsyncLeaseKeeper
 from .ledger import LedgerEntry, damaged_entry, operator_answer
 from .metrics import MetricsHook, MetricsSink
-from .replicator import Replicator
+from .replicator import WRITE_BEHIND_GAP_S, Replicator
 from .retention import RetentionPolicy, RetentionReport
 from .sweeper import RetentionSweeper
 from .tiers.base import QuarantinedRecord, redact
@@ -441,7 +441,9 @@ class DurableSaver(BaseCheckpointSaver[str]):
         self._deltas = DeltaMemo(every=list_snapshot_every) if list_snapshot_every > 1 else None
         # Versions of the checkpoints stored or served last, both faces (carried.py).
         self._seen = SeenVersions()
-        self._replicator = Replicator(self._replicate, lambda: self._sync_chain().lag())
+        self._replicator = Replicator(
+            self._replicate, lambda: self._sync_chain().lag(), gap=WRITE_BEHIND_GAP_S if write == "local" else 0.0
+        )
         if retention is not None and not isinstance(retention, RetentionPolicy):
             raise ConfigError(f"retention= must be a langgraph_durable.RetentionPolicy, not {retention!r}.")
         if retention_every is not None and (retention is None or retention_every <= 0):

@@ -370,6 +370,70 @@ class PostgresTier:
         )
         self._fenced(fence, [sql, cp], params)
 
+    def write_batch(
+        self,
+        checkpoints: Sequence[tuple[CheckpointRow, Sequence[BlobRow]]],
+        writes: Sequence[WriteRow],
+        *,
+        fence: Fence | None = None,
+    ) -> None:
+        """One statement (see `write_checkpoint`) for all of them."""
+        rows = list({(r.checkpoint_ns, r.checkpoint_id): r for r, _ in checkpoints}.values())
+        blobs = [b for _, bs in checkpoints for b in bs]
+        first = rows[0] if rows else writes[0] if writes else None
+        if first is None:
+            return
+        inserts: list[str] = []
+        params: list[Any] = []
+        if blobs:
+            inserts.append(
+                "INSERT INTO lgd_blobs SELECT %s, n, c, v, r "
+                "FROM unnest(%s::text[], %s::text[], %s::text[], %s::bytea[]) AS u(n, c, v, r) "
+                "WHERE {ok} ON CONFLICT DO NOTHING"
+            )
+            params += [
+                first.thread_id,
+                [b.checkpoint_ns for b in blobs],
+                [b.channel for b in blobs],
+                [b.version for b in blobs],
+                [b.envelope for b in blobs],
+            ]
+        if rows:
+            inserts.append(
+                "INSERT INTO lgd_checkpoints SELECT %s, n, i, p, ru, m::jsonb, r "
+                "FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::bytea[]) "
+                "AS u(n, i, p, ru, m, r) WHERE {ok} "
+                "ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET "
+                "parent_id = EXCLUDED.parent_id, run_id = EXCLUDED.run_id, "
+                "metadata = EXCLUDED.metadata, record = EXCLUDED.record"
+            )
+            params += [
+                first.thread_id,
+                [r.checkpoint_ns for r in rows],
+                [r.checkpoint_id for r in rows],
+                [r.parent_id for r in rows],
+                [r.run_id for r in rows],
+                [r.metadata_json for r in rows],
+                [r.envelope for r in rows],
+            ]
+        if writes:
+            inserts.append(
+                "INSERT INTO lgd_writes SELECT %s, n, ci, t, i, c, p, r FROM unnest("
+                "%s::text[], %s::text[], %s::text[], %s::int[], %s::text[], %s::text[], %s::bytea[]"
+                ") AS u(n, ci, t, i, c, p, r) WHERE {ok} ON CONFLICT DO NOTHING"
+            )
+            params += [
+                first.thread_id,
+                [w.checkpoint_ns for w in writes],
+                [w.checkpoint_id for w in writes],
+                [w.task_id for w in writes],
+                [w.idx for w in writes],
+                [w.channel for w in writes],
+                [w.task_path for w in writes],
+                [w.envelope for w in writes],
+            ]
+        self._fenced(fence, inserts, params)
+
     def write_blobs(self, blobs: Sequence[BlobRow]) -> None:
         if not blobs:
             return
@@ -426,7 +490,8 @@ class PostgresTier:
         inserts nothing otherwise: then `LeaseLost`."""
         if fence is None:
             parts = [q.format(ok="true") for q in inserts]
-            sql = "".join(f"WITH w{i} AS ({q}) " for i, q in enumerate(parts[:-1])) + parts[-1]
+            ctes = ", ".join(f"w{i} AS ({q})" for i, q in enumerate(parts[:-1]))
+            sql = f"WITH {ctes} {parts[-1]}" if ctes else parts[-1]
             with self._unreachable():
                 with self._connection() as conn:
                     conn.execute(sql, params)

@@ -39,6 +39,18 @@ class AsyncTier(Protocol):
         """Store pending writes: replace on `upsert`, else insert-or-ignore.
         `fence` as for `write_checkpoint`."""
 
+    async def write_batch(
+        self,
+        checkpoints: Sequence[tuple[CheckpointRow, Sequence[BlobRow]]],
+        writes: Sequence[WriteRow],
+        *,
+        fence: Fence | None = None,
+    ) -> Any:
+        """Store several checkpoints (each with its new blobs) and pending
+        writes (insert-or-ignore) of one thread in one transaction: what
+        catch-up ships of a thread at once. `fence` as for `write_checkpoint`:
+        everything or nothing."""
+
     async def read_checkpoint(self, thread_id: str, ns: str, checkpoint_id: str) -> CheckpointRow | None: ...
     async def read_blobs(self, thread_id: str, ns: str, keys: Sequence[BlobKey]) -> dict[BlobKey, BlobRow]: ...
     async def read_writes(self, thread_id: str, ns: str, checkpoint_ids: Sequence[str]) -> list[WriteRow]: ...

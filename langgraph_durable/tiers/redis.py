@@ -452,6 +452,26 @@ class RedisTier:
         self._transaction(fence, lambda pipe: self._queue_checkpoint(pipe, row, blobs))
         self._keep_alive(row.thread_id)
 
+    def write_batch(
+        self,
+        checkpoints: Sequence[tuple[CheckpointRow, Sequence[BlobRow]]],
+        writes: Sequence[WriteRow],
+        *,
+        fence: Fence | None = None,
+    ) -> None:
+        """One MULTI/EXEC (one thread: one slot on a cluster) for all of them."""
+        if not checkpoints and not writes:
+            return
+
+        def queue(pipe: Any) -> None:
+            for row, blobs in checkpoints:
+                self._queue_checkpoint(pipe, row, blobs)
+            if writes:
+                self._queue_writes(pipe, writes, False)
+
+        self._transaction(fence, queue)
+        self._keep_alive(checkpoints[0][0].thread_id if checkpoints else writes[0].thread_id)
+
     def write_blobs(self, blobs: Sequence[BlobRow]) -> None:
         if not blobs:
             return

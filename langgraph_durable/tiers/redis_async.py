@@ -450,6 +450,26 @@ class AsyncRedisTier:
         await self._transaction(fence, lambda pipe: self._queue_checkpoint(pipe, row, blobs))
         await self._keep_alive(row.thread_id)
 
+    async def write_batch(
+        self,
+        checkpoints: Sequence[tuple[CheckpointRow, Sequence[BlobRow]]],
+        writes: Sequence[WriteRow],
+        *,
+        fence: Fence | None = None,
+    ) -> None:
+        """One MULTI/EXEC (one thread: one slot on a cluster) for all of them."""
+        if not checkpoints and not writes:
+            return
+
+        def queue(pipe: Any) -> None:
+            for row, blobs in checkpoints:
+                self._queue_checkpoint(pipe, row, blobs)
+            if writes:
+                self._queue_writes(pipe, writes, False)
+
+        await self._transaction(fence, queue)
+        await self._keep_alive(checkpoints[0][0].thread_id if checkpoints else writes[0].thread_id)
+
     async def write_blobs(self, blobs: Sequence[BlobRow]) -> None:
         if not blobs:
             return

@@ -351,6 +351,35 @@ class SqliteTier:
                 return _journal(conn, "checkpoint", row.thread_id, row.checkpoint_ns, row.checkpoint_id, None, journal)
         return None
 
+    def write_batch(
+        self,
+        checkpoints: Sequence[tuple[CheckpointRow, Sequence[BlobRow]]],
+        writes: Sequence[WriteRow],
+        *,
+        fence: Fence | None = None,
+    ) -> None:
+        """Several checkpoints and pending writes (insert-or-ignore) in one transaction."""
+        with self._tx() as conn:
+            self._check_fence(conn, fence)
+            for row, blobs in checkpoints:
+                self._insert_checkpoint(conn, row, blobs)
+            conn.executemany(
+                "INSERT OR IGNORE INTO lgd_writes VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (
+                        w.thread_id,
+                        w.checkpoint_ns,
+                        w.checkpoint_id,
+                        w.task_id,
+                        w.idx,
+                        w.channel,
+                        w.task_path,
+                        w.envelope,
+                    )
+                    for w in writes
+                ],
+            )
+
     def write_blobs(self, blobs: Sequence[BlobRow]) -> None:
         with self._tx() as conn:
             conn.executemany(
@@ -395,6 +424,14 @@ class SqliteTier:
             return
         with self._tx() as conn:
             _ack(conn, seq, tuple(tiers), tuple(everyone))
+
+    def journal_acked_many(self, acks: Sequence[tuple[int, Sequence[str]]], *, everyone: Sequence[str] = ()) -> None:
+        """`journal_acked` for several entries, in one transaction."""
+        if not acks:
+            return
+        with self._tx() as conn:
+            for seq, tiers in acks:
+                _ack(conn, seq, tuple(tiers), tuple(everyone))
 
     def defer_ack(self, seq: int | None, tiers: Sequence[str], *, everyone: Sequence[str] = ()) -> None:
         """`journal_acked`, written by the next transaction instead of one
