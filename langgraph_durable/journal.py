@@ -144,18 +144,8 @@ class Journal:
         for entry in group:
             if not any(entry.owes(t.name) and t.name not in blocked for t in self.shared):
                 continue
-            try:
-                records = self._load(entry)
-            except BadRecord as exc:
-                logger.error(
-                    "journal entry %s (%s %s/%s/%s) was not shipped: %s",
-                    entry.seq, entry.kind, entry.thread_id, entry.checkpoint_ns, entry.checkpoint_id, exc.reason,
-                )  # fmt: skip
-                self._drop(entry)
-                settled += 1
-                continue
-            if records is None:  # deleted locally meanwhile (delete_thread, prune)
-                self._drop(entry)
+            records = self._load_or_drop(entry)
+            if records is None:
                 settled += 1
                 continue
             loaded.append((entry, records))
@@ -211,17 +201,8 @@ class Journal:
         tiers = [t for t in self.shared if entry.owes(t.name) and t.name not in blocked]
         if not tiers:
             return 0
-        try:
-            loaded = self._load(entry)
-        except BadRecord as exc:
-            logger.error(
-                "journal entry %s (%s %s/%s/%s) was not shipped: %s",
-                entry.seq, entry.kind, entry.thread_id, entry.checkpoint_ns, entry.checkpoint_id, exc.reason,
-            )  # fmt: skip
-            self._drop(entry)
-            return 1
-        if loaded is None:  # deleted locally meanwhile (delete_thread, prune)
-            self._drop(entry)
+        loaded = self._load_or_drop(entry)
+        if loaded is None:
             return 1
         if entry.kind == "checkpoint" and not entry.acked and entry.fence is None:
             newer = self._moved_on(loaded[0])
@@ -277,6 +258,22 @@ class Journal:
         if not left:
             logger.debug("journal entry %s (%s %s) shipped", entry.seq, entry.kind, entry.checkpoint_id)
         return 0 if left else 1
+
+    def _load_or_drop(self, entry: JournalEntry) -> Any:
+        """`_load`; None, with the entry dropped, if it is not to be shipped:
+        its local copy is damaged (quarantined by `_load`) or was deleted
+        meanwhile (delete_thread, prune)."""
+        try:
+            loaded = self._load(entry)
+        except BadRecord as exc:
+            logger.error(
+                "journal entry %s (%s %s/%s/%s) was not shipped: %s",
+                entry.seq, entry.kind, entry.thread_id, entry.checkpoint_ns, entry.checkpoint_id, exc.reason,
+            )  # fmt: skip
+            loaded = None
+        if loaded is None:
+            self._drop(entry)
+        return loaded
 
     def _landed(self, tier: Tier, loaded: Any) -> bool:
         """Whether `tier` already holds these very records."""

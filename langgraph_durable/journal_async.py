@@ -142,18 +142,8 @@ class AsyncJournal:
         for entry in group:
             if not any(entry.owes(t.name) and t.name not in blocked for t in self.shared):
                 continue
-            try:
-                records = await self._load(entry)
-            except BadRecord as exc:
-                logger.error(
-                    "journal entry %s (%s %s/%s/%s) was not shipped: %s",
-                    entry.seq, entry.kind, entry.thread_id, entry.checkpoint_ns, entry.checkpoint_id, exc.reason,
-                )  # fmt: skip
-                await self._drop(entry)
-                settled += 1
-                continue
-            if records is None:  # deleted locally meanwhile (delete_thread, prune)
-                await self._drop(entry)
+            records = await self._load_or_drop(entry)
+            if records is None:
                 settled += 1
                 continue
             loaded.append((entry, records))
@@ -209,17 +199,8 @@ class AsyncJournal:
         tiers = [t for t in self.shared if entry.owes(t.name) and t.name not in blocked]
         if not tiers:
             return 0
-        try:
-            loaded = await self._load(entry)
-        except BadRecord as exc:
-            logger.error(
-                "journal entry %s (%s %s/%s/%s) was not shipped: %s",
-                entry.seq, entry.kind, entry.thread_id, entry.checkpoint_ns, entry.checkpoint_id, exc.reason,
-            )  # fmt: skip
-            await self._drop(entry)
-            return 1
-        if loaded is None:  # deleted locally meanwhile (delete_thread, prune)
-            await self._drop(entry)
+        loaded = await self._load_or_drop(entry)
+        if loaded is None:
             return 1
         if entry.kind == "checkpoint" and not entry.acked and entry.fence is None:
             newer = await self._moved_on(loaded[0])
@@ -275,6 +256,22 @@ class AsyncJournal:
         if not left:
             logger.debug("journal entry %s (%s %s) shipped", entry.seq, entry.kind, entry.checkpoint_id)
         return 0 if left else 1
+
+    async def _load_or_drop(self, entry: JournalEntry) -> Any:
+        """`_load`; None, with the entry dropped, if it is not to be shipped:
+        its local copy is damaged (quarantined by `_load`) or was deleted
+        meanwhile (delete_thread, prune)."""
+        try:
+            loaded = await self._load(entry)
+        except BadRecord as exc:
+            logger.error(
+                "journal entry %s (%s %s/%s/%s) was not shipped: %s",
+                entry.seq, entry.kind, entry.thread_id, entry.checkpoint_ns, entry.checkpoint_id, exc.reason,
+            )  # fmt: skip
+            loaded = None
+        if loaded is None:
+            await self._drop(entry)
+        return loaded
 
     async def _landed(self, tier: AsyncTier, loaded: Any) -> bool:
         """Whether `tier` already holds these very records."""

@@ -463,6 +463,7 @@ class Settings:
     event_kill_share: float = 0.6
     sleep_scale: float = 1.0
     api: str = "sync"
+    write: str = "shared"  # the saver's write mode (WriteMode)
 
 
 class Problem(AssertionError):
@@ -547,6 +548,8 @@ class Harness:
             str(s.sleep_scale),
             "--api",
             s.api,
+            "--write",
+            s.write,
         ]
 
     # -- the uncrashed reference ------------------------------------------------------
@@ -928,6 +931,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", default=None, help="master seed (default: random, printed)")
     p.add_argument("--spawn", choices=["fork", "exec"], default="fork")
     p.add_argument("--api", choices=["sync", "async"], default="sync")
+    p.add_argument(
+        "--write",
+        choices=["shared", "all", "local"],
+        default="shared",
+        help="the savers' write mode; 'local' runs only the configurations with sqlite and a shared tier",
+    )
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--width", type=int, default=3)
     p.add_argument("--max-kills-per-run", type=int, default=6)
@@ -937,7 +946,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("-v", "--verbose", action="store_true", help="print every run's kill schedule")
     args = p.parse_args(argv)
     seed = args.seed or uuid.uuid4().hex[:8]
-    settings = Settings(steps=args.steps, width=args.width, max_kills_per_run=args.max_kills_per_run, api=args.api)
+    settings = Settings(
+        steps=args.steps, width=args.width, max_kills_per_run=args.max_kills_per_run, api=args.api, write=args.write
+    )
     root = Path(args.workdir or tempfile.mkdtemp(prefix="lgd-crash-"))
     root.mkdir(parents=True, exist_ok=True)
     print(f"crash harness: seed {seed!r}, spawn {args.spawn}, api {args.api}, files in {root}", flush=True)
@@ -946,6 +957,8 @@ def main(argv: list[str] | None = None) -> int:
     failed = 0
     try:
         for tiers_name in _choices(args.tiers, CONFIGS):
+            if args.write == "local" and ("sqlite" not in tiers_name or tiers_name == "sqlite"):
+                continue  # write-behind needs a local tier and a shared one
             for durability in _choices(args.durability, DURABILITIES):
                 workdir = root / f"{tiers_name}-{durability}"
                 with real_tiers(tiers_name, workdir) as tiers:

@@ -443,6 +443,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--seed", default="", help="seeds the node sleeps")
     p.add_argument("--sleep-scale", type=float, default=1.0)
     p.add_argument("--api", choices=["sync", "async"], default="sync", help="graph.invoke or graph.ainvoke")
+    p.add_argument("--write", choices=["shared", "all", "local"], default="shared", help="the saver's write mode")
     args = p.parse_args(argv)
     if not args.serve:
         missing = [f"--{n}" for n in ("thread", "effects", "acks") if not getattr(args, n)]
@@ -456,6 +457,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def make_saver(args: argparse.Namespace) -> AckingSaver:
     options: dict[str, Any] = {"sqlite": args.sqlite or None, "redis": args.redis or None}
     options["postgres"] = args.postgres or None
+    options["write"] = args.write
     if args.redis_key_prefix:
         options["redis_key_prefix"] = args.redis_key_prefix
     return AckingSaver(acks=args.acks, **options)

@@ -90,6 +90,30 @@ def test_kill_and_resume(
     _report(tiers, durability, seed, fig)
 
 
+@pytest.mark.parametrize("durability", ["sync", "exit"])
+def test_kill_and_resume_writing_behind(
+    request: pytest.FixtureRequest, spawner: Spawner, tmp_path: Path, durability: str
+) -> None:
+    """``write="local"``: an acknowledged checkpoint is only in the killed
+    worker's local journal until the replicator ships it, in batches; the
+    next worker on the same file ships what is owed, and nothing is lost,
+    repeated or forked."""
+    kills_env = _env("KILLS")
+    kills = int(kills_env) if kills_env else CI_KILLS_DEFAULT
+    seed = _env("SEED", "ci")
+    fig = crash_test(
+        spawner,
+        _tiers(request, "sqlite+redis+postgres", tmp_path),
+        durability,
+        tmp_path,
+        kills=kills,
+        seed=seed,
+        time_limit=None if kills_env else 60.0,
+        settings=Settings(api=_env("API", "sync"), write="local"),
+    )
+    _report("sqlite+redis+postgres write=local", durability, seed, fig)
+
+
 def test_the_worker_program_itself(request: pytest.FixtureRequest, tmp_path: Path) -> None:
     """The same, through ``python -m tests.crash_worker`` processes (no fork
     server): the command line the harness documents, on every tier."""
