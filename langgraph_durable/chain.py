@@ -88,7 +88,7 @@ class TierChain:
         breakers: Breakers | None = None,
         call_timeout: float | None = DEFAULT_CALL_TIMEOUT_S,
         memory: MemoryBacklog | None = None,
-        kick: Callable[[], None] | None = None,
+        kick: Callable[..., None] | None = None,
         counters: Counters | None = None,
         deltas: DeltaMemo | None = None,
         own: OwnHeads | None = None,
@@ -116,7 +116,9 @@ class TierChain:
         self.policy = policy or IntegrityPolicy()
         self.memory = memory or MemoryBacklog()
         self.journal = Journal(self.local, self.shared, codec, self.memory)
-        self.kick = kick or (lambda: None)
+        # kick(): something is owed; kick(now=True): ship it without waiting
+        # for the replicator's gap between passes (a run's hand-off waits).
+        self.kick = kick or (lambda **_: None)
         self.counters = counters or Counters()
         self.deltas = deltas
         # What this saver wrote last under a thread's lease (lease.py): read

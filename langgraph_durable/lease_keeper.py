@@ -145,7 +145,7 @@ class LeaseKeeper:
         try:
             if self.chain.write == "local" and self.chain.journal.owes(lease.thread_id):
                 self.book.hand_off_later(lease)
-                self.chain.kick()
+                self.chain.kick(now=True)
                 return True
             self.chain.tier_named(lease.tier).release_lease(lease.thread_id, lease.holder, lease.token)
         except Exception as exc:  # a TierUnavailable, or the saver closed meanwhile

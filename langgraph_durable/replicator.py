@@ -52,6 +52,7 @@ class Replicator:
         self.interval = interval
         self.gap = gap  # the least time between the starts of two background passes
         self._wake = threading.Event()
+        self._urgent = threading.Event()  # a pass is wanted now, gap or not
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._pid = os.getpid()
@@ -60,8 +61,10 @@ class Replicator:
         self._pass_lock = threading.Lock()
         self.passes = 0
 
-    def kick(self) -> None:
-        """Something is owed: run a pass soon (starting the thread if needed)."""
+    def kick(self, *, now: bool = False) -> None:
+        """Something is owed: run a pass soon (starting the thread if needed);
+        with `now`, without waiting for the `gap` since the last pass (a run
+        ended and its thread is handed on once shipped)."""
         if self._stopping.is_set():
             return
         if self._pid != os.getpid():  # a forked child has no replicator thread yet
@@ -71,6 +74,8 @@ class Replicator:
                 if self._thread is None and not self._stopping.is_set():
                     self._thread = threading.Thread(target=self._run, name="langgraph-durable-replicator", daemon=True)
                     self._thread.start()
+        if now:
+            self._urgent.set()
         self._wake.set()
 
     def _run(self) -> None:
@@ -79,12 +84,13 @@ class Replicator:
         while not self._stopping.is_set():
             self._wake.wait(self.interval if owed else None)
             wait = self.gap - (time.monotonic() - started)
-            if wait > 0 and self._stopping.wait(wait):
-                return
-            self._wake.clear()
-            started = time.monotonic()
+            if wait > 0:
+                self._urgent.wait(wait)
             if self._stopping.is_set():
                 return
+            self._urgent.clear()
+            self._wake.clear()
+            started = time.monotonic()
             try:
                 self._pass()
                 owed = not self._lag().caught_up
@@ -131,8 +137,10 @@ class Replicator:
         """Stop the thread (a later `kick` starts a new one)."""
         with self._start_lock:
             self._stopping.set()
+            self._urgent.set()
             self._wake.set()
             thread, self._thread = self._thread, None
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=5)
         self._stopping.clear()
+        self._urgent.clear()

@@ -110,7 +110,7 @@ def test_a_refused_write_behind_checkpoint_stays_out_of_the_shared_history(
     shared history: every checkpoint there must have its parent and channel
     values. The load test hit this on its own (``handoff_drain=False``); here
     the background replicator is held back so only ``drain()`` ships."""
-    monkeypatch.setattr(Replicator, "kick", lambda self: None)
+    monkeypatch.setattr(Replicator, "kick", lambda self, **_: None)
     config: RunnableConfig = {"configurable": {"thread_id": "refused"}}
     a = DurableSaver(sqlite=str(tmp_path / "a.sqlite"), postgres=postgres_url, write="local", lease_ttl=1)
     b = DurableSaver(sqlite=str(tmp_path / "b.sqlite"), postgres=postgres_url, write="local", on_busy="wait")
@@ -140,7 +140,7 @@ def test_a_write_behind_run_returns_before_it_ships_and_keeps_its_lease_until_it
     tiers. Its thread's lease is kept until the replicator has shipped the
     run (here held back, so only ``drain()`` ships); meanwhile another
     replica is refused the thread, and afterwards it sees the whole run."""
-    monkeypatch.setattr(Replicator, "kick", lambda self: None)
+    monkeypatch.setattr(Replicator, "kick", lambda self, **_: None)
     config: RunnableConfig = {"configurable": {"thread_id": "kept"}}
     a = DurableSaver(sqlite=str(tmp_path / "a.sqlite"), postgres=postgres_url, write="local")
     b = DurableSaver(sqlite=str(tmp_path / "b.sqlite"), postgres=postgres_url)
@@ -164,7 +164,7 @@ async def test_a_write_behind_async_run_keeps_its_lease_until_it_has_shipped(
 ) -> None:
     """The async face of the test above: the lease is kept by the task the
     run's end schedules, given back by ``adrain()`` once the run shipped."""
-    monkeypatch.setattr(Replicator, "kick", lambda self: None)
+    monkeypatch.setattr(Replicator, "kick", lambda self, **_: None)
     config: RunnableConfig = {"configurable": {"thread_id": "kept"}}
     a = DurableSaver(sqlite=str(tmp_path / "a.sqlite"), postgres=postgres_url, write="local")
     b = DurableSaver(sqlite=str(tmp_path / "b.sqlite"), postgres=postgres_url, lease_wait=1, on_busy="wait")

@@ -110,7 +110,7 @@ def test_write_behind_ships_each_threads_runs_whole_and_in_order(
     so one pass finds their entries interleaved with nothing shipped; each
     shared tier must then hold every checkpoint and write, as the local
     tier does, and the journal must be empty."""
-    monkeypatch.setattr(Replicator, "kick", lambda self: None)
+    monkeypatch.setattr(Replicator, "kick", lambda self, **_: None)
     with make_saver(f"sqlite+{shared}", write="local") as saver:
         graph = loop_graph(6).compile(checkpointer=saver)
         configs: list[RunnableConfig] = [{"configurable": {"thread_id": f"t{i}"}} for i in range(3)]
@@ -142,7 +142,7 @@ def test_a_damaged_entry_in_a_run_is_quarantined_and_the_rest_ships(
 ) -> None:
     """One local checkpoint of a thread's unshipped run is damaged: it is
     quarantined, not shipped, and every other checkpoint of the run ships."""
-    monkeypatch.setattr(Replicator, "kick", lambda self: None)
+    monkeypatch.setattr(Replicator, "kick", lambda self, **_: None)
     config: RunnableConfig = {"configurable": {"thread_id": "damaged"}}
     with make_saver("sqlite+postgres", write="local") as saver:
         loop_graph(6).compile(checkpointer=saver).invoke({"messages": [], "n": 0}, config, durability="sync")
