@@ -11,10 +11,10 @@ stored. Two writers therefore never fork a thread's history.
 
 A run gives the lease back when it ends, so another replica may run the
 thread right after it (with write-behind, once the replicator has shipped
-the run: `LeaseBook.hand_off_later`). LangGraph tells a checkpointer nothing at the end of
-a run; the sign used is the run's ``stream_writer`` (a function Pregel makes
-per run and keeps in the run's Runtime) being freed: `LeaseBook` watches it
-with a weak reference. The TTL is the fallback for a holder that crashed, or
+the run: `LeaseBook.hand_off_later`). LangGraph tells a checkpointer nothing
+at the end of a run; the sign used is the run's ``stream_writer`` (a
+function Pregel makes per run and keeps in the run's Runtime) being freed:
+`LeaseBook` watches it with a weak reference. The TTL is the fallback for a holder that crashed, or
 a run whose end is only seen by the garbage collector later (or never, should
 a LangGraph version keep the stream writer alive).
 
