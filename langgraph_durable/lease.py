@@ -365,8 +365,8 @@ class LeaseBook:
         self._lock = threading.RLock()
         self._held: OrderedDict[str, _Held] = OrderedDict()
         # Ended write-behind runs' leases, kept until their threads' records
-        # have shipped (`hand_off_later`).
-        self._handoffs: dict[str, Lease] = {}
+        # have shipped (`hand_off_later`), with when they expire at the latest.
+        self._handoffs: dict[str, tuple[Lease, float]] = {}
         # Set here, not on first use: two threads' first runs would both see
         # an unset pid, and the second would clear the lease the first had
         # just recorded.
@@ -475,25 +475,31 @@ class LeaseBook:
             self._held.clear()
             return leases
 
-    def hand_off_later(self, lease: Lease) -> None:
+    def hand_off_later(self, lease: Lease, now: float) -> None:
         """An ended write-behind run whose thread still owes the shared tiers
         records: its lease is given back once they have shipped (the
         replicator does it), not at the run's end, so that no other replica
-        takes the thread before it can see them."""
+        takes the thread before it can see them. `now`: monotonic seconds."""
         with self._lock:
-            self._handoffs[lease.thread_id] = lease
+            self._handoffs[lease.thread_id] = (lease, now + self.ttl)
 
-    def handoffs(self) -> list[Lease]:
-        """The leases `hand_off_later` keeps, oldest first."""
+    def handoffs(self, now: float) -> list[Lease]:
+        """The leases `hand_off_later` keeps, oldest first. One kept for a
+        TTL without its thread shipping (a shared tier down) has expired in
+        its tier, unless a late write renewed it, and is forgotten: the
+        replicator then ships the thread with the rest, and no replica
+        waits for it longer than for a crashed holder."""
         with self._lock:
-            return list(self._handoffs.values())
+            for thread_id in [t for t, (_, until) in self._handoffs.items() if until <= now]:
+                del self._handoffs[thread_id]
+            return [lease for lease, _ in self._handoffs.values()]
 
     def handed(self, lease: Lease) -> bool:
         """Forget a kept lease, to give it back now; False if a newer run of
         its thread took the lease since (then there is nothing to give back)."""
         with self._lock:
             kept = self._handoffs.get(lease.thread_id)
-            if kept is None or kept.token != lease.token:
+            if kept is None or kept[0].token != lease.token:
                 return False
             del self._handoffs[lease.thread_id]
             return True

@@ -142,7 +142,7 @@ class AsyncLeaseKeeper:
         lease expires after its TTL."""
         try:
             if self.chain.write == "local" and await self.chain.journal.owes(lease.thread_id):
-                self.book.hand_off_later(lease)
+                self.book.hand_off_later(lease, time.monotonic())
                 self.chain.kick(now=True)
                 return True
             await self.chain.tier_named(lease.tier).release_lease(lease.thread_id, lease.holder, lease.token)
@@ -157,7 +157,7 @@ class AsyncLeaseKeeper:
         give back each lease whose thread owes the shared tiers nothing now.
         Returns how many journal entries were settled."""
         settled = 0
-        for lease in self.book.handoffs():
+        for lease in self.book.handoffs(time.monotonic()):
             settled += await self.chain.catch_up(lease.thread_id)
             if await self.chain.journal.owes(lease.thread_id):
                 continue  # a shared tier is down: the next pass tries again

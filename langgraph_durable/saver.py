@@ -769,7 +769,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         """One replicator pass: first the threads of ended write-behind runs
         (their leases are given back once they have shipped:
         `LeaseKeeper.hand_off_shipped`), then everything else owed."""
-        settled = self._sync_leases().hand_off_shipped() if self._leases.handoffs() else 0
+        settled = self._sync_leases().hand_off_shipped() if self._leases.handoffs(time.monotonic()) else 0
         return settled + self._sync_chain().catch_up()
 
     def drain(self, timeout: float | None = None) -> Lag:

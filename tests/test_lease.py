@@ -121,6 +121,20 @@ def test_lease_book_tells_runs_apart_by_their_runtime() -> None:
         book.fence_for("t", {RUNTIME_KEY: run})
 
 
+def test_a_lease_kept_for_a_write_behind_hand_off_is_given_back_once_and_forgotten_after_its_ttl() -> None:
+    book = LeaseBook(ttl=10)
+    lease = Lease("t", book.holder, 3, 100.0, tier="postgres")
+    book.hand_off_later(lease, 0.0)
+    assert book.handoffs(5.0) == [lease]
+    assert not book.handed(Lease("t", book.holder, 2, 100.0, tier="postgres"))  # an older run's token
+    assert book.handoffs(9.9) == [lease]
+    assert book.handoffs(10.0) == []  # expired in its tier by now: nobody waits for it any more
+    book.hand_off_later(lease, 20.0)
+    assert book.handed(lease)
+    assert not book.handed(lease)  # given back once
+    assert book.handoffs(21.0) == []
+
+
 def test_lease_book_ends_a_run_when_its_stream_writer_is_freed_and_keeps_nothing_alive() -> None:
     book = LeaseBook()
     ended: list[Lease] = []
