@@ -229,8 +229,8 @@ class Journal:
                 took.append(first[0].name)
             except LeaseLost as exc:
                 if self._landed(first[0], loaded):
-                    # Shipped meanwhile by another pass (a run's end ships its
-                    # thread while the replicator runs) before the lease moved on.
+                    # Shipped meanwhile by another pass (a drain in another
+                    # thread, or another saver on this file) before the lease moved on.
                     took.append(first[0].name)
                 else:
                     self.refused += 1

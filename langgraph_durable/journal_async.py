@@ -227,8 +227,8 @@ class AsyncJournal:
                 took.append(first[0].name)
             except LeaseLost as exc:
                 if await self._landed(first[0], loaded):
-                    # Shipped meanwhile by another pass (a run's end ships its
-                    # thread while the replicator runs) before the lease moved on.
+                    # Shipped meanwhile by another pass (a drain in another
+                    # thread, or another saver on this file) before the lease moved on.
                     took.append(first[0].name)
                 else:
                     self.refused += 1
