@@ -460,11 +460,11 @@ class TierChain:
 
     # -- outages: catch-up and health ----------------------------------------------------
 
-    def catch_up(self, thread_id: str | None = None) -> int:
+    def catch_up(self, thread_id: str | None = None, *, between: Callable[[], Any] | None = None) -> int:
         """Ship what the shared tiers are owed, by one thread or all
-        (`journal.Journal`)."""
+        (`journal.Journal`; `between`: see there)."""
         self.ensure_setup()
-        return self.journal.catch_up(thread_id)
+        return self.journal.catch_up(thread_id, between=between)
 
     def lag(self) -> Lag:
         """What the shared tiers are owed: records, per tier, and the oldest's age."""

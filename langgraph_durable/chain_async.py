@@ -458,11 +458,11 @@ class AsyncTierChain:
 
     # -- outages: catch-up and health ----------------------------------------------------
 
-    async def catch_up(self, thread_id: str | None = None) -> int:
+    async def catch_up(self, thread_id: str | None = None, *, between: Callable[[], Any] | None = None) -> int:
         """Ship what the shared tiers are owed, by one thread or all
-        (`journal_async.AsyncJournal`)."""
+        (`journal_async.AsyncJournal`; `between`: see there)."""
         await self.ensure_setup()
-        return await self.journal.catch_up(thread_id)
+        return await self.journal.catch_up(thread_id, between=between)
 
     async def lag(self) -> Lag:
         """What the shared tiers are owed: records, per tier, and the oldest's age."""

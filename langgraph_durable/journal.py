@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .backlog import JournalEntry, MemoryBacklog
@@ -65,11 +65,13 @@ class Journal:
         # Writes refused by a newer lease holder since the saver started.
         self.refused = 0
 
-    def catch_up(self, thread_id: str | None = None) -> int:
+    def catch_up(self, thread_id: str | None = None, *, between: Callable[[], Any] | None = None) -> int:
         """One pass over everything owed (by one thread, or all); returns how
         many entries were settled (shipped wherever they were owed, or
         dropped as not to be shipped). A tier that fails is skipped until
-        the next pass."""
+        the next pass. `between` runs after each round of `BATCH` entries
+        (a pass lasts while runs keep writing: the replicator gives back the
+        leases of runs that ended meanwhile)."""
         blocked: set[str] = set()
         settled = 0
         after = 0
@@ -89,6 +91,8 @@ class Journal:
             settled += self._ship_batch(batch, blocked)
             if len(blocked) == len(self.shared):
                 return settled
+            if between is not None:
+                settled += between()
         for entry in self.memory.pending():
             if thread_id is None or entry.thread_id == thread_id:
                 settled += self._ship(entry, blocked)

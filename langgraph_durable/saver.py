@@ -768,9 +768,15 @@ class DurableSaver(BaseCheckpointSaver[str]):
     def _replicate(self) -> int:
         """One replicator pass: first the threads of ended write-behind runs
         (their leases are given back once they have shipped:
-        `LeaseKeeper.hand_off_shipped`), then everything else owed."""
-        settled = self._sync_leases().hand_off_shipped() if self._leases.handoffs(time.monotonic()) else 0
-        return settled + self._sync_chain().catch_up()
+        `LeaseKeeper.hand_off_shipped`), then everything else owed, then the
+        leases of runs that ended meanwhile, between its rounds and at its
+        end (a pass lasts while runs keep writing)."""
+        settled = self._hand_off_shipped()
+        settled += self._sync_chain().catch_up(between=self._hand_off_shipped)
+        return settled + self._hand_off_shipped()
+
+    def _hand_off_shipped(self) -> int:
+        return self._sync_leases().hand_off_shipped() if self._leases.handoffs(time.monotonic()) else 0
 
     def drain(self, timeout: float | None = None) -> Lag:
         """Ship what the shared tiers are owed, until nothing is or `timeout`
