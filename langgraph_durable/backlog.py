@@ -16,16 +16,19 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections.abc import Sequence
+from collections import OrderedDict
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from .lease import Fence
 from .records import BlobRow, CheckpointRow, WriteRow
 
 # Which tiers must hold a record before ``put`` / ``put_writes`` return:
 # "shared": the local journal (if any) and at least one shared tier; a tier
-#     that is down is skipped and caught up later (the default).
+#     that is down is skipped and caught up later (the default). A run's
+#     write with a local tier and two shared ones: the lease's tier and the
+#     journal; the replicator ships it to the other (`ships_behind`).
 # "all": every configured tier, or `TierUnavailable` and nothing written.
 # "local": the local journal only (fsynced); a background replicator ships
 #     to the shared tiers (write-behind).
@@ -99,14 +102,91 @@ class Lag:
         return self.records == 0
 
 
+# What `Outbox` keeps at most: journal entries, and bytes of their records.
+OUTBOX_ENTRIES = 4096
+OUTBOX_BYTES = 32 * 1024 * 1024
+
+
+class Outbox:
+    """The records of journal entries this saver just wrote, kept in memory
+    until they have shipped: the replicator, or a run's end, then ships them
+    without reading them back from the local file and verifying them again
+    (they never left this process), and with just the channel values their
+    write carried, as a write-through would have sent them. An entry is
+    found only under its own journal seq and key; one not here (forgotten
+    to stay within `OUTBOX_ENTRIES` / `OUTBOX_BYTES`, or written by an
+    earlier process) is read from the local file as before. Thread-safe;
+    shared by both faces."""
+
+    def __init__(self, max_entries: int = OUTBOX_ENTRIES, max_bytes: int = OUTBOX_BYTES) -> None:
+        self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self._lock = threading.Lock()
+        self._kept: OrderedDict[int, tuple[tuple[str, str, str, str | None], Any, int]] = OrderedDict()
+        self._bytes = 0
+
+    @staticmethod
+    def _key(entry: JournalEntry) -> tuple[str, str, str, str | None]:
+        return entry.thread_id, entry.checkpoint_ns, entry.checkpoint_id, entry.task_id
+
+    def keep_checkpoint(self, seq: int, row: CheckpointRow, blobs: Sequence[BlobRow]) -> None:
+        size = len(row.envelope) + sum(len(b.envelope) for b in blobs)
+        self._keep(seq, (row.thread_id, row.checkpoint_ns, row.checkpoint_id, None), (row, list(blobs)), size)
+
+    def keep_writes(self, seq: int, rows: Sequence[WriteRow], upsert: bool) -> None:
+        first = rows[0]
+        key = (first.thread_id, first.checkpoint_ns, first.checkpoint_id, first.task_id)
+        self._keep(seq, key, ("writes", list(rows), upsert), sum(len(w.envelope) for w in rows))
+
+    def _keep(self, seq: int, key: tuple[str, str, str, str | None], records: Any, size: int) -> None:
+        with self._lock:
+            self._kept[seq] = (key, records, size)
+            self._bytes += size
+            while self._kept and (len(self._kept) > self.max_entries or self._bytes > self.max_bytes):
+                self._bytes -= self._kept.popitem(last=False)[1][2]
+
+    def get(self, entry: JournalEntry) -> Any:
+        """The records of `entry` (as `AsyncJournal._load` returns them), or None."""
+        with self._lock:
+            kept = self._kept.get(entry.seq)
+        if kept is None or kept[0] != self._key(entry):
+            return None
+        if entry.kind == "checkpoint" and kept[0][3] is None:
+            return kept[1]
+        if entry.kind == "writes" and kept[0][3] is not None:
+            return kept[1]
+        return None
+
+    def done(self, seqs: Collection[int]) -> None:
+        """These entries are settled (shipped, or dropped)."""
+        with self._lock:
+            for seq in seqs:
+                kept = self._kept.pop(seq, None)
+                if kept is not None:
+                    self._bytes -= kept[2]
+
+    def forget(self) -> None:
+        """Records were deleted or pruned locally: what is owed is read from
+        the local file again (an entry whose records are gone is dropped there)."""
+        with self._lock:
+            self._kept.clear()
+            self._bytes = 0
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._kept)
+
+
 class MemoryBacklog:
     """Owed records kept in memory: a saver without a local tier, or whose
-    local disk refused a write. Thread-safe; shared by both faces."""
+    local disk refused a write. Thread-safe; shared by both faces. Its
+    `outbox` keeps the local journal's newest entries' records (`Outbox`)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._entries: dict[int, JournalEntry] = {}
         self._seq = itertools.count(1)
+        self.outbox = Outbox()
 
     def owe_checkpoint(
         self, row: CheckpointRow, blobs: Sequence[BlobRow], tiers: Sequence[str], *, acked: bool = True

@@ -104,6 +104,11 @@ class TierChain:
                 'write="local" (write-behind) needs a local tier (sqlite=) and a shared one (redis= or postgres=).'
             )
         self.write = write
+        # Whether the replicator ships a run's writes to a shared tier: to
+        # all of them with write-behind; with ``write="shared"``, a local
+        # journal and two shared tiers, to the one without the lease (a write
+        # is acknowledged once the lease's tier and the journal hold it).
+        self.ships_behind = write == "local" or (write == "shared" and local is not None and len(shared) > 1)
         self.breakers = breakers or Breakers()
         self.metrics = metrics  # every tier call is reported to it (guard.py)
         # The tiers as the rooms see them: behind their breakers (guard.py).
@@ -114,7 +119,8 @@ class TierChain:
         self.tiers: list[Tier] = ([self.local] if self.local is not None else []) + self.shared
         self.codec = codec
         self.policy = policy or IntegrityPolicy()
-        self.memory = memory or MemoryBacklog()
+        # Not `memory or ...`: an empty backlog is falsy, and both faces must share it.
+        self.memory = memory if memory is not None else MemoryBacklog()
         self.journal = Journal(self.local, self.shared, codec, self.memory)
         # kick(): something is owed; kick(now=True): ship it without waiting
         # for the replicator's gap between passes (a run's hand-off waits).
@@ -261,8 +267,11 @@ class TierChain:
         # Serialize before touching any tier: a bad value writes nothing.
         row, blobs, stored = self.codec.encode_put(config, checkpoint, metadata, new_versions, self.deltas, never)
         self.ensure_setup()
+        outbox = self.memory.outbox
         local_took = self._write_behind(
-            fence, lambda owed, f: self._local().write_checkpoint(row, blobs, journal=owed, fence=f)
+            fence,
+            lambda owed, f: self._local().write_checkpoint(row, blobs, journal=owed, fence=f),
+            keep=lambda seq: outbox.keep_checkpoint(seq, row, blobs),
         )
         if not local_took:
             local_took = self._write_through(
@@ -271,6 +280,7 @@ class TierChain:
                 lambda owed: self._local().write_checkpoint(row, blobs, journal=owed),
                 withdraw=lambda t: t.delete_checkpoint(row.thread_id, row.checkpoint_ns, row.checkpoint_id),
                 owe=lambda names: self.memory.owe_checkpoint(row, blobs, names),
+                keep=lambda seq: outbox.keep_checkpoint(seq, row, blobs),
             )
         if self.deltas is not None:
             self.deltas.remember(stored)  # its lists may now be the base of the next pieces
@@ -307,8 +317,11 @@ class TierChain:
         if not rows:
             return
         self.ensure_setup()
+        outbox = self.memory.outbox
         local_took = self._write_behind(
-            fence, lambda owed, f: self._local().write_writes(rows, upsert, journal=owed, fence=f)
+            fence,
+            lambda owed, f: self._local().write_writes(rows, upsert, journal=owed, fence=f),
+            keep=lambda seq: outbox.keep_writes(seq, rows, upsert),
         )
         if not local_took:
             local_took = self._write_through(
@@ -317,6 +330,7 @@ class TierChain:
                 lambda owed: self._local().write_writes(rows, upsert, journal=owed),
                 withdraw=None,
                 owe=lambda names: self.memory.owe_writes(rows, upsert, names),
+                keep=lambda seq: outbox.keep_writes(seq, rows, upsert),
             )
         if self.own is not None:
             first = rows[0]
@@ -365,19 +379,24 @@ class TierChain:
             return self.local
         return self.tiers[-1]
 
-    def _write_behind(self, fence: Fence | None, local: Callable[[Owed, Fence | None], Any]) -> bool:
+    def _write_behind(
+        self, fence: Fence | None, local: Callable[[Owed, Fence | None], Any], *, keep: Callable[[int], None]
+    ) -> bool:
         """``write="local"``: commit to the local journal only (fsynced) and
-        leave the rest to the replicator. False when the write is to go
-        through instead (another mode, or the local disk refused it)."""
+        leave the rest to the replicator (`keep`: the records go into the
+        outbox under the entry's seq). False when the write is to go through
+        instead (another mode, or the local disk refused it)."""
         if self.write != "local" or self.local is None:
             return False
         on_local = fence is not None and fence.tier == self.local.name
         owed = Owed(tuple(t.name for t in self.shared), fence=None if on_local else fence)
         try:
-            local(owed, fence if on_local else None)
+            seq = local(owed, fence if on_local else None)
         except TierUnavailable as exc:
             self._local_failed(exc, "writing through to the shared tiers instead")
             return False
+        if seq is not None:
+            keep(seq)
         self.kick()
         return True
 
@@ -389,10 +408,12 @@ class TierChain:
         *,
         withdraw: Callable[[Tier], Any] | None,
         owe: Callable[[Sequence[str]], None],
+        keep: Callable[[int], None],
     ) -> bool:
         """Write to the lease's tier first (fenced), then to the local tier
         with a journal entry naming the shared tiers still to write, then to
-        those at once. The shared tiers that fail stay owed (journal, or
+        those at once (a run's write with `ships_behind`: the replicator does).
+        The shared tiers that fail stay owed (journal, or
         memory without a local tier) and are caught up later, unless the
         write must fail: ``write="all"`` and one failed, or no shared tier
         took it. A failing `put` is withdrawn from every tier that took it."""
@@ -416,6 +437,16 @@ class TierChain:
                     self._withdraw(withdraw, fenced)
                     raise
                 self._local_failed(exc, "the shared tiers carry on")
+        if fence is not None and fence.behind and seq is not None and self.ships_behind:
+            # The lease's tier took it, fenced, and the local journal owes it
+            # to the rest: acknowledged ("shared": the journal and one shared
+            # tier). The replicator ships it to them within a pass, in one
+            # transaction per thread, and a run's end ships what its thread
+            # still owes before its lease is given back (lease_keeper),
+            # from the outbox (`keep`), not read back from the local file.
+            keep(seq)
+            self.kick()
+            return True
         results = run_all([functools.partial(first, t, None) for t in rest], overlap=overlap(rest))
         took = fenced + [t for t, r in zip(rest, results) if not isinstance(r, BaseException)]
         failed = [(t, r) for t, r in zip(rest, results) if isinstance(r, BaseException)]
@@ -713,6 +744,7 @@ class TierChain:
         if self.own is not None:
             self.own.forget(thread_id)
         self.seen.forget(thread_id)
+        self.memory.outbox.forget()  # owed records deleted: not shipped from memory either
         self.ensure_setup()
         self.maintenance.delete_thread(thread_id)
 
@@ -721,6 +753,7 @@ class TierChain:
             return
         if self.own is not None:
             self.own.forget(None)
+        self.memory.outbox.forget()  # see delete_thread
         self.ensure_setup()
         self.maintenance.delete_for_runs(run_ids)
 
@@ -753,6 +786,8 @@ class TierChain:
             unconfirmed = any(e.escalated() for e in (self.actions(thread_id)).values())
             if not dry_run and self.own is not None:
                 self.own.forget(thread_id)
+            if not dry_run:
+                self.memory.outbox.forget()  # see delete_thread
             retained = self.maintenance.retain(thread_id, policy, now, unconfirmed=unconfirmed, dry_run=dry_run)
             report.add(retained, unconfirmed=unconfirmed)
             if progress is not None:
@@ -767,6 +802,7 @@ class TierChain:
         if self.own is not None:
             for thread_id in thread_ids:
                 self.own.forget(str(thread_id))
+        self.memory.outbox.forget()  # see delete_thread
         self.ensure_setup()
         self.maintenance.prune(thread_ids, strategy=strategy)
 

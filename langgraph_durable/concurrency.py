@@ -121,6 +121,18 @@ def defer(fn: Callable[..., Any], *args: Any) -> None:
     _DEFERRED.put((fn, args))
 
 
+def wait_deferred(timeout: float) -> bool:
+    """Wait until what `defer` was given so far has run, for at most
+    `timeout` seconds (a saver closing lets a run's release finish first).
+    True at once on the worker itself, or when there is no worker."""
+    worker = _deferred_worker
+    if worker is None or not worker.is_alive() or threading.current_thread() is worker:
+        return True
+    done = threading.Event()
+    _DEFERRED.put((done.set, ()))
+    return done.wait(timeout)
+
+
 def _run_deferred() -> None:
     while True:
         fn, args = _DEFERRED.get()

@@ -187,11 +187,13 @@ class Journal:
         acks = [(entry.seq, took[entry.seq]) for entry, _ in loaded if took[entry.seq]]
         if acks and self.local is not None:
             self.local.journal_acked_many(acks, everyone=self.names)
+        shipped = []
         for entry, _ in loaded:
             owed = entry.owed if entry.owed is not None else self.names
             if took[entry.seq] and all(n in took[entry.seq] for n in owed):
-                settled += 1
-        return settled
+                shipped.append(entry.seq)
+        self.memory.outbox.done(shipped)
+        return settled + len(shipped)
 
     @staticmethod
     def _write_many(tier: Tier, items: Sequence[tuple[JournalEntry, Any]], fence: Any) -> None:
@@ -260,6 +262,7 @@ class Journal:
         self._acked(entry, took)
         left = [n for n in (entry.owed if entry.owed is not None else self.names) if n not in took]
         if not left:
+            self.memory.outbox.done([entry.seq])
             logger.debug("journal entry %s (%s %s) shipped", entry.seq, entry.kind, entry.checkpoint_id)
         return 0 if left else 1
 
@@ -332,6 +335,7 @@ class Journal:
             self.local.journal_acked(entry.seq, tiers, everyone=self.names)
 
     def _drop(self, entry: JournalEntry) -> None:
+        self.memory.outbox.done([entry.seq])
         if entry.in_memory:
             self.memory.drop(entry.seq)
         elif self.local is not None:
@@ -345,6 +349,9 @@ class Journal:
             if entry.kind == "checkpoint":
                 return entry.checkpoint, list(entry.blobs)
             return "writes", list(entry.writes), entry.upsert
+        kept = self.memory.outbox.get(entry)
+        if kept is not None:
+            return kept
         assert self.local is not None
         if entry.kind == "checkpoint":
             row = self.local.read_checkpoint(entry.thread_id, entry.checkpoint_ns, entry.checkpoint_id)

@@ -117,6 +117,12 @@ class Fence:
     # the lease back since, or a later run of the same saver holds it now; only
     # another holder having taken the lease since (a takeover) refuses it.
     late: bool = False
+    # A write under a lease that is given back only after what its thread
+    # owes has shipped (a run's lease, `AsyncLeaseKeeper._release_at_run_end`):
+    # with ``write="shared"`` the tiers past the lease's tier may get it from
+    # the replicator (`AsyncTierChain.ships_behind`). A lease taken for one
+    # write and given back at once writes through.
+    behind: bool = field(default=False, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -388,8 +394,8 @@ class LeaseBook:
                     self._handoffs.clear()
                     self._holder, self._pid = new_holder(), os.getpid()
 
-    def fence(self, lease: Lease) -> Fence:
-        return Fence(lease.thread_id, lease.holder, lease.token, self.ttl, lease.tier)
+    def fence(self, lease: Lease, *, behind: bool = False) -> Fence:
+        return Fence(lease.thread_id, lease.holder, lease.token, self.ttl, lease.tier, behind=behind)
 
     def begin(self, runtime: Any, lease: Lease, on_end: Callable[[Lease], None] | None = None) -> list[Lease]:
         """Record the run now holding `lease`; returns the leases forgotten
@@ -436,7 +442,7 @@ class LeaseBook:
             if held is not None:
                 self._held.move_to_end(thread_id)
         if runtime is None:
-            return (self.fence(held.lease) if held is not None else None), False
+            return (self.fence(held.lease, behind=True) if held is not None else None), False
         if held is None:
             if nested:
                 # A subgraph whose root run another checkpointer started.
@@ -447,7 +453,7 @@ class LeaseBook:
                 f"holding more than {self.max_threads} threads)",
             )
         if held.is_run(runtime) or (nested and held.is_subgraph_of_run(runtime)):
-            return self.fence(held.lease), True
+            return self.fence(held.lease, behind=True), True
         raise run_superseded(thread_id, "a newer run of the same thread started on this saver")
 
     def moved(self, old: Lease, new: Lease) -> bool:

@@ -139,12 +139,20 @@ class AsyncLeaseKeeper:
         would then be refused. The run's end does not wait for that: the
         replicator ships the thread first and then gives the lease back
         (`hand_off_shipped`). Should they not ship (a shared tier down), the
-        lease expires after its TTL."""
+        lease expires after its TTL.
+
+        With ``write="shared"`` and a tier shipped behind (`ships_behind`:
+        Redis, while Postgres holds the lease), what the thread still owes is
+        shipped here first, in one transaction per tier: the lease is given
+        back with every reachable shared tier holding the whole run, so a
+        replica that takes the thread over sees it there even should the
+        lease's tier go down next. A tier that is down is left owed."""
         try:
             if self.chain.write == "local" and await self.chain.journal.owes(lease.thread_id):
                 self.book.hand_off_later(lease, time.monotonic())
                 self.chain.kick(now=True)
                 return True
+            await self._ship_behind(lease.thread_id)
             await self.chain.tier_named(lease.tier).release_lease(lease.thread_id, lease.holder, lease.token)
         except Exception as exc:  # a TierUnavailable, or the saver closed meanwhile
             self._not_released(lease, exc)
@@ -164,6 +172,17 @@ class AsyncLeaseKeeper:
             if self.book.handed(lease):
                 await self._release_quietly(lease)
         return settled
+
+    async def _ship_behind(self, thread_id: str) -> None:
+        """Before a ``write="shared"`` lease is given back: ship what the
+        thread owes the tiers written behind (`AsyncTierChain.ships_behind`).
+        A failure is logged, never raised: the replicator ships it later."""
+        if self.chain.write != "shared" or not self.chain.ships_behind:
+            return
+        try:
+            await self.chain.catch_up(thread_id)
+        except Exception as exc:
+            logger.warning("thread %r: shipping what it owes before its lease is given back failed: %s", thread_id, exc)
 
     def _not_released(self, lease: Lease, exc: BaseException) -> None:
         logger.warning(
@@ -228,7 +247,7 @@ class AsyncLeaseKeeper:
                     "writer lease of thread %r moved from %s to %s (token %s): %s",
                     thread_id, fence.tier, moved.tier, moved.token, exc,
                 )  # fmt: skip
-                return await write(self.book.fence(moved))
+                return await write(self.book.fence(moved, behind=True))
         lease = await self._acquire(thread_id)
         try:
             return await write(self.book.fence(lease))
@@ -241,6 +260,7 @@ class AsyncLeaseKeeper:
         """Give back this saver's lease of `thread_id` (whichever run has it)."""
         held = self.book.drop(thread_id)
         await self.chain.ensure_setup()
+        await self._ship_behind(thread_id)
         tier = self.chain.tier_named(held.tier) if held is not None else self.chain.lease_tier()
         await tier.release_lease(thread_id, self.book.holder, None)
 

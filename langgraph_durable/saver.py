@@ -33,6 +33,7 @@ from .carried import SeenVersions
 from .chain import TierChain
 from .chain_async import AsyncTierChain
 from .codec import DEFAULT_MAX_RECORD_BYTES, RecordCodec, thread_id_of
+from .concurrency import wait_deferred
 from .deltas import DEFAULT_SNAPSHOT_EVERY, DeltaMemo
 from .errors import ConfigError
 from .health import Counters, Health
@@ -86,6 +87,9 @@ _POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 _UNSET: Any = object()
 # How long close() keeps shipping what the shared tiers are owed.
 DEFAULT_DRAIN_TIMEOUT_S = 10.0
+# How long close() waits for a run's release that the garbage collector
+# handed to the deferred worker (it ships the run's thread first).
+DEFERRED_WAIT_S = 5.0
 # Threads a background retention sweep visits per second, at most.
 DEFAULT_RETENTION_RATE = 20.0
 
@@ -274,7 +278,10 @@ class DurableSaver(BaseCheckpointSaver[str]):
             return. ``"shared"`` (default): the local journal (if there is a
             local tier) and at least one shared tier; a shared tier that is
             down or slow is skipped and caught up later, so no run fails
-            while one shared tier answers. ``"all"``: every tier, else
+            while one shared tier answers. With all three tiers a run's
+            write waits for Postgres (fenced) and the journal; Redis gets it
+            from the replicator within a pass, and a run's end ships what
+            its thread still owes before the lease is given back. ``"all"``: every tier, else
             `TierUnavailable` and nothing half-written. ``"local"``
             (write-behind): the local journal only, fsynced; a background
             replicator ships to Redis and Postgres in order (`lag` tells how
@@ -441,8 +448,14 @@ class DurableSaver(BaseCheckpointSaver[str]):
         self._deltas = DeltaMemo(every=list_snapshot_every) if list_snapshot_every > 1 else None
         # Versions of the checkpoints stored or served last, both faces (carried.py).
         self._seen = SeenVersions()
+        # A pass at most every WRITE_BEHIND_GAP_S when the replicator ships
+        # every write of a run (AsyncTierChain.ships_behind): batches, not one
+        # record per kick.
+        ships_behind = write == "local" or (
+            write == "shared" and bool(self.sqlite_path) and redis is not None and postgres is not None
+        )
         self._replicator = Replicator(
-            self._replicate, lambda: self._sync_chain().lag(), gap=WRITE_BEHIND_GAP_S if write == "local" else 0.0
+            self._replicate, lambda: self._sync_chain().lag(), gap=WRITE_BEHIND_GAP_S if ships_behind else 0.0
         )
         if retention is not None and not isinstance(retention, RetentionPolicy):
             raise ConfigError(f"retention= must be a langgraph_durable.RetentionPolicy, not {retention!r}.")
@@ -696,6 +709,9 @@ class DurableSaver(BaseCheckpointSaver[str]):
         if self._metrics is not None:
             self._metrics.close()  # the backlog gauges stop asking: they would reopen the local file
         if self._sync is not None:
+            # A run's end seen inside the garbage collector is released by the
+            # deferred worker (lease_keeper.py): let it finish with the pools open.
+            wait_deferred(DEFERRED_WAIT_S)
             self._sync_leases().release_all()  # writer leases (lease.py)
             self._sync.close()
             self._sync = None
@@ -792,7 +808,8 @@ class DurableSaver(BaseCheckpointSaver[str]):
         """How far behind the shared tiers are: records owed (in all and per
         tier) and the age of the oldest in seconds. With ``write="local"``
         this is the write-behind lag; otherwise it is what tiers that were
-        down have still to be sent."""
+        down have still to be sent, and (all three tiers) what Redis is
+        still to get from the replicator."""
         return self._sync_chain().lag()
 
     async def alag(self) -> Lag:

@@ -156,6 +156,11 @@ class Face:
             return graph.invoke(inputs, config)
         return await graph.ainvoke(inputs, config)
 
+    async def drain(self, saver: DurableSaver) -> Any:
+        """Ship what Redis is owed now (it is written behind; an async run's
+        end ships its thread in a task that may not have run yet)."""
+        return saver.drain(10) if self.name == "sync" else await saver.adrain(10)
+
     async def get_tuple(self, saver: DurableSaver, thread: str) -> Any:
         config: Any = {"configurable": {"thread_id": thread}}
         return saver.get_tuple(config) if self.name == "sync" else await saver.aget_tuple(config)
@@ -187,11 +192,18 @@ async def test_a_graph_run_is_counted_per_tier_and_read_back_from_the_local_tier
     try:
         out = await face.run(loop_graph(STEPS).compile(checkpointer=saver), thread)
         assert out["n"] == STEPS
-        # LangGraph stores STEPS + 2 checkpoints (input, each step, none after the last).
+        assert (await face.drain(saver)).caught_up
+        # LangGraph stores STEPS + 2 checkpoints (input, each step, none after
+        # the last), one by one in the lease's tier and the local one; Redis
+        # is written behind, in batches (`write_batch`).
         for tier in ("sqlite", "redis", "postgres"):
             writes = stats.ops(tier)
-            put = next(s for s in writes if s.op == "write_checkpoint")
-            assert put.calls == put.ok == STEPS + 2, (tier, put)
+            if tier == "redis":  # (a read may also repair a record into it: write_checkpoint)
+                put = next(s for s in writes if s.op == "write_batch")
+                assert 1 <= put.calls == put.ok <= STEPS + 2, (tier, put)
+            else:
+                put = next(s for s in writes if s.op == "write_checkpoint")
+                assert put.calls == put.ok == STEPS + 2, (tier, put)
             assert put.p50 is not None and put.p50 > 0
             head = next(s for s in writes if s.op == "head")
             assert head.misses >= 1  # the new thread
@@ -282,6 +294,7 @@ async def test_a_tier_cut_off_is_counted_unavailable_and_owed(
         stats.reset()
         out = await face.run(graph, _thread())  # the run does not notice
         assert out["n"] == STEPS
+        await face.drain(saver)  # Redis is written behind: at least one pass calls it
         redis = stats.tier("redis")
         assert redis.unavailable >= 1 and redis.ok == 0
         # The first failure opened the breaker: later calls were skipped at once.
@@ -455,14 +468,19 @@ async def test_open_telemetry_instruments(
     thread = _thread()
     try:
         await face.run(loop_graph(STEPS).compile(checkpointer=saver), thread)
+        await face.drain(saver)
         points = _points(reader)
         durations = {
             (p.attributes["tier"], p.attributes["op"], p.attributes["outcome"]): p
             for p in points["langgraph_durable.tier.duration"]
         }
         for tier in ("sqlite", "redis", "postgres"):
-            put = durations[(tier, "write_checkpoint", "ok")]
-            assert put.count == STEPS + 2 and 0 < put.sum < 10
+            if tier == "redis":  # written behind, in batches
+                put = durations[(tier, "write_batch", "ok")]
+                assert 1 <= put.count <= STEPS + 2 and 0 < put.sum < 10
+            else:
+                put = durations[(tier, "write_checkpoint", "ok")]
+                assert put.count == STEPS + 2 and 0 < put.sum < 10
             assert (tier, "head", "miss") in durations
         assert list(durations[("sqlite", "write_checkpoint", "ok")].explicit_bounds)[:2] == [0.00005, 0.0001]
         backlog = {p.attributes["tier"]: p.value for p in points["langgraph_durable.journal.backlog"]}

@@ -16,6 +16,7 @@ deleted afterwards by the `redis_prefix` fixture.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -212,7 +213,19 @@ async def check_tiers(
     checkpoint (id, parent, values, interrupts) and its whole history."""
     sdk = cast(dict[str, Any], state)
     for name, saver in savers.items():
-        head, listed = await stored(saver, thread_id)
+        # Redis is written behind: it has the run within a replicator pass
+        # (or when the run's end is seen), so it is given a few seconds.
+        deadline = time.monotonic() + 5
+        while True:
+            head, listed = await stored(saver, thread_id)
+            caught_up = (
+                head is not None and head.config["configurable"]["checkpoint_id"] == sdk["checkpoint"]["checkpoint_id"]
+            )
+            if caught_up and len([w for w in head.pending_writes if w[1] == "__interrupt__"]) == len(sdk["interrupts"]):
+                break
+            if time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.05)
         assert head is not None, f"{name}: no checkpoint for thread {thread_id}"
         conf = head.config["configurable"]
         assert conf["thread_id"] == thread_id, name

@@ -18,7 +18,7 @@ from langgraph_durable.lease import Fence
 from langgraph_durable.records import BlobRow, CheckpointRow, WriteRow
 from langgraph_durable.replicator import Replicator
 
-from .graphs import loop_graph
+from .graphs import loop_graph, looping
 
 TIERS = ["sqlite", "redis", "postgres"]
 
@@ -140,23 +140,65 @@ def _shared_of(saver: DurableSaver) -> dict[str, Any]:
 def test_a_damaged_entry_in_a_run_is_quarantined_and_the_rest_ships(
     make_saver: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
 ) -> None:
-    """One local checkpoint of a thread's unshipped run is damaged: it is
-    quarantined, not shipped, and every other checkpoint of the run ships."""
+    """One local checkpoint of a thread's unshipped run is damaged, and the
+    records are read back from the local file to ship (as after a restart:
+    the outbox of the process that wrote them is gone): it is quarantined,
+    not shipped, and every other checkpoint of the run ships."""
     monkeypatch.setattr(Replicator, "kick", lambda self, **_: None)
     config: RunnableConfig = {"configurable": {"thread_id": "damaged"}}
     with make_saver("sqlite+postgres", write="local") as saver:
         loop_graph(6).compile(checkpointer=saver).invoke({"messages": [], "n": 0}, config, durability="sync")
         ids = [t.checkpoint["id"] for t in saver.list(config)]
         bad = ids[3]
-        with sqlite3.connect(tmp_path / "local.sqlite") as conn:
-            conn.execute(
-                "UPDATE lgd_checkpoints SET record = CAST(substr(record, 1, length(record) - 1) || X'00' AS BLOB) "
-                "WHERE checkpoint_id = ?",
-                (bad,),
-            )
+        _damage_local(tmp_path / "local.sqlite", bad)
+        saver._memory.outbox.forget()
         assert saver.drain(10).caught_up
         quarantined = [q.key for q in saver.quarantined("damaged")]
         kwargs = _shared_of(saver)
     assert any(bad in key for key in quarantined), quarantined
     shipped = [cid for cid, _, _ in _shared_history(kwargs, config)]
     assert shipped == [cid for cid in ids if cid != bad]
+
+
+def _damage_local(path: Any, checkpoint_id: str) -> None:
+    with sqlite3.connect(path) as conn:
+        conn.execute(
+            "UPDATE lgd_checkpoints SET record = CAST(substr(record, 1, length(record) - 1) || X'00' AS BLOB) "
+            "WHERE checkpoint_id = ?",
+            (checkpoint_id,),
+        )
+
+
+@pytest.mark.parametrize("write", ["local", "shared"])
+def test_a_record_damaged_locally_before_it_ships_reaches_the_shared_tiers_intact(
+    make_saver: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Any, write: str
+) -> None:
+    """The records just written wait in memory (the outbox) until they have
+    shipped: a local copy damaged meanwhile (here mid-run, with nothing
+    shipped yet) is not what ships. Every checkpoint of the run reaches the
+    shared tiers intact, and a read then finds the damaged local copy and
+    serves an intact one instead."""
+    monkeypatch.setattr(Replicator, "kick", lambda self, **_: None)
+    config: RunnableConfig = {"configurable": {"thread_id": "damaged-later"}}
+    events: list[Any] = []
+    damaged: list[str] = []
+
+    def step(state: dict[str, Any]) -> dict[str, Any]:
+        n = state.get("n", 0)
+        if n == 3:
+            damaged.append(saver.get_tuple(config).checkpoint["id"])
+            _damage_local(tmp_path / "local.sqlite", damaged[0])
+        return {"messages": ["m"], "n": n + 1}
+
+    with make_saver("sqlite+redis+postgres", write=write, on_corruption=events.append) as saver:
+        looping(step, 6).compile(checkpointer=saver).invoke({"messages": [], "n": 0}, config, durability="sync")
+        assert saver.drain(10).caught_up
+        assert saver.quarantined("damaged-later") == []  # nothing was read back from the file to ship
+        with DurableSaver(sqlite=None, **_shared_of(saver)) as reader:
+            shared = [t.checkpoint["id"] for t in reader.list(config)]
+        assert len(shared) == 8 and damaged[0] in shared and events == []
+        for cid in shared:
+            tup = saver.get_tuple({"configurable": {"thread_id": "damaged-later", "checkpoint_id": cid}})
+            assert tup is not None and tup.checkpoint["id"] == cid
+        assert [(e.tier, e.kind) for e in events] == [("sqlite", "checkpoint")], events
+        assert events[0].served_instead.startswith("intact copy from")

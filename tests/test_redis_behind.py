@@ -1,0 +1,181 @@
+"""The default write mode with all three tiers: Redis ships behind (issue 9).
+
+``write="shared"`` acknowledges a write once the lease's tier (Postgres)
+took it, fenced, and the local journal owes it to Redis. The replicator ships
+it to Redis within a pass, and a run's end ships what its thread still owes
+before the lease is given back. Real servers only: Redis and Postgres, with
+Postgres behind a TCP proxy the test cuts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+
+from langgraph_durable import DurableSaver
+from langgraph_durable.backlog import JournalEntry, Outbox
+from langgraph_durable.records import BlobRow, CheckpointRow, WriteRow
+from langgraph_durable.replicator import Replicator
+from tests.conftest import REDIS_URL
+from tests.graphs import looping
+from tests.proxy import TcpProxy
+from tests.test_outages import _postgres_ids, _redis_ids, _sqlite_ids
+
+pytestmark = [pytest.mark.redis, pytest.mark.postgres]
+
+STEPS = 6
+
+
+@pytest.fixture
+def postgres_proxy(postgres_url: str) -> Iterator[tuple[TcpProxy, str]]:
+    parts = urlsplit(postgres_url)
+    host, port = parts.hostname or "127.0.0.1", parts.port or 5432
+    with TcpProxy(host, port) as proxy:
+        yield proxy, postgres_url.replace(f"{host}:{port}", f"127.0.0.1:{proxy.port}")
+
+
+def _saver(tmp_path: Path, name: str, postgres: str, prefix: str, **options: Any) -> DurableSaver:
+    options.setdefault("connect_timeout", 2)
+    return DurableSaver(
+        sqlite=str(tmp_path / name), redis=REDIS_URL, redis_key_prefix=prefix, postgres=postgres, **options
+    )
+
+
+def _invoke(graph: Any, saver: DurableSaver, thread: str, face: str) -> dict[str, Any]:
+    """A run to its end, lease given back: the sync face does that before
+    ``invoke`` returns, the async face in a task the run's end schedules on
+    its loop (waited for here, on that loop, up to 5 s)."""
+    config = {"configurable": {"thread_id": thread}}
+    if face == "sync":
+        return graph.invoke({"messages": [], "n": 0}, config, durability="sync")
+
+    async def run() -> dict[str, Any]:
+        out = await graph.ainvoke({"messages": [], "n": 0}, config, durability="sync")
+        keeper = saver._async_leases()
+        deadline = time.monotonic() + 5
+        while saver._leases.held(thread) is not None or keeper._to_release or keeper._releasing:
+            assert time.monotonic() < deadline, "the run's lease was not given back"
+            await asyncio.sleep(0.01)
+        return out
+
+    return asyncio.run(run())
+
+
+@pytest.mark.parametrize("face", ["sync", "async"])
+def test_a_write_is_acknowledged_before_redis_has_it_and_the_runs_end_ships_it(
+    tmp_path: Path, postgres_url: str, redis_prefix: str, face: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the replicator held back, each step of a run sees its previous
+    checkpoint in Postgres and the local tier, not in Redis: Redis is off the
+    acknowledgement path. When the run ends, Redis holds every checkpoint of
+    it, before anything else ships (and `lag()` owes nothing)."""
+    monkeypatch.setattr(Replicator, "kick", lambda self, **_: None)
+    seen: list[tuple[int, int, int]] = []
+    thread = f"behind-{face}"
+
+    def step(state: dict[str, Any]) -> dict[str, Any]:
+        seen.append(
+            (
+                len(_postgres_ids(postgres_url, thread)),
+                len(_sqlite_ids(tmp_path / "a.sqlite", thread)),
+                len(_redis_ids(REDIS_URL, redis_prefix, thread)),
+            )
+        )
+        return {"messages": ["m"], "n": state.get("n", 0) + 1}
+
+    saver = _saver(tmp_path, "a.sqlite", postgres_url, redis_prefix)
+    try:
+        out = _invoke(looping(step, STEPS).compile(checkpointer=saver), saver, thread, face)
+        assert out["n"] == STEPS
+        # Step k runs after k+2 checkpoints were acknowledged (the input's,
+        # the first loop's and one per step before it): in Postgres and the
+        # local tier, never yet in Redis.
+        assert seen == [(k + 2, k + 2, 0) for k in range(STEPS)], seen
+        written = _sqlite_ids(tmp_path / "a.sqlite", thread)
+        assert len(written) == STEPS + 2
+        assert _redis_ids(REDIS_URL, redis_prefix, thread) == written
+        assert _postgres_ids(postgres_url, thread) == written
+        assert saver.lag().caught_up
+    finally:
+        saver.close()
+
+
+@pytest.mark.parametrize("face", ["sync", "async"])
+def test_postgres_lost_right_after_a_run_another_replica_resumes_it_whole_from_redis(
+    tmp_path: Path,
+    postgres_proxy: tuple[TcpProxy, str],
+    postgres_url: str,
+    redis_prefix: str,
+    face: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Replica A runs a thread (nothing shipped to Redis during the run), and
+    Postgres is cut off the moment the run has ended. Replica B, on its own
+    SQLite file, reads the thread from Redis: the whole run, not the state
+    before it, and carries it on from there."""
+    monkeypatch.setattr(Replicator, "kick", lambda self, **_: None)
+    proxy, proxied = postgres_proxy
+    thread = f"handover-{face}"
+    graph = looping(lambda s: {"messages": ["m"], "n": s.get("n", 0) + 1}, STEPS)
+    a = _saver(tmp_path, "a.sqlite", proxied, redis_prefix)
+    b = _saver(tmp_path, "b.sqlite", proxied, redis_prefix)
+    try:
+        assert _invoke(graph.compile(checkpointer=a), a, thread, face)["n"] == STEPS
+        proxy.cut()
+        config = {"configurable": {"thread_id": thread}}
+        state = graph.compile(checkpointer=b).get_state(config)
+        assert state.values.get("n") == STEPS and len(state.values.get("messages", [])) == STEPS
+        more = looping(lambda s: {"messages": ["m"], "n": s["n"] + 1}, STEPS + 2).compile(checkpointer=b)
+        out = more.invoke({"messages": ["on b"]}, config)
+        assert out["n"] == STEPS + 2 and len(out["messages"]) == STEPS + 3
+    finally:
+        proxy.restore()
+        a.close()
+        b.close()  # drains: B's checkpoints reach Postgres, back now
+    # A's run (its input, first loop and steps) and B's (the same, two steps).
+    assert len(_postgres_ids(postgres_url, thread)) == (STEPS + 2) + (2 + 2)
+
+
+def test_without_redis_off_the_path_nothing_changes_for_one_shared_tier(tmp_path: Path, postgres_url: str) -> None:
+    """sqlite+postgres: the one shared tier is the lease's tier; nothing is
+    left owed after a write."""
+    saver = DurableSaver(sqlite=str(tmp_path / "a.sqlite"), postgres=postgres_url)
+    try:
+        graph = looping(lambda s: {"messages": ["m"], "n": s.get("n", 0) + 1}, STEPS).compile(checkpointer=saver)
+        assert _invoke(graph, saver, "one", "sync")["n"] == STEPS
+        assert saver.lag().records == 0
+    finally:
+        saver.close()
+
+
+def test_the_outbox_serves_an_entry_only_under_its_own_seq_and_key_and_stays_bounded() -> None:
+    row = CheckpointRow("t", "", "c1", None, "run", "{}", b"c" * 100)
+    blobs = [BlobRow("t", "", "messages", "1", b"b" * 100)]
+    writes = [WriteRow("t", "", "c1", "task", 0, "messages", "", b"w" * 100)]
+    box = Outbox(max_entries=3, max_bytes=1000)
+    box.keep_checkpoint(1, row, blobs)
+    box.keep_writes(2, writes, True)
+    cp = JournalEntry(1, "checkpoint", "t", "", "c1", None, ("redis",), True, None, 0.0)
+    wr = JournalEntry(2, "writes", "t", "", "c1", "task", ("redis",), True, None, 0.0)
+    assert box.get(cp) == (row, blobs) and box.get(wr) == ("writes", writes, True)
+    # Another record under a kept seq (another file, another thread) is not served.
+    assert box.get(dataclasses.replace(cp, checkpoint_id="c2")) is None
+    assert box.get(dataclasses.replace(cp, seq=2, kind="checkpoint", task_id=None)) is None
+    assert box.get(dataclasses.replace(wr, seq=1)) is None
+    box.done([1])
+    assert box.get(cp) is None and len(box) == 1
+    for seq in range(3, 6):  # at most 3 entries: the oldest go first
+        box.keep_checkpoint(seq, row, blobs)
+    assert len(box) == 3 and box.get(wr) is None
+    big = CheckpointRow("t", "", "c9", None, "run", "{}", b"x" * 900)
+    box.keep_checkpoint(9, big, [])  # at most 1000 bytes
+    assert len(box) == 1 and box.get(dataclasses.replace(cp, seq=9, checkpoint_id="c9")) == (big, [])
+    box.forget()
+    assert len(box) == 0
