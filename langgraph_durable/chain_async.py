@@ -30,7 +30,7 @@ from langgraph.checkpoint.base import (
 )
 
 from . import delta
-from .backlog import DEFAULT_CALL_TIMEOUT_S, WRITE_MODES, Lag, MemoryBacklog, Owed, WriteMode, lag_of
+from .backlog import DEFAULT_CALL_TIMEOUT_S, WRITE_MODES, JournalEntry, Lag, MemoryBacklog, Owed, WriteMode, lag_of
 from .breaker import Breakers
 from .carried import SeenVersions, never_written
 from .codec import DEFAULT_MAX_ID_BYTES, RecordCodec, check_key_part, thread_id_of, thread_of
@@ -438,10 +438,11 @@ class AsyncTierChain:
         if fence is not None and fence.behind and seq is not None and self.ships_behind:
             # The lease's tier took it, fenced, and the local journal owes it
             # to the rest: acknowledged ("shared": the journal and one shared
-            # tier). The replicator ships it to them within a pass, in one
-            # transaction per thread, and a run's end ships what its thread
-            # still owes before its lease is given back (lease_keeper_async),
-            # from the outbox (`keep`), not read back from the local file.
+            # tier). A run's end ships what its thread owes before its lease
+            # is given back (lease_keeper_async), and the replicator what a
+            # run still going wrote a while ago (DurableSaver._replicate), in
+            # one transaction per thread and tier, from the outbox (`keep`),
+            # not read back from the local file.
             keep(seq)
             self.kick()
             return True
@@ -489,11 +490,17 @@ class AsyncTierChain:
 
     # -- outages: catch-up and health ----------------------------------------------------
 
-    async def catch_up(self, thread_id: str | None = None, *, between: Callable[[], Any] | None = None) -> int:
+    async def catch_up(
+        self,
+        thread_id: str | None = None,
+        *,
+        between: Callable[[], Any] | None = None,
+        skip: Callable[[JournalEntry], bool] | None = None,
+    ) -> int:
         """Ship what the shared tiers are owed, by one thread or all
-        (`journal_async.AsyncJournal`; `between`: see there)."""
+        (`journal_async.AsyncJournal`; `between`, `skip`: see there)."""
         await self.ensure_setup()
-        return await self.journal.catch_up(thread_id, between=between)
+        return await self.journal.catch_up(thread_id, between=between, skip=skip)
 
     async def lag(self) -> Lag:
         """What the shared tiers are owed: records, per tier, and the oldest's age."""

@@ -65,13 +65,20 @@ class Journal:
         # Writes refused by a newer lease holder since the saver started.
         self.refused = 0
 
-    def catch_up(self, thread_id: str | None = None, *, between: Callable[[], Any] | None = None) -> int:
+    def catch_up(
+        self,
+        thread_id: str | None = None,
+        *,
+        between: Callable[[], Any] | None = None,
+        skip: Callable[[JournalEntry], bool] | None = None,
+    ) -> int:
         """One pass over everything owed (by one thread, or all); returns how
         many entries were settled (shipped wherever they were owed, or
         dropped as not to be shipped). A tier that fails is skipped until
         the next pass. `between` runs after each round of `BATCH` entries
         (a pass lasts while runs keep writing: the replicator gives back the
-        leases of runs that ended meanwhile)."""
+        leases of runs that ended meanwhile). Entries `skip` names are left
+        for a later pass."""
         blocked: set[str] = set()
         settled = 0
         after = 0
@@ -88,6 +95,8 @@ class Journal:
             if not batch:
                 break
             after = batch[-1].seq
+            if skip is not None:
+                batch = [e for e in batch if not skip(e)]
             settled += self._ship_batch(batch, blocked)
             if len(blocked) == len(self.shared):
                 return settled

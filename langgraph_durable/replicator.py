@@ -41,7 +41,7 @@ class Replicator:
 
     def __init__(
         self,
-        catch_up: Callable[[], int],
+        catch_up: Callable[[bool], int],
         lag: Callable[[], Lag],
         *,
         interval: float = DEFAULT_INTERVAL_S,
@@ -92,16 +92,18 @@ class Replicator:
             self._wake.clear()
             started = time.monotonic()
             try:
-                self._pass()
+                self._pass(background=True)
                 owed = not self._lag().caught_up
             except Exception as exc:  # keep running: the next pass retries
                 logger.warning("replicator pass failed: %s", exc)
                 owed = True
 
-    def _pass(self) -> int:
+    def _pass(self, *, background: bool = False) -> int:
+        """One pass; `background`: this thread's, which may leave some
+        records to whoever ships them anyway (see `DurableSaver._replicate`)."""
         with self._pass_lock:
             self.passes += 1
-            return self._catch_up()
+            return self._catch_up(background)
 
     @contextlib.contextmanager
     def exclusive(self) -> Iterator[None]:

@@ -27,7 +27,7 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from .backlog import DEFAULT_CALL_TIMEOUT_S, WRITE_MODES, Lag, MemoryBacklog, WriteMode
+from .backlog import DEFAULT_CALL_TIMEOUT_S, WRITE_MODES, JournalEntry, Lag, MemoryBacklog, WriteMode
 from .breaker import Breakers
 from .carried import SeenVersions
 from .chain import TierChain
@@ -90,6 +90,9 @@ DEFAULT_DRAIN_TIMEOUT_S = 10.0
 # How long close() waits for a run's release that the garbage collector
 # handed to the deferred worker (it ships the run's thread first).
 DEFERRED_WAIT_S = 5.0
+# With all three tiers, a record of a run still going is left to the run's
+# end for this long before a background pass ships it (`_left_to_its_run`).
+RUN_SHIPS_ITS_OWN_S = 1.0
 # Threads a background retention sweep visits per second, at most.
 DEFAULT_RETENTION_RATE = 20.0
 
@@ -280,8 +283,9 @@ class DurableSaver(BaseCheckpointSaver[str]):
             down or slow is skipped and caught up later, so no run fails
             while one shared tier answers. With all three tiers a run's
             write waits for Postgres (fenced) and the journal; Redis gets it
-            from the replicator within a pass, and a run's end ships what
-            its thread still owes before the lease is given back. ``"all"``: every tier, else
+            shipped behind: a run's end ships what its thread owes before
+            the lease is given back, and the replicator what a run still
+            going wrote more than a second ago. ``"all"``: every tier, else
             `TierUnavailable` and nothing half-written. ``"local"``
             (write-behind): the local journal only, fsynced; a background
             replicator ships to Redis and Postgres in order (`lag` tells how
@@ -781,15 +785,32 @@ class DurableSaver(BaseCheckpointSaver[str]):
         if self._sweeper is not None:
             self._sweeper.stop()
 
-    def _replicate(self) -> int:
+    def _replicate(self, background: bool = False) -> int:
         """One replicator pass: first the threads of ended write-behind runs
         (their leases are given back once they have shipped:
         `LeaseKeeper.hand_off_shipped`), then everything else owed, then the
         leases of runs that ended meanwhile, between its rounds and at its
-        end (a pass lasts while runs keep writing)."""
+        end (a pass lasts while runs keep writing). A `background` pass
+        leaves the newest records of runs still going to their runs' ends
+        (`_left_to_its_run`)."""
+        skip = self._left_to_its_run if background and self.write == "shared" else None
         settled = self._hand_off_shipped()
-        settled += self._sync_chain().catch_up(between=self._hand_off_shipped)
+        settled += self._sync_chain().catch_up(between=self._hand_off_shipped, skip=skip)
         return settled + self._hand_off_shipped()
+
+    def _left_to_its_run(self, entry: JournalEntry) -> bool:
+        """A record a run still going on this saver wrote less than
+        `RUN_SHIPS_ITS_OWN_S` ago (``write="shared"``): the run's end ships
+        it with the rest of the run (`LeaseKeeper._ship_behind`), so a short
+        run's records are shipped once, in one transaction per tier, not also
+        by a pass in its middle competing with the runs for the interpreter.
+        A longer run's records still reach every shared tier within that
+        time and a pass."""
+        return (
+            not entry.in_memory
+            and time.time() - entry.created_at < RUN_SHIPS_ITS_OWN_S
+            and self._leases.held(entry.thread_id) is not None
+        )
 
     def _hand_off_shipped(self) -> int:
         return self._sync_leases().hand_off_shipped() if self._leases.handoffs(time.monotonic()) else 0

@@ -26,6 +26,7 @@ from redis.cluster import RedisCluster
 from redis.crc import key_slot
 from redis.exceptions import ClusterDownError
 
+import langgraph_durable.saver as saver_module
 from langgraph_durable import ConfigError, DurableSaver, LeaseLost, TierUnavailable
 from langgraph_durable.lease import Fence
 from langgraph_durable.records import BlobRow, CheckpointRow, WriteRow
@@ -373,12 +374,19 @@ def _aslow_graph() -> Any:
 
 @pytest.mark.parametrize("face", ["sync", "async"])
 def test_a_primary_killed_mid_run(
-    request: pytest.FixtureRequest, tmp_path: Path, own_cluster: RedisClusterProcesses, face: str
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    own_cluster: RedisClusterProcesses,
+    face: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """SIGKILL the primary holding some running threads, restart it empty on
     the same port and nodes.conf: every run succeeds (SQLite and Postgres
     carry on while Redis is down), every thread's latest checkpoint is
     served afterwards, and `repair` puts back what the node lost."""
+    # Redis is written behind; here records ship as soon as a pass runs, not
+    # at the runs' ends, so that the killed node has some to lose.
+    monkeypatch.setattr(saver_module, "RUN_SHIPS_ITS_OWN_S", 0.0)
     prefix = f"lgd_test_{uuid.uuid4().hex[:16]}"
     make = _factory(request, tmp_path, own_cluster.url, prefix, connect_timeout=1.0, call_timeout=2.0)
     per_primary = _threads_per_primary(own_cluster, 2, "kill")

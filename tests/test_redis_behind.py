@@ -179,3 +179,36 @@ def test_the_outbox_serves_an_entry_only_under_its_own_seq_and_key_and_stays_bou
     assert len(box) == 1 and box.get(dataclasses.replace(cp, seq=9, checkpoint_id="c9")) == (big, [])
     box.forget()
     assert len(box) == 0
+
+
+def test_a_background_pass_leaves_a_running_threads_newest_records_to_its_run(
+    tmp_path: Path, postgres_url: str, redis_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While a run is going, a background replicator pass leaves its records
+    younger than RUN_SHIPS_ITS_OWN_S to the run's end; older ones, and any
+    pass that is not a background one (drain, close), ship them."""
+    import langgraph_durable.saver as saver_module
+
+    monkeypatch.setattr(Replicator, "kick", lambda self, **_: None)
+    thread = "running"
+    seen: dict[str, int] = {}
+
+    def step(state: dict[str, Any]) -> dict[str, Any]:
+        n = state.get("n", 0)
+        if n == 2:
+            saver._replicate(background=True)
+            seen["young, background pass"] = len(_redis_ids(REDIS_URL, redis_prefix, thread))
+            monkeypatch.setattr(saver_module, "RUN_SHIPS_ITS_OWN_S", 0.0)
+            saver._replicate(background=True)
+            seen["old enough"] = len(_redis_ids(REDIS_URL, redis_prefix, thread))
+        if n == 4:
+            saver._replicate(background=False)
+            seen["drain"] = len(_redis_ids(REDIS_URL, redis_prefix, thread))
+        return {"messages": ["m"], "n": n + 1}
+
+    saver = _saver(tmp_path, "a.sqlite", postgres_url, redis_prefix)
+    try:
+        _invoke(looping(step, STEPS).compile(checkpointer=saver), saver, thread, "sync")
+        assert seen == {"young, background pass": 0, "old enough": 4, "drain": 6}, seen
+    finally:
+        saver.close()
