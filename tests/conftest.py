@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn
+from urllib.parse import urlsplit
 
 import psycopg
 import pytest
@@ -70,6 +71,18 @@ def postgres_url() -> Iterator[str]:
     finally:
         with psycopg.connect(POSTGRES_URL, autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def postgres_proxy(postgres_url: str) -> Iterator[tuple[Any, str]]:
+    """A TCP proxy in front of the test's Postgres (`tests.proxy.TcpProxy`)
+    and the test database's URL through it: cut it to cut Postgres off."""
+    from tests.proxy import TcpProxy
+
+    parts = urlsplit(postgres_url)
+    host, port = parts.hostname or "127.0.0.1", parts.port or 5432
+    with TcpProxy(host, port) as proxy:
+        yield proxy, postgres_url.replace(f"{host}:{port}", f"127.0.0.1:{proxy.port}")
 
 
 @pytest.fixture

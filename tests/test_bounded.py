@@ -5,7 +5,6 @@ back; what the journal still owes a shared tier never goes."""
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,13 +19,6 @@ from .graphs import loop_graph
 
 BOUND = 256 * 1024
 THREADS = 24
-
-
-@pytest.fixture
-def postgres_proxy(postgres_url: str) -> Iterator[tuple[TcpProxy, str]]:
-    host, port = "127.0.0.1", int(postgres_url.split("@", 1)[1].split("/", 1)[0].rsplit(":", 1)[1])
-    with TcpProxy(host, port) as proxy:
-        yield proxy, postgres_url.replace(f"{host}:{port}", f"127.0.0.1:{proxy.port}")
 
 
 def _local_threads(path: Path) -> set[str]:

@@ -16,7 +16,6 @@ import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import psycopg
 import pytest
@@ -38,14 +37,6 @@ DOWN = range(10, 20)  # the runs during which the tier is down
 def private_redis() -> Iterator[PrivateRedis]:
     with PrivateRedis() as server:
         yield server
-
-
-@pytest.fixture
-def postgres_proxy(postgres_url: str) -> Iterator[tuple[TcpProxy, str]]:
-    parts = urlsplit(postgres_url)
-    host, port = parts.hostname or "127.0.0.1", parts.port or 5432
-    with TcpProxy(host, port) as proxy:
-        yield proxy, postgres_url.replace(f"{host}:{port}", f"127.0.0.1:{proxy.port}")
 
 
 def _saver(tmp_path: Path, name: str = "local.sqlite", **options: Any) -> DurableSaver:

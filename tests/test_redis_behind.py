@@ -12,10 +12,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import pytest
 
@@ -31,14 +29,6 @@ from tests.test_outages import _postgres_ids, _redis_ids, _sqlite_ids
 pytestmark = [pytest.mark.redis, pytest.mark.postgres]
 
 STEPS = 6
-
-
-@pytest.fixture
-def postgres_proxy(postgres_url: str) -> Iterator[tuple[TcpProxy, str]]:
-    parts = urlsplit(postgres_url)
-    host, port = parts.hostname or "127.0.0.1", parts.port or 5432
-    with TcpProxy(host, port) as proxy:
-        yield proxy, postgres_url.replace(f"{host}:{port}", f"127.0.0.1:{proxy.port}")
 
 
 def _saver(tmp_path: Path, name: str, postgres: str, prefix: str, **options: Any) -> DurableSaver:
