@@ -157,6 +157,14 @@ class Outbox:
             return kept[1]
         return None
 
+    def holds(self, thread_id: str, ns: str, checkpoint_id: str) -> bool:
+        """Whether checkpoint `checkpoint_id` is kept here: written by this
+        saver and still to be shipped (the journal brings it to the shared
+        tiers that lack it, in order, with its ancestors)."""
+        key = (thread_id, ns, checkpoint_id, None)
+        with self._lock:
+            return any(kept[0] == key for kept in self._kept.values())
+
     def done(self, seqs: Collection[int]) -> None:
         """These entries are settled (shipped, or dropped)."""
         with self._lock:

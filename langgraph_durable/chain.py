@@ -132,7 +132,7 @@ class TierChain:
         self.own = own if local is not None else None
         # The versions of the checkpoints stored or served last (carried.py).
         self.seen = seen or SeenVersions()
-        self.reads = TierReader(self.tiers, codec, self.policy, deltas)
+        self.reads = TierReader(self.tiers, codec, self.policy, deltas, self.memory.outbox.holds)
         self.maintenance = Maintenance(self.tiers, codec, self.reads, deltas)
         self._views: dict[int, TierChain] = {}
         self._ready = False
@@ -155,7 +155,7 @@ class TierChain:
             view = copy.copy(self)
             view.codec = codec
             view.journal = Journal(self.local, self.shared, codec, self.memory)
-            view.reads = TierReader(self.tiers, codec, self.policy, self.deltas)
+            view.reads = TierReader(self.tiers, codec, self.policy, self.deltas, self.memory.outbox.holds)
             view.maintenance = Maintenance(self.tiers, codec, view.reads, self.deltas)
             view._views = {}
             self._views[id(codec)] = view

@@ -130,7 +130,7 @@ class AsyncTierChain:
         self.own = own if local is not None else None
         # The versions of the checkpoints stored or served last (carried.py).
         self.seen = seen or SeenVersions()
-        self.reads = AsyncTierReader(self.tiers, codec, self.policy, deltas)
+        self.reads = AsyncTierReader(self.tiers, codec, self.policy, deltas, self.memory.outbox.holds)
         self.maintenance = AsyncMaintenance(self.tiers, codec, self.reads, deltas)
         self._views: dict[int, AsyncTierChain] = {}
         self._ready = False
@@ -153,7 +153,7 @@ class AsyncTierChain:
             view = copy.copy(self)
             view.codec = codec
             view.journal = AsyncJournal(self.local, self.shared, codec, self.memory)
-            view.reads = AsyncTierReader(self.tiers, codec, self.policy, self.deltas)
+            view.reads = AsyncTierReader(self.tiers, codec, self.policy, self.deltas, self.memory.outbox.holds)
             view.maintenance = AsyncMaintenance(self.tiers, codec, view.reads, self.deltas)
             view._views = {}
             self._views[id(codec)] = view

@@ -61,10 +61,14 @@ class TierReader:
         codec: RecordCodec,
         policy: IntegrityPolicy,
         deltas: DeltaMemo | None = None,
+        owed: Callable[[str, str, str], bool] | None = None,
     ) -> None:
         self.tiers = list(tiers)
         self.codec = codec
         self.policy = policy
+        # Whether this saver's journal still ships a checkpoint (`Outbox.holds`):
+        # a shared tier that lacks it is behind, not missing it.
+        self.owed = owed
         # What this saver stored last (deltas.py): a list it wrote itself is
         # rebuilt from there instead of from the records its piece names.
         self.deltas = deltas
@@ -174,12 +178,36 @@ class TierReader:
         for incident in bad:
             incident.served = f"intact copy from {source.name}"
         incidents.extend(bad)
-        fix = lacking + [i.tier for i in bad]
-        if fix:
-            row, _, metadata = found
-            fixed = with_verified_metadata(row, metadata)
-            self._repair(fix, lambda t: t.write_checkpoint(fixed, []))
+        row, checkpoint, metadata = found
+        fixed = with_verified_metadata(row, metadata)
+        if bad:
+            # Those tiers held the row, written with its channel values.
+            self._repair([i.tier for i in bad], lambda t: t.write_checkpoint(fixed, []))
+        if lacking and self.owed is not None and self.owed(thread_id, ns, cid):
+            lacking = [t for t in lacking if t is local]  # the journal ships it, ancestors first
+        if lacking:
+            self._fill(lacking, fixed, checkpoint, incidents)
         return found
+
+    def _fill(
+        self, tiers: Sequence[Tier], row: CheckpointRow, checkpoint: dict[str, Any], incidents: list[Incident]
+    ) -> None:
+        """Copy a checkpoint into tiers that lack it, whole: its pending
+        writes first, then its row with every channel value it names (a list
+        piece with the records it is rebuilt from) in one transaction per
+        tier. A row copied alone would be a checkpoint its tier cannot serve:
+        read from that tier alone (the others down, or another replica's
+        view), it would be withdrawn as damaged and fallen back past. Nothing
+        is copied when no tier holds every value intact (the read falls back)."""
+        thread_id, ns = row.thread_id, row.checkpoint_ns
+        keys = [(ch, version_key(v)) for ch, v in checkpoint["channel_versions"].items()]
+        pieces: dict[BlobKey, BlobRow] = {}
+        values = self.blobs(thread_id, ns, keys, incidents, pieces=pieces)
+        if any(key not in values for key in keys):
+            return
+        blobs = [blob for blob, _ in values.values()] + list(pieces.values())
+        self.writes(thread_id, ns, [row.checkpoint_id], incidents)
+        self._repair(tiers, lambda t: t.write_batch([(row, blobs)], []))
 
     def _deleted(self, thread_id: str, ns: str, cid: str, lacking: Sequence[Tier]) -> bool:
         """Whether a tier that lacks checkpoint `cid` recorded it as deleted:

@@ -167,7 +167,12 @@ class AsyncScanner:
         # and what only the local tier still holds past the shared tiers' newest.
         bad_in = {(tier.name, record_identity(c.kind, row)) for tier, row, c in bad}
         beyond = await self._only_local_beyond(t, intact, held_intact, versions)
-        for identity, (kind, row) in intact.items():
+        # Channel values and writes before the checkpoints that name them,
+        # oldest checkpoint first: a reader of a tier being repaired never
+        # meets a checkpoint whose values are not there yet.
+        order = {"blob": 0, "write": 1, "checkpoint": 2}
+        copies = sorted(intact.items(), key=lambda item: (order[item[1][0]], getattr(item[1][1], "checkpoint_id", "")))
+        for identity, (kind, row) in copies:
             holders = held_intact[identity]
             if not holders & {s.name for s in self.shared} and identity not in beyond:
                 continue

@@ -19,6 +19,8 @@ import pytest
 
 from langgraph_durable import DurableSaver
 from langgraph_durable.backlog import JournalEntry, Outbox
+from langgraph_durable.lease_keeper import LeaseKeeper
+from langgraph_durable.lease_keeper_async import AsyncLeaseKeeper
 from langgraph_durable.records import BlobRow, CheckpointRow, WriteRow
 from langgraph_durable.replicator import Replicator
 from tests.conftest import REDIS_URL
@@ -202,3 +204,89 @@ def test_a_background_pass_leaves_a_running_threads_newest_records_to_its_run(
         assert seen == {"young, background pass": 0, "old enough": 4, "drain": 6}, seen
     finally:
         saver.close()
+
+
+def _whole(tup: Any) -> tuple[Any, ...]:
+    """What a reader is served of a checkpoint: id, parent, values, writes."""
+    return (
+        tup.config["configurable"]["checkpoint_id"],
+        tup.parent_config["configurable"]["checkpoint_id"] if tup.parent_config else None,
+        tup.checkpoint["channel_values"],
+        sorted((w[0], w[1], repr(w[2])) for w in tup.pending_writes or []),
+    )
+
+
+@pytest.mark.parametrize("face", ["sync", "async"])
+def test_read_repair_copies_a_checkpoint_into_a_tier_that_lacks_it_whole(
+    tmp_path: Path, postgres_url: str, redis_prefix: str, face: str
+) -> None:
+    """A checkpoint that SQLite and Postgres hold and Redis lacks (written
+    while Redis was not configured, or by a replica whose journal has not
+    shipped it yet) is copied into Redis by the next read, with its channel
+    values (list pieces with what they are rebuilt from) and its pending
+    writes: Redis alone then serves it whole. A row copied alone was a
+    checkpoint Redis could not serve: read from Redis alone it was withdrawn
+    as damaged and the read failed with no intact ancestor."""
+    thread = f"repair-{face}"
+    config: Any = {"configurable": {"thread_id": thread}}
+    before = DurableSaver(sqlite=str(tmp_path / "a.sqlite"), postgres=postgres_url)
+    try:
+        graph = looping(lambda s: {"messages": [f"m{s.get('n', 0)}" * 50], "n": s.get("n", 0) + 1}, 12)
+        graph.compile(checkpointer=before).invoke({"messages": [], "n": 0}, config, durability="sync")
+        head = before.get_tuple(config)
+        assert head is not None
+        before.put_writes(head.config, [("messages", ["pending"]), ("n", 99)], "task-1")
+    finally:
+        before.close()
+    assert _redis_ids(REDIS_URL, redis_prefix, thread) == set()
+
+    full = _saver(tmp_path, "a.sqlite", postgres_url, redis_prefix)
+    alone = DurableSaver(sqlite=None, redis=REDIS_URL, redis_key_prefix=redis_prefix)
+    try:
+        if face == "sync":
+            served = full.get_tuple(config)
+            from_redis = alone.get_tuple(config)
+        else:
+
+            async def read() -> tuple[Any, Any]:
+                return await full.aget_tuple(config), await alone.aget_tuple(config)
+
+            served, from_redis = asyncio.run(read())
+        assert served is not None and from_redis is not None
+        assert _whole(served)[2]["n"] == 12 and len(_whole(served)[3]) == 2
+        assert _whole(from_redis) == _whole(served)
+        assert alone.corruptions_detected == 0
+    finally:
+        full.close()
+        alone.close()
+
+
+def test_a_read_leaves_to_the_journal_a_checkpoint_this_saver_still_ships(
+    tmp_path: Path, postgres_url: str, redis_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read of a thread whose newest records this saver has not shipped to
+    Redis yet does not copy them there itself (out of order, ahead of their
+    ancestors): the journal ships them, oldest first."""
+    monkeypatch.setattr(Replicator, "kick", lambda self, **_: None)
+    monkeypatch.setattr(LeaseKeeper, "_ship_behind", lambda self, thread_id: None)
+    monkeypatch.setattr(AsyncLeaseKeeper, "_ship_behind", _no_ship)
+    thread = "owed"
+    config: Any = {"configurable": {"thread_id": thread}}
+    saver = _saver(tmp_path, "a.sqlite", postgres_url, redis_prefix)
+    try:
+        looping(lambda s: {"messages": ["m"], "n": s.get("n", 0) + 1}, STEPS).compile(checkpointer=saver).invoke(
+            {"messages": [], "n": 0}, config, durability="sync"
+        )
+        written = _sqlite_ids(tmp_path / "a.sqlite", thread)
+        assert len(written) == STEPS + 2 and _redis_ids(REDIS_URL, redis_prefix, thread) == set()
+        head = saver.get_tuple(config)
+        assert head is not None and head.checkpoint["channel_values"]["n"] == STEPS
+        assert _redis_ids(REDIS_URL, redis_prefix, thread) == set()
+        assert saver.drain(timeout=10).caught_up
+        assert _redis_ids(REDIS_URL, redis_prefix, thread) == written
+    finally:
+        saver.close()
+
+
+async def _no_ship(self: Any, thread_id: str) -> None:
+    return None
