@@ -133,11 +133,15 @@ class TierReader:
         cid: str,
         incidents: list[Incident],
         copies: Sequence[tuple[Tier, CheckpointRow | None]] | None = None,
+        lacking_out: list[Tier] | None = None,
     ) -> Found | None:
         """A verified checkpoint row, asked of every reachable tier (or taken
         from `copies`, what they answered already); tiers that lacked it or
         held a bad copy get the good one. None if no tier has it; `Unusable`
-        if every copy is bad."""
+        if every copy is bad. The tiers that lack it get it with its values
+        and pending writes (`_copy_whole`); with `lacking_out` they are
+        added there instead, for a caller that reads those anyway and copies
+        it after (`serve`, `list_tuples`)."""
         if copies is None:
             copies = self._each("checkpoint", lambda t: t.read_checkpoint(thread_id, ns, cid))
         good: tuple[Tier, Found] | None = None
@@ -185,29 +189,29 @@ class TierReader:
             self._repair([i.tier for i in bad], lambda t: t.write_checkpoint(fixed, []))
         if lacking and self.owed is not None and self.owed(thread_id, ns, cid):
             lacking = [t for t in lacking if t is local]  # the journal ships it, ancestors first
-        if lacking:
-            self._fill(lacking, fixed, checkpoint, incidents)
+        if lacking_out is not None:
+            lacking_out.extend(lacking)
+        elif lacking:
+            keys = [(ch, version_key(v)) for ch, v in checkpoint["channel_versions"].items()]
+            rows: list[BlobRow] = []
+            self.blobs(thread_id, ns, keys, incidents, opened_out=rows)
+            self.writes(thread_id, ns, [cid], incidents)
+            self._copy_whole(lacking, found, rows)
         return found
 
-    def _fill(
-        self, tiers: Sequence[Tier], row: CheckpointRow, checkpoint: dict[str, Any], incidents: list[Incident]
-    ) -> None:
-        """Copy a checkpoint into tiers that lack it, whole: its pending
-        writes first, then its row with every channel value it names (a list
-        piece with the records it is rebuilt from) in one transaction per
-        tier. A row copied alone would be a checkpoint its tier cannot serve:
-        read from that tier alone (the others down, or another replica's
-        view), it would be withdrawn as damaged and fallen back past. Nothing
-        is copied when no tier holds every value intact (the read falls back)."""
-        thread_id, ns = row.thread_id, row.checkpoint_ns
-        keys = [(ch, version_key(v)) for ch, v in checkpoint["channel_versions"].items()]
-        pieces: dict[BlobKey, BlobRow] = {}
-        values = self.blobs(thread_id, ns, keys, incidents, pieces=pieces)
-        if any(key not in values for key in keys):
-            return
-        blobs = [blob for blob, _ in values.values()] + list(pieces.values())
-        self.writes(thread_id, ns, [row.checkpoint_id], incidents)
-        self._repair(tiers, lambda t: t.write_batch([(row, blobs)], []))
+    def _copy_whole(self, tiers: Sequence[Tier], found: Found, blobs: Sequence[BlobRow]) -> None:
+        """Copy a checkpoint into tiers that lack it: its row with the
+        channel values read intact for it (`blobs`: a list piece's older
+        records too, where the read opened them), in one transaction per
+        tier, after its pending writes (the read copied those). Copied alone,
+        the row was a checkpoint its tier could not serve: read from that
+        tier alone (the others down, or a replica that reads it first), it
+        was withdrawn as damaged and fallen back past. Values stay
+        insert-or-ignore: a bad copy in the tier is not overwritten here."""
+        row, _, metadata = found
+        fixed = with_verified_metadata(row, metadata)
+        mine = [b for b in blobs if b.thread_id == row.thread_id and b.checkpoint_ns == row.checkpoint_ns]
+        self._repair(tiers, lambda t: t.write_batch([(fixed, mine)], []))
 
     def _deleted(self, thread_id: str, ns: str, cid: str, lacking: Sequence[Tier]) -> bool:
         """Whether a tier that lacks checkpoint `cid` recorded it as deleted:
@@ -230,6 +234,7 @@ class TierReader:
         keys: Sequence[BlobKey],
         incidents: list[Incident],
         pieces: dict[BlobKey, BlobRow] | None = None,
+        opened_out: list[BlobRow] | None = None,
     ) -> dict[BlobKey, tuple[BlobRow, Any]]:
         """Verified channel values (row and decoded value), nearest tier
         first; nearer tiers that lacked one or held a bad copy get the good
@@ -271,6 +276,8 @@ class TierReader:
             found[key] = (row, value)
         if pieces is not None:
             pieces.update({key: o[0] for key, o in opened.items() if key not in found})
+        if opened_out is not None:
+            opened_out.extend(o[0] for o in opened.values())
         return found
 
     def _rebuild(self, key: BlobKey, piece: Piece, opened: Mapping[BlobKey, Opened]) -> Any:
@@ -403,12 +410,14 @@ class TierReader:
         incidents: list[Incident],
         writes: Sequence[tuple[Tier, Sequence[WriteRow]]] | None = None,
         channels: Collection[str] | None = None,
+        blob_rows: list[BlobRow] | None = None,
     ) -> list[CheckpointTuple | Unusable]:
         """Attach channel values and pending writes, batched per (thread, ns)
         (`writes`: every reachable tier's writes of the one checkpoint in
         `found`, if they were read already; `channels`: only these channels'
-        values, the rest left out). A checkpoint missing an intact channel
-        value comes back `Unusable`."""
+        values, the rest left out; `blob_rows`: receives every value record
+        the read opened intact, `blobs`' ``opened_out``). A
+        checkpoint missing an intact channel value comes back `Unusable`."""
         groups: dict[tuple[str, str], list[Found]] = defaultdict(list)
         for item in found:
             groups[(item[0].thread_id, item[0].checkpoint_ns)].append(item)
@@ -419,7 +428,7 @@ class TierReader:
                 for _, cp, _ in items
             ]
             keys = [(ch, version_key(v)) for vs in versions for ch, v in vs.items()]
-            blobs = self.blobs(thread_id, ns, keys, incidents)
+            blobs = self.blobs(thread_id, ns, keys, incidents, opened_out=blob_rows)
             pending = self.writes(thread_id, ns, [row.checkpoint_id for row, _, _ in items], incidents, writes)
             for (row, cp, md), wanted in zip(items, versions):
                 cid = row.checkpoint_id
@@ -457,9 +466,10 @@ class TierReader:
         current: str | None = cid
         while current is not None:
             first = heads if current == cid else None
+            lacking: list[Tier] = []
             try:
                 found = self.checkpoint(
-                    thread_id, ns, current, incidents, [(t, h.row) for t, h in first] if first else None
+                    thread_id, ns, current, incidents, [(t, h.row) for t, h in first] if first else None, lacking
                 )
                 if found is None:
                     if current == cid:
@@ -475,7 +485,10 @@ class TierReader:
                     )
                     continue
                 writes = [(t, h.writes) for t, h in first] if first else None
-                result = (self.assemble([found], incidents, writes))[0]
+                rows: list[BlobRow] = []
+                result = (self.assemble([found], incidents, writes, blob_rows=rows if lacking else None))[0]
+                if lacking:
+                    self._copy_whole(lacking, found, rows)
                 if not isinstance(result, Unusable):
                     if current != cid:
                         for incident in incidents:
@@ -773,19 +786,32 @@ class TierReader:
         incidents: list[Incident] = []
         try:
             found: list[Found] = []
+            lacking: list[tuple[Found, list[Tier]]] = []
             for row in ordered:
                 try:
                     item: Found | None = (row, *self.codec.decode_checkpoint(row))
                 except BadRecord:
+                    # The tiers that lack it get it after `assemble` has read
+                    # its values (all of them: with `channels`, right away).
+                    tiers: list[Tier] = []
                     try:
-                        item = self.checkpoint(row.thread_id, row.checkpoint_ns, row.checkpoint_id, incidents)
+                        item = self.checkpoint(
+                            row.thread_id, row.checkpoint_ns, row.checkpoint_id, incidents,
+                            lacking_out=tiers if channels is None else None,
+                        )  # fmt: skip
                     except Unusable as exc:
                         self._omit(exc, incidents)
                         continue
+                    if item is not None and tiers and metadata_matches(item[2], filter):
+                        lacking.append((item, tiers))
                 if item is not None and metadata_matches(item[2], filter):
                     found.append(item)
+            rows: list[BlobRow] = []
+            assembled = self.assemble(found, incidents, channels=channels, blob_rows=rows if lacking else None)
+            for item, tiers in lacking:
+                self._copy_whole(tiers, item, rows)
             out = []
-            for result in self.assemble(found, incidents, channels=channels):
+            for result in assembled:
                 if isinstance(result, Unusable):
                     self._omit(result, incidents)
                     continue
