@@ -23,8 +23,10 @@ back (`_keep_alive`, at most every tenth of the TTL), so an idle thread
 leaves Redis whole, apart from its lease and quarantine. Reads then find it
 in Postgres and copy it back, as they do for anything Redis lacks.
 
-Every write touches one thread's keys only, so it is one MULTI/EXEC on one
-slot. There is deliberately no global index (it would put a second slot in
+Every write touches one thread's keys only, so it is one atomic step on one
+slot: a write of records is one script call (`_WRITE`, `_FENCED_WRITE`)
+whatever the deployment, one command however many records it carries.
+There is deliberately no global index (it would put a second slot in
 every transaction): the rare whole-store operations (``list(None)``,
 ``delete_for_runs``, ``verify`` / ``repair``, listing the quarantine) find
 threads by SCAN over ``P:{*}:nss`` instead, which redis-py's cluster client
@@ -43,10 +45,11 @@ Three deployments, one layout:
   (8.1) async cluster pipeline runs each command after a WATCH on a thread
   of its own while the event loop waits (no cancellation, no `call_timeout`), and
   its cluster pipelines refuse TIME (and, sync, EVAL) inside a transaction;
-  so on a cluster the few compare-and-set steps (a fenced write, reading a
-  lease, swapping a ledger entry, removing a bad copy) are Lua scripts on the
-  thread's keys instead of WATCH ... MULTI/EXEC. Plain MULTI/EXEC
-  transactions stay transactions. The single-server path is unchanged;
+  so on a cluster the few compare-and-set steps (reading a lease, swapping a
+  ledger entry, removing a bad copy) are Lua scripts on the thread's keys
+  instead of WATCH ... MULTI/EXEC (writes of records are scripts
+  everywhere). Plain MULTI/EXEC transactions stay transactions. The
+  single-server path is otherwise unchanged;
 - Redis Sentinel: ``redis+sentinel://[user:password@]host:port[,host:port...]/service[/db]``
   (sentinel port 26379 if omitted): the primary is looked up from the
   sentinels and again after a failover (redis-py's `Sentinel`). The
@@ -255,26 +258,39 @@ class _Unreachable:
 
 
 class _Ops:
-    """The commands of one fenced write in cluster mode, recorded (same
-    methods as a pipeline) to run inside `_FENCED_WRITE` after its lease
-    check: `keys` follow the lease key, `args` its four arguments."""
+    """The commands of one write, recorded (the pipeline methods the writes
+    use) to run inside one script call (`_WRITE`, or `_FENCED_WRITE` after
+    its lease check): `keys` follow the lease key; `args()` is the ops
+    packed into one msgpack argument (four items an op), followed by the
+    values that hash fields are set to, one argument each (the script's
+    msgpack reads no binary strings). A command's arguments cost the
+    client one encoding each: a run's records in hundreds of them took
+    longer to pack than to send."""
 
     def __init__(self) -> None:
         self.keys: list[str] = []
-        self.args: list[Any] = []
+        self.ops: list[Any] = []
+        self.values: list[bytes] = []
         self._index: dict[str, int] = {}
 
     def _op(self, name: str, key: str, a: Any, b: Any) -> None:
         if key not in self._index:
             self.keys.append(key)
             self._index[key] = len(self.keys) + 1  # KEYS[1] is the lease
-        self.args += [name, self._index[key], a, b]
+        self.ops += [name, self._index[key], a, b]
+
+    def args(self) -> list[Any]:
+        return [ormsgpack.packb(self.ops), *self.values]
+
+    def _value(self, value: bytes) -> int:
+        self.values.append(value)
+        return len(self.values)
 
     def hset(self, key: str, field: str, value: bytes) -> None:
-        self._op("HSET", key, field, value)
+        self._op("HSET", key, field, self._value(value))
 
     def hsetnx(self, key: str, field: str, value: bytes) -> None:
-        self._op("HSETNX", key, field, value)
+        self._op("HSETNX", key, field, self._value(value))
 
     def zadd(self, key: str, mapping: dict[str, float]) -> None:
         for member, score in mapping.items():
@@ -362,6 +378,7 @@ class AsyncRedisTier:
         self._head_script = self.client.register_script(_HEAD_SCRIPT)
         self._list_script = self.client.register_script(_LIST_SCRIPT)
         self._fenced_write = self.client.register_script(_FENCED_WRITE)
+        self._write = self.client.register_script(_WRITE)
         self._read_lease = self.client.register_script(_READ_LEASE)
         self._swap_field = self.client.register_script(_SWAP_FIELD)
         self._drop_field = self.client.register_script(_DROP_FIELD)
@@ -929,47 +946,23 @@ class AsyncRedisTier:
             await self._keep_alive_script(keys, [self.ttl, self._k(thread_id, "ids:")])
 
     async def _transaction(self, fence: Fence | None, queue: Any) -> None:
-        """One MULTI/EXEC of what `queue(pipe)` adds. With a `fence`, the
-        lease key is WATCHed and checked first and renewed inside the MULTI:
-        EXEC fails if the lease moved in between (a takeover, or a renewal by
-        a parallel write of the same run), and then the check runs again.
-        On a cluster a fenced write is one script instead (`_FENCED_WRITE`)."""
-        if fence is not None and self.clustered:
-            await self._fenced_on_cluster(fence, queue)
-            return
-        with self._io:
-            async with self.client.pipeline(transaction=True) as pipe:
-                while True:
-                    if fence is not None:
-                        key = self._k(fence.thread_id, "lease")
-                        await pipe.watch(key)
-                        holder, token, expires = await pipe.hmget(key, ["holder", "token", "expires_at"])
-                        live = token is not None and int(token) == fence.token and float(expires or 0) > 0
-                        if token is None or holder.decode() != fence.holder:
-                            holds = False
-                        elif fence.late:  # see lease.Fence.late
-                            holds = int(token) >= fence.token
-                        else:
-                            holds = live
-                        if not holds:
-                            raise lease_lost(fence, _lease(fence.thread_id, holder, token, expires), "redis")
-                        pipe.multi()
-                        if live:
-                            pipe.eval(_RENEW_LEASE, 1, key, repr(float(fence.ttl)))
-                    queue(pipe)
-                    try:
-                        await pipe.execute()
-                        return
-                    except WatchError:
-                        continue
-
-    async def _fenced_on_cluster(self, fence: Fence, queue: Any) -> None:
-        """`_transaction` with a fence, on a cluster: the lease check, its
-        renewal and the writes in one script on the thread's slot."""
+        """What `queue(ops)` records, written atomically by one script call
+        on the thread's slot (`_WRITE`): one command to send and one reply
+        to read however many records it holds (a batch of a run's records
+        was hundreds of queued commands, each packed and answered on its
+        own). With a `fence`, the script first checks the thread's lease
+        and renews it, and writes nothing if the lease moved
+        (`_FENCED_WRITE`: `LeaseLost`); no WATCH round trip before it."""
         ops = _Ops()
         queue(ops)
+        if not ops.ops:
+            return
+        if fence is None:
+            with self._io:
+                await self._write([ops.keys[0], *ops.keys], ops.args())
+            return
         lease_key = self._k(fence.thread_id, "lease")
-        args = [fence.holder, str(fence.token), "1" if fence.late else "0", repr(float(fence.ttl)), *ops.args]
+        args = [fence.holder, str(fence.token), "1" if fence.late else "0", repr(float(fence.ttl)), *ops.args()]
         with self._io:
             result = await self._fenced_write([lease_key, *ops.keys], args)
         if not result[0]:
@@ -1057,15 +1050,6 @@ redis.call('HSET', KEYS[1], 'holder', ARGV[5], 'token', ARGV[6], 'expires_at', e
 return expires
 """
 
-# Inside a fenced MULTI (the lease key WATCHed and checked): renew from the server's clock.
-_RENEW_LEASE = """
-if redis.replicate_commands then redis.replicate_commands() end
-local t = redis.call('TIME')
-local expires = string.format('%.6f', tonumber(t[1]) + tonumber(t[2]) / 1000000 + tonumber(ARGV[1]))
-redis.call('HSET', KEYS[1], 'expires_at', expires)
-return expires
-"""
-
 # Clear the holder if it is ARGV[1] (with token ARGV[2], unless empty); the token stays.
 _RELEASE_LEASE = """
 local cur = redis.call('HMGET', KEYS[1], 'holder', 'token')
@@ -1076,14 +1060,33 @@ return 1
 """
 
 
-# Cluster mode (see the module docstring): the compare-and-set steps as
-# scripts, each on the keys of one thread, so on one slot.
+# Writes of records (`_transaction`), in every deployment: scripts on the
+# keys of one thread, so on one slot. The ops of one write (`_Ops`) are
+# ARGV[FIRST], msgpack, four items an op: the command, the index of its key
+# in KEYS, and up to two arguments; a hash field's value is ARGV[FIRST + n].
+_RUN_OPS = """
+local ops = cmsgpack.unpack(ARGV[FIRST])
+for i = 1, #ops, 4 do
+  local name, key = ops[i], KEYS[ops[i + 1]]
+  if name == 'ZADD' then
+    redis.call('ZADD', key, ops[i + 2], ops[i + 3])
+  elseif name == 'SADD' then
+    redis.call('SADD', key, ops[i + 2])
+  elseif name == 'HSET' or name == 'HSETNX' then
+    redis.call(name, key, ops[i + 2], ARGV[FIRST + ops[i + 3]])
+  elseif name == 'EXPIRE' then
+    redis.call('EXPIRE', key, ops[i + 2])
+  end
+end
+"""
 
 # A fenced write: KEYS[1] the lease, ARGV[1..4] holder, token, late (1/0),
-# ttl; then per command: name, index of its key in KEYS, two arguments. The
-# check is `_transaction`'s, the renewal `_RENEW_LEASE`'s. Returns {1}, or
-# {0, holder, token, expires_at} when the lease is not the fence's.
-_FENCED_WRITE = """
+# ttl, then the ops. The lease must be the fence's (with `late`, see
+# lease.Fence.late: not taken over since); a live one is renewed from the
+# server's clock. Returns {1}, or {0, holder, token, expires_at} when the
+# lease is not the fence's (nothing written).
+_FENCED_WRITE = (
+    """
 local cur = redis.call('HMGET', KEYS[1], 'holder', 'token', 'expires_at')
 local token = tonumber(cur[2])
 local want = tonumber(ARGV[2])
@@ -1103,20 +1106,21 @@ if live then
   local expires = string.format('%.6f', tonumber(t[1]) + tonumber(t[2]) / 1000000 + tonumber(ARGV[4]))
   redis.call('HSET', KEYS[1], 'expires_at', expires)
 end
-for i = 5, #ARGV, 4 do
-  local name, key = ARGV[i], KEYS[tonumber(ARGV[i + 1])]
-  if name == 'ZADD' then
-    redis.call('ZADD', key, ARGV[i + 2], ARGV[i + 3])
-  elseif name == 'SADD' then
-    redis.call('SADD', key, ARGV[i + 2])
-  elseif name == 'HSET' or name == 'HSETNX' then
-    redis.call(name, key, ARGV[i + 2], ARGV[i + 3])
-  elseif name == 'EXPIRE' then
-    redis.call('EXPIRE', key, ARGV[i + 2])
-  end
-end
+"""
+    + _RUN_OPS.replace("FIRST", "5")
+    + """
 return {1}
 """
+)
+
+# An unfenced write: the ops alone (KEYS[1] stands where the lease key is in
+# `_FENCED_WRITE`, a key of the same slot, so both read the same `_Ops`).
+_WRITE = (
+    _RUN_OPS.replace("FIRST", "1")
+    + """
+return 1
+"""
+)
 
 # Push back the expiry of every key of one thread (`_keep_alive`): its fixed
 # keys (KEYS), each namespace's id index (ARGV[2] .. ns) and each write hash
