@@ -203,6 +203,8 @@ class SqliteTier:
         self._uses_since_check = 0
         self._checked_at = 0.0
         self._lock = threading.RLock()
+        # Inside `grouped` (on the thread holding `_lock`): `_tx` is a savepoint.
+        self._grouped = False
         self._conn: sqlite3.Connection | None = None
         self._ready = False
         # Acknowledgements not written yet (`defer_ack`), and their own lock:
@@ -264,9 +266,21 @@ class SqliteTier:
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
         """A write transaction holding the write lock from its first
-        statement. It also writes the acknowledgements `defer_ack` kept."""
+        statement. It also writes the acknowledgements `defer_ack` kept.
+        Inside `grouped`, a savepoint of the group's transaction instead."""
         with self._lock, unavailable_on("sqlite", self.path, sqlite3.OperationalError):
             conn = self._connect()
+            if self._grouped:
+                conn.execute("SAVEPOINT lgd_write")
+                try:
+                    yield conn
+                except BaseException:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK TO lgd_write")
+                        conn.execute("RELEASE lgd_write")
+                    raise
+                conn.execute("RELEASE lgd_write")
+                return
             conn.execute("BEGIN IMMEDIATE")
             with self._acks_lock:
                 acks = list(self._acks)
@@ -283,6 +297,29 @@ class SqliteTier:
             if acks:
                 with self._acks_lock:
                     del self._acks[: len(acks)]
+
+    def grouped(self, calls: Sequence[Callable[[], Any]]) -> list[tuple[bool, Any]]:
+        """Group commit: run `calls` (writes of this tier) in one
+        transaction, each in a savepoint of its own, so that one commit
+        stands for all of them. Returns ``(True, result)`` or ``(False,
+        exception)`` per call: one that raised left nothing behind and the
+        others are committed. Raises if the transaction itself failed (its
+        commit, or an error after which SQLite rolled it all back): then none
+        of them was stored."""
+        outcomes: list[tuple[bool, Any]] = []
+        with self._lock, self._tx() as conn:
+            self._grouped = True
+            try:
+                for call in calls:
+                    try:
+                        outcomes.append((True, call()))
+                    except Exception as exc:
+                        if not conn.in_transaction:
+                            raise
+                        outcomes.append((False, exc))
+            finally:
+                self._grouped = False
+        return outcomes
 
     @contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
@@ -931,12 +968,21 @@ def _create_private(folder: str, path: str) -> bool:
     return True
 
 
+# The writes of a run (`put`, `put_writes`) that `AsyncSqliteTier` commits
+# in groups.
+_GROUPED = frozenset({"write_checkpoint", "write_writes"})
+
+
 class AsyncSqliteTier:
     """The async face of a `SqliteTier`: each method runs on one worker thread.
 
     Nothing is re-implemented: ``await tier.read_checkpoint(...)`` calls
     `SqliteTier.read_checkpoint` off the event loop, so a busy database never
-    blocks other tasks.
+    blocks other tasks. The writes of runs (`_GROUPED`) that arrive while the
+    worker is busy wait for it together and are then committed together
+    (`SqliteTier.grouped`): many concurrent runs cost one commit and one
+    hand-off to the worker per group, not per write, and each write still
+    succeeds or fails on its own.
     """
 
     name = "sqlite"
@@ -944,15 +990,55 @@ class AsyncSqliteTier:
     def __init__(self, tier: SqliteTier) -> None:
         self.tier = tier
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="langgraph-durable-sqlite")
+        self._waiting: list[tuple[Callable[[], Any], asyncio.AbstractEventLoop, asyncio.Future[Any]]] = []
+        self._waiting_lock = threading.Lock()
 
     def __getattr__(self, method: str) -> Callable[..., Any]:
         fn = getattr(self.tier, method)
+        if method in _GROUPED:
+
+            async def grouped(*args: Any, **kwargs: Any) -> Any:
+                return await self._grouped(functools.partial(fn, *args, **kwargs))
+
+            return grouped
 
         async def call(*args: Any, **kwargs: Any) -> Any:
             loop = asyncio.get_running_loop()
             return await loop.run_in_executor(self._pool, functools.partial(fn, *args, **kwargs))
 
         return call
+
+    async def _grouped(self, call: Callable[[], Any]) -> Any:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        item = (call, loop, future)
+        with self._waiting_lock:
+            self._waiting.append(item)
+            first = len(self._waiting) == 1
+        if first:
+            # The worker takes whatever waits when it gets to it, this one
+            # and those that come meanwhile.
+            try:
+                self._pool.submit(self._commit_waiting)
+            except RuntimeError:  # the worker was shut down (closed)
+                with self._waiting_lock:
+                    self._waiting.remove(item)
+                raise
+        return await future
+
+    def _commit_waiting(self) -> None:
+        """(The worker.) Commit every write waiting, as one group."""
+        with self._waiting_lock:
+            group, self._waiting = self._waiting, []
+        if not group:
+            return
+        try:
+            outcomes = self.tier.grouped([call for call, _, _ in group])
+        except BaseException as exc:
+            outcomes = [(False, exc)] * len(group)
+        for (_, loop, future), outcome in zip(group, outcomes):
+            with contextlib.suppress(RuntimeError):  # that loop is closed: nobody waits
+                loop.call_soon_threadsafe(_settle, future, *outcome)
 
     def defer_ack(self, seq: int | None, tiers: Sequence[str], *, everyone: Sequence[str] = ()) -> None:
         """`SqliteTier.defer_ack`, on the caller's thread: it never waits."""
@@ -969,6 +1055,15 @@ class AsyncSqliteTier:
     async def close(self) -> None:
         # The shared SqliteTier is closed by its owner; only the worker goes.
         self._pool.shutdown(wait=False)
+
+
+def _settle(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
+    if future.cancelled():
+        return
+    if ok:
+        future.set_result(value)
+    else:
+        future.set_exception(value)
 
 
 if TYPE_CHECKING:
