@@ -474,7 +474,7 @@ class AsyncRedisTier:
         *,
         fence: Fence | None = None,
     ) -> None:
-        """One MULTI/EXEC (one thread: one slot on a cluster) for all of them."""
+        """One script call (one thread: one slot on a cluster) for all of them."""
         if not checkpoints and not writes:
             return
 
