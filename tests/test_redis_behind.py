@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import sqlite3
 import time
 from pathlib import Path
 from typing import Any
@@ -290,3 +291,59 @@ def test_a_read_leaves_to_the_journal_a_checkpoint_this_saver_still_ships(
 
 async def _no_ship(self: Any, thread_id: str) -> None:
     return None
+
+
+@pytest.mark.parametrize("face", ["sync", "async"])
+def test_a_checkpoint_copied_into_a_tier_that_lacks_it_takes_no_damaged_value_along(
+    tmp_path: Path, postgres_url: str, redis_prefix: str, face: str
+) -> None:
+    """As above, and the local copy of one of the head's channel values is
+    damaged: the read serves Postgres' intact copy, puts it back in SQLite
+    (the bad one quarantined), and Redis gets the checkpoint with the intact
+    value, so Redis alone serves it whole."""
+    thread = f"repair-bad-{face}"
+    config: Any = {"configurable": {"thread_id": thread}}
+    path = tmp_path / "a.sqlite"
+    before = DurableSaver(sqlite=str(path), postgres=postgres_url)
+    try:
+        graph = looping(lambda s: {"messages": ["m"], "n": s.get("n", 0) + 1}, 4)
+        graph.compile(checkpointer=before).invoke({"messages": [], "n": 0}, config, durability="sync")
+    finally:
+        before.close()
+    with sqlite3.connect(path) as conn:
+        version, record = conn.execute(
+            "SELECT version, record FROM lgd_blobs WHERE thread_id = ? AND channel = 'n' ORDER BY version DESC",
+            (thread,),
+        ).fetchone()
+        damaged = bytearray(record)
+        damaged[len(damaged) // 2] ^= 0x40
+        conn.execute(
+            "UPDATE lgd_blobs SET record = ? WHERE thread_id = ? AND channel = 'n' AND version = ?",
+            (bytes(damaged), thread, version),
+        )
+
+    full = _saver(tmp_path, "a.sqlite", postgres_url, redis_prefix)
+    alone = DurableSaver(sqlite=None, redis=REDIS_URL, redis_key_prefix=redis_prefix)
+    try:
+        if face == "sync":
+            served = full.get_tuple(config)
+            from_redis = alone.get_tuple(config)
+        else:
+
+            async def read() -> tuple[Any, Any]:
+                return await full.aget_tuple(config), await alone.aget_tuple(config)
+
+            served, from_redis = asyncio.run(read())
+        assert served is not None and served.checkpoint["channel_values"]["n"] == 4
+        assert full.corruptions_detected == 1
+        assert [q.tier for q in full.quarantined(thread)] == ["sqlite"]
+        assert from_redis is not None and _whole(from_redis) == _whole(served)
+        assert alone.corruptions_detected == 0
+        with sqlite3.connect(path) as conn:
+            (now,) = conn.execute(
+                "SELECT record FROM lgd_blobs WHERE thread_id = ? AND channel = 'n' AND version = ?", (thread, version)
+            ).fetchone()
+        assert bytes(now) == bytes(record)  # the intact copy is back
+    finally:
+        full.close()
+        alone.close()
