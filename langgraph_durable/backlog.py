@@ -16,7 +16,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -124,6 +124,8 @@ class Outbox:
         self._lock = threading.Lock()
         self._kept: OrderedDict[int, tuple[tuple[str, str, str, str | None], Any, int]] = OrderedDict()
         self._bytes = 0
+        # The checkpoints kept, for `holds` (a read asks it when a tier lacks one).
+        self._checkpoints: Counter[tuple[str, str, str]] = Counter()
 
     @staticmethod
     def _key(entry: JournalEntry) -> tuple[str, str, str, str | None]:
@@ -140,10 +142,24 @@ class Outbox:
 
     def _keep(self, seq: int, key: tuple[str, str, str, str | None], records: Any, size: int) -> None:
         with self._lock:
+            self._let_go(self._kept.pop(seq, None))
             self._kept[seq] = (key, records, size)
             self._bytes += size
+            if key[3] is None:
+                self._checkpoints[key[:3]] += 1
             while self._kept and (len(self._kept) > self.max_entries or self._bytes > self.max_bytes):
-                self._bytes -= self._kept.popitem(last=False)[1][2]
+                self._let_go(self._kept.popitem(last=False)[1])
+
+    def _let_go(self, kept: tuple[tuple[str, str, str, str | None], Any, int] | None) -> None:
+        """(Under the lock.) Account for an entry no longer kept."""
+        if kept is None:
+            return
+        self._bytes -= kept[2]
+        key = kept[0]
+        if key[3] is None:
+            self._checkpoints[key[:3]] -= 1
+            if self._checkpoints[key[:3]] <= 0:
+                del self._checkpoints[key[:3]]
 
     def get(self, entry: JournalEntry) -> Any:
         """The records of `entry` (as `AsyncJournal._load` returns them), or None."""
@@ -161,23 +177,21 @@ class Outbox:
         """Whether checkpoint `checkpoint_id` is kept here: written by this
         saver and still to be shipped (the journal brings it to the shared
         tiers that lack it, in order, with its ancestors)."""
-        key = (thread_id, ns, checkpoint_id, None)
         with self._lock:
-            return any(kept[0] == key for kept in self._kept.values())
+            return (thread_id, ns, checkpoint_id) in self._checkpoints
 
     def done(self, seqs: Collection[int]) -> None:
         """These entries are settled (shipped, or dropped)."""
         with self._lock:
             for seq in seqs:
-                kept = self._kept.pop(seq, None)
-                if kept is not None:
-                    self._bytes -= kept[2]
+                self._let_go(self._kept.pop(seq, None))
 
     def forget(self) -> None:
         """Records were deleted or pruned locally: what is owed is read from
         the local file again (an entry whose records are gone is dropped there)."""
         with self._lock:
             self._kept.clear()
+            self._checkpoints.clear()
             self._bytes = 0
 
     def __len__(self) -> int:

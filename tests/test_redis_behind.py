@@ -158,20 +158,24 @@ def test_the_outbox_serves_an_entry_only_under_its_own_seq_and_key_and_stays_bou
     cp = JournalEntry(1, "checkpoint", "t", "", "c1", None, ("redis",), True, None, 0.0)
     wr = JournalEntry(2, "writes", "t", "", "c1", "task", ("redis",), True, None, 0.0)
     assert box.get(cp) == (row, blobs) and box.get(wr) == ("writes", writes, True)
+    assert box.holds("t", "", "c1") and not box.holds("t", "", "c2") and not box.holds("u", "", "c1")
     # Another record under a kept seq (another file, another thread) is not served.
     assert box.get(dataclasses.replace(cp, checkpoint_id="c2")) is None
     assert box.get(dataclasses.replace(cp, seq=2, kind="checkpoint", task_id=None)) is None
     assert box.get(dataclasses.replace(wr, seq=1)) is None
     box.done([1])
     assert box.get(cp) is None and len(box) == 1
+    assert not box.holds("t", "", "c1")  # its writes are still kept, not the checkpoint
     for seq in range(3, 6):  # at most 3 entries: the oldest go first
         box.keep_checkpoint(seq, row, blobs)
     assert len(box) == 3 and box.get(wr) is None
+    assert box.holds("t", "", "c1")
     big = CheckpointRow("t", "", "c9", None, "run", "{}", b"x" * 900)
     box.keep_checkpoint(9, big, [])  # at most 1000 bytes
     assert len(box) == 1 and box.get(dataclasses.replace(cp, seq=9, checkpoint_id="c9")) == (big, [])
+    assert box.holds("t", "", "c9") and not box.holds("t", "", "c1")  # let go with the entries evicted
     box.forget()
-    assert len(box) == 0
+    assert len(box) == 0 and not box.holds("t", "", "c9")
 
 
 def test_a_background_pass_leaves_a_running_threads_newest_records_to_its_run(
