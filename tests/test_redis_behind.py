@@ -221,6 +221,18 @@ def _whole(tup: Any) -> tuple[Any, ...]:
     )
 
 
+def _read_through_then_alone(full: DurableSaver, alone: DurableSaver, config: Any, face: str) -> tuple[Any, Any]:
+    """The latest checkpoint read through every tier (which copies it where
+    it lacks), then from Redis alone."""
+    if face == "sync":
+        return full.get_tuple(config), alone.get_tuple(config)
+
+    async def read() -> tuple[Any, Any]:
+        return await full.aget_tuple(config), await alone.aget_tuple(config)
+
+    return asyncio.run(read())
+
+
 @pytest.mark.parametrize("face", ["sync", "async"])
 def test_read_repair_copies_a_checkpoint_into_a_tier_that_lacks_it_whole(
     tmp_path: Path, postgres_url: str, redis_prefix: str, face: str
@@ -248,15 +260,7 @@ def test_read_repair_copies_a_checkpoint_into_a_tier_that_lacks_it_whole(
     full = _saver(tmp_path, "a.sqlite", postgres_url, redis_prefix)
     alone = DurableSaver(sqlite=None, redis=REDIS_URL, redis_key_prefix=redis_prefix)
     try:
-        if face == "sync":
-            served = full.get_tuple(config)
-            from_redis = alone.get_tuple(config)
-        else:
-
-            async def read() -> tuple[Any, Any]:
-                return await full.aget_tuple(config), await alone.aget_tuple(config)
-
-            served, from_redis = asyncio.run(read())
+        served, from_redis = _read_through_then_alone(full, alone, config, face)
         assert served is not None and from_redis is not None
         assert _whole(served)[2]["n"] == 12 and len(_whole(served)[3]) == 2
         assert _whole(from_redis) == _whole(served)
@@ -329,15 +333,7 @@ def test_a_checkpoint_copied_into_a_tier_that_lacks_it_takes_no_damaged_value_al
     full = _saver(tmp_path, "a.sqlite", postgres_url, redis_prefix)
     alone = DurableSaver(sqlite=None, redis=REDIS_URL, redis_key_prefix=redis_prefix)
     try:
-        if face == "sync":
-            served = full.get_tuple(config)
-            from_redis = alone.get_tuple(config)
-        else:
-
-            async def read() -> tuple[Any, Any]:
-                return await full.aget_tuple(config), await alone.aget_tuple(config)
-
-            served, from_redis = asyncio.run(read())
+        served, from_redis = _read_through_then_alone(full, alone, config, face)
         assert served is not None and served.checkpoint["channel_values"]["n"] == 4
         assert full.corruptions_detected == 1
         assert [q.tier for q in full.quarantined(thread)] == ["sqlite"]
