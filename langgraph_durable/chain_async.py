@@ -594,9 +594,13 @@ class AsyncTierChain:
     async def _settle(self, incidents: list[Incident], default: str = "nothing") -> None:
         await self.reads.settle(incidents, default)
 
-    async def get_tuple(self, config: RunnableConfig, *, lease_token: int | None = None) -> CheckpointTuple | None:
+    async def get_tuple(
+        self, config: RunnableConfig, *, lease_token: int | None = None, trusted_until: float | None = None
+    ) -> CheckpointTuple | None:
         """`lease_token`: the token of this saver's lease of the thread, if it
-        holds one; then what it wrote last is read from the local tier alone."""
+        holds one; then what it wrote last is read from the local tier alone
+        (`trusted_until`: for a lease kept after its run, until this
+        monotonic time)."""
         thread_id = thread_of(config, what="get_tuple")
         configurable = config["configurable"]
         ns = configurable.get("checkpoint_ns", "") or ""
@@ -604,7 +608,7 @@ class AsyncTierChain:
         await self.ensure_setup()
         await self._bounded(thread_id)
         if not cid and self.own is not None:
-            expected = self.own.current(thread_id, ns, lease_token, time.monotonic())
+            expected = self.own.current(thread_id, ns, lease_token, time.monotonic(), trusted_until)
             if expected is not None:
                 tup = await self.reads.local_latest(thread_id, ns, *expected)
                 if tup is not None:

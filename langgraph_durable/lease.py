@@ -65,6 +65,11 @@ LEASE_POLL_MAX_S = 0.5
 # replica handed the thread at that moment may see the lease an instant
 # before it is given back.
 LEASE_HANDOFF_GRACE_S = 0.3
+# ``lease_linger``: how much of the time a lease is kept after its run (the
+# tier's expiry) this saver trusts its local cache for, counted from before
+# it asked the tier to keep the lease. The rest covers a tier clock that runs
+# fast against this machine's.
+LINGER_TRUSTED = 0.9
 # Threads whose lease one saver remembers. Beyond this the least recently
 # used is forgotten, and its lease released.
 MAX_TRACKED_THREADS = 10_000
@@ -233,7 +238,8 @@ def thread_busy(thread_id: str, current: Lease, now: float, *, waited: float | N
     )
     return ThreadBusy(
         f"thread {thread_id!r} is being run by another writer ({current.holder}, lease token {current.token}); "
-        f"it gives the lease back when its run ends, and the lease expires in {left:.1f} s unless it writes "
+        "it gives the lease back when its run ends (or keeps it for lease_linger seconds after, if set there), "
+        f"and the lease expires in {left:.1f} s unless it writes "
         "again. Only one writer may run a thread at a time: "
         f"{how}, retry later, or have that writer call release_thread({thread_id!r}). Nothing was written.",
         thread_id=thread_id,
@@ -355,6 +361,7 @@ class LeaseBook:
         on_busy: OnBusy = DEFAULT_ON_BUSY,
         wait: float = DEFAULT_LEASE_WAIT_S,
         max_threads: int = MAX_TRACKED_THREADS,
+        linger: float = 0.0,
     ) -> None:
         if not isinstance(ttl, (int, float)) or ttl <= 0:
             raise ConfigError(f"lease_ttl must be a positive number of seconds, got {ttl!r}.")
@@ -362,7 +369,13 @@ class LeaseBook:
             raise ConfigError(f"on_busy must be 'raise' or 'wait', got {on_busy!r}.")
         if not isinstance(wait, (int, float)) or wait < 0:
             raise ConfigError(f"lease_wait must be a number of seconds (0 or more), got {wait!r}.")
+        if isinstance(linger, bool) or not isinstance(linger, (int, float)) or not 0 <= linger < float("inf"):
+            raise ConfigError(
+                f"lease_linger must be a number of seconds (0 or more; 0 gives a run's lease back when it "
+                f"ends), got {linger!r}."
+            )
         self.ttl = ttl
+        self.linger = float(linger)
         self.on_busy = on_busy
         self.wait = wait
         self.max_threads = max_threads
@@ -373,6 +386,10 @@ class LeaseBook:
         # Ended write-behind runs' leases, kept until their threads' records
         # have shipped (`hand_off_later`), with when they expire at the latest.
         self._handoffs: dict[str, tuple[Lease, float]] = {}
+        # Ended runs' leases kept for ``linger`` seconds (`keep`), with the
+        # monotonic time until which this saver trusts its own writes as the
+        # thread's latest state.
+        self._lingering: dict[str, tuple[Lease, float]] = {}
         # Set here, not on first use: two threads' first runs would both see
         # an unset pid, and the second would clear the lease the first had
         # just recorded.
@@ -392,6 +409,7 @@ class LeaseBook:
                 if self._pid != os.getpid():  # checked again: another thread may have just done it
                     self._held.clear()
                     self._handoffs.clear()
+                    self._lingering.clear()
                     self._holder, self._pid = new_holder(), os.getpid()
 
     def fence(self, lease: Lease, *, behind: bool = False) -> Fence:
@@ -421,6 +439,7 @@ class LeaseBook:
         )
         with self._lock:
             self._handoffs.pop(lease.thread_id, None)  # the lease moved on (a new token)
+            self._lingering.pop(lease.thread_id, None)
             self._held[lease.thread_id] = held
             self._held.move_to_end(lease.thread_id)
             evicted = []
@@ -467,19 +486,52 @@ class LeaseBook:
             return True
 
     def drop(self, thread_id: str, token: int | None = None) -> Lease | None:
-        """Forget this saver's lease of `thread_id` (only if it has `token`)."""
+        """Forget this saver's lease of `thread_id` (only if it has `token`);
+        without a token, a lease kept after its run (`keep`) too."""
         with self._lock:
+            kept = self._lingering.pop(thread_id, None) if token is None else None
             held = self._held.get(thread_id)
             if held is None or (token is not None and held.lease.token != token):
-                return None
+                return kept[0] if kept is not None else None
             del self._held[thread_id]
             return held.lease
 
     def drop_all(self) -> list[Lease]:
+        """Forget every lease: those of runs, and those kept after their runs."""
         with self._lock:
-            leases = [h.lease for h in self._held.values()]
+            leases = [h.lease for h in self._held.values()] + [lease for lease, _ in self._lingering.values()]
             self._held.clear()
+            self._lingering.clear()
             return leases
+
+    def keep(self, lease: Lease, until: float) -> None:
+        """An ended run's lease that its tier keeps for ``linger`` seconds more
+        (``lease_linger``): until `until` (monotonic) this saver is the only
+        one that can have written the thread, so what it wrote last is read
+        from its local cache. A new run of the thread here (`begin`), a
+        write outside a run (`unkeep`) or `drop` ends it."""
+        with self._lock:
+            if lease.thread_id not in self._held:
+                self._lingering[lease.thread_id] = (lease, until)
+
+    def unkeep(self, thread_id: str) -> Lease | None:
+        """Stop trusting a kept lease (before writing the thread outside a
+        run, which takes a lease of its own); returns it, if there was one."""
+        with self._lock:
+            kept = self._lingering.pop(thread_id, None)
+            return kept[0] if kept is not None else None
+
+    def kept(self, thread_id: str, now: float) -> tuple[Lease, float] | None:
+        """The lease `keep` keeps for `thread_id` and until when it is trusted,
+        while it is (`now`: monotonic seconds)."""
+        with self._lock:
+            kept = self._lingering.get(thread_id)
+            if kept is None:
+                return None
+            if kept[1] <= now:
+                del self._lingering[thread_id]
+                return None
+            return kept
 
     def hand_off_later(self, lease: Lease, now: float) -> None:
         """An ended write-behind run whose thread still owes the shared tiers
@@ -577,13 +629,17 @@ class OwnHeads:
                 del self._own[key]
 
     def current(
-        self, thread_id: str, ns: str, token: int | None, now: float
+        self, thread_id: str, ns: str, token: int | None, now: float, until: float | None = None
     ) -> tuple[str, frozenset[tuple[str, int]]] | None:
-        """The head and write keys to expect in the local tier, if they can be trusted now."""
+        """The head and write keys to expect in the local tier, if they can be
+        trusted now: under a run's lease, for `max_age` after its last write;
+        under a lease kept after its run (``lease_linger``), `until` then."""
         if token is None:
             return None
         with self._lock:
             own = self._own.get((thread_id, ns))
-            if own is None or own.token != token or now - own.at >= self.max_age:
+            if own is None or own.token != token:
+                return None
+            if (now - own.at >= self.max_age) if until is None else (now >= until):
                 return None
             return own.checkpoint_id, frozenset(own.writes)

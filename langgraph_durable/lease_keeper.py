@@ -47,6 +47,7 @@ from .concurrency import maybe_await, sleep, defer, ensure_deferred_worker
 from .errors import DurableError, LeaseLost, TierUnavailable
 from .lease import (
     LEASE_HANDOFF_GRACE_S,
+    LINGER_TRUSTED,
     BusyWait,
     Fence,
     Lease,
@@ -155,11 +156,24 @@ class LeaseKeeper:
                 self.chain.kick(now=True)
                 return True
             self._ship_behind(lease.thread_id)
-            self.chain.tier_named(lease.tier).release_lease(lease.thread_id, lease.holder, lease.token)
+            self._give_back(lease)
         except Exception as exc:  # a TierUnavailable, or the saver closed meanwhile
             self._not_released(lease, exc)
             return False
         return True
+
+    def _give_back(self, lease: Lease) -> None:
+        """Release an ended run's lease, or with ``lease_linger`` keep it that
+        long (only where a local cache sits in front of shared tiers: what
+        keeping buys is reading the thread from it, `LeaseBook.keep`)."""
+        linger = self.book.linger
+        tier = self.chain.tier_named(lease.tier)
+        if linger > 0 and self.chain.own is not None and self.chain.shared:
+            asked = time.monotonic()  # the tier's expiry is at least this much later
+            if tier.keep_lease(lease.thread_id, lease.holder, lease.token, linger):
+                self.book.keep(lease, asked + linger * LINGER_TRUSTED)
+            return  # not kept: the lease is no longer this run's, nothing to give back
+        tier.release_lease(lease.thread_id, lease.holder, lease.token)
 
     def hand_off_shipped(self) -> int:
         """(The replicator, at each pass.) Ship the threads of the leases kept
@@ -172,7 +186,10 @@ class LeaseKeeper:
             if self.chain.journal.owes(lease.thread_id):
                 continue  # a shared tier is down: the next pass tries again
             if self.book.handed(lease):
-                self._release_quietly(lease)
+                try:
+                    self._give_back(lease)
+                except DurableError as exc:
+                    self._not_released(lease, exc)
         return settled
 
     def _ship_behind(self, thread_id: str) -> None:
@@ -250,6 +267,9 @@ class LeaseKeeper:
                     thread_id, fence.tier, moved.tier, moved.token, exc,
                 )  # fmt: skip
                 return write(self.book.fence(moved, behind=True))
+        # A lease kept after a run (``lease_linger``) stops vouching for the
+        # local cache before the one-write lease below replaces it.
+        self.book.unkeep(thread_id)
         lease = self._acquire(thread_id)
         try:
             return write(self.book.fence(lease))

@@ -45,6 +45,7 @@ from .concurrency import amaybe_await, asleep, defer, ensure_deferred_worker
 from .errors import DurableError, LeaseLost, TierUnavailable
 from .lease import (
     LEASE_HANDOFF_GRACE_S,
+    LINGER_TRUSTED,
     BusyWait,
     Fence,
     Lease,
@@ -153,11 +154,24 @@ class AsyncLeaseKeeper:
                 self.chain.kick(now=True)
                 return True
             await self._ship_behind(lease.thread_id)
-            await self.chain.tier_named(lease.tier).release_lease(lease.thread_id, lease.holder, lease.token)
+            await self._give_back(lease)
         except Exception as exc:  # a TierUnavailable, or the saver closed meanwhile
             self._not_released(lease, exc)
             return False
         return True
+
+    async def _give_back(self, lease: Lease) -> None:
+        """Release an ended run's lease, or with ``lease_linger`` keep it that
+        long (only where a local cache sits in front of shared tiers: what
+        keeping buys is reading the thread from it, `LeaseBook.keep`)."""
+        linger = self.book.linger
+        tier = self.chain.tier_named(lease.tier)
+        if linger > 0 and self.chain.own is not None and self.chain.shared:
+            asked = time.monotonic()  # the tier's expiry is at least this much later
+            if await tier.keep_lease(lease.thread_id, lease.holder, lease.token, linger):
+                self.book.keep(lease, asked + linger * LINGER_TRUSTED)
+            return  # not kept: the lease is no longer this run's, nothing to give back
+        await tier.release_lease(lease.thread_id, lease.holder, lease.token)
 
     async def hand_off_shipped(self) -> int:
         """(The replicator, at each pass.) Ship the threads of the leases kept
@@ -170,7 +184,10 @@ class AsyncLeaseKeeper:
             if await self.chain.journal.owes(lease.thread_id):
                 continue  # a shared tier is down: the next pass tries again
             if self.book.handed(lease):
-                await self._release_quietly(lease)
+                try:
+                    await self._give_back(lease)
+                except DurableError as exc:
+                    self._not_released(lease, exc)
         return settled
 
     async def _ship_behind(self, thread_id: str) -> None:
@@ -248,6 +265,9 @@ class AsyncLeaseKeeper:
                     thread_id, fence.tier, moved.tier, moved.token, exc,
                 )  # fmt: skip
                 return await write(self.book.fence(moved, behind=True))
+        # A lease kept after a run (``lease_linger``) stops vouching for the
+        # local cache before the one-write lease below replaces it.
+        self.book.unkeep(thread_id)
         lease = await self._acquire(thread_id)
         try:
             return await write(self.book.fence(lease))

@@ -277,6 +277,17 @@ class DurableSaver(BaseCheckpointSaver[str]):
             again for a fraction of a second, in case its run has just ended),
             ``"wait"`` waits for it to be released or to expire.
         lease_wait: longest wait with ``on_busy="wait"``, then `ThreadBusy`.
+        lease_linger: seconds a run's lease is kept after the run ends
+            (default 0: given back at once). Meanwhile nobody else can write
+            the thread, so this saver reads its latest state from the local
+            cache alone, with no round trip to Redis or Postgres (with a
+            local tier in front of a shared one; otherwise it does nothing).
+            The price: another replica's run of the thread in that time
+            waits for it (``on_busy="wait"``) or gets `ThreadBusy`, and a
+            ``delete_thread`` made by another replica reaches this saver's
+            reads when the linger ends. For one replica, or a load balancer
+            that keeps a thread on one replica. ``release_thread`` and
+            ``close`` give kept leases back.
         write: which tiers must hold a record before ``put`` / ``put_writes``
             return. ``"shared"`` (default): the local journal (if there is a
             local tier) and at least one shared tier; a shared tier that is
@@ -350,6 +361,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         lease_ttl: float = DEFAULT_LEASE_TTL_S,
         on_busy: OnBusy = DEFAULT_ON_BUSY,
         lease_wait: float = DEFAULT_LEASE_WAIT_S,
+        lease_linger: float = 0.0,
         write: WriteMode = "shared",
         call_timeout: float | None = DEFAULT_CALL_TIMEOUT_S,
         drain_timeout: float = DEFAULT_DRAIN_TIMEOUT_S,
@@ -482,7 +494,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         # A `with_allowlist` clone works through the saver it was made from.
         self._origin: DurableSaver | None = None
         # One writer per thread (lease.py): the leases this saver holds.
-        self._leases = LeaseBook(ttl=lease_ttl, on_busy=on_busy, wait=lease_wait)
+        self._leases = LeaseBook(ttl=lease_ttl, on_busy=on_busy, wait=lease_wait, linger=lease_linger)
         # What this saver wrote last under a thread's lease, read back from
         # the local tier alone while it holds the lease: both faces.
         self._own = OwnHeads(max_age=self._leases.ttl / 2)
@@ -869,7 +881,8 @@ class DurableSaver(BaseCheckpointSaver[str]):
         # for a new thread), and gives it back if it fails to start.
         lease = self._sync_leases().begin_run(config) if first else None
         try:
-            tup = chain.get_tuple(config, lease_token=None if first else self._lease_token(config))
+            token, until = (None, None) if first else self._lease_token(config)
+            tup = chain.get_tuple(config, lease_token=token, trusted_until=until)
             if tup is not None and first:
                 tup = chain.validate(tup, self._validators, self._on_validation)
         except BaseException:
@@ -933,7 +946,8 @@ class DurableSaver(BaseCheckpointSaver[str]):
         first = self._first_call_of_run(config)
         lease = await self._async_leases().begin_run(config) if first else None  # see get_tuple
         try:
-            tup = await chain.get_tuple(config, lease_token=None if first else self._lease_token(config))
+            token, until = (None, None) if first else self._lease_token(config)
+            tup = await chain.get_tuple(config, lease_token=token, trusted_until=until)
             if tup is not None and first:
                 tup = await chain.validate(tup, self._validators, self._on_validation)
         except BaseException:
@@ -1296,11 +1310,18 @@ class DurableSaver(BaseCheckpointSaver[str]):
 
     # -- one writer per thread (lease.py) -------------------------------------------------
 
-    def _lease_token(self, config: RunnableConfig) -> int | None:
-        """The token of this saver's lease of the config's thread, if it holds one."""
+    def _lease_token(self, config: RunnableConfig) -> tuple[int | None, float | None]:
+        """The token of this saver's lease of the config's thread, if it holds
+        one; for a lease kept after its run (``lease_linger``), also until
+        when (monotonic) its local cache is trusted."""
         thread_id = (config.get("configurable") or {}).get("thread_id")
-        held = self._leases.held(str(thread_id)) if thread_id is not None else None
-        return held.token if held is not None else None
+        if thread_id is None:
+            return None, None
+        held = self._leases.held(str(thread_id))
+        if held is not None:
+            return held.token, None
+        kept = self._leases.kept(str(thread_id), time.monotonic())
+        return (kept[0].token, kept[1]) if kept is not None else (None, None)
 
     def _sync_leases(self) -> LeaseKeeper:
         chain = self._sync_chain()

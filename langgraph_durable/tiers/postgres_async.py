@@ -817,6 +817,14 @@ class AsyncPostgresTier:
             )
         return Lease(thread_id, holder, token, rows[0][0]) if rows else None
 
+    async def keep_lease(self, thread_id: str, holder: str, token: int, ttl: float) -> bool:
+        rows = await self._fetchall(
+            f"UPDATE lgd_leases SET expires_at = {_NOW} + %s "
+            "WHERE thread_id = %s AND holder = %s AND token = %s AND expires_at > 0 RETURNING expires_at",
+            (ttl, thread_id, holder, token),
+        )
+        return bool(rows)
+
     async def release_lease(self, thread_id: str, holder: str, token: int | None) -> None:
         with self._unreachable():
             async with self._connection() as conn:

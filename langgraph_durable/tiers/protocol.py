@@ -125,6 +125,11 @@ class Tier(Protocol):
         (or is still absent), by (`holder`, `token`) expiring `ttl` seconds
         from the tier's now. The new record, or None if it had changed."""
 
+    def keep_lease(self, thread_id: str, holder: str, token: int, ttl: float) -> bool:
+        """Make the lease expire `ttl` seconds from the tier's now, if it is
+        still `holder`'s with `token` and was not released (``lease_linger``:
+        an ended run's lease kept a while). Whether it was."""
+
     def release_lease(self, thread_id: str, holder: str, token: int | None) -> None:
         """Clear the holder (keeping the token), if the lease is `holder`'s
         (with `token`, unless None)."""

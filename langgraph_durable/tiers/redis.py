@@ -999,6 +999,13 @@ class RedisTier:
             )
         return Lease(thread_id, holder, token, float(expires)) if expires else None
 
+    def keep_lease(self, thread_id: str, holder: str, token: int, ttl: float) -> bool:
+        with self._io:
+            kept = self.client.eval(
+                _KEEP_LEASE, 1, self._k(thread_id, "lease"), holder, str(token), repr(float(ttl))
+            )
+        return bool(kept)
+
     def release_lease(self, thread_id: str, holder: str, token: int | None) -> None:
         with self._io:
             self.client.eval(
@@ -1050,6 +1057,18 @@ local t = redis.call('TIME')
 local expires = string.format('%.6f', tonumber(t[1]) + tonumber(t[2]) / 1000000 + tonumber(ARGV[7]))
 redis.call('HSET', KEYS[1], 'holder', ARGV[5], 'token', ARGV[6], 'expires_at', expires)
 return expires
+"""
+
+# Extend the lease to ARGV[3] seconds from the server's now, if it is still
+# ARGV[1]'s with token ARGV[2] and not released.
+_KEEP_LEASE = """
+local cur = redis.call('HMGET', KEYS[1], 'holder', 'token', 'expires_at')
+if cur[1] ~= ARGV[1] or cur[2] ~= ARGV[2] or not cur[3] or tonumber(cur[3]) <= 0 then return 0 end
+if redis.replicate_commands then redis.replicate_commands() end
+local t = redis.call('TIME')
+local expires = string.format('%.6f', tonumber(t[1]) + tonumber(t[2]) / 1000000 + tonumber(ARGV[3]))
+redis.call('HSET', KEYS[1], 'expires_at', expires)
+return 1
 """
 
 # Clear the holder if it is ARGV[1] (with token ARGV[2], unless empty); the token stays.

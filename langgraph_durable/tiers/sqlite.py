@@ -891,6 +891,14 @@ class SqliteTier:
             )
             return taken
 
+    def keep_lease(self, thread_id: str, holder: str, token: int, ttl: float) -> bool:
+        with self._tx() as conn:
+            kept = conn.execute(
+                "UPDATE lgd_leases SET expires_at = ? WHERE thread_id = ? AND holder = ? AND token = ? AND expires_at > 0",
+                (time.time() + ttl, thread_id, holder, token),
+            ).rowcount
+        return bool(kept)
+
     def release_lease(self, thread_id: str, holder: str, token: int | None) -> None:
         with self._tx() as conn:
             conn.execute(

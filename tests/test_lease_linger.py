@@ -1,0 +1,253 @@
+"""``lease_linger``: a run's lease kept a while after the run ends.
+
+While a saver keeps a thread's lease nobody else can write the thread, so
+what the saver wrote last (and its local tier took) is still the thread's
+latest state: ``get_state`` after a run reads the local cache alone. These
+tests count the read calls that reach the shared tiers (real tier objects,
+see `test_local_reads.count_shared_reads`), check what is served against what
+was written, and that the kept lease gives way when it must: another replica
+waits for it (or is told the thread is busy), then its newer state is what
+this saver serves; ``release_thread``, ``close``, ``update_state`` and a
+damaged local copy all end the local fast path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+import uuid
+from typing import Any
+
+import pytest
+
+from langgraph_durable import ConfigError, DurableSaver, ThreadBusy
+from langgraph_durable.lease import Lease, LeaseBook, OwnHeads
+
+from .conftest import SaverFactory
+from .graphs import looping
+from .tamper import flip
+from .test_local_reads import count_shared_reads
+
+
+def counting_graph(steps: int) -> Any:
+    return looping(lambda s: {"messages": [f"m{s['n']}"], "n": s["n"] + 1}, steps)
+
+
+def config_of(thread: str) -> dict[str, Any]:
+    return {"configurable": {"thread_id": thread}}
+
+
+def new_thread() -> str:
+    return f"t-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.mark.parametrize("tiers", ["sqlite+redis+postgres", "sqlite+postgres", "sqlite+redis"])
+def test_after_a_run_its_kept_lease_serves_the_latest_state_from_the_local_cache(
+    make_saver: SaverFactory, tiers: str
+) -> None:
+    thread = new_thread()
+    with make_saver(tiers, lease_linger=30.0) as saver:
+        saver.setup()
+        calls = count_shared_reads(saver)
+        graph = counting_graph(3).compile(checkpointer=saver)
+        graph.invoke({"messages": [], "n": 0}, config_of(thread), durability="sync")
+        newest = saver.get_tuple(config_of(thread))  # counted below: the first read is local too
+        calls.clear()
+        for _ in range(3):
+            snap = graph.get_state(config_of(thread))
+            assert snap.values == {"messages": ["m0", "m1", "m2"], "n": 3}
+            assert snap.config["configurable"]["checkpoint_id"] == newest.config["configurable"]["checkpoint_id"]
+        assert sum(calls.values()) == 0
+        # Given back: reads ask the shared tiers again.
+        saver.release_thread(thread)
+        assert graph.get_state(config_of(thread)).values["n"] == 3
+        assert sum(calls.values()) > 0
+
+
+def test_without_lease_linger_a_read_after_the_run_asks_the_shared_tiers(make_saver: SaverFactory) -> None:
+    thread = new_thread()
+    with make_saver("sqlite+redis+postgres") as saver:
+        saver.setup()
+        calls = count_shared_reads(saver)
+        graph = counting_graph(2).compile(checkpointer=saver)
+        graph.invoke({"messages": [], "n": 0}, config_of(thread), durability="sync")
+        calls.clear()
+        assert graph.get_state(config_of(thread)).values["n"] == 2
+        assert sum(calls.values()) > 0
+
+
+async def test_the_async_face_keeps_the_lease_and_reads_locally(make_saver: SaverFactory) -> None:
+    thread = new_thread()
+    async with make_saver("sqlite+redis+postgres", lease_linger=30.0) as saver:
+        await saver.asetup()
+        calls = count_shared_reads(saver, "async")
+        graph = counting_graph(3).compile(checkpointer=saver)
+        await graph.ainvoke({"messages": [], "n": 0}, config_of(thread), durability="sync")
+        # The async face gives a run's lease back (or keeps it) in a task
+        # scheduled when the run ends.
+        deadline = time.monotonic() + 5
+        while saver._leases.kept(thread, time.monotonic()) is None:
+            assert time.monotonic() < deadline, "the ended run's lease was not kept"
+            await asyncio.sleep(0.01)
+        calls.clear()
+        snap = await graph.aget_state(config_of(thread))
+        assert snap.values == {"messages": ["m0", "m1", "m2"], "n": 3}
+        assert sum(calls.values()) == 0
+
+
+def test_another_replica_waits_for_a_kept_lease_and_its_newer_state_is_then_served(
+    make_saver: SaverFactory,
+) -> None:
+    thread = new_thread()
+    linger = 1.0
+    with make_saver("sqlite+redis+postgres", sqlite_name="a.sqlite", lease_linger=linger) as a:
+        a.setup()
+        counting_graph(3).compile(checkpointer=a).invoke({"messages": [], "n": 0}, config_of(thread))
+        kept_at = time.monotonic()
+        with make_saver("sqlite+redis+postgres", sqlite_name="b.sqlite") as b:
+            # The default on_busy="raise" looks again for 0.3 s only: the lease is kept for 1 s.
+            with pytest.raises(ThreadBusy, match="lease_linger"):
+                counting_graph(5).compile(checkpointer=b).invoke({"messages": [], "n": 0}, config_of(thread))
+        with make_saver("sqlite+redis+postgres", sqlite_name="b.sqlite", on_busy="wait") as b:
+            out = counting_graph(5).compile(checkpointer=b).invoke({"messages": [], "n": 0}, config_of(thread))
+            ran_at = time.monotonic()
+            newest = b.get_tuple(config_of(thread))
+        assert out["n"] == 5 and newest is not None
+        # B could only take the thread once A's kept lease had expired.
+        assert ran_at - kept_at >= linger * 0.9
+        # A's trust in its cache ended before the lease expired: it serves B's state.
+        tup = a.get_tuple(config_of(thread))
+        assert tup is not None and tup.checkpoint["id"] == newest.checkpoint["id"]
+        assert tup.checkpoint["channel_values"]["n"] == 5
+
+
+def test_the_same_saver_runs_the_thread_again_at_once(make_saver: SaverFactory) -> None:
+    thread = new_thread()
+    with make_saver("sqlite+redis+postgres", lease_linger=30.0) as saver:
+        saver.setup()
+        counting_graph(2).compile(checkpointer=saver).invoke({"messages": [], "n": 0}, config_of(thread))
+        started = time.monotonic()
+        graph = counting_graph(4).compile(checkpointer=saver)
+        assert graph.invoke({"messages": [], "n": 0}, config_of(thread))["n"] == 4
+        assert time.monotonic() - started < 5  # never waited for its own lease (30 s)
+        calls = count_shared_reads(saver)
+        assert graph.get_state(config_of(thread)).values == {"messages": ["m0", "m1", "m0", "m1", "m2", "m3"], "n": 4}
+        assert sum(calls.values()) == 0
+
+
+def test_update_state_under_a_kept_lease_is_what_is_read_next(make_saver: SaverFactory) -> None:
+    thread = new_thread()
+    with make_saver("sqlite+redis+postgres", lease_linger=30.0) as saver:
+        saver.setup()
+        graph = counting_graph(2).compile(checkpointer=saver)
+        graph.invoke({"messages": [], "n": 0}, config_of(thread))
+        graph.update_state(config_of(thread), {"messages": ["edited"], "n": 7})
+        assert graph.get_state(config_of(thread)).values == {"messages": ["m0", "m1", "edited"], "n": 7}
+        # update_state took a lease of its own and gave it back: nothing is kept.
+        assert saver._leases.kept(thread, time.monotonic()) is None
+        with make_saver("sqlite+redis+postgres", sqlite_name="b.sqlite") as b:
+            tup = b.get_tuple(config_of(thread))
+            assert tup is not None and tup.checkpoint["channel_values"]["n"] == 7
+
+
+def test_close_gives_kept_leases_back(make_saver: SaverFactory) -> None:
+    thread = new_thread()
+    with make_saver("sqlite+redis+postgres", sqlite_name="a.sqlite", lease_linger=30.0) as a:
+        a.setup()
+        counting_graph(2).compile(checkpointer=a).invoke({"messages": [], "n": 0}, config_of(thread))
+        assert a._leases.kept(thread, time.monotonic()) is not None
+    with make_saver("sqlite+redis+postgres", sqlite_name="b.sqlite") as b:  # on_busy="raise"
+        assert counting_graph(3).compile(checkpointer=b).invoke({"messages": [], "n": 0}, config_of(thread))["n"] == 3
+
+
+def test_delete_thread_under_a_kept_lease_is_seen_at_once(make_saver: SaverFactory) -> None:
+    thread = new_thread()
+    with make_saver("sqlite+redis+postgres", lease_linger=30.0) as saver:
+        saver.setup()
+        graph = counting_graph(2).compile(checkpointer=saver)
+        graph.invoke({"messages": [], "n": 0}, config_of(thread))
+        saver.delete_thread(thread)
+        assert saver.get_tuple(config_of(thread)) is None
+        assert graph.get_state(config_of(thread)).values == {}
+
+
+def test_a_damaged_local_copy_under_a_kept_lease_is_read_around_and_repaired(make_saver: SaverFactory) -> None:
+    """The local fast path finds the newest value's local copy damaged, gives
+    way, and the usual read serves the intact copy from a shared tier,
+    reports the bad one and repairs it."""
+    thread = new_thread()
+    events: list[Any] = []
+    with make_saver("sqlite+redis+postgres", lease_linger=30.0, on_corruption=events.append) as saver:
+        saver.setup()
+        graph = counting_graph(3).compile(checkpointer=saver)
+        graph.invoke({"messages": [], "n": 0}, config_of(thread), durability="sync")
+        with sqlite3.connect(saver.sqlite_path or "") as conn:
+            version, record = conn.execute(
+                "SELECT version, record FROM lgd_blobs WHERE thread_id = ? AND channel = 'n' "
+                "ORDER BY version DESC LIMIT 1",
+                (thread,),
+            ).fetchone()
+            conn.execute(
+                "UPDATE lgd_blobs SET record = ? WHERE thread_id = ? AND channel = 'n' AND version = ?",
+                (flip(bytes(record), len(record) - 1, 0x01), thread, version),
+            )
+        assert graph.get_state(config_of(thread)).values == {"messages": ["m0", "m1", "m2"], "n": 3}
+        assert saver.verify(thread).bad == []
+    assert [(e.tier, e.kind) for e in events] == [("sqlite", "blob")]
+    assert events[0].served_instead.startswith("intact copy from")
+
+
+def test_write_behind_keeps_the_lease_once_the_run_has_shipped(make_saver: SaverFactory) -> None:
+    thread = new_thread()
+    with make_saver("sqlite+redis+postgres", write="local", lease_linger=30.0) as saver:
+        saver.setup()
+        graph = counting_graph(3).compile(checkpointer=saver)
+        graph.invoke({"messages": [], "n": 0}, config_of(thread))
+        assert saver.drain(10).caught_up
+        deadline = time.monotonic() + 10
+        while saver._leases.kept(thread, time.monotonic()) is None:  # the replicator hands off after shipping
+            assert time.monotonic() < deadline, "the shipped run's lease was not kept"
+            time.sleep(0.02)
+        calls = count_shared_reads(saver)
+        assert graph.get_state(config_of(thread)).values["n"] == 3
+        assert sum(calls.values()) == 0
+
+
+@pytest.mark.parametrize("bad", [-1, "5", True, float("inf"), float("nan")])
+def test_lease_linger_must_be_a_number_of_seconds(tmp_path: Any, bad: Any) -> None:
+    with pytest.raises(ConfigError, match="lease_linger must be a number of seconds"):
+        DurableSaver(sqlite=str(tmp_path / "x.sqlite"), lease_linger=bad)
+
+
+# -- the decisions, without servers ---------------------------------------------------
+
+
+def test_a_kept_lease_is_trusted_until_its_deadline_and_ends_with_a_new_run_or_a_drop() -> None:
+    book = LeaseBook(linger=10.0)
+    lease = Lease("t", book.holder, 4, 100.0, tier="postgres")
+    book.keep(lease, until=9.0)
+    assert book.kept("t", now=8.9) == (lease, 9.0)
+    assert book.kept("t", now=9.0) is None  # past its deadline: forgotten
+    assert book.kept("t", now=1.0) is None
+    book.keep(lease, until=9.0)
+    assert book.unkeep("t") == lease and book.kept("t", now=1.0) is None
+    book.keep(lease, until=9.0)
+    assert book.drop("t") == lease and book.kept("t", now=1.0) is None
+    book.keep(lease, until=9.0)
+    newer = Lease("t", book.holder, 5, 130.0, tier="postgres")
+    book.begin(object(), newer)  # a new run of the thread on this saver
+    assert book.kept("t", now=1.0) is None
+    book.drop("t", newer.token)
+    other = Lease("u", book.holder, 1, 100.0, tier="postgres")
+    book.keep(other, until=9.0)
+    assert book.drop_all() == [other] and book.kept("u", now=1.0) is None
+
+
+def test_own_heads_under_a_kept_lease_are_trusted_until_its_deadline_not_for_max_age() -> None:
+    own = OwnHeads(max_age=15.0)
+    own.put("t", "", 7, "c1", now=0.0)
+    assert own.current("t", "", 7, now=40.0) is None  # a run's lease: too long since its last write
+    assert own.current("t", "", 7, now=40.0, until=50.0) == ("c1", frozenset())
+    assert own.current("t", "", 7, now=50.0, until=50.0) is None
+    assert own.current("t", "", 8, now=40.0, until=50.0) is None  # another token
