@@ -650,24 +650,33 @@ class AsyncTierChain:
         return await self.reads.list_tuples(thread_id, ns, cid, before_id, filter, limit, channels)
 
     async def delta_history(
-        self, config: RunnableConfig, channels: Sequence[str]
+        self,
+        config: RunnableConfig,
+        channels: Sequence[str],
+        *,
+        lease_token: int | None = None,
+        trusted_until: float | None = None,
     ) -> Mapping[str, DeltaChannelHistory] | None:
         """A DeltaChannel's history (`delta.py`): the parent-chain walk over
         ancestors read a page at a time; None when the chain is not complete
-        in what `list` returns (the caller then walks with `get_tuple`)."""
+        in what `list` returns (the caller then walks with `get_tuple`).
+        Under this saver's lease (`lease_token`, `trusted_until`: see
+        `get_tuple`) the ancestors it wrote under that lease come from the
+        local tier alone (`AsyncTierReader.local_list`)."""
         configurable = config.get("configurable") or {}
+        thread_id = thread_of(config, what="get_delta_channel_history")
+        ns = configurable.get("checkpoint_ns", "") or ""
+        mine = (
+            self.own.mine(thread_id, ns, lease_token, time.monotonic(), trusted_until) if self.own is not None else None
+        )
         target = None
         if configurable.get("checkpoint_id"):
             # Only its parent pointer is needed: no values, no writes, no
             # asking every tier (the record is immutable).
             await self.ensure_setup()
-            target = await self.reads.stub(
-                thread_of(config, what="get_delta_channel_history"),
-                configurable.get("checkpoint_ns", "") or "",
-                str(configurable["checkpoint_id"]),
-            )
+            target = await self.reads.stub(thread_id, ns, str(configurable["checkpoint_id"]))
         if target is None:
-            target = await self.get_tuple(config)
+            target = await self.get_tuple(config, lease_token=lease_token, trusted_until=trusted_until)
         if target is None:
             return delta.empty(channels)
         ancestors: dict[str, CheckpointTuple] = {}
@@ -679,9 +688,14 @@ class AsyncTierChain:
                 return found
             if found >= oldest:  # not where list() looked: gone, or another namespace
                 return None
-            page = await self.list_tuples(
-                delta.same_thread(target), before=delta.before(oldest), limit=size, channels=channels
-            )
+            page = None
+            if mine is not None and found in mine:
+                page = await self.reads.local_list(thread_id, ns, oldest, size, channels, mine)
+            if not page:
+                mine = None  # past what this saver wrote under the lease: every tier from here
+                page = await self.list_tuples(
+                    delta.same_thread(target), before=delta.before(oldest), limit=size, channels=channels
+                )
             if not page:
                 return None
             delta.add_page(ancestors, page)

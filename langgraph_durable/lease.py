@@ -568,12 +568,22 @@ class LeaseBook:
             return h.lease if h is not None else None
 
 
+# Checkpoint ids one `OwnHeads` entry remembers having written under its
+# lease (`OwnHeads.mine`): a DeltaChannel's seed usually lies within
+# LangGraph's snapshot_frequency (100 by default) of the head.
+MAX_OWN_CHECKPOINTS = 256
+
+
 @dataclass(slots=True)
 class _Own:
     token: int
     checkpoint_id: str
     writes: set[tuple[str, int]]  # (task id, idx) of its pending writes
     at: float  # when a fenced write last succeeded (the lease was renewed)
+    # Every checkpoint written under this token (oldest first, the newest
+    # MAX_OWN_CHECKPOINTS): created under the lease, so all their pending
+    # writes were this saver's too.
+    mine: dict[str, None] = field(default_factory=dict)
 
 
 class OwnHeads:
@@ -599,7 +609,12 @@ class OwnHeads:
     def put(self, thread_id: str, ns: str, token: int, checkpoint_id: str, now: float) -> None:
         """A fenced checkpoint the local tier took: the new head, no writes yet."""
         with self._lock:
-            self._own[(thread_id, ns)] = _Own(token, checkpoint_id, set(), now)
+            before = self._own.get((thread_id, ns))
+            mine = before.mine if before is not None and before.token == token else {}
+            mine[checkpoint_id] = None
+            while len(mine) > MAX_OWN_CHECKPOINTS:
+                del mine[next(iter(mine))]
+            self._own[(thread_id, ns)] = _Own(token, checkpoint_id, set(), now, mine)
             self._own.move_to_end((thread_id, ns))
             while len(self._own) > self.max_threads:
                 self._own.popitem(last=False)
@@ -634,12 +649,26 @@ class OwnHeads:
         """The head and write keys to expect in the local tier, if they can be
         trusted now: under a run's lease, for `max_age` after its last write;
         under a lease kept after its run (``lease_linger``), `until` then."""
+        with self._lock:
+            own = self._trusted(thread_id, ns, token, now, until)
+            return (own.checkpoint_id, frozenset(own.writes)) if own is not None else None
+
+    def mine(
+        self, thread_id: str, ns: str, token: int | None, now: float, until: float | None = None
+    ) -> frozenset[str] | None:
+        """The checkpoints written under the lease, if it can be trusted now
+        (see `current`): the local tier holds each with every pending write
+        it has, so a walk over them (`delta.py`) needs no other tier."""
+        with self._lock:
+            own = self._trusted(thread_id, ns, token, now, until)
+            return frozenset(own.mine) if own is not None else None
+
+    def _trusted(self, thread_id: str, ns: str, token: int | None, now: float, until: float | None) -> _Own | None:
         if token is None:
             return None
-        with self._lock:
-            own = self._own.get((thread_id, ns))
-            if own is None or own.token != token:
-                return None
-            if (now - own.at >= self.max_age) if until is None else (now >= until):
-                return None
-            return own.checkpoint_id, frozenset(own.writes)
+        own = self._own.get((thread_id, ns))
+        if own is None or own.token != token:
+            return None
+        if (now - own.at >= self.max_age) if until is None else (now >= until):
+            return None
+        return own

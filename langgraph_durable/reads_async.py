@@ -72,6 +72,11 @@ class AsyncTierReader:
         self.deltas = deltas
         self._parents: OrderedDict[tuple[str, str, str], Any] = OrderedDict()
         self._parents_lock = threading.Lock()
+        # The local cache alone, for reads that need no other tier
+        # (`local_list`); it repairs nothing (there is no other tier).
+        self._local_only: AsyncTierReader | None = None
+        if len(self.tiers) > 1 and self.tiers[0].name == "sqlite":
+            self._local_only = AsyncTierReader(self.tiers[:1], codec, policy, deltas)
 
     # -- asking every reachable tier ------------------------------------------------
 
@@ -733,6 +738,41 @@ class AsyncTierReader:
             return None
         values = {ch: found[(ch, version_key(v))][1] for ch, v in checkpoint["channel_versions"].items()}
         return assemble_tuple(head.row, checkpoint, metadata, values, pending)
+
+    async def local_list(
+        self,
+        thread_id: str,
+        ns: str,
+        before_id: str,
+        limit: int,
+        channels: Collection[str],
+        mine: frozenset[str],
+    ) -> list[CheckpointTuple] | None:
+        """`list` of the checkpoints before `before_id`, from the local tier
+        alone, as far back as they are among `mine` (what this saver wrote
+        under the lease it still holds: the local tier has each with all its
+        pending writes, `OwnHeads.mine`); only `channels`' values. None on
+        anything unexpected (a bad or missing record): the caller then reads
+        the usual way, across the tiers, where bad copies are reported and
+        repaired. Nothing is written or reported here."""
+        reader = self._local_only
+        if reader is None:
+            return None
+        try:
+            rows = await reader.tiers[0].list_checkpoints(thread_id, ns, None, before_id, None, limit)
+            found: list[Found] = []
+            for row in rows:
+                if row.checkpoint_id not in mine:
+                    break  # older than the lease: another writer's, maybe
+                found.append((row, *self.codec.decode_checkpoint(row)))
+            incidents: list[Incident] = []
+            assembled = await reader.assemble(found, incidents, channels=channels)
+        except (TierUnavailable, BadRecord):
+            return None
+        if incidents:
+            return None
+        out = [t for t in assembled if not isinstance(t, Unusable)]
+        return out if len(out) == len(assembled) else None
 
     async def _gone(self, thread_id: str, ns: str, cid: str, local: AsyncTier) -> bool:
         """Whether a shared tier recorded `cid` as deleted; if so, the local

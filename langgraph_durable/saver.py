@@ -1011,11 +1011,14 @@ class DurableSaver(BaseCheckpointSaver[str]):
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
         """LangGraph's walk up the parent chain, over ancestors read a page at
-        a time with `list` instead of one `get_tuple` each (`delta.py`);
-        LangGraph's own walk whenever the chain is not complete in those pages."""
+        a time with `list` instead of one `get_tuple` each (`delta.py`), from
+        the local cache alone for what this saver wrote under the thread's
+        lease it still holds; LangGraph's own walk whenever the chain is not
+        complete in those pages."""
         if not channels:
             return {}
-        found = self._sync_chain().delta_history(config, channels)
+        token, until = self._lease_token(config)
+        found = self._sync_chain().delta_history(config, channels, lease_token=token, trusted_until=until)
         return found if found is not None else super().get_delta_channel_history(config=config, channels=channels)
 
     async def aget_delta_channel_history(
@@ -1024,7 +1027,8 @@ class DurableSaver(BaseCheckpointSaver[str]):
         """Async `get_delta_channel_history`."""
         if not channels:
             return {}
-        found = await self._async_chain().delta_history(config, channels)
+        token, until = self._lease_token(config)
+        found = await self._async_chain().delta_history(config, channels, lease_token=token, trusted_until=until)
         if found is not None:
             return found
         return await super().aget_delta_channel_history(config=config, channels=channels)

@@ -17,9 +17,12 @@ import asyncio
 import sqlite3
 import time
 import uuid
-from typing import Any
+from typing import Annotated, Any, TypedDict
 
 import pytest
+from langgraph.channels.delta import DeltaChannel
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, StateGraph
 
 from langgraph_durable import ConfigError, DurableSaver, ThreadBusy
 from langgraph_durable.lease import Lease, LeaseBook, OwnHeads
@@ -27,6 +30,8 @@ from langgraph_durable.lease import Lease, LeaseBook, OwnHeads
 from .conftest import SaverFactory
 from .graphs import looping
 from .tamper import flip
+from .test_delta import RUNS as DELTA_RUNS
+from .test_delta import _history, _values, delta_graph, extend
 from .test_local_reads import count_shared_reads
 
 
@@ -251,3 +256,126 @@ def test_own_heads_under_a_kept_lease_are_trusted_until_its_deadline_not_for_max
     assert own.current("t", "", 7, now=40.0, until=50.0) == ("c1", frozenset())
     assert own.current("t", "", 7, now=50.0, until=50.0) is None
     assert own.current("t", "", 8, now=40.0, until=50.0) is None  # another token
+
+
+# -- DeltaChannel threads: the walk over ancestors, from the local cache ------------------
+
+
+class WideDeltaState(TypedDict, total=False):
+    """One snapshot every 100 versions (LangGraph's default): the walk from
+    the head goes back to the thread's first checkpoints."""
+
+    items: Annotated[list[Any], DeltaChannel(extend, snapshot_frequency=100)]
+    n: int
+    limit: int
+
+
+def wide_delta_graph() -> StateGraph:
+    g = StateGraph(WideDeltaState)
+    g.add_node("step", lambda s: {"items": [f"item {s['n']}"], "n": s["n"] + 1})
+    g.add_edge(START, "step")
+    g.add_conditional_edges("step", lambda s: "step" if s["n"] < s["limit"] else END)
+    return g
+
+
+async def _run_both(graph: Any, ref: Any, inputs: Any, cfg: dict[str, Any], use_async: bool) -> None:
+    if use_async:
+        await graph.ainvoke(inputs, cfg)
+        await wait_until_kept(graph.checkpointer, cfg["configurable"]["thread_id"])
+    else:
+        graph.invoke(inputs, cfg)
+    ref.invoke(inputs, cfg)
+
+
+async def wait_until_kept(saver: DurableSaver, thread: str) -> None:
+    """The async face keeps an ended run's lease from a task scheduled when it ends."""
+    deadline = time.monotonic() + 5
+    while saver._leases.kept(thread, time.monotonic()) is None:
+        assert time.monotonic() < deadline, "the ended run's lease was not kept"
+        await asyncio.sleep(0.01)
+
+
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+async def test_a_delta_channel_thread_is_rebuilt_from_the_local_cache_under_a_kept_lease(
+    make_saver: SaverFactory, use_async: bool
+) -> None:
+    thread = new_thread()
+    cfg = _delta_cfg(thread)
+    ref = delta_graph().compile(checkpointer=InMemorySaver())
+    async with make_saver("sqlite+redis+postgres", lease_linger=30.0) as saver:
+        await saver.asetup()
+        graph = delta_graph().compile(checkpointer=saver)
+        await _run_both(graph, ref, DELTA_RUNS[0], cfg, use_async)
+        calls = count_shared_reads(saver, "async" if use_async else "sync")
+        values = await _values(graph, cfg, use_async)
+        assert sum(calls.values()) == 0
+        assert values == ref.get_state(cfg).values and len(values["items"]) == 24
+        # Time travel to every checkpoint (the history itself is a list: every tier).
+        history = await _history(graph, cfg, use_async)
+        assert history == [(s.metadata["step"], s.values) for s in ref.get_state_history(cfg)]
+
+
+def _delta_cfg(thread: str) -> dict[str, Any]:
+    return {"configurable": {"thread_id": thread}, "recursion_limit": 200}
+
+
+def test_the_walk_past_what_this_saver_wrote_asks_every_tier(make_saver: SaverFactory) -> None:
+    """Replica A wrote the thread's first 30 checkpoints, B the next 20 and
+    keeps its lease. B's walk back to the seed (A's first checkpoint) reads
+    its own ancestors locally and A's through the tiers: B's local cache
+    never had A's pending writes, and must not be trusted for them."""
+    thread = new_thread()
+    cfg = _delta_cfg(thread)
+    ref = wide_delta_graph().compile(checkpointer=InMemorySaver())
+    with make_saver("sqlite+redis+postgres", sqlite_name="a.sqlite") as a:
+        a.setup()
+        wide_delta_graph().compile(checkpointer=a).invoke({"items": [], "n": 0, "limit": 30}, cfg)
+        ref.invoke({"items": [], "n": 0, "limit": 30}, cfg)
+        a_checkpoints = list(a.list(cfg))
+    with make_saver("sqlite+redis+postgres", sqlite_name="b.sqlite", lease_linger=30.0) as b:
+        graph = wide_delta_graph().compile(checkpointer=b)
+        graph.invoke({"limit": 50}, cfg)
+        ref.invoke({"limit": 50}, cfg)
+        a_ids = [t.checkpoint["id"] for t in a_checkpoints]
+        # B's cache holds A's checkpoints (a read by id copies what it lacks)
+        # but, as a cache may, not their pending writes.
+        for cid in a_ids:
+            assert b.get_tuple({"configurable": {"thread_id": thread, "checkpoint_id": cid}}) is not None
+        with sqlite3.connect(b.sqlite_path or "") as conn:
+            marks = ",".join("?" * len(a_ids))
+            held = conn.execute(f"SELECT count(*) FROM lgd_checkpoints WHERE checkpoint_id IN ({marks})", a_ids)
+            assert held.fetchone()[0] == len(a_ids)
+            gone = conn.execute(f"DELETE FROM lgd_writes WHERE checkpoint_id IN ({marks})", a_ids).rowcount
+            assert gone > 0
+        calls = count_shared_reads(b)
+        values = graph.get_state(cfg).values
+        assert values == ref.get_state(cfg).values and len(values["items"]) == 50
+        assert calls["postgres.list_checkpoints"] > 0  # A's ancestors
+
+
+def test_a_damaged_local_ancestor_write_under_a_kept_lease_is_read_around_and_repaired(
+    make_saver: SaverFactory,
+) -> None:
+    thread = new_thread()
+    cfg = _delta_cfg(thread)
+    events: list[Any] = []
+    ref = wide_delta_graph().compile(checkpointer=InMemorySaver())
+    with make_saver("sqlite+redis+postgres", lease_linger=30.0, on_corruption=events.append) as saver:
+        saver.setup()
+        graph = wide_delta_graph().compile(checkpointer=saver)
+        graph.invoke({"items": [], "n": 0, "limit": 12}, cfg)
+        ref.invoke({"items": [], "n": 0, "limit": 12}, cfg)
+        with sqlite3.connect(saver.sqlite_path or "") as conn:
+            cid, task_id, idx, record = conn.execute(
+                "SELECT checkpoint_id, task_id, idx, record FROM lgd_writes WHERE thread_id = ? AND channel = 'items' "
+                "ORDER BY checkpoint_id LIMIT 1 OFFSET 5",
+                (thread,),
+            ).fetchone()
+            conn.execute(
+                "UPDATE lgd_writes SET record = ? WHERE thread_id = ? AND checkpoint_id = ? AND task_id = ? AND idx = ?",
+                (flip(bytes(record), len(record) - 1, 0x01), thread, cid, task_id, idx),
+            )
+        assert graph.get_state(cfg).values == ref.get_state(cfg).values
+        assert saver.verify(thread).bad == []  # the local copy was replaced
+    assert [(e.tier, e.kind) for e in events] == [("sqlite", "write")]
+    assert events[0].served_instead.startswith("intact copy from")
