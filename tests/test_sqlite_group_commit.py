@@ -130,3 +130,35 @@ def test_concurrent_async_writes_are_committed_in_groups_each_on_its_own(tmp_pat
     finally:
         asyncio.run(face.close())
         tier.close()
+
+
+def test_acknowledging_many_journal_entries_at_once_keeps_what_each_still_owes(tmp_path: Path) -> None:
+    """`journal_acked_many` (a run's end acknowledges all it shipped in a few
+    statements): each entry ends as acknowledging it alone, in order, would
+    leave it."""
+    from langgraph_durable.backlog import Owed
+
+    tier = SqliteTier(str(tmp_path / "local.sqlite"))
+    tier.setup()
+    both = ("redis", "postgres")
+    seqs = []
+    for i, owed in enumerate([Owed(both), Owed(both), Owed(both), Owed(both), True]):
+        row, blobs = _row("t", f"c{i}")
+        seqs.append(tier.write_checkpoint(row, blobs, journal=owed))
+    a, b, c, d, e = seqs
+    tier.journal_acked_many(
+        [
+            (a, ["redis"]),  # still owes postgres, now acknowledged by one tier
+            (b, ["redis", "postgres"]),  # owes nothing: gone
+            (c, ["redis"]),
+            (c, ["postgres"]),  # the same entry twice: the second sees the first
+            (e, ["postgres"]),  # owed to every shared tier (no list): still owes redis
+            (999_999, ["redis"]),  # not in the journal: nothing happens
+        ],
+        everyone=both,
+    )
+    with sqlite3.connect(tmp_path / "local.sqlite") as conn:
+        left = {seq: (owed, acked) for seq, owed, acked in conn.execute("SELECT seq, owed, acked FROM lgd_journal")}
+    assert left == {a: ("postgres", 1), d: ("redis,postgres", 0), e: ("redis", 1)}
+    assert [entry.seq for entry in tier.pending_journal()] == [a, d, e]
+    tier.close()

@@ -285,8 +285,8 @@ class SqliteTier:
             with self._acks_lock:
                 acks = list(self._acks)
             try:
-                for seq, tiers, everyone in acks:
-                    _ack(conn, seq, tiers, everyone)
+                if acks:
+                    _ack_many(conn, acks)
                 yield conn
             except BaseException:
                 # SQLite rolls back by itself on some errors (SQLITE_FULL).
@@ -467,8 +467,7 @@ class SqliteTier:
         if not acks:
             return
         with self._tx() as conn:
-            for seq, tiers in acks:
-                _ack(conn, seq, tuple(tiers), tuple(everyone))
+            _ack_many(conn, [(seq, tuple(tiers), tuple(everyone)) for seq, tiers in acks])
 
     def defer_ack(self, seq: int | None, tiers: Sequence[str], *, everyone: Sequence[str] = ()) -> None:
         """`journal_acked`, written by the next transaction instead of one
@@ -922,18 +921,43 @@ def _entry(r: tuple[Any, ...]) -> JournalEntry:
 
 
 def _ack(conn: sqlite3.Connection, seq: int, tiers: Sequence[str], everyone: Sequence[str]) -> None:
-    found = conn.execute("SELECT owed FROM lgd_journal WHERE seq = ?", (seq,)).fetchone()
-    if found is None:
-        return
-    owed = found[0].split(",") if found[0] is not None else list(everyone)
-    left = [t for t in owed if t and t not in tiers]
-    if left:
-        conn.execute(
-            "UPDATE lgd_journal SET owed = ?, acked = acked OR ? WHERE seq = ?",
-            (",".join(left), 1 if tiers else 0, seq),
-        )
-    else:
-        conn.execute("DELETE FROM lgd_journal WHERE seq = ?", (seq,))
+    _ack_many(conn, [(seq, tiers, everyone)])
+
+
+# Journal seqs looked up per statement (SQLite's parameter limit is 32766).
+ACKS_PER_QUERY = 500
+
+
+def _ack_many(conn: sqlite3.Connection, acks: Sequence[tuple[int, Sequence[str], Sequence[str]]]) -> None:
+    """(seq, tiers that now hold it, the tiers an entry owing everyone owes)
+    for each acknowledged entry, in order: an entry no tier owes any more is
+    deleted, the others keep what is still owed (and are marked acked when
+    some tier took them). A few statements for any number of entries, not
+    two each: a run's end acknowledges every record it shipped at once."""
+    seqs = list(dict.fromkeys(seq for seq, _, _ in acks))
+    owed: dict[int, str | None] = {}
+    for i in range(0, len(seqs), ACKS_PER_QUERY):
+        part = seqs[i : i + ACKS_PER_QUERY]
+        marks = ",".join("?" * len(part))
+        owed.update(conn.execute(f"SELECT seq, owed FROM lgd_journal WHERE seq IN ({marks})", part).fetchall())
+    acked: set[int] = set()
+    gone: set[int] = set()
+    for seq, tiers, everyone in acks:
+        if seq not in owed or seq in gone:
+            continue
+        current = owed[seq]
+        left = [t for t in (current.split(",") if current is not None else everyone) if t and t not in tiers]
+        if left:
+            owed[seq] = ",".join(left)
+            if tiers:
+                acked.add(seq)
+        else:
+            gone.add(seq)
+    conn.executemany(
+        "UPDATE lgd_journal SET owed = ?, acked = acked OR ? WHERE seq = ?",
+        [(owed[seq], 1 if seq in acked else 0, seq) for seq in seqs if seq in owed and seq not in gone],
+    )
+    conn.executemany("DELETE FROM lgd_journal WHERE seq = ?", [(seq,) for seq in seqs if seq in gone])
 
 
 def _journal(
