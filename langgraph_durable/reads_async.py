@@ -186,9 +186,9 @@ class AsyncTierReader:
             incident.served = f"intact copy from {source.name}"
         incidents.extend(bad)
         row, checkpoint, metadata = found
-        fixed = with_verified_metadata(row, metadata)
         if bad:
             # Those tiers held the row, written with its channel values.
+            fixed = with_verified_metadata(row, metadata)
             await self._repair([i.tier for i in bad], lambda t: t.write_checkpoint(fixed, []))
         if lacking and self.owed is not None and self.owed(thread_id, ns, cid):
             lacking = [t for t in lacking if t is local]  # the journal ships it, ancestors first

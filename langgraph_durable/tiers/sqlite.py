@@ -735,26 +735,20 @@ class SqliteTier:
         marker (`mark_deleted`), and the newest checkpoint's row and pending
         writes, in one read."""
         with self._read() as conn:
+            # The deletion marker rides along (a thread with no checkpoint asks for it alone).
             row = conn.execute(
-                f"SELECT {_READ_CP_COLS} FROM lgd_checkpoints WHERE thread_id = ? AND checkpoint_ns = ? "
-                "ORDER BY checkpoint_id DESC LIMIT 1",
-                (thread_id, ns),
+                f"SELECT {_READ_CP_COLS}, (SELECT value FROM lgd_meta WHERE key = ?) FROM lgd_checkpoints "
+                "WHERE thread_id = ? AND checkpoint_ns = ? ORDER BY checkpoint_id DESC LIMIT 1",
+                (deleted_key(thread_id), thread_id, ns),
             ).fetchone()
-            marker = conn.execute("SELECT value FROM lgd_meta WHERE key = ?", (deleted_key(thread_id),)).fetchone()
-            writes = (
-                conn.execute(
-                    f"SELECT {_READ_W_COLS} FROM lgd_writes WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?",
-                    (thread_id, ns, row[2]),
-                ).fetchall()
-                if row
-                else []
-            )
-        return Head(
-            row[2] if row else None,
-            marker[0] if marker else None,
-            _cp(row) if row else None,
-            tuple(_w(w) for w in writes),
-        )
+            if row is None:
+                marker = conn.execute("SELECT value FROM lgd_meta WHERE key = ?", (deleted_key(thread_id),)).fetchone()
+                return Head(None, marker[0] if marker else None, None, ())
+            writes = conn.execute(
+                f"SELECT {_READ_W_COLS} FROM lgd_writes WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?",
+                (thread_id, ns, row[2]),
+            ).fetchall()
+        return Head(row[2], row[-1], _cp(row), tuple(_w(w) for w in writes))
 
     def mark_gone(self, thread_id: str, checkpoints: Sequence[tuple[str, str]]) -> None:
         """Record that these (ns, checkpoint id) were deleted (`delete_for_runs`)."""
