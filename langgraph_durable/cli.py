@@ -32,6 +32,7 @@ from .errors import DurableError
 from .retention import RetentionPolicy
 from .saver import (
     DEFAULT_SQLITE_PATH,
+    ENV_LEASE_LINGER,
     ENV_OLD_SIGNING_KEYS,
     ENV_POSTGRES_PREPARED_STATEMENTS,
     ENV_POSTGRES_URL,
@@ -76,7 +77,8 @@ ENVIRONMENT_HELP = f"""environment (the tier flags override it; a flag given as 
   {ENV_OLD_SIGNING_KEYS:<36} older keys still accepted during a rotation,
   {"":<36} comma-separated ('unsigned' accepts unsigned records)
   {ENV_WRITE:<36} which tiers hold a write before it returns:
-  {"":<36} shared (default), all or local"""
+  {"":<36} shared (default), all or local
+  {ENV_LEASE_LINGER:<36} seconds a run's lease is kept after it ends (default 0)"""
 
 JSON_HELP = "print one JSON document on stdout instead of text (same exit status)"
 

@@ -511,8 +511,14 @@ class LeaseBook:
         from its local cache. A new run of the thread here (`begin`), a
         write outside a run (`unkeep`) or `drop` ends it."""
         with self._lock:
-            if lease.thread_id not in self._held:
-                self._lingering[lease.thread_id] = (lease, until)
+            if lease.thread_id in self._held:
+                return
+            self._lingering.pop(lease.thread_id, None)
+            self._lingering[lease.thread_id] = (lease, until)
+            # Beyond max_threads the oldest are forgotten: trusted no more,
+            # they expire in their tier by themselves.
+            while len(self._lingering) > self.max_threads:
+                del self._lingering[next(iter(self._lingering))]
 
     def unkeep(self, thread_id: str) -> Lease | None:
         """Stop trusting a kept lease (before writing the thread outside a

@@ -76,6 +76,8 @@ ENV_WRITE = "LANGGRAPH_DURABLE_WRITE"
 ENV_REDIS_KEY_PREFIX = "LANGGRAPH_DURABLE_REDIS_KEY_PREFIX"
 # Seconds after which an idle thread leaves Redis (redis_ttl).
 ENV_REDIS_TTL = "LANGGRAPH_DURABLE_REDIS_TTL"
+# Seconds a run's lease is kept after it ends (lease_linger).
+ENV_LEASE_LINGER = "LANGGRAPH_DURABLE_LEASE_LINGER"
 # Comma-separated keys still accepted for verification (rotation); the word
 # "unsigned" accepts records without a key.
 ENV_OLD_SIGNING_KEYS = "LANGGRAPH_DURABLE_OLD_SIGNING_KEYS"
@@ -523,7 +525,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         ``LANGGRAPH_DURABLE_REDIS_TTL``),
         ``LANGGRAPH_DURABLE_POSTGRES_URL`` (and
         ``LANGGRAPH_DURABLE_POSTGRES_PREPARED_STATEMENTS``, true or false),
-        ``LANGGRAPH_DURABLE_WRITE`` and
+        ``LANGGRAPH_DURABLE_WRITE``, ``LANGGRAPH_DURABLE_LEASE_LINGER`` and
         ``LANGGRAPH_DURABLE_SIGNING_KEY`` (plus ``LANGGRAPH_DURABLE_OLD_SIGNING_KEYS``,
         comma-separated, during a key rotation). Keyword options override them."""
         env = os.environ
@@ -542,6 +544,13 @@ class DurableSaver(BaseCheckpointSaver[str]):
                 kwargs["redis_ttl"] = float(env[ENV_REDIS_TTL])
             except ValueError:
                 raise ConfigError(f"{ENV_REDIS_TTL} must be a number of seconds, got {env[ENV_REDIS_TTL]!r}.") from None
+        if env.get(ENV_LEASE_LINGER):
+            try:
+                kwargs["lease_linger"] = float(env[ENV_LEASE_LINGER])
+            except ValueError:
+                raise ConfigError(
+                    f"{ENV_LEASE_LINGER} must be a number of seconds, got {env[ENV_LEASE_LINGER]!r}."
+                ) from None
         if env.get(ENV_POSTGRES_PREPARED_STATEMENTS):
             kwargs["postgres_prepared_statements"] = _env_flag(
                 ENV_POSTGRES_PREPARED_STATEMENTS, env[ENV_POSTGRES_PREPARED_STATEMENTS]

@@ -225,6 +225,16 @@ def test_lease_linger_must_be_a_number_of_seconds(tmp_path: Any, bad: Any) -> No
         DurableSaver(sqlite=str(tmp_path / "x.sqlite"), lease_linger=bad)
 
 
+def test_from_env_takes_lease_linger(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LANGGRAPH_DURABLE_SQLITE", str(tmp_path / "x.sqlite"))
+    monkeypatch.setenv("LANGGRAPH_DURABLE_LEASE_LINGER", "2.5")
+    with DurableSaver.from_env() as saver:
+        assert saver._leases.linger == 2.5
+    monkeypatch.setenv("LANGGRAPH_DURABLE_LEASE_LINGER", "soon")
+    with pytest.raises(ConfigError, match="LANGGRAPH_DURABLE_LEASE_LINGER must be a number of seconds"):
+        DurableSaver.from_env()
+
+
 # -- the decisions, without servers ---------------------------------------------------
 
 
@@ -247,6 +257,15 @@ def test_a_kept_lease_is_trusted_until_its_deadline_and_ends_with_a_new_run_or_a
     other = Lease("u", book.holder, 1, 100.0, tier="postgres")
     book.keep(other, until=9.0)
     assert book.drop_all() == [other] and book.kept("u", now=1.0) is None
+
+
+def test_a_saver_keeps_at_most_max_threads_leases_trusting_the_newest() -> None:
+    book = LeaseBook(linger=10.0, max_threads=2)
+    leases = [Lease(f"t{i}", book.holder, 1, 100.0, tier="postgres") for i in range(3)]
+    for lease in leases:
+        book.keep(lease, until=9.0)
+    assert book.kept("t0", now=1.0) is None  # the oldest, forgotten
+    assert [book.kept(f"t{i}", now=1.0) for i in (1, 2)] == [(leases[1], 9.0), (leases[2], 9.0)]
 
 
 def test_own_heads_under_a_kept_lease_are_trusted_until_its_deadline_not_for_max_age() -> None:
