@@ -464,6 +464,7 @@ class Settings:
     sleep_scale: float = 1.0
     api: str = "sync"
     write: str = "shared"  # the saver's write mode (WriteMode)
+    lease_linger: float = 0.0  # seconds a run's lease is kept after it ends
 
 
 class Problem(AssertionError):
@@ -550,6 +551,8 @@ class Harness:
             s.api,
             "--write",
             s.write,
+            "--lease-linger",
+            str(s.lease_linger),
         ]
 
     # -- the uncrashed reference ------------------------------------------------------
@@ -937,6 +940,7 @@ def main(argv: list[str] | None = None) -> int:
         default="shared",
         help="the savers' write mode; 'local' runs only the configurations with sqlite and a shared tier",
     )
+    p.add_argument("--lease-linger", type=float, default=0.0, help="seconds the savers keep a run's lease after it")
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--width", type=int, default=3)
     p.add_argument("--max-kills-per-run", type=int, default=6)
@@ -947,7 +951,12 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     seed = args.seed or uuid.uuid4().hex[:8]
     settings = Settings(
-        steps=args.steps, width=args.width, max_kills_per_run=args.max_kills_per_run, api=args.api, write=args.write
+        steps=args.steps,
+        width=args.width,
+        max_kills_per_run=args.max_kills_per_run,
+        api=args.api,
+        write=args.write,
+        lease_linger=args.lease_linger,
     )
     root = Path(args.workdir or tempfile.mkdtemp(prefix="lgd-crash-"))
     root.mkdir(parents=True, exist_ok=True)

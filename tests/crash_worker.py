@@ -444,6 +444,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--sleep-scale", type=float, default=1.0)
     p.add_argument("--api", choices=["sync", "async"], default="sync", help="graph.invoke or graph.ainvoke")
     p.add_argument("--write", choices=["shared", "all", "local"], default="shared", help="the saver's write mode")
+    p.add_argument("--lease-linger", type=float, default=0.0, help="seconds a run's lease is kept after it ends")
     args = p.parse_args(argv)
     if not args.serve:
         missing = [f"--{n}" for n in ("thread", "effects", "acks") if not getattr(args, n)]
@@ -458,6 +459,8 @@ def make_saver(args: argparse.Namespace) -> AckingSaver:
     options: dict[str, Any] = {"sqlite": args.sqlite or None, "redis": args.redis or None}
     options["postgres"] = args.postgres or None
     options["write"] = args.write
+    if args.lease_linger:
+        options["lease_linger"] = args.lease_linger
     if args.redis_key_prefix:
         options["redis_key_prefix"] = args.redis_key_prefix
     return AckingSaver(acks=args.acks, **options)

@@ -114,6 +114,26 @@ def test_kill_and_resume_writing_behind(
     _report("sqlite+redis+postgres write=local", durability, seed, fig)
 
 
+def test_kill_and_resume_keeping_leases(request: pytest.FixtureRequest, spawner: Spawner, tmp_path: Path) -> None:
+    """``lease_linger``: each worker keeps its run's lease after the run and
+    reads its threads from its local file meanwhile; a worker killed while
+    keeping one is taken over at once by the next (same host, dead
+    process), and nothing is lost, repeated or forked."""
+    kills_env = _env("KILLS")
+    seed = _env("SEED", "ci")
+    fig = crash_test(
+        spawner,
+        _tiers(request, "sqlite+redis+postgres", tmp_path),
+        "sync",
+        tmp_path,
+        kills=int(kills_env) if kills_env else CI_KILLS_DEFAULT,
+        seed=seed,
+        time_limit=None if kills_env else 60.0,
+        settings=Settings(api=_env("API", "sync"), lease_linger=30.0),
+    )
+    _report("sqlite+redis+postgres lease_linger=30", "sync", seed, fig)
+
+
 def test_the_worker_program_itself(request: pytest.FixtureRequest, tmp_path: Path) -> None:
     """The same, through ``python -m tests.crash_worker`` processes (no fork
     server): the command line the harness documents, on every tier."""
