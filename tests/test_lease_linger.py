@@ -127,6 +127,62 @@ def test_another_replica_waits_for_a_kept_lease_and_its_newer_state_is_then_serv
         assert tup.checkpoint["channel_values"]["n"] == 5
 
 
+async def test_the_async_face_keeps_hands_over_and_gives_back_as_the_sync_one(make_saver: SaverFactory) -> None:
+    """The async face, step by step: another replica waits out the kept
+    lease and its newer state is then served; a rerun on the same saver does
+    not wait; aupdate_state, arelease_thread and adelete_thread end the
+    keeping; aclose gives kept leases back."""
+    thread = new_thread()
+    config = config_of(thread)
+    linger = 1.0
+    async with make_saver("sqlite+redis+postgres", sqlite_name="a.sqlite", lease_linger=linger) as a:
+        await a.asetup()
+        await counting_graph(3).compile(checkpointer=a).ainvoke({"messages": [], "n": 0}, config)
+        await wait_until_kept(a, thread)
+        kept_at = time.monotonic()
+        async with make_saver("sqlite+redis+postgres", sqlite_name="b.sqlite") as b:
+            with pytest.raises(ThreadBusy, match="lease_linger"):
+                await counting_graph(5).compile(checkpointer=b).ainvoke({"messages": [], "n": 0}, config)
+        async with make_saver("sqlite+redis+postgres", sqlite_name="b.sqlite", on_busy="wait") as b:
+            out = await counting_graph(5).compile(checkpointer=b).ainvoke({"messages": [], "n": 0}, config)
+            assert time.monotonic() - kept_at >= linger * 0.9
+            newest = await b.aget_tuple(config)
+        assert out["n"] == 5 and newest is not None
+        tup = await a.aget_tuple(config)  # A's trust ended before its lease did
+        assert tup is not None and tup.checkpoint["id"] == newest.checkpoint["id"]
+
+    async with make_saver("sqlite+redis+postgres", sqlite_name="a.sqlite", lease_linger=30.0) as a:
+        graph = counting_graph(2).compile(checkpointer=a)
+        calls = count_shared_reads(a, "async")
+        started = time.monotonic()
+        await graph.ainvoke({"messages": [], "n": 0}, config)
+        await wait_until_kept(a, thread)
+        await graph.ainvoke({"messages": [], "n": 0}, config)  # its own kept lease: no wait
+        await wait_until_kept(a, thread)
+        assert time.monotonic() - started < 10
+        calls.clear()
+        assert (await graph.aget_state(config)).values["n"] == 2
+        assert sum(calls.values()) == 0
+        await graph.aupdate_state(config, {"messages": ["edited"], "n": 7})
+        assert a._leases.kept(thread, time.monotonic()) is None
+        assert (await graph.aget_state(config)).values["n"] == 7
+        await graph.ainvoke({"messages": [], "n": 0}, config)
+        await wait_until_kept(a, thread)
+        await a.arelease_thread(thread)
+        assert a._leases.kept(thread, time.monotonic()) is None
+        calls.clear()
+        assert (await graph.aget_state(config)).values["n"] == 2
+        assert sum(calls.values()) > 0  # given back: every tier is asked again
+        await graph.ainvoke({"messages": [], "n": 0}, config)
+        await wait_until_kept(a, thread)
+        await a.adelete_thread(thread)
+        assert await a.aget_tuple(config) is None
+        await graph.ainvoke({"messages": [], "n": 0}, config)
+        await wait_until_kept(a, thread)
+    async with make_saver("sqlite+redis+postgres", sqlite_name="b.sqlite") as b:  # aclose gave it back
+        assert (await counting_graph(3).compile(checkpointer=b).ainvoke({"messages": [], "n": 0}, config))["n"] == 3
+
+
 def test_the_same_saver_runs_the_thread_again_at_once(make_saver: SaverFactory) -> None:
     thread = new_thread()
     with make_saver("sqlite+redis+postgres", lease_linger=30.0) as saver:
