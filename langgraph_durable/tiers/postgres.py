@@ -125,6 +125,13 @@ MIGRATIONS: list[str] = [
         expires_at double precision NOT NULL
     );
     """,
+    # A thread's newest checkpoints across its namespaces (`list` without
+    # checkpoint_ns): read from this index, not sorted from all of them.
+    # On a large table, create it first with CREATE INDEX CONCURRENTLY
+    # under this name: the migration then finds it.
+    """
+    CREATE INDEX IF NOT EXISTS lgd_checkpoints_thread_recent ON lgd_checkpoints (thread_id, checkpoint_id);
+    """,
 ]
 
 _CP_COLS = "thread_id, checkpoint_ns, checkpoint_id, parent_id, run_id, metadata::text, record"

@@ -137,6 +137,11 @@ MIGRATIONS: list[str] = [
         used_at REAL NOT NULL
     ) WITHOUT ROWID;
     """,
+    # A thread's newest checkpoints across its namespaces (`list` without
+    # checkpoint_ns): read from this index, not sorted from all of them.
+    """
+    CREATE INDEX IF NOT EXISTS lgd_checkpoints_thread_recent ON lgd_checkpoints(thread_id, checkpoint_id);
+    """,
 ]
 
 # A size-bounded cache evicts down to this share of its bound, so that it

@@ -1,0 +1,102 @@
+"""`list` of a thread without ``checkpoint_ns`` (``saver.list({"configurable":
+{"thread_id": t}}, limit=10)``): the newest checkpoints across the thread's
+namespaces, read from an index in SQLite and Postgres, not sorted from every
+checkpoint of the thread. Without that index, such a call on a thread of
+10,000 checkpoints read them all (52 ms against 1 ms for 100, SQLite alone).
+
+Here: the answer is right on every tier (newest first across namespaces,
+with ``before`` and ``limit``), and the statements the tiers run are served
+in order by an index (their query plans), not timed.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import uuid
+from typing import Any
+
+import psycopg
+import pytest
+from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
+
+from langgraph_durable import DurableSaver
+
+from .conftest import SaverFactory
+
+NAMESPACES = ["", "child:1", "child:2"]
+
+
+def _fill(saver: DurableSaver, thread: str, count: int) -> list[tuple[str, str]]:
+    """`count` checkpoints spread over three namespaces, in id order; their
+    (namespace, id), oldest first."""
+    written = []
+    for i in range(count):
+        ns = NAMESPACES[i % len(NAMESPACES)]
+        cp = generate_checkpoint(channel_values={"k": i})
+        cp["channel_versions"] = {"k": f"{i + 1:032}.0"}
+        config = {"configurable": {"thread_id": thread, "checkpoint_ns": ns}}
+        saver.put(config, cp, generate_metadata(step=i), {"k": cp["channel_versions"]["k"]})
+        written.append((ns, cp["id"]))
+    return written
+
+
+def _listed(saver: DurableSaver, thread: str, **kwargs: Any) -> list[tuple[str, str]]:
+    return [
+        (t.config["configurable"]["checkpoint_ns"], t.config["configurable"]["checkpoint_id"])
+        for t in saver.list({"configurable": {"thread_id": thread}}, **kwargs)
+    ]
+
+
+@pytest.mark.parametrize("tiers", ["sqlite", "postgres", "redis", "sqlite+redis+postgres"])
+def test_a_thread_listed_without_a_namespace_is_newest_first_across_them(make_saver: SaverFactory, tiers: str) -> None:
+    thread = f"t-{uuid.uuid4().hex[:8]}"
+    with make_saver(tiers) as saver:
+        written = _fill(saver, thread, 30)
+        newest_first = written[::-1]
+        assert _listed(saver, thread, limit=10) == newest_first[:10]
+        assert _listed(saver, thread) == newest_first
+        before = {"configurable": {"thread_id": thread, "checkpoint_id": newest_first[11][1]}}
+        assert _listed(saver, thread, limit=5, before=before) == newest_first[12:17]
+
+
+def test_sqlite_lists_a_thread_without_a_namespace_from_an_index(make_saver: SaverFactory) -> None:
+    thread = f"t-{uuid.uuid4().hex[:8]}"
+    with make_saver("sqlite") as saver:
+        _fill(saver, thread, 3)
+        tier: Any = saver._sync_chain().raw_local or saver._sync_chain().raw_shared[0]
+        statements: list[str] = []
+        with tier._lock:
+            tier._connect().set_trace_callback(statements.append)
+        try:
+            _listed(saver, thread, limit=10)
+            before = {"configurable": {"thread_id": thread, "checkpoint_id": "z"}}
+            _listed(saver, thread, limit=10, before=before)
+        finally:
+            with tier._lock:
+                tier._connect().set_trace_callback(None)
+        listing = [s for s in statements if s.lstrip().startswith("SELECT") and "FROM lgd_checkpoints" in s]
+        assert len(listing) == 2, statements
+        with sqlite3.connect(saver.sqlite_path or "") as conn:
+            for statement in listing:
+                plan = " / ".join(row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + statement))
+                assert "lgd_checkpoints_thread_recent" in plan and "TEMP B-TREE" not in plan, plan
+
+
+def test_postgres_can_list_a_thread_without_a_namespace_from_an_index(make_saver: SaverFactory) -> None:
+    """With sorting made prohibitive, the plan of the tier's statement shape
+    reads the index in order."""
+    thread = f"t-{uuid.uuid4().hex[:8]}"
+    with make_saver("postgres") as saver:
+        _fill(saver, thread, 3)
+        url = saver._sync_chain().raw_shared[0].url
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SET enable_sort = off")
+        conn.execute("SET enable_seqscan = off")
+        for extra, params in (("", (thread,)), (" AND checkpoint_id < %s", (thread, "z"))):
+            rows = conn.execute(
+                "EXPLAIN SELECT * FROM lgd_checkpoints WHERE thread_id = %s" + extra
+                + " ORDER BY checkpoint_id DESC LIMIT 10",
+                params,
+            ).fetchall()  # fmt: skip
+            plan = " / ".join(r[0] for r in rows)
+            assert "lgd_checkpoints_thread_recent" in plan and "Sort" not in plan, plan
