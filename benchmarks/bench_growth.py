@@ -202,6 +202,7 @@ class Row:
     get_s: dict[int, list[float]] = field(default_factory=dict)  # thread's steps -> get_state latencies
     build_s: dict[int, float] = field(default_factory=dict)  # checkpoints -> seconds of the put loop
     list_s: dict[int, list[float]] = field(default_factory=dict)  # checkpoints -> list(limit=10) latencies
+    list_any_ns_s: dict[int, list[float]] = field(default_factory=dict)  # the same, without checkpoint_ns
     conc_s: list[float] = field(default_factory=list)  # wall time per gather
     conc_failed: int = 0
     drain_ms: dict[str, float] = field(default_factory=dict)  # write="local": drain() after a timed block
@@ -628,20 +629,25 @@ def measure_history(saver: Any, config: Config, params: Params, row: Row, tag: s
         row.build_s[count], last = build_history(saver, config, tid, count)
         threads[count] = (tid, last)
     for count, (tid, last) in threads.items():
-        what = f"thread of {count} checkpoints"
-        for issue in check_history(list(saver.list(thread_of(tid), limit=10)), count, last, what):
-            row.problem("history", issue)
-        list(saver.list(thread_of(tid), limit=10))
-        samples: list[float] = []
-        gc.collect()
-        deadline = time.perf_counter() + params.list_budget_s
-        for i in range(params.list_reads):
-            t0 = time.perf_counter()
-            list(saver.list(thread_of(tid), limit=10))
-            samples.append(time.perf_counter() - t0)
-            if i >= 4 and time.perf_counter() > deadline:
-                break
-        row.list_s[count] = samples
+        # With checkpoint_ns="" (what get_state_history passes), and without
+        # one (a thread's newest checkpoints across its namespaces).
+        for config_of, out, how in (
+            (thread_of, row.list_s, ""),
+            (lambda t: {"configurable": {"thread_id": t}}, row.list_any_ns_s, ", without checkpoint_ns"),
+        ):
+            what = f"thread of {count} checkpoints{how}"
+            for issue in check_history(list(saver.list(config_of(tid), limit=10)), count, last, what):
+                row.problem("history", issue)
+            samples: list[float] = []
+            gc.collect()
+            deadline = time.perf_counter() + params.list_budget_s
+            for i in range(params.list_reads):
+                t0 = time.perf_counter()
+                list(saver.list(config_of(tid), limit=10))
+                samples.append(time.perf_counter() - t0)
+                if i >= 4 and time.perf_counter() > deadline:
+                    break
+            out[count] = samples
 
 
 def phase_sync(config: Config, st: Storage, params: Params, row: Row, parts: set[str]) -> None:
@@ -1274,16 +1280,17 @@ def render(run: Run) -> tuple[str, dict[str, Any]]:
             "What `get_state_history(config, limit=10)` reads. Each thread was written with `saver.put` in a "
             "loop (one-int state, chained parents); for `DurableSaver` the loop runs as one graph run would, "
             "holding the thread's writer lease. `build` is that loop's wall time. Median latency over up to "
-            f"{p.list_reads} calls per thread (fewer if {p.list_budget_s:.0f} s ran out).",
+            f"{p.list_reads} calls per thread (fewer if {p.list_budget_s:.0f} s ran out). `no ns`: the same "
+            "call without `checkpoint_ns` in the config (`saver.list({'configurable': {'thread_id': t}}, "
+            "limit=10)`), which asks for the newest checkpoints across the thread's namespaces.",
             "",
         ]
         t3: list[list[str]] = []
         chart["history"] = []
 
-        def lq(r: Row | None, n: int) -> float | None:
-            if r is None or n not in r.list_s:
-                return None
-            m = median(r.list_s[n])
+        def lq(r: Row | None, n: int, any_ns: bool = False) -> float | None:
+            samples = None if r is None else (r.list_any_ns_s if any_ns else r.list_s).get(n)
+            m = median(samples) if samples else None
             return None if m is None else m * 1e3
 
         for c in main_configs:
@@ -1295,6 +1302,7 @@ def render(run: Run) -> tuple[str, dict[str, Any]]:
             good = None if r.skipped else r
             st = stock_of(c, "sync")
             a, b = lq(good, small), lq(good, big)
+            na, nb = lq(good, small, True), lq(good, big, True)
             build = good.build_s.get(big) if good else None
             t3.append(
                 [
@@ -1308,6 +1316,9 @@ def render(run: Run) -> tuple[str, dict[str, Any]]:
                     fmt_ratio(b, lq(st, big)),
                     fmt_ratio(a, lq(pg, small)),
                     fmt_ratio(b, lq(pg, big)),
+                    fmt_ms(na),
+                    fmt_ms(nb),
+                    fmt_ratio(nb, na),
                     "-" if good is None else str(len(good.list_s.get(big, []))),
                     status(r, "history"),
                 ]
@@ -1325,10 +1336,13 @@ def render(run: Run) -> tuple[str, dict[str, Any]]:
                 f"vs stock @{big:,}",
                 f"vs PostgresSaver @{small:,}",
                 f"vs PostgresSaver @{big:,}",
+                f"no ns @{small:,} (ms)",
+                f"no ns @{big:,} (ms)",
+                f"no ns {big:,}÷{small:,}",
                 f"calls @{big:,}",
                 "check",
             ],
-            "lrrrrlrrrrrl",
+            "lrrrrlrrrrrrrrl",
             t3,
         )
         lines += ["![list(limit=10) on short and long histories](CHART:history)", ""]
