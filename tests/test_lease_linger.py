@@ -32,7 +32,7 @@ from .graphs import looping
 from .tamper import flip
 from .test_delta import RUNS as DELTA_RUNS
 from .test_delta import _history, _values, delta_graph, extend
-from .test_local_reads import count_shared_reads
+from .test_local_reads import count_shared_reads, damage_newest_local_value
 
 
 def counting_graph(steps: int) -> Any:
@@ -243,16 +243,7 @@ def test_a_damaged_local_copy_under_a_kept_lease_is_read_around_and_repaired(mak
         saver.setup()
         graph = counting_graph(3).compile(checkpointer=saver)
         graph.invoke({"messages": [], "n": 0}, config_of(thread), durability="sync")
-        with sqlite3.connect(saver.sqlite_path or "") as conn:
-            version, record = conn.execute(
-                "SELECT version, record FROM lgd_blobs WHERE thread_id = ? AND channel = 'n' "
-                "ORDER BY version DESC LIMIT 1",
-                (thread,),
-            ).fetchone()
-            conn.execute(
-                "UPDATE lgd_blobs SET record = ? WHERE thread_id = ? AND channel = 'n' AND version = ?",
-                (flip(bytes(record), len(record) - 1, 0x01), thread, version),
-            )
+        damage_newest_local_value(saver.sqlite_path or "", thread, "n")
         assert graph.get_state(config_of(thread)).values == {"messages": ["m0", "m1", "m2"], "n": 3}
         assert saver.verify(thread).bad == []
     assert [(e.tier, e.kind) for e in events] == [("sqlite", "blob")]

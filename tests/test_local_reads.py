@@ -51,6 +51,19 @@ def count_shared_reads(saver: DurableSaver, face: str = "sync") -> Counter[str]:
     return calls
 
 
+def damage_newest_local_value(path: str, thread: str, channel: str) -> None:
+    """Flip a bit in the local SQLite copy of `channel`'s newest value."""
+    with sqlite3.connect(path) as conn:
+        version, record = conn.execute(
+            "SELECT version, record FROM lgd_blobs WHERE thread_id = ? AND channel = ? ORDER BY version DESC LIMIT 1",
+            (thread, channel),
+        ).fetchone()
+        conn.execute(
+            "UPDATE lgd_blobs SET record = ? WHERE thread_id = ? AND channel = ? AND version = ?",
+            (flip(bytes(record), len(record) - 1, 0x01), thread, channel, version),
+        )
+
+
 def reading_graph(saver: DurableSaver, thread: str, seen: list[Any], calls: Counter[str], steps: int) -> StateGraph:
     """Each step reads the thread's latest checkpoint through the saver, as
     app code (or a tool) running inside the graph would."""
@@ -133,16 +146,7 @@ def test_a_damaged_local_copy_under_the_lease_is_read_around_and_repaired(make_s
 
         def step(state: dict[str, Any]) -> dict[str, Any]:
             if state["n"] == 2:
-                with sqlite3.connect(path) as conn:
-                    version, record = conn.execute(
-                        "SELECT version, record FROM lgd_blobs WHERE thread_id = ? AND channel = 'n' "
-                        "ORDER BY version DESC LIMIT 1",
-                        (thread,),
-                    ).fetchone()
-                    conn.execute(
-                        "UPDATE lgd_blobs SET record = ? WHERE thread_id = ? AND channel = 'n' AND version = ?",
-                        (flip(bytes(record), len(record) - 1, 0x01), thread, version),
-                    )
+                damage_newest_local_value(path, thread, "n")
                 tup = saver.get_tuple({"configurable": {"thread_id": thread}})
                 served.append(tup.checkpoint["channel_values"]["n"] if tup else None)
             return {"messages": ["m"], "n": state["n"] + 1}
