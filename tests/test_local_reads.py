@@ -14,6 +14,7 @@ from __future__ import annotations
 import sqlite3
 import uuid
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -51,8 +52,9 @@ def count_shared_reads(saver: DurableSaver, face: str = "sync") -> Counter[str]:
     return calls
 
 
-def damage_newest_local_value(path: str, thread: str, channel: str) -> None:
-    """Flip a bit in the local SQLite copy of `channel`'s newest value."""
+def damage_newest_local_value(path: str | Path, thread: str, channel: str) -> tuple[str, bytes]:
+    """Flip a bit in the local SQLite copy of `channel`'s newest value; its
+    version and intact record."""
     with sqlite3.connect(path) as conn:
         version, record = conn.execute(
             "SELECT version, record FROM lgd_blobs WHERE thread_id = ? AND channel = ? ORDER BY version DESC LIMIT 1",
@@ -62,6 +64,7 @@ def damage_newest_local_value(path: str, thread: str, channel: str) -> None:
             "UPDATE lgd_blobs SET record = ? WHERE thread_id = ? AND channel = ? AND version = ?",
             (flip(bytes(record), len(record) - 1, 0x01), thread, channel, version),
         )
+    return version, bytes(record)
 
 
 def reading_graph(saver: DurableSaver, thread: str, seen: list[Any], calls: Counter[str], steps: int) -> StateGraph:

@@ -27,6 +27,7 @@ from langgraph_durable.replicator import Replicator
 from tests.conftest import REDIS_URL
 from tests.graphs import looping
 from tests.proxy import TcpProxy
+from tests.test_local_reads import damage_newest_local_value
 from tests.test_outages import _postgres_ids, _redis_ids, _sqlite_ids
 
 pytestmark = [pytest.mark.redis, pytest.mark.postgres]
@@ -318,17 +319,7 @@ def test_a_checkpoint_copied_into_a_tier_that_lacks_it_takes_no_damaged_value_al
         graph.compile(checkpointer=before).invoke({"messages": [], "n": 0}, config, durability="sync")
     finally:
         before.close()
-    with sqlite3.connect(path) as conn:
-        version, record = conn.execute(
-            "SELECT version, record FROM lgd_blobs WHERE thread_id = ? AND channel = 'n' ORDER BY version DESC",
-            (thread,),
-        ).fetchone()
-        damaged = bytearray(record)
-        damaged[len(damaged) // 2] ^= 0x40
-        conn.execute(
-            "UPDATE lgd_blobs SET record = ? WHERE thread_id = ? AND channel = 'n' AND version = ?",
-            (bytes(damaged), thread, version),
-        )
+    version, record = damage_newest_local_value(path, thread, "n")
 
     full = _saver(tmp_path, "a.sqlite", postgres_url, redis_prefix)
     alone = DurableSaver(sqlite=None, redis=REDIS_URL, redis_key_prefix=redis_prefix)
