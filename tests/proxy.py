@@ -13,7 +13,8 @@ from types import TracebackType
 class TcpProxy:
     """Forwards 127.0.0.1:<port> to target. `cut()` drops every connection
     and refuses new ones; `stall()` keeps them open but forwards nothing (a
-    server that hangs); `restore()` ends both."""
+    server that hangs); `restore()` ends both. `connect_delay` seconds pass
+    before a new connection reaches the server (a slow connect)."""
 
     def __init__(self, target_host: str, target_port: int) -> None:
         self.target = (target_host, target_port)
@@ -24,6 +25,7 @@ class TcpProxy:
         self._up = True
         self._stalled = False
         self._closed = False
+        self.connect_delay = 0.0
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self) -> None:
@@ -35,15 +37,22 @@ class TcpProxy:
             if not self._up:
                 client.close()
                 continue
-            try:
-                upstream = socket.create_connection(self.target, timeout=5)
-            except OSError:
-                client.close()
-                continue
-            with self._lock:
-                self._conns += [client, upstream]
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+            if self.connect_delay:
+                threading.Thread(target=self._open, args=(client, self.connect_delay), daemon=True).start()
+            else:
+                self._open(client, 0.0)
+
+    def _open(self, client: socket.socket, delay: float) -> None:
+        time.sleep(delay)
+        try:
+            upstream = socket.create_connection(self.target, timeout=5)
+        except OSError:
+            client.close()
+            return
+        with self._lock:
+            self._conns += [client, upstream]
+        for a, b in ((client, upstream), (upstream, client)):
+            threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
 
     def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
         try:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -177,6 +178,38 @@ def test_first_run_after_postgres_returns_uses_it(
 
 
 # -- write modes -----------------------------------------------------------------------
+
+
+def test_asyncio_run_returns_while_a_connection_is_still_opening(
+    tmp_path: Path, postgres_proxy: tuple[TcpProxy, str]
+) -> None:
+    """Each event loop gets its own Postgres pool, which grows while a run's
+    writes wait for a connection. A run that ends while the pool is still
+    opening one must not hang ``asyncio.run``: it cancels every task left,
+    the pool's workers included, and waits for them. (psycopg_pool's worker
+    took that cancellation for a failed connect and went on waiting.)"""
+    proxy, proxied = postgres_proxy
+    saver = _saver(tmp_path, postgres=proxied)
+    graph = loop_graph(STEPS).compile(checkpointer=saver)
+    _run(graph, "warm", "async")
+    proxy.connect_delay = 1.0  # every new connection takes a second to open
+    outcome: list[Any] = []
+
+    def runs() -> None:
+        try:
+            outcome.extend(_run(graph, f"slow-{i}", "async")["n"] for i in range(2))
+        except BaseException as exc:  # reported by the assertion below
+            outcome.append(exc)
+
+    started = time.monotonic()
+    worker = threading.Thread(target=runs, daemon=True)  # left behind if it hangs
+    worker.start()
+    worker.join(30)
+    assert not worker.is_alive(), "asyncio.run did not return within 30 s of its run's start"
+    assert outcome == [STEPS, STEPS], outcome
+    assert time.monotonic() - started < 20
+    proxy.connect_delay = 0.0
+    saver.close()
 
 
 def test_write_all_fails_cleanly_while_a_tier_is_down(

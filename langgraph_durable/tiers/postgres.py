@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg.rows import TupleRow
 from psycopg.types.json import Jsonb
-from psycopg_pool import ConnectionPool
 
 from ..errors import ConfigError, DurableError, TierUnavailable
 from ..lease import Fence, Lease, lease_lost
@@ -47,6 +46,7 @@ from .base import (
     redact,
     unavailable_on,
 )
+from .pools import ConnectionPool
 
 DEFAULT_POOL_SIZE = 10
 DEFAULT_CONNECT_TIMEOUT_S = 5.0

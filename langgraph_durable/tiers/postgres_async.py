@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg.rows import TupleRow
 from psycopg.types.json import Jsonb
-from psycopg_pool import AsyncConnectionPool
 
 from ..errors import ConfigError, DurableError, TierUnavailable
 from ..lease import Fence, Lease, lease_lost
@@ -45,6 +44,7 @@ from .base import (
     redact,
     unavailable_on,
 )
+from .pools import AsyncConnectionPool
 
 DEFAULT_POOL_SIZE = 10
 DEFAULT_CONNECT_TIMEOUT_S = 5.0
