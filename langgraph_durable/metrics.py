@@ -43,7 +43,9 @@ logger = logging.getLogger("langgraph_durable")
 Outcome = Literal["ok", "miss", "error", "unavailable"]
 
 # Tier operations that read records of a thread: the ones that can miss.
-READS = frozenset({"head", "read_checkpoint", "read_blobs", "read_writes", "list_checkpoints", "read_ledger"})
+READS = frozenset(
+    {"head", "read_checkpoint", "read_blobs", "read_writes", "list_checkpoints", "list_page", "read_ledger"}
+)
 # Latency samples `TierStats` keeps per (tier, operation) for its percentiles.
 DEFAULT_LATENCY_SAMPLES = 2048
 # Bad copies `TierStats` keeps, newest last, for `TierStats.corrupt_copies`.
@@ -149,8 +151,8 @@ def is_miss(op: str, result: Any, args: Sequence[Any] = ()) -> bool:
     Only `READS` miss. ``head`` misses when the tier knows no checkpoint of
     the thread; ``read_blobs`` when it returned fewer channel values than
     were asked (`args` are the call's positional arguments, the keys third):
-    the reader asks the next tier for the rest; any other read when its
-    answer is empty (None, an empty list or dict). An empty answer is a miss
+    the reader asks the next tier for the rest; ``list_page`` when it
+    listed no checkpoint; any other read when its answer is empty (None, an empty list or dict). An empty answer is a miss
     even where there was nothing to find (a checkpoint without pending
     writes, a thread never written): a tier cannot tell the two apart."""
     if op not in READS:
@@ -159,6 +161,8 @@ def is_miss(op: str, result: Any, args: Sequence[Any] = ()) -> bool:
         return getattr(result, "checkpoint_id", None) is None
     if op == "read_blobs" and len(args) >= 3:
         return len(result) < len(set(args[2]))
+    if op == "list_page":
+        return not result[0]
     return not result
 
 

@@ -22,6 +22,7 @@ This file is the async source. ``reads.py`` is generated from it by
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import threading
@@ -361,6 +362,9 @@ class TierReader:
             return {}
         if copies is None:
             copies = self._each("pending writes", lambda t: t.read_writes(thread_id, ns, cids))
+        else:
+            wanted = set(cids)
+            copies = [(tier, [w for w in rows if w.checkpoint_id in wanted]) for tier, rows in copies]
         holders: dict[WriteKey, list[tuple[Tier, WriteRow]]] = defaultdict(list)
         # Farthest first, so that an upserted special write (an interrupt, an
         # error) is taken from the system of record when copies differ.
@@ -822,7 +826,11 @@ class TierReader:
     ) -> list[CheckpointTuple]:
         """`list`: the union of the shared tiers' indexes (see `rows`),
         verified and assembled, newest first (`channels`: see `assemble`)."""
-        ordered = self.rows(thread_id, ns, cid, before_id, filter, limit)
+        copies = None
+        if thread_id is not None and ns is not None and cid is None and not filter and limit is not None:
+            ordered, copies = self._page(thread_id, ns, before_id, limit)
+        else:
+            ordered = self.rows(thread_id, ns, cid, before_id, filter, limit)
         incidents: list[Incident] = []
         try:
             found: list[Found] = []
@@ -847,7 +855,9 @@ class TierReader:
                 if item is not None and metadata_matches(item[2], filter):
                     found.append(item)
             rows: list[BlobRow] = []
-            assembled = self.assemble(found, incidents, channels=channels, blob_rows=rows if lacking else None)
+            assembled = self.assemble(
+                found, incidents, copies, channels=channels, blob_rows=rows if lacking else None
+            )
             for item, tiers in lacking:
                 self._copy_whole(tiers, item, rows)
             out = []
@@ -891,6 +901,39 @@ class TierReader:
         for row in owed:
             rows.setdefault((row.thread_id, row.checkpoint_ns, row.checkpoint_id), row)
         return sorted(rows.values(), key=lambda r: r.checkpoint_id, reverse=True)
+
+    def _page(
+        self, thread_id: str, ns: str, before_id: str | None, limit: int
+    ) -> tuple[list[CheckpointRow], list[tuple[Tier, list[WriteRow]]] | None]:
+        """A page of one (thread, ns)'s history, as `rows` lists it, with the
+        pending writes of its checkpoints read in the same round trip to each
+        shared tier (`list_page`), and then from the local cache (which may
+        hold writes not shipped yet). Those copies stand in for `writes`
+        asking every tier again (see `assemble`) when each shared tier that
+        answered listed the same checkpoints, so that each checkpoint's
+        writes are still the union of every reachable tier's; otherwise
+        None, and `writes` asks as it always did."""
+        local = self.tiers[0] if len(self.tiers) > 1 and self.tiers[0].name == "sqlite" else None
+        shared = self.tiers[1:] if local is not None else self.tiers
+        owed = self._owed_rows(thread_id, ns, None, before_id, None, limit) if local is not None else []
+        answers = _each_of(
+            shared, self.tiers, "checkpoint list", lambda t: t.list_page(thread_id, ns, before_id, limit)
+        )
+        rows: dict[str, CheckpointRow] = {}
+        for _, (tier_rows, _) in answers:
+            for row in tier_rows:
+                rows.setdefault(row.checkpoint_id, row)
+        for row in owed:
+            rows.setdefault(row.checkpoint_id, row)
+        ordered = sorted(rows.values(), key=lambda r: r.checkpoint_id, reverse=True)
+        listed = [{r.checkpoint_id for r in tier_rows} for _, (tier_rows, _) in answers]
+        if any(ids != listed[0] for ids in listed):
+            return ordered, None
+        copies = [(tier, writes) for tier, (_, writes) in answers]
+        if local is not None and all(tier is not local for tier, _ in copies) and ordered:
+            with contextlib.suppress(TierUnavailable):  # as `writes` would: the shared tiers' copies
+                copies.insert(0, (local, local.read_writes(thread_id, ns, [r.checkpoint_id for r in ordered])))
+        return ordered, copies
 
     def _owed_rows(
         self,

@@ -26,7 +26,7 @@ from .conftest import SaverFactory
 from .graphs import looping
 from .tamper import flip
 
-READS = ("head", "read_checkpoint", "read_blobs", "read_writes", "list_checkpoints")
+READS = ("head", "read_checkpoint", "read_blobs", "read_writes", "list_checkpoints", "list_page")
 
 
 def count_shared_reads(saver: DurableSaver, face: str = "sync") -> Counter[str]:

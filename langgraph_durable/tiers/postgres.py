@@ -564,6 +564,28 @@ class PostgresTier:
         )
         return [_w(r) for r in rows]
 
+    def list_page(
+        self, thread_id: str, ns: str, before: str | None, limit: int
+    ) -> tuple[list[CheckpointRow], list[WriteRow]]:
+        """`list_checkpoints` and `read_writes` of one page, in one statement."""
+        older = " AND checkpoint_id < %s" if before is not None else ""
+        rows = self._fetchall(
+            f"WITH c AS (SELECT {_CP_COLS} FROM lgd_checkpoints WHERE thread_id = %s AND checkpoint_ns = %s{older} "
+            "ORDER BY checkpoint_id DESC LIMIT %s) "
+            "SELECT c.*, w.task_id, w.idx, w.channel, w.task_path, w.record FROM c LEFT JOIN lgd_writes w "
+            "ON w.thread_id = c.thread_id AND w.checkpoint_ns = c.checkpoint_ns AND w.checkpoint_id = c.checkpoint_id "
+            "ORDER BY c.checkpoint_id DESC",
+            (thread_id, ns, *([before] if before is not None else []), limit),
+        )
+        checkpoints: dict[str, CheckpointRow] = {}
+        writes = []
+        for r in rows:
+            if r[2] not in checkpoints:
+                checkpoints[r[2]] = _cp(r)
+            if r[7] is not None:
+                writes.append(WriteRow(thread_id, ns, r[2], r[7], r[8], r[9], r[10], bytes(r[11])))
+        return list(checkpoints.values()), writes
+
     def list_checkpoints(
         self,
         thread_id: str | None,

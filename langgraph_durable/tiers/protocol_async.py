@@ -59,6 +59,13 @@ class AsyncTier(Protocol):
         marker and the newest checkpoint's row and pending writes, in one
         round trip."""
 
+    async def list_page(
+        self, thread_id: str, ns: str, before: str | None, limit: int
+    ) -> tuple[list[CheckpointRow], list[WriteRow]]:
+        """The newest `limit` checkpoints of (thread, ns) older than `before`
+        (if given), newest first, and their pending writes, in one round trip:
+        a page of history, as `list_checkpoints` then `read_writes` give it."""
+
     async def list_checkpoints(
         self,
         thread_id: str | None,

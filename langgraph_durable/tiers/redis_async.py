@@ -160,6 +160,19 @@ end
 return out
 """
 
+# `list_page` in one round trip: as `_LIST_SCRIPT`, each id followed by its
+# record and its writes (`_HEAD_SCRIPT`'s keys: on the thread's slot).
+_PAGE_SCRIPT = """
+local ids = redis.call('ZREVRANGEBYLEX', KEYS[1], ARGV[1], '-', 'LIMIT', 0, tonumber(ARGV[2]))
+local out = {}
+for i, id in ipairs(ids) do
+  out[3 * i - 2] = id
+  out[3 * i - 1] = redis.call('HGET', KEYS[2], ARGV[3] .. id)
+  out[3 * i] = redis.call('HGETALL', ARGV[4] .. id)
+end
+return out
+"""
+
 # Retries of a command whose connection broke (each on a new connection).
 RETRIES = 2
 HEALTH_CHECK_INTERVAL_S = 15
@@ -377,6 +390,7 @@ class AsyncRedisTier:
     def _register_scripts(self) -> None:
         self._head_script = self.client.register_script(_HEAD_SCRIPT)
         self._list_script = self.client.register_script(_LIST_SCRIPT)
+        self._page_script = self.client.register_script(_PAGE_SCRIPT)
         self._fenced_write = self.client.register_script(_FENCED_WRITE)
         self._write = self.client.register_script(_WRITE)
         self._read_lease = self.client.register_script(_READ_LEASE)
@@ -552,6 +566,28 @@ class AsyncRedisTier:
                 channel, task_path, envelope = _unpack(data, 3)
                 out.append(WriteRow(thread_id, ns, cid, task_id, int(idx), channel or "", task_path or "", envelope))
         return out
+
+    async def list_page(
+        self, thread_id: str, ns: str, before: str | None, limit: int
+    ) -> tuple[list[CheckpointRow], list[WriteRow]]:
+        """`list_checkpoints` and `read_writes` of one page, in one script call."""
+        keys = [self._k(thread_id, f"ids:{ns}"), self._k(thread_id, "cp")]
+        top = f"({before}" if before is not None else "+"
+        await self._keep_alive(thread_id)
+        with self._io:
+            flat = await self._page_script(keys, [top, limit, f"{ns}{_SEP}", self._wkey(thread_id, ns, "")])
+        rows: list[CheckpointRow] = []
+        writes: list[WriteRow] = []
+        for raw, data, fields in zip(flat[::3], flat[1::3], flat[2::3]):
+            if data is None:
+                continue  # an index entry without its record: as `list_checkpoints`
+            cid = raw.decode()
+            rows.append(self._cp_row(thread_id, ns, cid, data))
+            for field, value in zip(fields[::2], fields[1::2]):
+                task_id, idx = field.decode().rsplit(_SEP, 1)
+                channel, task_path, envelope = _unpack(value, 3)
+                writes.append(WriteRow(thread_id, ns, cid, task_id, int(idx), channel or "", task_path or "", envelope))
+        return rows, writes
 
     async def list_checkpoints(
         self,

@@ -569,6 +569,14 @@ class SqliteTier:
             ).fetchall()
         return [_w(r) for r in rows]
 
+    def list_page(
+        self, thread_id: str, ns: str, before: str | None, limit: int
+    ) -> tuple[list[CheckpointRow], list[WriteRow]]:
+        """`list_checkpoints` and `read_writes` of one page, under one lock."""
+        with self._lock:
+            rows = self.list_checkpoints(thread_id, ns, None, before, None, limit)
+            return rows, self.read_writes(thread_id, ns, [r.checkpoint_id for r in rows])
+
     def list_checkpoints(
         self,
         thread_id: str | None,
