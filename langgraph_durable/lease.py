@@ -530,6 +530,7 @@ class LeaseBook:
     def kept(self, thread_id: str, now: float) -> tuple[Lease, float] | None:
         """The lease `keep` keeps for `thread_id` and until when it is trusted,
         while it is (`now`: monotonic seconds)."""
+        self._after_fork()
         with self._lock:
             kept = self._lingering.get(thread_id)
             if kept is None:
@@ -569,6 +570,7 @@ class LeaseBook:
             return True
 
     def held(self, thread_id: str) -> Lease | None:
+        self._after_fork()
         with self._lock:
             h = self._held.get(thread_id)
             return h.lease if h is not None else None
@@ -587,9 +589,10 @@ class _Own:
     writes: set[tuple[str, int]]  # (task id, idx) of its pending writes
     at: float  # when a fenced write last succeeded (the lease was renewed)
     # Every checkpoint written under this token (oldest first, the newest
-    # MAX_OWN_CHECKPOINTS): created under the lease, so all their pending
-    # writes were this saver's too.
-    mine: dict[str, None] = field(default_factory=dict)
+    # MAX_OWN_CHECKPOINTS), with the keys of the pending writes this saver
+    # wrote for it: created under the lease, so all its writes were this
+    # saver's too, and the local tier must hold exactly these.
+    mine: dict[str, set[tuple[str, int]]] = field(default_factory=dict)
 
 
 class OwnHeads:
@@ -611,16 +614,21 @@ class OwnHeads:
         self.max_threads = max_threads
         self._lock = threading.Lock()
         self._own: OrderedDict[tuple[str, str], _Own] = OrderedDict()
+        # Write keys of checkpoints whose `put` is not recorded yet (LangGraph
+        # overlaps a step's writes with its checkpoint's put), by (thread,
+        # ns, token, checkpoint id): they join `_Own.mine` if that put comes.
+        self._early: OrderedDict[tuple[str, str, int, str], set[tuple[str, int]]] = OrderedDict()
 
     def put(self, thread_id: str, ns: str, token: int, checkpoint_id: str, now: float) -> None:
-        """A fenced checkpoint the local tier took: the new head, no writes yet."""
+        """A fenced checkpoint the local tier took: the new head, with the
+        writes of it recorded before (`writes`)."""
         with self._lock:
             before = self._own.get((thread_id, ns))
             mine = before.mine if before is not None and before.token == token else {}
-            mine[checkpoint_id] = None
+            mine.setdefault(checkpoint_id, set()).update(self._early.pop((thread_id, ns, token, checkpoint_id), ()))
             while len(mine) > MAX_OWN_CHECKPOINTS:
                 del mine[next(iter(mine))]
-            self._own[(thread_id, ns)] = _Own(token, checkpoint_id, set(), now, mine)
+            self._own[(thread_id, ns)] = _Own(token, checkpoint_id, set(mine[checkpoint_id]), now, mine)
             self._own.move_to_end((thread_id, ns))
             while len(self._own) > self.max_threads:
                 self._own.popitem(last=False)
@@ -631,11 +639,22 @@ class OwnHeads:
         """Fenced pending writes the local tier took (of the head, or of an older checkpoint)."""
         with self._lock:
             own = self._own.get((thread_id, ns))
-            if own is None or own.token != token:
-                return
-            own.at = now
-            if own.checkpoint_id == checkpoint_id:
-                own.writes |= keys
+            if own is not None and own.token == token:
+                own.at = now
+                if own.checkpoint_id == checkpoint_id:
+                    own.writes |= keys
+                if checkpoint_id in own.mine:
+                    own.mine[checkpoint_id] |= keys
+                    return
+            # Not (yet) a checkpoint this saver put under the lease: kept
+            # aside until its put is recorded. A write of a checkpoint this
+            # saver did not put (the one a resumed run starts from) says
+            # nothing of the writes others made of it, and never joins.
+            early = self._early.setdefault((thread_id, ns, token, checkpoint_id), set())
+            early |= keys
+            self._early.move_to_end((thread_id, ns, token, checkpoint_id))
+            while len(self._early) > MAX_OWN_CHECKPOINTS:
+                self._early.popitem(last=False)
 
     def threads(self) -> set[str]:
         """The threads this saver wrote last under their lease (running, or just ran)."""
@@ -648,6 +667,8 @@ class OwnHeads:
         with self._lock:
             for key in [k for k in self._own if thread_id is None or k[0] == thread_id]:
                 del self._own[key]
+            for early in [k for k in self._early if thread_id is None or k[0] == thread_id]:
+                del self._early[early]
 
     def current(
         self, thread_id: str, ns: str, token: int | None, now: float, until: float | None = None
@@ -661,13 +682,15 @@ class OwnHeads:
 
     def mine(
         self, thread_id: str, ns: str, token: int | None, now: float, until: float | None = None
-    ) -> frozenset[str] | None:
-        """The checkpoints written under the lease, if it can be trusted now
-        (see `current`): the local tier holds each with every pending write
-        it has, so a walk over them (`delta.py`) needs no other tier."""
+    ) -> dict[str, frozenset[tuple[str, int]]] | None:
+        """The checkpoints written under the lease and the keys of their
+        pending writes, if they can be trusted now (see `current`): the local
+        tier holds each with these writes (`TierReader.local_list` checks
+        that it holds exactly these), so a walk over them (`delta.py`) needs
+        no other tier."""
         with self._lock:
             own = self._trusted(thread_id, ns, token, now, until)
-            return frozenset(own.mine) if own is not None else None
+            return {cid: frozenset(keys) for cid, keys in own.mine.items()} if own is not None else None
 
     def _trusted(self, thread_id: str, ns: str, token: int | None, now: float, until: float | None) -> _Own | None:
         if token is None:

@@ -166,7 +166,10 @@ class AsyncLeaseKeeper:
         keeping buys is reading the thread from it, `LeaseBook.keep`)."""
         linger = self.book.linger
         tier = self.chain.tier_named(lease.tier)
-        if linger > 0 and self.chain.own is not None and self.chain.shared:
+        # Kept only in the most authoritative shared tier, where every replica
+        # that reaches it takes its leases: one taken in another tier during
+        # an outage is not seen there once it is over.
+        if linger > 0 and self.chain.own is not None and self.chain.shared and tier is self.chain.shared[-1]:
             asked = time.monotonic()  # the tier's expiry is at least this much later
             if await tier.keep_lease(lease.thread_id, lease.holder, lease.token, linger):
                 self.book.keep(lease, asked + linger * LINGER_TRUSTED)

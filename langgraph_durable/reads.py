@@ -752,27 +752,34 @@ class TierReader:
         before_id: str,
         limit: int,
         channels: Collection[str],
-        mine: frozenset[str],
+        mine: Mapping[str, frozenset[tuple[str, int]]],
     ) -> list[CheckpointTuple] | None:
         """`list` of the checkpoints before `before_id`, from the local tier
         alone, as far back as they are among `mine` (what this saver wrote
-        under the lease it still holds: the local tier has each with all its
-        pending writes, `OwnHeads.mine`); only `channels`' values. None on
-        anything unexpected (a bad or missing record): the caller then reads
-        the usual way, across the tiers, where bad copies are reported and
-        repaired. Nothing is written or reported here."""
+        under the lease it still holds, with the keys of their pending
+        writes, `OwnHeads.mine`); only `channels`' values. None on anything
+        unexpected (a bad or missing record, a pending write missing or too
+        many): the caller then reads the usual way, across the tiers, where
+        bad copies are reported and repaired. Nothing is written or reported
+        here."""
         reader = self._local_only
         if reader is None:
             return None
+        local = reader.tiers[0]
         try:
-            rows = reader.tiers[0].list_checkpoints(thread_id, ns, None, before_id, None, limit)
+            rows, writes = local.list_page(thread_id, ns, before_id, limit)
             found: list[Found] = []
             for row in rows:
                 if row.checkpoint_id not in mine:
                     break  # older than the lease: another writer's, maybe
                 found.append((row, *self.codec.decode_checkpoint(row)))
+            held: dict[str, set[tuple[str, int]]] = defaultdict(set)
+            for w in writes:
+                held[w.checkpoint_id].add((w.task_id, w.idx))
+            if any(held.get(row.checkpoint_id, set()) != mine[row.checkpoint_id] for row, _, _ in found):
+                return None  # the local copy lost a write, or holds one this saver did not write
             incidents: list[Incident] = []
-            assembled = reader.assemble(found, incidents, channels=channels)
+            assembled = reader.assemble(found, incidents, [(local, writes)], channels=channels)
         except (TierUnavailable, BadRecord):
             return None
         if incidents:

@@ -285,11 +285,14 @@ class DurableSaver(BaseCheckpointSaver[str]):
             cache alone, with no round trip to Redis or Postgres (with a
             local tier in front of a shared one; otherwise it does nothing).
             The price: another replica's run of the thread in that time
-            waits for it (``on_busy="wait"``) or gets `ThreadBusy`, and a
-            ``delete_thread`` made by another replica reaches this saver's
-            reads when the linger ends. For one replica, or a load balancer
-            that keeps a thread on one replica. ``release_thread`` and
-            ``close`` give kept leases back.
+            waits for it (``on_busy="wait"``) or gets `ThreadBusy`, and what
+            another replica changes without the lease (``delete_thread``,
+            ``delete_for_runs``, ``copy_thread`` into the thread, ``prune``,
+            retention; a run that took its lease in a lower tier during an
+            outage) reaches this saver's reads when the linger ends. A lease
+            taken in a lower tier during an outage is not kept. For one
+            replica, or a load balancer that keeps a thread on one replica.
+            ``release_thread`` and ``close`` give kept leases back.
         write: which tiers must hold a record before ``put`` / ``put_writes``
             return. ``"shared"`` (default): the local journal (if there is a
             local tier) and at least one shared tier; a shared tier that is

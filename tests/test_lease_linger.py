@@ -14,6 +14,7 @@ damaged local copy all end the local fast path.
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
 import time
 import uuid
@@ -324,6 +325,41 @@ def test_own_heads_under_a_kept_lease_are_trusted_until_its_deadline_not_for_max
     assert own.current("t", "", 8, now=40.0, until=50.0) is None  # another token
 
 
+def test_a_forked_child_trusts_none_of_its_parents_kept_leases() -> None:
+    book = LeaseBook(linger=10.0)
+    lease = Lease("t", book.holder, 4, 100.0, tier="postgres")
+    book.keep(lease, until=time.monotonic() + 60)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: it holds no lease of its parent's, kept or running
+        ok = book.kept("t", time.monotonic()) is None and book.held("t") is None
+        os.write(write, b"1" if ok else b"0")
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert os.read(read, 1) == b"1"
+    assert book.kept("t", time.monotonic()) is not None  # the parent still does
+
+
+def test_own_heads_remember_the_writes_of_each_checkpoint_written_under_the_lease() -> None:
+    own = OwnHeads(max_age=15.0)
+    own.writes("t", "", 7, "c0", {("a", 0)}, now=0.0)  # a checkpoint this saver did not put: not its own
+    own.put("t", "", 7, "c1", now=0.0)
+    own.writes("t", "", 7, "c1", {("a", 0), ("a", 1)}, now=0.0)
+    own.writes("t", "", 7, "c2", {("c", 0)}, now=0.0)  # before c2's put is recorded (LangGraph overlaps them)
+    own.writes("t", "", 8, "c2", {("x", 0)}, now=0.0)  # under another token: never this lease's
+    own.put("t", "", 7, "c2", now=0.0)
+    own.writes("t", "", 7, "c1", {("b", 0)}, now=0.0)  # a late write of an older one of its own
+    assert own.mine("t", "", 7, now=1.0) == {
+        "c1": frozenset({("a", 0), ("a", 1), ("b", 0)}),
+        "c2": frozenset({("c", 0)}),
+    }
+    assert own.current("t", "", 7, now=1.0) == ("c2", frozenset({("c", 0)}))
+    assert own.mine("t", "", 8, now=1.0) is None
+    own.forget("t")
+    own.put("t", "", 7, "c0", now=0.0)  # (ids never repeat; here: the kept-aside write went with forget)
+    assert own.mine("t", "", 7, now=1.0) == {"c0": frozenset()}
+
+
 # -- DeltaChannel threads: the walk over ancestors, from the local cache ------------------
 
 
@@ -445,3 +481,63 @@ def test_a_damaged_local_ancestor_write_under_a_kept_lease_is_read_around_and_re
         assert saver.verify(thread).bad == []  # the local copy was replaced
     assert [(e.tier, e.kind) for e in events] == [("sqlite", "write")]
     assert events[0].served_instead.startswith("intact copy from")
+
+
+def test_a_pending_write_lost_in_the_local_cache_alone_under_a_kept_lease_is_served(
+    make_saver: SaverFactory,
+) -> None:
+    """An ancestor's pending write (the DeltaChannel's items) deleted from
+    the local file only: the local cache does not hold what this saver wrote
+    under its lease any more, so the walk asks every tier for it."""
+    thread = new_thread()
+    cfg = _delta_cfg(thread)
+    ref = wide_delta_graph().compile(checkpointer=InMemorySaver())
+    ref.invoke({"items": [], "n": 0, "limit": 20}, cfg)
+    with make_saver("sqlite+redis+postgres", lease_linger=30.0) as saver:
+        saver.setup()
+        graph = wide_delta_graph().compile(checkpointer=saver)
+        graph.invoke({"items": [], "n": 0, "limit": 20}, cfg, durability="sync")
+        calls = count_shared_reads(saver)
+        assert graph.get_state(cfg).values == ref.get_state(cfg).values
+        assert sum(calls.values()) == 0  # read locally while nothing is lost
+        with sqlite3.connect(saver.sqlite_path or "") as conn:
+            ids = [
+                r[0]
+                for r in conn.execute(
+                    "SELECT DISTINCT checkpoint_id FROM lgd_writes WHERE thread_id = ? AND channel = 'items' "
+                    "ORDER BY checkpoint_id DESC",
+                    (thread,),
+                )
+            ]
+            gone = conn.execute(
+                "DELETE FROM lgd_writes WHERE thread_id = ? AND checkpoint_id = ? AND channel = 'items'",
+                (thread, ids[5]),
+            ).rowcount
+            assert gone == 1
+        values = graph.get_state(cfg).values
+        assert values == ref.get_state(cfg).values and len(values["items"]) == 20
+        assert calls["postgres.list_page"] > 0
+
+
+def test_a_lease_taken_during_an_outage_is_not_kept(make_saver: SaverFactory, postgres_proxy: tuple[Any, str]) -> None:
+    """A runs while Postgres is cut off from it, so its lease is in Redis.
+    Once Postgres is back, replica B takes the thread's lease there, where
+    it never sees A's: had A kept its Redis lease, it would serve its own
+    older state. A gives it back instead, and reads every tier."""
+    proxy, proxied = postgres_proxy
+    thread = new_thread()
+    cfg = {"configurable": {"thread_id": thread}}
+    counting = looping(lambda s: {"messages": [f"m{s['n']}"], "n": s["n"] + 1}, 3)
+    with make_saver("sqlite+redis+postgres", sqlite_name="a.sqlite", postgres=proxied, lease_linger=30.0) as a:
+        a.setup()
+        proxy.cut()
+        assert counting.compile(checkpointer=a).invoke({"messages": [], "n": 0}, cfg)["n"] == 3
+        assert a._leases.kept(thread, time.monotonic()) is None
+        proxy.restore()
+        with make_saver("sqlite+redis+postgres", sqlite_name="b.sqlite") as b:
+            five = looping(lambda s: {"messages": [f"m{s['n']}"], "n": s["n"] + 1}, 5)
+            assert five.compile(checkpointer=b).invoke({"messages": [], "n": 0}, cfg)["n"] == 5
+            newest = b.get_tuple(cfg)
+        assert newest is not None
+        served = a.get_tuple(cfg)
+        assert served is not None and served.checkpoint["id"] == newest.checkpoint["id"]
