@@ -152,9 +152,10 @@ def is_miss(op: str, result: Any, args: Sequence[Any] = ()) -> bool:
     the thread; ``read_blobs`` when it returned fewer channel values than
     were asked (`args` are the call's positional arguments, the keys third):
     the reader asks the next tier for the rest; ``list_page`` when it
-    listed no checkpoint; any other read when its answer is empty (None, an empty list or dict). An empty answer is a miss
-    even where there was nothing to find (a checkpoint without pending
-    writes, a thread never written): a tier cannot tell the two apart."""
+    listed no checkpoint; any other read when its answer is empty (None, an
+    empty list or dict). An empty answer is a miss even where there was
+    nothing to find (a checkpoint without pending writes, a thread never
+    written): a tier cannot tell the two apart."""
     if op not in READS:
         return False
     if op == "head":
