@@ -653,7 +653,7 @@ class OwnHeads:
             early = self._early.setdefault((thread_id, ns, token, checkpoint_id), set())
             early |= keys
             self._early.move_to_end((thread_id, ns, token, checkpoint_id))
-            while len(self._early) > MAX_OWN_CHECKPOINTS:
+            while len(self._early) > self.max_threads:  # about one step's worth per thread tracked
                 self._early.popitem(last=False)
 
     def threads(self) -> set[str]:

@@ -915,9 +915,10 @@ class AsyncTierReader:
         shared tier (`list_page`), and then from the local cache (which may
         hold writes not shipped yet). Those copies stand in for `writes`
         asking every tier again (see `assemble`) when each shared tier that
-        answered listed the same checkpoints, so that each checkpoint's
-        writes are still the union of every reachable tier's; otherwise
-        None, and `writes` asks as it always did."""
+        answered listed every checkpoint on the page (none is only in the
+        local journal, owed to them), so that each checkpoint's writes are
+        still the union of every reachable tier's; otherwise None, and
+        `writes` asks as it always did."""
         local = self.tiers[0] if len(self.tiers) > 1 and self.tiers[0].name == "sqlite" else None
         shared = self.tiers[1:] if local is not None else self.tiers
         owed = await self._owed_rows(thread_id, ns, None, before_id, None, limit) if local is not None else []
@@ -932,7 +933,9 @@ class AsyncTierReader:
             rows.setdefault(row.checkpoint_id, row)
         ordered = sorted(rows.values(), key=lambda r: r.checkpoint_id, reverse=True)
         listed = [{r.checkpoint_id for r in tier_rows} for _, (tier_rows, _) in answers]
-        if any(ids != listed[0] for ids in listed):
+        if any(ids != listed[0] for ids in listed) or len(ordered) != len(listed[0]):
+            # A tier (or, for a checkpoint still owed to them, every shared
+            # tier) was not asked for the writes of a checkpoint on the page.
             return ordered, None
         copies = [(tier, writes) for tier, (_, writes) in answers]
         if local is not None and all(tier is not local for tier, _ in copies) and ordered:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import time
 from collections import Counter
 from typing import Any
 
@@ -158,3 +159,41 @@ def test_tiers_that_list_different_checkpoints_still_serve_every_write(
         page, calls = _page(saver, "t", face, count=True)
         assert page == want
         assert calls["postgres.read_writes"] == calls["redis.read_writes"] == 1  # asked again, every tier
+
+
+def test_a_checkpoint_still_owed_gets_every_tiers_writes(
+    make_saver: SaverFactory, postgres_url: str, redis_prefix: str
+) -> None:
+    """A checkpoint still owed to both shared tiers (in the local journal,
+    not shipped) whose writes reached them already (LangGraph overlaps a
+    step's writes with its put), and one of those writes lost in the local
+    file: no shared tier lists the checkpoint, so none gave its writes with
+    the page; the read asks every tier, and the task's writes are whole.
+    (Sync face only: the state is made by hand, with newer checkpoints
+    shipped, and the async face's first call in a new event loop ships what
+    is owed, which drops such an entry as superseded. Both faces run the
+    same reader, `reads_async.py` and its generated twin.)"""
+    face = "sync"
+    with make_saver("sqlite+redis+postgres") as saver:
+        saver.setup()
+        loop_graph(6).compile(checkpointer=saver).invoke({"messages": [], "n": 0}, {"configurable": {"thread_id": "t"}})
+        saver._replicator.stop()  # nothing shipped from here on
+        want = _reference(saver, "t")
+        owed = want[1][0]  # the newest has no pending writes
+        client = redis_lib.Redis.from_url(REDIS_URL)
+        client.zrem(f"{redis_prefix}:{{t}}:ids:", owed)
+        client.hdel(f"{redis_prefix}:{{t}}:cp", f"{SEP}{owed}")
+        client.close()
+        with psycopg.connect(postgres_url) as conn:
+            conn.execute("DELETE FROM lgd_checkpoints WHERE thread_id = 't' AND checkpoint_id = %s", (owed,))
+        lost = sorted(w for w in _writes(postgres_url, "t") if w[0] == owed)[0]
+        with sqlite3.connect(saver.sqlite_path or "") as conn:
+            conn.execute(
+                "INSERT INTO lgd_journal (kind, thread_id, checkpoint_ns, checkpoint_id, task_id, created_at, owed, acked)"
+                " VALUES ('checkpoint', 't', '', ?, NULL, ?, 'redis,postgres', 0)",
+                (owed, time.time()),
+            )
+            conn.execute(
+                "DELETE FROM lgd_writes WHERE thread_id = 't' AND checkpoint_id = ? AND task_id = ? AND idx = ?", lost
+            )
+        assert _page(saver, "t", face)[0] == want
