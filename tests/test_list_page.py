@@ -85,6 +85,32 @@ def _local_writes(path: str, thread: str) -> set[tuple[str, str, int]]:
         return {(r[0], r[1], r[2]) for r in rows}
 
 
+def _drop_redis_checkpoint(prefix: str, thread: str, cid: str) -> None:
+    """Redis loses a checkpoint's row and index entry (its writes stay)."""
+    client = redis_lib.Redis.from_url(REDIS_URL)
+    try:
+        client.zrem(f"{prefix}:{{{thread}}}:ids:", cid)
+        client.hdel(f"{prefix}:{{{thread}}}:cp", f"{SEP}{cid}")
+    finally:
+        client.close()
+
+
+def _drop_postgres_write(url: str, thread: str, key: tuple[str, str, int]) -> None:
+    with psycopg.connect(url) as conn:
+        conn.execute(
+            "DELETE FROM lgd_writes WHERE thread_id = %s AND checkpoint_id = %s AND task_id = %s AND idx = %s",
+            (thread, *key),
+        )
+
+
+def _drop_local_write(path: str, thread: str, key: tuple[str, str, int]) -> None:
+    with sqlite3.connect(path) as conn:
+        conn.execute(
+            "DELETE FROM lgd_writes WHERE thread_id = ? AND checkpoint_id = ? AND task_id = ? AND idx = ?",
+            (thread, *key),
+        )
+
+
 @pytest.mark.parametrize("face", ["sync", "async"])
 def test_a_page_is_one_call_per_shared_tier(make_saver: SaverFactory, face: str) -> None:
     with make_saver("sqlite+redis+postgres") as saver:
@@ -110,19 +136,11 @@ def test_a_write_lost_in_one_tier_is_served_and_copied_back(
         lost = [w for w in stored if w[0] in listed][:3]
         assert len(lost) == 3
         # One write lost in each tier alone.
-        with psycopg.connect(postgres_url) as conn:
-            conn.execute(
-                "DELETE FROM lgd_writes WHERE thread_id = 't' AND checkpoint_id = %s AND task_id = %s AND idx = %s",
-                lost[0],
-            )
+        _drop_postgres_write(postgres_url, "t", lost[0])
         client = redis_lib.Redis.from_url(REDIS_URL)
         client.hdel(f"{redis_prefix}:{{t}}:w:{SEP}{lost[1][0]}", f"{lost[1][1]}{SEP}{lost[1][2]}")
         client.close()
-        with sqlite3.connect(saver.sqlite_path or "") as conn:
-            conn.execute(
-                "DELETE FROM lgd_writes WHERE thread_id = 't' AND checkpoint_id = ? AND task_id = ? AND idx = ?",
-                lost[2],
-            )
+        _drop_local_write(saver.sqlite_path or "", "t", lost[2])
         assert _page(saver, "t", face)[0] == want
         assert set(stored) <= _writes(postgres_url, "t")
         assert (lost[1][1], lost[1][2]) in _redis_writes(redis_prefix, "t", lost[1][0])
@@ -133,7 +151,7 @@ def test_a_write_lost_in_one_tier_is_served_and_copied_back(
 def test_tiers_that_list_different_checkpoints_still_serve_every_write(
     make_saver: SaverFactory, postgres_url: str, redis_prefix: str, face: str
 ) -> None:
-    """Redis lost a checkpoint's row (the second lost_row) but kept its writes, and one of
+    """Redis lost a checkpoint's row (the second newest) but kept its writes, and one of
     those writes is lost in Postgres and in the local cache: Redis alone has
     it, and its page does not name that checkpoint. The tiers' pages differ,
     so the writes are asked of every tier, and the union is served."""
@@ -142,20 +160,10 @@ def test_tiers_that_list_different_checkpoints_still_serve_every_write(
         loop_graph(6).compile(checkpointer=saver).invoke({"messages": [], "n": 0}, {"configurable": {"thread_id": "t"}})
         want = _reference(saver, "t")
         lost_row = want[1][0]  # the newest has no pending writes
-        client = redis_lib.Redis.from_url(REDIS_URL)
-        client.zrem(f"{redis_prefix}:{{t}}:ids:", lost_row)
-        client.hdel(f"{redis_prefix}:{{t}}:cp", f"{SEP}{lost_row}")
-        client.close()
+        _drop_redis_checkpoint(redis_prefix, "t", lost_row)
         lost = sorted(w for w in _writes(postgres_url, "t") if w[0] == lost_row)[0]
-        with psycopg.connect(postgres_url) as conn:
-            conn.execute(
-                "DELETE FROM lgd_writes WHERE thread_id = 't' AND checkpoint_id = %s AND task_id = %s AND idx = %s",
-                lost,
-            )
-        with sqlite3.connect(saver.sqlite_path or "") as conn:
-            conn.execute(
-                "DELETE FROM lgd_writes WHERE thread_id = 't' AND checkpoint_id = ? AND task_id = ? AND idx = ?", lost
-            )
+        _drop_postgres_write(postgres_url, "t", lost)
+        _drop_local_write(saver.sqlite_path or "", "t", lost)
         page, calls = _page(saver, "t", face, count=True)
         assert page == want
         assert calls["postgres.read_writes"] == calls["redis.read_writes"] == 1  # asked again, every tier
@@ -180,10 +188,7 @@ def test_a_checkpoint_still_owed_gets_every_tiers_writes(
         saver._replicator.stop()  # nothing shipped from here on
         want = _reference(saver, "t")
         owed = want[1][0]  # the newest has no pending writes
-        client = redis_lib.Redis.from_url(REDIS_URL)
-        client.zrem(f"{redis_prefix}:{{t}}:ids:", owed)
-        client.hdel(f"{redis_prefix}:{{t}}:cp", f"{SEP}{owed}")
-        client.close()
+        _drop_redis_checkpoint(redis_prefix, "t", owed)
         with psycopg.connect(postgres_url) as conn:
             conn.execute("DELETE FROM lgd_checkpoints WHERE thread_id = 't' AND checkpoint_id = %s", (owed,))
         lost = sorted(w for w in _writes(postgres_url, "t") if w[0] == owed)[0]
