@@ -65,6 +65,7 @@ NAMES = {
     "guard_async": "guard",
     "importer_async": "importer",
     "aclose": "close",
+    "aclose_redis": "close_redis",
     "redis.asyncio": "redis",
     "chain_async": "chain",
     "reads_async": "reads",

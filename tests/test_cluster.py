@@ -157,6 +157,38 @@ async def test_any_node_url_finds_the_cluster_async(redis_cluster: RedisClusterP
         assert isinstance(tier.client, redis_lib.asyncio.RedisCluster)
 
 
+def _clients_named(cluster: RedisClusterProcesses, name: str) -> int:
+    """Connections named `name` that the cluster's nodes hold, counted by the nodes."""
+    count = 0
+    for port in cluster.ports:
+        node = redis_lib.Redis(port=port)
+        try:
+            count += sum(1 for c in node.client_list() if c.get("name") == name)
+        finally:
+            node.close()
+    return count
+
+
+@pytest.mark.parametrize("face", ["sync", "async"])
+async def test_a_closed_cluster_tier_leaves_no_connection_open(
+    redis_cluster: RedisClusterProcesses, cluster_prefix: str, face: str
+) -> None:
+    """redis-py's sync cluster client leaves each node's pool open at close;
+    the tier closes them, or every saver closed leaks a socket per node."""
+    name = f"lgd-close-{uuid.uuid4().hex[:8]}"
+    url = f"{redis_cluster.url}?client_name={name}"
+    tier: Any = (RedisTier if face == "sync" else AsyncRedisTier)(url, key_prefix=cluster_prefix)
+    await _call(tier, "setup")
+    for t in ("a", "b", "c", "d", "e", "f"):  # threads on every primary, most likely
+        await _call(tier, "head", t, "")
+    assert _clients_named(redis_cluster, name) > 0
+    await _call(tier, "close")
+    deadline = time.monotonic() + 5
+    while _clients_named(redis_cluster, name) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _clients_named(redis_cluster, name) == 0
+
+
 def test_a_cluster_url_with_a_database_number_is_a_config_error(redis_cluster: RedisClusterProcesses) -> None:
     url = redis_cluster.url.rsplit("/", 1)[0] + "/3"
     with DurableSaver(sqlite=None, redis=url) as saver, pytest.raises(ConfigError, match="only database 0"):

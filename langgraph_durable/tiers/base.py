@@ -172,3 +172,21 @@ def redact(url: str) -> str:
     creds, host = rest[:at], rest[at + 1 :]
     user, colon, _ = creds.partition(":")
     return f"{scheme}://{user}:***@{host}" if colon else text
+
+
+async def aclose_redis(client: Any) -> None:
+    """Close an asyncio redis-py client (a cluster client disconnects every node)."""
+    await client.aclose()
+
+
+def close_redis(client: Any) -> None:
+    """Close a redis-py client and, on a cluster, every node's connection pool.
+
+    redis-py's sync `RedisCluster.close` (8.1) closes each node's client, but
+    a node client built from a URL was handed its pool, so it leaves the pool
+    open: the sockets stay connected until the garbage collector finds them.
+    """
+    client.close()
+    for node in client.get_nodes() if hasattr(client, "get_nodes") else ():
+        if node.redis_connection is not None:
+            node.redis_connection.connection_pool.disconnect()

@@ -95,7 +95,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from ..errors import ConfigError, TierUnavailable
 from ..lease import Fence, Lease, lease_lost
 from ..records import BlobRow, CheckpointRow, Row, WriteRow, metadata_matches
-from .base import BlobKey, Head, QuarantinedRecord, ThreadRecords, _fields, redact
+from .base import BlobKey, Head, QuarantinedRecord, ThreadRecords, _fields, close_redis, redact
 
 DEFAULT_KEY_PREFIX = "langgraph_durable"
 DEFAULT_SOCKET_TIMEOUT_S = 5.0
@@ -470,7 +470,7 @@ class RedisTier:
         )
 
     def close(self) -> None:
-        self.client.close()
+        close_redis(self.client)
         if self._sentinel is not None:
             for sentinel in self._sentinel.sentinels:
                 sentinel.close()

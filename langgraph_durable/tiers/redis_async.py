@@ -93,7 +93,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from ..errors import ConfigError, TierUnavailable
 from ..lease import Fence, Lease, lease_lost
 from ..records import BlobRow, CheckpointRow, Row, WriteRow, metadata_matches
-from .base import BlobKey, Head, QuarantinedRecord, ThreadRecords, _fields, redact
+from .base import BlobKey, Head, QuarantinedRecord, ThreadRecords, _fields, aclose_redis, redact
 
 DEFAULT_KEY_PREFIX = "langgraph_durable"
 DEFAULT_SOCKET_TIMEOUT_S = 5.0
@@ -468,7 +468,7 @@ class AsyncRedisTier:
         )
 
     async def close(self) -> None:
-        await self.client.aclose()
+        await aclose_redis(self.client)
         if self._sentinel is not None:
             for sentinel in self._sentinel.sentinels:
                 await sentinel.aclose()
