@@ -21,7 +21,10 @@ The rules (``langgraph_durable/reads_async.py``):
   any tier lists is served.
 * a checkpoint record is read from every tier: the farthest tier's intact copy
   is served, every tier that lacks it or holds a bad copy gets it written, and
-  every bad copy is reported ("intact copy from <tier>") and quarantined.
+  every bad copy is reported ("intact copy from <tier>") and quarantined. A
+  tier that lacked the record gets it with every channel value record the
+  read opened intact, where that tier holds no copy at all (a bad one stays:
+  values are insert-or-ignore).
 * channel values: nearest tier first; the tiers nearer than the first intact
   copy are repaired; the bad copies met are reported and quarantined. A
   growing list stored as a piece (``langgraph_durable/deltas.py``; the
@@ -58,6 +61,7 @@ The rules (``langgraph_durable/reads_async.py``):
 from __future__ import annotations
 
 import asyncio
+import os
 import uuid
 from collections import Counter
 from collections.abc import Callable
@@ -105,8 +109,9 @@ OPS = ("flip", "flip_raw", "flip_field", "truncate", "truncate_raw", "delete", "
 # Small positions hit the envelope header and the frame's first fields often.
 POSITIONS = st.one_of(st.integers(0, 12), st.integers(0, 1 << 16))
 
+# LANGGRAPH_DURABLE_PROPERTY_EXAMPLES=500 explores further than CI's 20 per configuration.
 SETTINGS = settings(
-    max_examples=20,
+    max_examples=int(os.environ.get("LANGGRAPH_DURABLE_PROPERTY_EXAMPLES", "20")),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
 )
@@ -400,10 +405,13 @@ class Sim:
 
     # -- one record ------------------------------------------------------------------
 
-    def checkpoint(self, cid: str, incidents: list[Inc]) -> bool:
-        """The record, from every tier; False if no tier holds it."""
+    def checkpoint(self, cid: str, incidents: list[Inc], lacking: list[str] | None = None) -> bool:
+        """The record, from every tier; False if no tier holds it. The tiers
+        that held no copy go into `lacking`: they get the values too."""
         rec = Model.cp_rec(cid)
         good = [t for t in self.names if self.intact(t, rec)]
+        if good and lacking is not None:
+            lacking.extend(t for t in self.names if not self.present(t, rec))
         bad = [self.bad(t, rec) for t in self.names if self.present(t, rec) and not self.intact(t, rec)]
         incidents.extend(bad)
         if good:
@@ -418,7 +426,9 @@ class Sim:
             raise SimUnusable(cid, None, "the checkpoint record is damaged in every tier", keep)
         return False
 
-    def blobs(self, keys: list[tuple[str, str]], incidents: list[Inc]) -> set[tuple[str, str]]:
+    def blobs(
+        self, keys: list[tuple[str, str]], incidents: list[Inc], opened_out: set[tuple[str, str]] | None = None
+    ) -> set[tuple[str, str]]:
         opened = self.open_blobs(keys, incidents)
         # The saver that wrote the newest checkpoint rebuilds its lists from
         # what it remembers storing, not from the records its pieces name.
@@ -432,6 +442,8 @@ class Sim:
         more = sorted(based - opened)
         if more:
             opened |= self.open_blobs(more, incidents)
+        if opened_out is not None:
+            opened_out |= opened
         found = set()
         for key in dict.fromkeys(keys):
             if key not in opened:
@@ -484,9 +496,19 @@ class Sim:
             incidents.extend(bad)
         return [(t, ch, v) for t, _, ch, v in sorted(kept, key=lambda w: w[:2]) if t not in dropped]
 
-    def assemble(self, cids: list[str], incidents: list[Inc]) -> list[Served | SimUnusable]:
+    def copy_values(self, lacking: list[str], opened: set[tuple[str, str]]) -> None:
+        """A checkpoint copied whole into tiers that lacked it: the value
+        records its read opened intact, insert-or-ignore."""
+        for t in lacking:
+            for key in opened:
+                if not self.present(t, Rec(BLOB, NS, key)):
+                    self.write(t, Rec(BLOB, NS, key))
+
+    def assemble(
+        self, cids: list[str], incidents: list[Inc], opened: set[tuple[str, str]] | None = None
+    ) -> list[Served | SimUnusable]:
         versions = self.model.versions
-        found = self.blobs([(ch, v) for c in cids for ch, v in versions[c].items()], incidents)
+        found = self.blobs([(ch, v) for c in cids for ch, v in versions[c].items()], incidents, opened)
         writes = {c: self.writes(c, incidents) for c in cids}
         out: list[Served | SimUnusable] = []
         for c in cids:
@@ -509,14 +531,17 @@ class Sim:
     def serve(self, cid: str, incidents: list[Inc]) -> Served | None:
         current = cid
         while True:
+            lacking: list[str] = []
             try:
-                if not self.checkpoint(current, incidents):
+                if not self.checkpoint(current, incidents, lacking):
                     if current == cid:
                         return None
                     incidents.append(Inc(None, Model.cp_rec(current)))  # an ancestor gone from every tier
                     current = self.fall_back(SimUnusable(current, None, "missing", False), incidents, missing=True)
                     continue
-                result = self.assemble([current], incidents)[0]
+                opened: set[tuple[str, str]] = set()
+                result = self.assemble([current], incidents, opened)[0]
+                self.copy_values(lacking, opened)
                 if not isinstance(result, SimUnusable):
                     if current != cid:
                         for i in incidents:
@@ -600,18 +625,21 @@ class Sim:
                 rows.setdefault(cid, t)
         incidents: list[Inc] = []
         try:
-            found = []
+            found, lacking = [], []
             for cid in sorted(rows, reverse=True):
                 if self.intact(rows[cid], Model.cp_rec(cid)):
                     found.append(cid)
                     continue
                 try:
-                    if self.checkpoint(cid, incidents):
+                    if self.checkpoint(cid, incidents, lacking):
                         found.append(cid)
                 except SimUnusable as exc:
                     self.omit(exc, incidents)
+            opened: set[tuple[str, str]] = set()
+            assembled = self.assemble(found, incidents, opened)
+            self.copy_values(lacking, opened)
             out = []
-            for result in self.assemble(found, incidents):
+            for result in assembled:
                 if isinstance(result, SimUnusable):
                     self.omit(result, incidents)
                 else:
