@@ -51,6 +51,7 @@ from .lease import Fence, OwnHeads
 from .ledger import LedgerEntry
 from .maintenance import Maintenance
 from .metrics import MetricsSink
+from .read_cache import ReadCache
 from .reads import TierReader
 from .records import BlobRow, CheckpointRow, WriteRow
 from .resume import ResumeGate
@@ -94,6 +95,7 @@ class TierChain:
         own: OwnHeads | None = None,
         seen: SeenVersions | None = None,
         metrics: MetricsSink | None = None,
+        read_cache: ReadCache | None = None,
     ) -> None:
         if local is None and not shared:
             raise ConfigError("at least one tier is needed: pass sqlite=, redis= or postgres=.")
@@ -134,6 +136,9 @@ class TierChain:
         self.seen = seen or SeenVersions()
         self.reads = TierReader(self.tiers, codec, self.policy, deltas, self.memory.outbox.holds)
         self.maintenance = Maintenance(self.tiers, codec, self.reads, deltas)
+        # SQLite alone: reads kept while the file is unchanged (read_cache.py).
+        # With a shared tier another replica writes without touching the file.
+        self.read_cache = read_cache if local is not None and not shared else None
         self._views: dict[int, TierChain] = {}
         self._ready = False
         # First use may come from many tasks (or threads) at once; the pools
@@ -157,6 +162,7 @@ class TierChain:
             view.journal = Journal(self.local, self.shared, codec, self.memory)
             view.reads = TierReader(self.tiers, codec, self.policy, self.deltas, self.memory.outbox.holds)
             view.maintenance = Maintenance(self.tiers, codec, view.reads, self.deltas)
+            view.read_cache = None  # kept with the other serializer
             view._views = {}
             self._views[id(codec)] = view
         return view
@@ -609,13 +615,38 @@ class TierChain:
         cid = configurable.get("checkpoint_id")
         self.ensure_setup()
         self._bounded(thread_id)
+        key = ("get", thread_id, ns, cid)
+        version = self._cached_version()
+        if version is not None and self.read_cache is not None:
+            kept = self.read_cache.get(key, version)
+            if kept is not None:
+                return self.served(kept[0])
         if not cid and self.own is not None:
             expected = self.own.current(thread_id, ns, lease_token, time.monotonic(), trusted_until)
             if expected is not None:
                 tup = self.reads.local_latest(thread_id, ns, *expected)
                 if tup is not None:
                     return self.served(tup)
-        return self.served(self.reads.get_tuple(thread_id, ns, cid))
+        incidents = self.reads.incident_reads
+        tup = self.reads.get_tuple(thread_id, ns, cid)
+        if (
+            version is not None
+            and self.read_cache is not None
+            and tup is not None
+            and self.reads.incident_reads == incidents
+        ):
+            self.read_cache.put(key, version, [tup])
+        return self.served(tup)
+
+    def _cached_version(self) -> Any:
+        """The local file's version if reads are cached (`read_cache.py`),
+        taken before the read it stands for; None: read as usual."""
+        if self.read_cache is None or self.local is None:
+            return None
+        try:
+            return self.local.version()
+        except TierUnavailable:
+            return None
 
     def served(self, tup: CheckpointTuple | None) -> CheckpointTuple | None:
         """`tup`, noted as served: LangGraph may continue from it (carried.py)."""
@@ -649,7 +680,19 @@ class TierChain:
         self.ensure_setup()
         if thread_id is not None:
             self._bounded(thread_id)
-        return self.reads.list_tuples(thread_id, ns, cid, before_id, filter, limit, channels)
+        # One thread's history, as history views and DeltaChannel reads ask
+        # for it, is kept like a get (`read_cache.py`).
+        key = ("list", thread_id, ns, cid, before_id, limit, tuple(channels) if channels is not None else None)
+        version = self._cached_version() if thread_id is not None and not filter else None
+        if version is not None and self.read_cache is not None:
+            kept = self.read_cache.get(key, version)
+            if kept is not None:
+                return kept
+        incidents = self.reads.incident_reads
+        page = self.reads.list_tuples(thread_id, ns, cid, before_id, filter, limit, channels)
+        if version is not None and self.read_cache is not None and self.reads.incident_reads == incidents:
+            self.read_cache.put(key, version, page)
+        return page
 
     def delta_history(
         self,

@@ -49,6 +49,7 @@ from .lease import Fence, OwnHeads
 from .ledger import LedgerEntry
 from .maintenance_async import AsyncMaintenance
 from .metrics import MetricsSink
+from .read_cache import ReadCache
 from .reads_async import AsyncTierReader
 from .records import BlobRow, CheckpointRow, WriteRow
 from .resume_async import AsyncResumeGate
@@ -92,6 +93,7 @@ class AsyncTierChain:
         own: OwnHeads | None = None,
         seen: SeenVersions | None = None,
         metrics: MetricsSink | None = None,
+        read_cache: ReadCache | None = None,
     ) -> None:
         if local is None and not shared:
             raise ConfigError("at least one tier is needed: pass sqlite=, redis= or postgres=.")
@@ -132,6 +134,9 @@ class AsyncTierChain:
         self.seen = seen or SeenVersions()
         self.reads = AsyncTierReader(self.tiers, codec, self.policy, deltas, self.memory.outbox.holds)
         self.maintenance = AsyncMaintenance(self.tiers, codec, self.reads, deltas)
+        # SQLite alone: reads kept while the file is unchanged (read_cache.py).
+        # With a shared tier another replica writes without touching the file.
+        self.read_cache = read_cache if local is not None and not shared else None
         self._views: dict[int, AsyncTierChain] = {}
         self._ready = False
         # First use may come from many tasks (or threads) at once; the pools
@@ -155,6 +160,7 @@ class AsyncTierChain:
             view.journal = AsyncJournal(self.local, self.shared, codec, self.memory)
             view.reads = AsyncTierReader(self.tiers, codec, self.policy, self.deltas, self.memory.outbox.holds)
             view.maintenance = AsyncMaintenance(self.tiers, codec, view.reads, self.deltas)
+            view.read_cache = None  # kept with the other serializer
             view._views = {}
             self._views[id(codec)] = view
         return view
@@ -607,13 +613,38 @@ class AsyncTierChain:
         cid = configurable.get("checkpoint_id")
         await self.ensure_setup()
         await self._bounded(thread_id)
+        key = ("get", thread_id, ns, cid)
+        version = await self._cached_version()
+        if version is not None and self.read_cache is not None:
+            kept = self.read_cache.get(key, version)
+            if kept is not None:
+                return self.served(kept[0])
         if not cid and self.own is not None:
             expected = self.own.current(thread_id, ns, lease_token, time.monotonic(), trusted_until)
             if expected is not None:
                 tup = await self.reads.local_latest(thread_id, ns, *expected)
                 if tup is not None:
                     return self.served(tup)
-        return self.served(await self.reads.get_tuple(thread_id, ns, cid))
+        incidents = self.reads.incident_reads
+        tup = await self.reads.get_tuple(thread_id, ns, cid)
+        if (
+            version is not None
+            and self.read_cache is not None
+            and tup is not None
+            and self.reads.incident_reads == incidents
+        ):
+            self.read_cache.put(key, version, [tup])
+        return self.served(tup)
+
+    async def _cached_version(self) -> Any:
+        """The local file's version if reads are cached (`read_cache.py`),
+        taken before the read it stands for; None: read as usual."""
+        if self.read_cache is None or self.local is None:
+            return None
+        try:
+            return await self.local.version()
+        except TierUnavailable:
+            return None
 
     def served(self, tup: CheckpointTuple | None) -> CheckpointTuple | None:
         """`tup`, noted as served: LangGraph may continue from it (carried.py)."""
@@ -647,7 +678,19 @@ class AsyncTierChain:
         await self.ensure_setup()
         if thread_id is not None:
             await self._bounded(thread_id)
-        return await self.reads.list_tuples(thread_id, ns, cid, before_id, filter, limit, channels)
+        # One thread's history, as history views and DeltaChannel reads ask
+        # for it, is kept like a get (`read_cache.py`).
+        key = ("list", thread_id, ns, cid, before_id, limit, tuple(channels) if channels is not None else None)
+        version = await self._cached_version() if thread_id is not None and not filter else None
+        if version is not None and self.read_cache is not None:
+            kept = self.read_cache.get(key, version)
+            if kept is not None:
+                return kept
+        incidents = self.reads.incident_reads
+        page = await self.reads.list_tuples(thread_id, ns, cid, before_id, filter, limit, channels)
+        if version is not None and self.read_cache is not None and self.reads.incident_reads == incidents:
+            self.read_cache.put(key, version, page)
+        return page
 
     async def delta_history(
         self,

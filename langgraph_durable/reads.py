@@ -75,6 +75,9 @@ class TierReader:
         self.deltas = deltas
         self._parents: OrderedDict[tuple[str, str, str], Any] = OrderedDict()
         self._parents_lock = threading.Lock()
+        # Reads that met a bad copy (`settle`), so far: one that did is not
+        # kept by the read cache (read_cache.py).
+        self.incident_reads = 0
         # The local cache alone, for reads that need no other tier
         # (`local_list`); it repairs nothing (there is no other tier).
         self._local_only: TierReader | None = None
@@ -580,6 +583,8 @@ class TierReader:
 
     def settle(self, incidents: list[Incident], default: str = "nothing") -> None:
         """Quarantine, log, count and report each bad copy met by a read."""
+        if incidents:
+            self.incident_reads += 1  # not a read to keep (read_cache.py)
         seen: set[tuple[Any, ...]] = set()
         for incident in incidents:
             tier_name = incident.tier.name if incident.tier is not None else "every tier"

@@ -46,6 +46,7 @@ from .lease_keeper import LeaseKeeper
 from .lease_keeper_async import AsyncLeaseKeeper
 from .ledger import LedgerEntry, damaged_entry, operator_answer
 from .metrics import MetricsHook, MetricsSink
+from .read_cache import DEFAULT_READ_CACHE_BYTES, ReadCache
 from .replicator import WRITE_BEHIND_GAP_S, Replicator
 from .retention import RetentionPolicy, RetentionReport
 from .sweeper import RetentionSweeper
@@ -324,6 +325,13 @@ class DurableSaver(BaseCheckpointSaver[str]):
             tier, nor one this saver is running); a read copies an evicted
             thread back from the shared tiers. Needs a shared tier. None
             (default): unbounded.
+        read_cache_bytes: SQLite alone: reads (``get_tuple``, a page of
+            ``list``) are kept, serialized, up to about this many bytes, and
+            served again while nothing has been committed to the file, by
+            this process or another (`langgraph_durable.read_cache`). What
+            is served is what was verified when it was read; damage to the
+            file without a commit is found by the next real read or by
+            `verify`. 0: read the file every time. Unused with shared tiers.
         retention: a `RetentionPolicy` (keep the newest N checkpoints per
             thread and namespace, those younger than T, delete threads idle
             longer than T) that `apply_retention` applies by default.
@@ -373,6 +381,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         list_snapshot_every: int = DEFAULT_SNAPSHOT_EVERY,
         metrics: MetricsHook | Sequence[MetricsHook] | None = None,
         local_max_bytes: int | None = None,
+        read_cache_bytes: int = DEFAULT_READ_CACHE_BYTES,
         retention: RetentionPolicy | None = None,
         retention_every: float | None = None,
         retention_rate: float | None = DEFAULT_RETENTION_RATE,
@@ -404,6 +413,10 @@ class DurableSaver(BaseCheckpointSaver[str]):
             raise ConfigError(
                 "local_max_bytes= bounds the local SQLite cache of the shared tiers: it needs sqlite= and redis= "
                 f"or postgres= (alone, the local file is the only copy), and a number of bytes; got {local_max_bytes!r}."
+            )
+        if not isinstance(read_cache_bytes, int) or isinstance(read_cache_bytes, bool) or read_cache_bytes < 0:
+            raise ConfigError(
+                f"read_cache_bytes must be a whole number of bytes (0: no read cache), got {read_cache_bytes!r}."
             )
         if sqlite is not None and not isinstance(sqlite, (str, os.PathLike)):
             raise ConfigError(f"sqlite= must be a file path, ':memory:' or None, not {type(sqlite).__name__}.")
@@ -469,6 +482,9 @@ class DurableSaver(BaseCheckpointSaver[str]):
         self._deltas = DeltaMemo(every=list_snapshot_every) if list_snapshot_every > 1 else None
         # Versions of the checkpoints stored or served last, both faces (carried.py).
         self._seen = SeenVersions()
+        # SQLite alone: reads served again while the file is unchanged, both faces.
+        alone = self._local is not None and redis is None and postgres is None
+        self._read_cache = ReadCache(self.serde, read_cache_bytes) if alone and read_cache_bytes else None
         # A pass at most every WRITE_BEHIND_GAP_S when the replicator ships
         # every write of a run (AsyncTierChain.ships_behind): batches, not one
         # record per kick.
@@ -626,6 +642,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
             "own": self._own,
             "metrics": self._metrics,
             "seen": self._seen,
+            "read_cache": self._read_cache,
         }
 
     def _sync_chain(self) -> TierChain:

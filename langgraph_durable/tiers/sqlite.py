@@ -216,6 +216,8 @@ class SqliteTier:
         # adding one never waits for a transaction.
         self._acks: list[tuple[int, tuple[str, ...], tuple[str, ...]]] = []
         self._acks_lock = threading.Lock()
+        # Write transactions over, and connections closed (`version`).
+        self._writes = 0
 
     # -- connection ---------------------------------------------------------
 
@@ -272,36 +274,40 @@ class SqliteTier:
     def _tx(self) -> Iterator[sqlite3.Connection]:
         """A write transaction holding the write lock from its first
         statement. It also writes the acknowledgements `defer_ack` kept.
-        Inside `grouped`, a savepoint of the group's transaction instead."""
+        Inside `grouped`, a savepoint of the group's transaction instead.
+        Counted in `version` once it is over, committed or not."""
         with self._lock, unavailable_on("sqlite", self.path, sqlite3.OperationalError):
-            conn = self._connect()
-            if self._grouped:
-                conn.execute("SAVEPOINT lgd_write")
+            try:
+                conn = self._connect()
+                if self._grouped:
+                    conn.execute("SAVEPOINT lgd_write")
+                    try:
+                        yield conn
+                    except BaseException:
+                        if conn.in_transaction:
+                            conn.execute("ROLLBACK TO lgd_write")
+                            conn.execute("RELEASE lgd_write")
+                        raise
+                    conn.execute("RELEASE lgd_write")
+                    return
+                conn.execute("BEGIN IMMEDIATE")
+                with self._acks_lock:
+                    acks = list(self._acks)
                 try:
+                    if acks:
+                        _ack_many(conn, acks)
                     yield conn
                 except BaseException:
+                    # SQLite rolls back by itself on some errors (SQLITE_FULL).
                     if conn.in_transaction:
-                        conn.execute("ROLLBACK TO lgd_write")
-                        conn.execute("RELEASE lgd_write")
+                        conn.execute("ROLLBACK")
                     raise
-                conn.execute("RELEASE lgd_write")
-                return
-            conn.execute("BEGIN IMMEDIATE")
-            with self._acks_lock:
-                acks = list(self._acks)
-            try:
+                conn.execute("COMMIT")
                 if acks:
-                    _ack_many(conn, acks)
-                yield conn
-            except BaseException:
-                # SQLite rolls back by itself on some errors (SQLITE_FULL).
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
-            if acks:
-                with self._acks_lock:
-                    del self._acks[: len(acks)]
+                    with self._acks_lock:
+                        del self._acks[: len(acks)]
+            finally:
+                self._writes += 1
 
     def grouped(self, calls: Sequence[Callable[[], Any]]) -> list[tuple[bool, Any]]:
         """Group commit: run `calls` (writes of this tier) in one
@@ -331,6 +337,15 @@ class SqliteTier:
         with self._lock, unavailable_on("sqlite", self.path, sqlite3.OperationalError):
             yield self._connect()
 
+    def version(self) -> tuple[int, int]:
+        """What changes whenever the file's contents may have: the write
+        transactions this tier ended (and connections it closed), and
+        SQLite's ``PRAGMA data_version``, which moves when any other
+        connection, of this process or another, commits to the file. The
+        same twice: nothing was written in between (`read_cache.py`)."""
+        with self._read() as conn:
+            return (self._writes, conn.execute("PRAGMA data_version").fetchone()[0])
+
     def setup(self) -> None:
         with self._lock:
             if self._ready:
@@ -351,6 +366,7 @@ class SqliteTier:
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
+                self._writes += 1  # the next connection's data_version starts afresh
             self._ready = False
 
     # -- writes -------------------------------------------------------------

@@ -1,0 +1,232 @@
+"""SQLite alone: a read is served again while nothing was committed to the file.
+
+`read_cache.py` keeps what a read served under the file's version (this
+tier's write transactions, SQLite's ``PRAGMA data_version`` for every other
+connection). These tests watch the statements the tier's connection runs,
+and change the file the ways a user can: through the saver, through another
+saver on the same file, and by hand through another connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import sqlite3
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from langgraph.checkpoint.base import CheckpointTuple
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+from langgraph_durable import ConfigError, DurableSaver
+from langgraph_durable.read_cache import ReadCache, _fields
+
+from .conftest import SaverFactory
+from .graphs import loop_graph
+from .test_local_reads import damage_newest_local_value
+
+FACES = ["sync", "async"]
+
+
+@contextlib.contextmanager
+def traced(saver: DurableSaver) -> Iterator[list[str]]:
+    """The statements the local tier's connection runs meanwhile."""
+    tier: Any = saver._sync_chain().raw_local
+    statements: list[str] = []
+    with tier._lock:
+        tier._connect().set_trace_callback(statements.append)
+    try:
+        yield statements
+    finally:
+        with tier._lock:
+            tier._connect().set_trace_callback(None)
+
+
+async def get(saver: DurableSaver, face: str, thread: str) -> CheckpointTuple | None:
+    config: Any = {"configurable": {"thread_id": thread}}
+    return saver.get_tuple(config) if face == "sync" else await saver.aget_tuple(config)
+
+
+async def page(saver: DurableSaver, face: str, thread: str, limit: int = 10) -> list[CheckpointTuple]:
+    config: Any = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+    if face == "sync":
+        return list(saver.list(config, limit=limit))
+    return [t async for t in saver.alist(config, limit=limit)]
+
+
+async def run(saver: DurableSaver, face: str, thread: str, steps: int, start: int = 0) -> None:
+    """A run of the loop graph, and its end: the thread's writer lease given
+    back (the async face gives it back soon after `ainvoke` returns, a write
+    of the file like any other)."""
+    graph = loop_graph(steps).compile(checkpointer=saver)
+    config: Any = {"configurable": {"thread_id": thread}}
+    state = {"messages": [], "n": start}
+    if face == "sync":
+        graph.invoke(state, config, durability="sync")
+    else:
+        await graph.ainvoke(state, config, durability="sync")
+    deadline = time.monotonic() + 10
+    with contextlib.closing(sqlite3.connect(saver.sqlite_path or "")) as conn:
+        while conn.execute("SELECT 1 FROM lgd_leases WHERE thread_id = ? AND expires_at > 0", (thread,)).fetchone():
+            assert time.monotonic() < deadline, "the run's lease was never given back"
+            await asyncio.sleep(0.01)
+
+
+@pytest.mark.parametrize("face", FACES)
+async def test_a_read_again_runs_one_statement_and_serves_the_same(make_saver: SaverFactory, face: str) -> None:
+    thread = f"t-{uuid.uuid4().hex[:8]}"
+    with make_saver("sqlite") as saver:
+        await run(saver, face, thread, 3)
+        latest, history = await get(saver, face, thread), await page(saver, face, thread)
+        with traced(saver) as statements:
+            assert await get(saver, face, thread) == latest
+            assert await page(saver, face, thread) == history
+        assert statements == ["PRAGMA data_version"] * 2
+        assert latest is not None and latest.checkpoint["channel_values"]["n"] == 3
+        assert [t.config for t in history][:1] == [latest.config] and len(history) == 5
+
+
+@pytest.mark.parametrize("face", FACES)
+async def test_what_is_served_again_is_a_fresh_copy(make_saver: SaverFactory, face: str) -> None:
+    """A caller that changes what it was served changes nothing for the next."""
+    thread = f"t-{uuid.uuid4().hex[:8]}"
+    with make_saver("sqlite") as saver:
+        await run(saver, face, thread, 2)
+        first = await get(saver, face, thread)
+        assert first is not None
+        kept = copy.deepcopy(first)
+        first.checkpoint["channel_values"]["messages"].append("planted")
+        first.checkpoint["channel_versions"]["n"] = "planted"
+        first.config["configurable"]["checkpoint_id"] = "planted"
+        first.metadata["planted"] = True
+        again = await get(saver, face, thread)
+        assert again == kept
+        again.checkpoint["channel_values"]["messages"].clear()
+        assert await get(saver, face, thread) == kept
+
+
+@pytest.mark.parametrize("face", FACES)
+async def test_a_write_through_the_saver_is_read(make_saver: SaverFactory, face: str) -> None:
+    """A pending write (no new checkpoint), a new checkpoint and a deleted
+    thread are each served by the next read."""
+    thread = f"t-{uuid.uuid4().hex[:8]}"
+    with make_saver("sqlite") as saver:
+        await run(saver, face, thread, 2)
+        latest = await get(saver, face, thread)
+        assert latest is not None and latest.pending_writes == []
+        await page(saver, face, thread)
+        if face == "sync":
+            saver.put_writes(latest.config, [("n", 41)], task_id="task-1")
+        else:
+            await saver.aput_writes(latest.config, [("n", 41)], task_id="task-1")
+        again = await get(saver, face, thread)
+        assert again is not None and again.pending_writes == [("task-1", "n", 41)]
+        assert (await page(saver, face, thread))[0].pending_writes == [("task-1", "n", 41)]
+        await run(saver, face, thread, 4, start=2)
+        newer = await get(saver, face, thread)
+        assert newer is not None and newer.checkpoint["channel_values"]["n"] == 4
+        if face == "sync":
+            saver.delete_thread(thread)
+        else:
+            await saver.adelete_thread(thread)
+        assert await get(saver, face, thread) is None
+        assert await page(saver, face, thread) == []
+
+
+@pytest.mark.parametrize("face", FACES)
+async def test_a_commit_by_another_saver_on_the_file_is_read(make_saver: SaverFactory, face: str) -> None:
+    """Another saver (another connection, as another process would have)
+    writes the thread: its new checkpoints are served, not the kept read."""
+    thread = f"t-{uuid.uuid4().hex[:8]}"
+    with make_saver("sqlite") as mine, make_saver("sqlite") as other:
+        await run(mine, face, thread, 2)
+        assert (await get(mine, face, thread)).checkpoint["channel_values"]["n"] == 2  # type: ignore[union-attr]
+        assert len(await page(mine, face, thread)) == 4
+        await run(other, face, thread, 5, start=2)
+        latest = await get(mine, face, thread)
+        assert latest is not None and latest.checkpoint["channel_values"]["n"] == 5
+        assert latest == await get(other, face, thread)
+        history = await page(mine, face, thread)
+        assert len(history) > 4 and history == await page(other, face, thread)
+
+
+@pytest.mark.parametrize("face", FACES)
+async def test_damage_committed_by_hand_is_found_by_the_next_read(make_saver: SaverFactory, face: str) -> None:
+    """A value damaged through another connection after a read was kept: the
+    next read meets it, reports it and falls back, as without the cache."""
+    thread = f"t-{uuid.uuid4().hex[:8]}"
+    events: list[Any] = []
+    with make_saver("sqlite", on_corruption=events.append) as saver:
+        await run(saver, face, thread, 3)
+        assert (await get(saver, face, thread)).checkpoint["channel_values"]["n"] == 3  # type: ignore[union-attr]
+        damage_newest_local_value(saver.sqlite_path or "", thread, "n")
+        latest = await get(saver, face, thread)
+        assert latest is not None and latest.checkpoint["channel_values"]["n"] == 2
+    assert [(e.tier, e.kind) for e in events] == [("sqlite", "blob")]
+
+
+@pytest.mark.parametrize("face", FACES)
+async def test_a_row_removed_by_hand_is_not_served(make_saver: SaverFactory, face: str) -> None:
+    """The newest checkpoint deleted through another connection (an operator
+    rolling a thread back by hand): the kept read is not served."""
+    thread = f"t-{uuid.uuid4().hex[:8]}"
+    with make_saver("sqlite") as saver:
+        await run(saver, face, thread, 3)
+        newest = await get(saver, face, thread)
+        assert newest is not None
+        await page(saver, face, thread)
+        with sqlite3.connect(saver.sqlite_path or "") as conn:
+            conn.execute(
+                "DELETE FROM lgd_checkpoints WHERE thread_id = ? AND checkpoint_id = ?",
+                (thread, newest.config["configurable"]["checkpoint_id"]),
+            )
+        latest = await get(saver, face, thread)
+        assert latest is not None and latest.config == newest.parent_config
+        assert [t.config for t in await page(saver, face, thread)][:1] == [newest.parent_config]
+
+
+def test_off_or_with_a_shared_tier_every_read_reads(make_saver: SaverFactory) -> None:
+    thread = f"t-{uuid.uuid4().hex[:8]}"
+    for tiers, options in (("sqlite", {"read_cache_bytes": 0}), ("sqlite+redis", {})):
+        with make_saver(tiers, **options) as saver:
+            loop_graph(2).compile(checkpointer=saver).invoke(
+                {"messages": [], "n": 0}, {"configurable": {"thread_id": thread}}, durability="sync"
+            )
+            saver.get_tuple({"configurable": {"thread_id": thread}})
+            with traced(saver) as statements:
+                saver.get_tuple({"configurable": {"thread_id": thread}})
+            assert "PRAGMA data_version" not in statements
+            assert any(s.lstrip().startswith("SELECT") for s in statements), (tiers, statements)
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, "32MB", True, None])
+def test_read_cache_bytes_must_be_a_whole_number(tmp_path: Any, bad: Any) -> None:
+    with pytest.raises(ConfigError, match="read_cache_bytes must be a whole number of bytes"):
+        DurableSaver(sqlite=str(tmp_path / "s.sqlite"), read_cache_bytes=bad)
+    assert not (tmp_path / "s.sqlite").exists()
+
+
+def _tuple(n: int, size: int) -> CheckpointTuple:
+    conf = {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": f"{n:04d}"}
+    checkpoint: Any = {"v": 4, "id": conf["checkpoint_id"], "channel_values": {"x": "y" * size}}
+    return CheckpointTuple({"configurable": conf}, checkpoint, {"step": n}, None, [])
+
+
+def test_the_cache_keeps_the_latest_used_within_its_bytes() -> None:
+    serde = JsonPlusSerializer()
+    one = len(serde.dumps_typed([_fields(_tuple(0, 200))])[1])
+    cache = ReadCache(serde, max_bytes=int(one * 4.5))  # room for four
+    for n in range(4):
+        cache.put(n, "v1", [_tuple(n, 200)])
+    assert cache.get(0, "v1") == [_tuple(0, 200)]  # now the latest used
+    cache.put(4, "v1", [_tuple(4, 200)])  # no room for a fifth: the least recently used goes
+    assert cache.get(1, "v1") is None
+    assert [cache.get(n, "v1") for n in (0, 2, 3, 4)] == [[_tuple(n, 200)] for n in (0, 2, 3, 4)]
+    assert cache.get(0, "v2") is None  # another version of the file
+    cache.put(5, "v1", [_tuple(5, one + 200)])  # more than a quarter of the budget: not kept
+    assert cache.get(5, "v1") is None and cache.size <= cache.max_bytes
+    assert [cache.get(n, "v1") is not None for n in (0, 2, 3, 4)] == [True] * 4
