@@ -409,9 +409,14 @@ class Params:
 def open_savers(tiers: str, res: Resources) -> dict[str, DurableSaver]:
     # One store per variant: a saver with a signing key refuses a store that
     # unsigned savers wrote to (a configuration error, found at setup).
+    # No read cache (SQLite alone keeps a read while the file is unchanged):
+    # every get_tuple opens its records, which is what is measured.
     savers: dict[str, DurableSaver] = {}
     for v in VARIANTS:
-        kw: dict[str, Any] = {"sqlite": str(res.tmp_path / f"{tiers.replace('+', '_')}_{v}.sqlite")}
+        kw: dict[str, Any] = {
+            "sqlite": str(res.tmp_path / f"{tiers.replace('+', '_')}_{v}.sqlite"),
+            "read_cache_bytes": 0,
+        }
         if "redis" in tiers:
             kw["redis"] = REDIS_URL
             kw["redis_key_prefix"] = res.new_prefix(v)

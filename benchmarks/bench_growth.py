@@ -110,6 +110,7 @@ class Config:
     history: bool = False  # in the 10,000-checkpoint list measurement
     whole: bool = False  # DurableSaver(list_snapshot_every=1); the bytes measurement only
     linger: float | None = None  # DurableSaver(lease_linger=...); None = not passed (0: no lease kept)
+    read_cache: int | None = None  # DurableSaver(read_cache_bytes=...); None = not passed (the default)
 
     def label(self, mode: str = "sync") -> str:
         if self.kind == "memory":
@@ -125,6 +126,8 @@ class Config:
             out += " list_snapshot_every=1"
         if self.linger:
             out += f" lease_linger={self.linger:g}"
+        if self.read_cache is not None:
+            out += f" read_cache_bytes={self.read_cache}"
         return out
 
     @property
@@ -150,6 +153,7 @@ CONFIGS: list[Config] = [
     Config("sqlite_stock", "stock_sqlite", history=True),
     Config("pg_stock", "stock_postgres", history=True),
     Config("d_s", "durable", ("sqlite",), stock="sqlite_stock", history=True),
+    Config("d_s_nocache", "durable", ("sqlite",), stock="sqlite_stock", history=True, read_cache=0),
     Config("d_srp", "durable", SRP, stock="pg_stock", history=True),
     Config("d_srp_local", "durable", SRP, stock="pg_stock", write="local"),
     Config("d_srp_linger", "durable", SRP, stock="pg_stock", linger=30.0),
@@ -407,6 +411,8 @@ def durable_kwargs(config: Config, st: Storage) -> dict[str, Any]:
         kw["list_snapshot_every"] = 1
     if config.linger is not None:
         kw["lease_linger"] = config.linger
+    if config.read_cache is not None:
+        kw["read_cache_bytes"] = config.read_cache
     return kw
 
 
@@ -1103,7 +1109,8 @@ def execute(run: Run, res: Resources) -> None:
         conc = median(row.conc_s)
         say(row, "async", f"{conc:.2f} s x{params.concurrent} runs" if conc else "")
     if "bytes" in run.parts:
-        for config in [c for c in run.configs if not c.linger]:  # keeping a lease stores nothing more
+        # Keeping a lease or a read stores nothing more.
+        for config in [c for c in run.configs if not c.linger and c.read_cache is None]:
             row = run.row(config, "bytes")
             row.skipped = res.unavailable(config.needs)
             if config.whole and not has_snapshot_keyword():
@@ -1219,7 +1226,9 @@ def render(run: Run) -> tuple[str, dict[str, Any]]:
         f"{p.long_steps}-step thread of section 1 (state of {p.short_steps} and {p.long_steps} messages). "
         "The `lease_linger=30` row keeps each run's writer lease 30 s after the run ends, so these reads "
         "come from that saver's local SQLite cache with no round trip; without it (every other row) a read "
-        "after the run asks every tier which checkpoint is newest.",
+        "after the run asks every tier which checkpoint is newest. Durable sqlite keeps a read while "
+        "nothing is committed to its file (`read_cache.py`), so the calls after the first are served from "
+        "that: the `read_cache_bytes=0` row reads the file every time, as the first read after a write does.",
         "",
     ]
     t2: list[list[str]] = []
@@ -1282,7 +1291,8 @@ def render(run: Run) -> tuple[str, dict[str, Any]]:
             "holding the thread's writer lease. `build` is that loop's wall time. Median latency over up to "
             f"{p.list_reads} calls per thread (fewer if {p.list_budget_s:.0f} s ran out). `no ns`: the same "
             "call without `checkpoint_ns` in the config (`saver.list({'configurable': {'thread_id': t}}, "
-            "limit=10)`), which asks for the newest checkpoints across the thread's namespaces.",
+            "limit=10)`), which asks for the newest checkpoints across the thread's namespaces. Durable "
+            "sqlite serves the calls after the first from its read cache; `read_cache_bytes=0` reads every time.",
             "",
         ]
         t3: list[list[str]] = []
