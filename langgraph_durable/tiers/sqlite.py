@@ -342,9 +342,16 @@ class SqliteTier:
         transactions this tier ended (and connections it closed), and
         SQLite's ``PRAGMA data_version``, which moves when any other
         connection, of this process or another, commits to the file. The
-        same twice: nothing was written in between (`read_cache.py`)."""
-        with self._read() as conn:
-            return (self._writes, conn.execute("PRAGMA data_version").fetchone()[0])
+        same twice: nothing was written in between (`read_cache.py`). On
+        every cached read: the lock and the statement, without `_read`'s
+        two context managers."""
+        with self._lock:
+            try:
+                conn = self._conn if self._conn is not None else self._connect()
+                return (self._writes, conn.execute("PRAGMA data_version").fetchone()[0])
+            except sqlite3.OperationalError as exc:
+                with unavailable_on("sqlite", self.path, sqlite3.OperationalError):
+                    raise exc
 
     def setup(self) -> None:
         with self._lock:
