@@ -20,8 +20,11 @@ read is cached. What is served is still the intact state this saver
 verified when it read it; `verify()` scrubs the file, and the next write
 to the file makes the next read a real one again.
 
-Bounded by bytes (the serialized size, ``DurableSaver(read_cache_bytes=)``),
-least recently used first out. Only the SQLite-alone configuration uses it:
+Bounded by bytes (``DurableSaver(read_cache_bytes=)``: each entry counts
+its serialized size, its key's and a fixed overhead, so many small entries
+stay bounded too), least recently used first out. Not kept: a read that
+found nothing (there is nothing to save), and one holding a ``bytearray``
+value, which the whole-read serialization would turn into ``bytes``. Only the SQLite-alone configuration uses it:
 with shared tiers, another replica can write without touching this file.
 """
 
@@ -38,6 +41,10 @@ DEFAULT_READ_CACHE_BYTES = 32 * 1024 * 1024
 # One read bigger than this share of the budget is not kept: it would push
 # out everything else.
 _LARGEST_SHARE = 4
+# What an entry costs beyond its bytes and its key's text (the key and
+# version tuples, the OrderedDict slot), counted against the budget so that
+# many small entries (a thread id asked with many `before` ids) stay bounded.
+_ENTRY_OVERHEAD = 400
 
 
 class ReadCache:
@@ -46,7 +53,8 @@ class ReadCache:
     def __init__(self, serde: SerializerProtocol, max_bytes: int = DEFAULT_READ_CACHE_BYTES) -> None:
         self.serde = serde
         self.max_bytes = max_bytes
-        self._entries: OrderedDict[Hashable, tuple[Hashable, tuple[str, bytes]]] = OrderedDict()
+        # key -> (version, size counted, serialized tuples)
+        self._entries: OrderedDict[Hashable, tuple[Hashable, int, tuple[str, bytes]]] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
         self.hits = 0
@@ -61,27 +69,41 @@ class ReadCache:
                 return None
             self._entries.move_to_end(key)
             self.hits += 1
-        return [_tuple(t) for t in self.serde.loads_typed(entry[1])]
+        try:
+            return [_tuple(t) for t in self.serde.loads_typed(entry[2])]
+        except Exception:  # cannot happen for what `put` wrote: a read instead
+            self._drop(key)
+            return None
 
     def put(self, key: Hashable, version: Hashable, tuples: Sequence[CheckpointTuple]) -> None:
         """Keep `tuples` as read at `version` (taken *before* the read: a
         write during the read makes the entry one no later read matches)."""
+        if not tuples or any(_changes_type(t) for t in tuples):
+            self._drop(key)
+            return
         try:
             packed = self.serde.dumps_typed([_fields(t) for t in tuples])
         except Exception:  # a value this serializer cannot write whole: not kept
+            self._drop(key)
             return
-        size = len(packed[1])
+        size = len(packed[1]) + len(repr(key)) + _ENTRY_OVERHEAD
         with self._lock:
             old = self._entries.pop(key, None)
             if old is not None:
-                self._bytes -= len(old[1][1])
+                self._bytes -= old[1]
             if size * _LARGEST_SHARE > self.max_bytes:
                 return
-            self._entries[key] = (version, packed)
+            self._entries[key] = (version, size, packed)
             self._bytes += size
             while self._bytes > self.max_bytes:
-                _, (_, dropped) = self._entries.popitem(last=False)
-                self._bytes -= len(dropped[1])
+                _, (_, dropped, _) = self._entries.popitem(last=False)
+                self._bytes -= dropped
+
+    def _drop(self, key: Hashable) -> None:
+        with self._lock:
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self._bytes -= old[1]
 
     def clear(self) -> None:
         with self._lock:
@@ -90,8 +112,21 @@ class ReadCache:
 
     @property
     def size(self) -> int:
-        """Bytes kept."""
+        """Bytes counted against the budget (serialized reads, keys, overhead)."""
         return self._bytes
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+def _changes_type(t: CheckpointTuple) -> bool:
+    """Whether serializing `t` whole would change a value's type: a
+    ``bytearray`` channel or write value (tagged on its own, a plain binary
+    inside a list) would come back as ``bytes``."""
+    values = t.checkpoint.get("channel_values") or {}
+    return any(isinstance(v, bytearray) for v in values.values()) or any(
+        isinstance(w[2], bytearray) for w in t.pending_writes or ()
+    )
 
 
 def _fields(t: CheckpointTuple) -> list[Any]:

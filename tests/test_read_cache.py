@@ -19,11 +19,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from langgraph.checkpoint.base import CheckpointTuple
+from langgraph.checkpoint.base import CheckpointTuple, empty_checkpoint
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from langgraph_durable import ConfigError, DurableSaver
-from langgraph_durable.read_cache import ReadCache, _fields
+from langgraph_durable.read_cache import ReadCache
 
 from .conftest import SaverFactory
 from .graphs import loop_graph
@@ -218,7 +218,9 @@ def _tuple(n: int, size: int) -> CheckpointTuple:
 
 def test_the_cache_keeps_the_latest_used_within_its_bytes() -> None:
     serde = JsonPlusSerializer()
-    one = len(serde.dumps_typed([_fields(_tuple(0, 200))])[1])
+    probe = ReadCache(serde)
+    probe.put(0, "v1", [_tuple(0, 200)])
+    one = probe.size  # what one entry counts against the budget
     cache = ReadCache(serde, max_bytes=int(one * 4.5))  # room for four
     for n in range(4):
         cache.put(n, "v1", [_tuple(n, 200)])
@@ -230,3 +232,34 @@ def test_the_cache_keeps_the_latest_used_within_its_bytes() -> None:
     cache.put(5, "v1", [_tuple(5, one + 200)])  # more than a quarter of the budget: not kept
     assert cache.get(5, "v1") is None and cache.size <= cache.max_bytes
     assert [cache.get(n, "v1") is not None for n in (0, 2, 3, 4)] == [True] * 4
+
+
+def test_many_small_entries_stay_within_the_budget() -> None:
+    """Each entry counts its key and a fixed overhead, not only its bytes: a
+    caller asking with ever new long keys cannot grow the process past it."""
+    cache = ReadCache(JsonPlusSerializer(), max_bytes=100_000)
+    for n in range(2_000):
+        cache.put(("list", "t" * 1000, "", None, f"{n:08d}", 10, None), "v1", [_tuple(n, 1)])
+    assert cache.size <= cache.max_bytes
+    assert len(cache) <= 100_000 // 1000
+    cache.put(("list", "t", "", None, "x", 10, None), "v1", [])  # found nothing: not kept
+    assert cache.get(("list", "t", "", None, "x", 10, None), "v1") is None
+
+
+@pytest.mark.parametrize("face", FACES)
+async def test_a_bytearray_value_is_served_as_a_bytearray_again(make_saver: SaverFactory, face: str) -> None:
+    """Serialized whole, a bytearray channel or write value would come back
+    as bytes: such a read is not kept."""
+    with make_saver("sqlite") as saver:
+        config: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+        checkpoint = empty_checkpoint()
+        checkpoint["channel_values"] = {"b": bytearray(b"abc")}
+        checkpoint["channel_versions"] = {"b": 1}
+        stored = saver.put(config, checkpoint, {"source": "input", "step": -1}, {"b": 1})
+        saver.put_writes(stored, [("b", bytearray(b"def"))], task_id="task-1")
+        for _ in range(2):
+            tup = await get(saver, face, "t")
+            assert tup is not None
+            assert type(tup.checkpoint["channel_values"]["b"]) is bytearray
+            assert [type(w[2]) for w in tup.pending_writes or ()] == [bytearray]
+            assert [type(t.checkpoint["channel_values"]["b"]) for t in await page(saver, face, "t")] == [bytearray]
