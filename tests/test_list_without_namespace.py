@@ -20,6 +20,7 @@ import pytest
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
 
 from langgraph_durable import DurableSaver
+from langgraph_durable.tiers.postgres_async import MIGRATIONS
 
 from .conftest import SaverFactory
 
@@ -100,3 +101,25 @@ def test_postgres_can_list_a_thread_without_a_namespace_from_an_index(make_saver
             ).fetchall()  # fmt: skip
             plan = " / ".join(r[0] for r in rows)
             assert "lgd_checkpoints_thread_recent" in plan and "Sort" not in plan, plan
+
+
+def test_an_index_left_invalid_by_a_failed_concurrent_build_is_built_again(make_saver: SaverFactory) -> None:
+    """An operator's ``CREATE INDEX CONCURRENTLY`` that failed leaves the index
+    INVALID, which ``CREATE INDEX IF NOT EXISTS`` takes for built: after the
+    upgrade the index is valid and the planner reads it."""
+    thread = f"t-{uuid.uuid4().hex[:8]}"
+    with make_saver("postgres") as saver:
+        _fill(saver, thread, 3)
+        url = saver._sync_chain().raw_shared[0].url
+    recent = "'lgd_checkpoints_thread_recent'::regclass"
+    with psycopg.connect(url, autocommit=True) as conn:
+        # Back to before the upgrade that brings the index, with a failed build's leftover.
+        conn.execute("DELETE FROM lgd_migrations WHERE v >= %s", (len(MIGRATIONS) - 2,))
+        conn.execute(f"UPDATE pg_index SET indisvalid = false WHERE indexrelid = {recent}")
+    with make_saver("postgres") as saver:
+        saver.setup()
+        assert len(_listed(saver, thread, limit=2)) == 2
+    with psycopg.connect(url, autocommit=True) as conn:
+        assert conn.execute(f"SELECT indisvalid FROM pg_index WHERE indexrelid = {recent}").fetchone() == (True,)
+        versions = [r[0] for r in conn.execute("SELECT v FROM lgd_migrations ORDER BY v").fetchall()]
+        assert versions == list(range(1, len(MIGRATIONS)))

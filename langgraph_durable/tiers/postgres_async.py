@@ -130,6 +130,24 @@ MIGRATIONS: list[str] = [
     """
     CREATE INDEX IF NOT EXISTS lgd_checkpoints_thread_recent ON lgd_checkpoints (thread_id, checkpoint_id);
     """,
+    # A CREATE INDEX CONCURRENTLY that failed (cancelled, a deadlock, the
+    # server restarted) leaves its index INVALID: never used by a query but
+    # still kept up to date by every write, and taken by IF NOT EXISTS above
+    # for one that exists. Build it again. (Non-concurrently: this holds the
+    # table's writes meanwhile, as the migration above would have.)
+    """
+    DO $$
+    BEGIN
+        IF EXISTS (
+            SELECT 1 FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+            WHERE i.indrelid = 'lgd_checkpoints'::regclass
+                AND c.relname = 'lgd_checkpoints_thread_recent' AND NOT i.indisvalid
+        ) THEN
+            DROP INDEX lgd_checkpoints_thread_recent;
+        END IF;
+    END $$;
+    CREATE INDEX IF NOT EXISTS lgd_checkpoints_thread_recent ON lgd_checkpoints (thread_id, checkpoint_id);
+    """,
 ]
 
 _CP_COLS = "thread_id, checkpoint_ns, checkpoint_id, parent_id, run_id, metadata::text, record"
