@@ -24,8 +24,10 @@ Bounded by bytes (``DurableSaver(read_cache_bytes=)``: each entry counts
 its serialized size, its key's and a fixed overhead, so many small entries
 stay bounded too), least recently used first out. Not kept: a read that
 found nothing (there is nothing to save), and one holding a ``bytearray``
-value, which the whole-read serialization would turn into ``bytes``. Only the SQLite-alone configuration uses it:
-with shared tiers, another replica can write without touching this file.
+value, which the whole-read serialization would turn into ``bytes``.
+
+Only the SQLite-alone configuration uses it: with shared tiers, another
+replica can write without touching this file.
 """
 
 from __future__ import annotations
@@ -104,11 +106,6 @@ class ReadCache:
             old = self._entries.pop(key, None)
             if old is not None:
                 self._bytes -= old[1]
-
-    def clear(self) -> None:
-        with self._lock:
-            self._entries.clear()
-            self._bytes = 0
 
     @property
     def size(self) -> int:
