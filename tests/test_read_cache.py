@@ -69,6 +69,10 @@ async def run(saver: DurableSaver, face: str, thread: str, steps: int, start: in
         graph.invoke(state, config, durability="sync")
     else:
         await graph.ainvoke(state, config, durability="sync")
+    await lease_given_back(saver, thread)
+
+
+async def lease_given_back(saver: DurableSaver, thread: str) -> None:
     deadline = time.monotonic() + 10
     with contextlib.closing(sqlite3.connect(saver.sqlite_path or "")) as conn:
         while conn.execute("SELECT 1 FROM lgd_leases WHERE thread_id = ? AND expires_at > 0", (thread,)).fetchone():
@@ -263,3 +267,23 @@ async def test_a_bytearray_value_is_served_as_a_bytearray_again(make_saver: Save
             assert type(tup.checkpoint["channel_values"]["b"]) is bytearray
             assert [type(w[2]) for w in tup.pending_writes or ()] == [bytearray]
             assert [type(t.checkpoint["channel_values"]["b"]) for t in await page(saver, face, "t")] == [bytearray]
+
+
+@pytest.mark.parametrize("face", FACES)
+async def test_a_delta_channel_thread_read_again_runs_no_select(make_saver: SaverFactory, face: str) -> None:
+    """A `DeltaChannel` read is the latest checkpoint, its parent pointer and
+    pages of ancestors: read again, the checkpoint and the pages are kept
+    and the parent pointer remembered, so only the version is asked."""
+    from .test_delta import RUNS, delta_graph
+
+    thread = f"t-{uuid.uuid4().hex[:8]}"
+    config: Any = {"configurable": {"thread_id": thread}, "recursion_limit": 200}
+    with make_saver("sqlite") as saver:
+        graph = delta_graph().compile(checkpointer=saver)
+        graph.invoke(RUNS[0], config) if face == "sync" else await graph.ainvoke(RUNS[0], config)
+        await lease_given_back(saver, thread)
+        first = graph.get_state(config).values if face == "sync" else (await graph.aget_state(config)).values
+        with traced(saver) as statements:
+            again = graph.get_state(config).values if face == "sync" else (await graph.aget_state(config)).values
+        assert again == first and len(first["items"]) == RUNS[0]["limit"]
+        assert statements and set(statements) == {"PRAGMA data_version"}, statements
