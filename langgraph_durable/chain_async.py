@@ -134,9 +134,12 @@ class AsyncTierChain:
         self.seen = seen or SeenVersions()
         self.reads = AsyncTierReader(self.tiers, codec, self.policy, deltas, self.memory.outbox.holds)
         self.maintenance = AsyncMaintenance(self.tiers, codec, self.reads, deltas)
-        # SQLite alone: reads kept while the file is unchanged (read_cache.py).
-        # With a shared tier another replica writes without touching the file.
-        self.read_cache = read_cache if local is not None and not shared else None
+        # Reads kept while the local file is unchanged (read_cache.py): every
+        # read with SQLite alone; with a shared tier (which another replica
+        # writes without touching the file) only what this saver reads back
+        # from the local tier under the thread's lease.
+        self.read_cache = read_cache if local is not None else None
+        self.cache_all_reads = not shared
         self._views: dict[int, AsyncTierChain] = {}
         self._ready = False
         # First use may come from many tasks (or threads) at once; the pools
@@ -614,7 +617,7 @@ class AsyncTierChain:
         await self.ensure_setup()
         await self._bounded(thread_id)
         key = ("get", thread_id, ns, cid)
-        version = await self._cached_version()
+        version = await self._cached_version() if self.cache_all_reads else None
         if version is not None and self.read_cache is not None:
             kept = self.read_cache.get(key, version)
             if kept is not None:
@@ -622,7 +625,7 @@ class AsyncTierChain:
         if not cid and self.own is not None:
             expected = self.own.current(thread_id, ns, lease_token, time.monotonic(), trusted_until)
             if expected is not None:
-                tup = await self.reads.local_latest(thread_id, ns, *expected)
+                tup = await self._own_latest(thread_id, ns, *expected)
                 if tup is not None:
                     return self.served(tup)
         incidents = self.reads.incident_reads
@@ -635,6 +638,30 @@ class AsyncTierChain:
         ):
             self.read_cache.put(key, version, [tup])
         return self.served(tup)
+
+    async def _own_latest(
+        self, thread_id: str, ns: str, checkpoint_id: str, write_keys: frozenset[tuple[str, int]]
+    ) -> CheckpointTuple | None:
+        """What this saver wrote last under the thread's lease, from the local
+        tier alone (`AsyncTierReader.local_latest`); kept while the file is
+        unchanged, under what the lease says to expect there: the head and
+        its write keys. None: read as usual, across the tiers."""
+        key = ("own", thread_id, ns, checkpoint_id, write_keys)
+        version = await self._cached_version()
+        if version is not None and self.read_cache is not None:
+            kept = self.read_cache.get(key, version)
+            if kept is not None:
+                return kept[0]
+        incidents = self.reads.incident_reads
+        tup = await self.reads.local_latest(thread_id, ns, checkpoint_id, write_keys)
+        if (
+            version is not None
+            and self.read_cache is not None
+            and tup is not None
+            and self.reads.incident_reads == incidents
+        ):
+            self.read_cache.put(key, version, [tup])
+        return tup
 
     async def _cached_version(self) -> Any:
         """The local file's version if reads are cached (`read_cache.py`),
@@ -681,7 +708,8 @@ class AsyncTierChain:
         # One thread's history, as history views and DeltaChannel reads ask
         # for it, is kept like a get (`read_cache.py`).
         key = ("list", thread_id, ns, cid, before_id, limit, tuple(channels) if channels is not None else None)
-        version = await self._cached_version() if thread_id is not None and not filter else None
+        cached = self.cache_all_reads and thread_id is not None and not filter
+        version = await self._cached_version() if cached else None
         if version is not None and self.read_cache is not None:
             kept = self.read_cache.get(key, version)
             if kept is not None:

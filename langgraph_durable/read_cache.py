@@ -26,8 +26,11 @@ stay bounded too), least recently used first out. Not kept: a read that
 found nothing (there is nothing to save), and one holding a ``bytearray``
 value, which the whole-read serialization would turn into ``bytes``.
 
-Only the SQLite-alone configuration uses it: with shared tiers, another
-replica can write without touching this file.
+With SQLite alone every read is kept. With shared tiers another replica
+can write without touching this file, so only one read is: a thread's
+latest state read back from the local tier under this saver's lease
+(`AsyncTierReader.local_latest`), kept under what the lease says the file
+holds (the head and its pending write keys) as well as the version.
 """
 
 from __future__ import annotations

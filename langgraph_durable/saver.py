@@ -325,13 +325,16 @@ class DurableSaver(BaseCheckpointSaver[str]):
             tier, nor one this saver is running); a read copies an evicted
             thread back from the shared tiers. Needs a shared tier. None
             (default): unbounded.
-        read_cache_bytes: SQLite alone: reads (``get_tuple``, a page of
-            ``list``) are kept, serialized, up to about this many bytes, and
-            served again while nothing has been committed to the file, by
-            this process or another (`langgraph_durable.read_cache`). What
-            is served is what was verified when it was read; damage to the
-            file without a commit is found by the next real read or by
-            `verify`. 0: read the file every time. Unused with shared tiers.
+        read_cache_bytes: reads from the local SQLite file are kept,
+            serialized, up to about this many bytes, and served again while
+            nothing has been committed to the file, by this process or
+            another (`langgraph_durable.read_cache`). With SQLite alone,
+            every ``get_tuple`` and page of ``list``; with shared tiers, only
+            a thread's latest state read back under this saver's lease of
+            it (see ``lease_linger``). What is served is what was verified
+            when it was read; damage to the file without a commit is found
+            by the next real read or by `verify`. 0: read the file every
+            time.
         retention: a `RetentionPolicy` (keep the newest N checkpoints per
             thread and namespace, those younger than T, delete threads idle
             longer than T) that `apply_retention` applies by default.
@@ -482,9 +485,10 @@ class DurableSaver(BaseCheckpointSaver[str]):
         self._deltas = DeltaMemo(every=list_snapshot_every) if list_snapshot_every > 1 else None
         # Versions of the checkpoints stored or served last, both faces (carried.py).
         self._seen = SeenVersions()
-        # SQLite alone: reads served again while the file is unchanged, both faces.
-        alone = self._local is not None and redis is None and postgres is None
-        self._read_cache = ReadCache(self.serde, read_cache_bytes) if alone and read_cache_bytes else None
+        # Reads served again while the local file is unchanged, both faces:
+        # every read with SQLite alone, else the reads under a lease.
+        local = self._local is not None
+        self._read_cache = ReadCache(self.serde, read_cache_bytes) if local and read_cache_bytes else None
         # A pass at most every WRITE_BEHIND_GAP_S when the replicator ships
         # every write of a run (AsyncTierChain.ships_behind): batches, not one
         # record per kick.

@@ -34,6 +34,7 @@ from .tamper import flip
 from .test_delta import RUNS as DELTA_RUNS
 from .test_delta import _history, _values, delta_graph, extend
 from .test_local_reads import count_shared_reads, damage_newest_local_value
+from .test_read_cache import get, traced
 
 
 def counting_graph(steps: int) -> Any:
@@ -249,6 +250,56 @@ def test_a_damaged_local_copy_under_a_kept_lease_is_read_around_and_repaired(mak
         assert saver.verify(thread).bad == []
     assert [(e.tier, e.kind) for e in events] == [("sqlite", "blob")]
     assert events[0].served_instead.startswith("intact copy from")
+
+
+async def kept_run(saver: DurableSaver, face: str, thread: str, steps: int) -> None:
+    """A run of the counting graph whose lease is then kept."""
+    graph = counting_graph(steps).compile(checkpointer=saver)
+    if face == "sync":
+        graph.invoke({"messages": [], "n": 0}, config_of(thread), durability="sync")
+    else:
+        await graph.ainvoke({"messages": [], "n": 0}, config_of(thread), durability="sync")
+    await wait_until_kept(saver, thread)
+
+
+@pytest.mark.parametrize("face", ["sync", "async"])
+async def test_a_read_again_under_a_kept_lease_runs_one_statement_and_serves_the_same(
+    make_saver: SaverFactory, face: str
+) -> None:
+    """What the local fast path read is kept while the file is unchanged
+    (`read_cache.py`): the next read asks only for the file's version, and
+    none of the shared tiers."""
+    thread = new_thread()
+    async with make_saver("sqlite+redis+postgres", lease_linger=30.0) as saver:
+        await saver.asetup()
+        await kept_run(saver, face, thread, 3)
+        first = await get(saver, face, thread)
+        calls = count_shared_reads(saver, face)
+        with traced(saver) as statements:
+            again = await get(saver, face, thread)
+        assert again == first and again is not first
+        assert first is not None and first.checkpoint["channel_values"]["n"] == 3
+        assert statements == ["PRAGMA data_version"]
+        assert sum(calls.values()) == 0
+
+
+@pytest.mark.parametrize("face", ["sync", "async"])
+async def test_a_local_value_damaged_after_a_kept_read_is_met_by_the_next_read(
+    make_saver: SaverFactory, face: str
+) -> None:
+    """Damage committed to the file after a read was kept: the next read is a
+    real one, serves the intact copy from a shared tier, and reports it."""
+    thread = new_thread()
+    events: list[Any] = []
+    async with make_saver("sqlite+redis+postgres", lease_linger=30.0, on_corruption=events.append) as saver:
+        await saver.asetup()
+        await kept_run(saver, face, thread, 3)
+        kept = await get(saver, face, thread)
+        damage_newest_local_value(saver.sqlite_path or "", thread, "n")
+        served = await get(saver, face, thread)
+        assert served == kept
+        assert served is not None and served.checkpoint["channel_values"] == {"messages": ["m0", "m1", "m2"], "n": 3}
+    assert [(e.tier, e.kind) for e in events] == [("sqlite", "blob")]
 
 
 def test_write_behind_keeps_the_lease_once_the_run_has_shipped(make_saver: SaverFactory) -> None:
