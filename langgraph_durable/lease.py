@@ -9,8 +9,9 @@ transaction. A second process that tries to run the thread meanwhile gets
 was taken over gets `LeaseLost` at its next write, and that write is not
 stored. Two writers therefore never fork a thread's history.
 
-A run gives the lease back when it ends, so another replica may run the
-thread right after it (with write-behind, once the replicator has shipped
+A run gives the lease back when it ends (or, with ``lease_linger``, keeps
+it until another replica asks for it: `handoff.py`), so another replica may
+run the thread right after it (with write-behind, once the replicator has shipped
 the run: `LeaseBook.hand_off_later`). LangGraph tells a checkpointer nothing
 at the end of a run; the sign used is the run's ``stream_writer`` (a
 function Pregel makes per run and keeps in the run's Runtime) being freed:
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 import gc
 import inspect
+import json
 import os
 import secrets
 import socket
@@ -70,6 +72,15 @@ LEASE_HANDOFF_GRACE_S = 0.3
 # it asked the tier to keep the lease. The rest covers a tier clock that runs
 # fast against this machine's.
 LINGER_TRUSTED = 0.9
+# ``lease_linger`` hand-offs (`handoff.py`): the channel a replica that finds
+# a thread's lease kept by another saver asks on (Postgres NOTIFY, Redis
+# PUBLISH under the key prefix), and how soon it looks at the lease again
+# after asking (then doubling, as any busy lease).
+HAND_OFF_CHANNEL = "lgd_lease_hand_off"
+HAND_OFF_POLL_FIRST_S = 0.002
+# Postgres refuses a NOTIFY payload of 8000 bytes or more: a longer request
+# (a thread id of kilobytes) is not sent, and the taker waits as before.
+HAND_OFF_MAX_MESSAGE = 7900
 # Threads whose lease one saver remembers. Beyond this the least recently
 # used is forgotten, and its lease released.
 MAX_TRACKED_THREADS = 10_000
@@ -178,6 +189,25 @@ class BusyWait:
         # A lease that expires sooner than the backoff is looked at again
         # right after it expires (plus the first interval, for clock jitter).
         return max(0.0, min(backoff, remaining + self.first, left))
+
+
+# -- hand-offs of kept leases (handoff.py) ---------------------------------------------
+
+
+def hand_off_message(holder: str, thread_id: str) -> str:
+    """A request to `holder` to give back the kept lease of `thread_id`."""
+    return json.dumps([holder, thread_id], separators=(",", ":"))
+
+
+def read_hand_off(message: str | bytes) -> tuple[str, str] | None:
+    """(holder, thread id) of a `hand_off_message`; None if it is not one."""
+    try:
+        holder, thread_id = json.loads(message)
+    except (ValueError, TypeError):
+        return None
+    if not isinstance(holder, str) or not isinstance(thread_id, str):
+        return None
+    return holder, thread_id
 
 
 # -- who holds a lease --------------------------------------------------------------
@@ -390,6 +420,11 @@ class LeaseBook:
         # monotonic time until which this saver trusts its own writes as the
         # thread's latest state.
         self._lingering: dict[str, tuple[Lease, float]] = {}
+        # Whether kept leases can be asked for (`handoff.py`): with
+        # `needs_ears`, a lease is kept only while the listener hears its
+        # channel, so that another replica never waits for one in vain.
+        self.needs_ears = False
+        self._hearing = False
         # Set here, not on first use: two threads' first runs would both see
         # an unset pid, and the second would clear the lease the first had
         # just recorded.
@@ -410,6 +445,7 @@ class LeaseBook:
                     self._held.clear()
                     self._handoffs.clear()
                     self._lingering.clear()
+                    self._hearing = False  # the listener's thread stayed in the parent
                     self._holder, self._pid = new_holder(), os.getpid()
 
     def fence(self, lease: Lease, *, behind: bool = False) -> Fence:
@@ -504,21 +540,54 @@ class LeaseBook:
             self._lingering.clear()
             return leases
 
-    def keep(self, lease: Lease, until: float) -> None:
+    def may_keep(self) -> bool:
+        """Whether an ended run's lease may be kept now (`keep`)."""
+        self._after_fork()
+        with self._lock:
+            return self.linger > 0 and (self._hearing or not self.needs_ears)
+
+    def keep(self, lease: Lease, until: float) -> bool:
         """An ended run's lease that its tier keeps for ``linger`` seconds more
         (``lease_linger``): until `until` (monotonic) this saver is the only
         one that can have written the thread, so what it wrote last is read
         from its local cache. A new run of the thread here (`begin`), a
-        write outside a run (`unkeep`) or `drop` ends it."""
+        write outside a run (`unkeep`), a request to hand it off (`unkeep`,
+        `handoff.py`) or `drop` ends it. False if it may not be kept (the
+        hand-off listener does not hear its channel, `may_keep`): the caller
+        gives it back."""
         with self._lock:
+            if self.needs_ears and not self._hearing:
+                return False
             if lease.thread_id in self._held:
-                return
+                return True
             self._lingering.pop(lease.thread_id, None)
             self._lingering[lease.thread_id] = (lease, until)
             # Beyond max_threads the oldest are forgotten: trusted no more,
             # they expire in their tier by themselves.
             while len(self._lingering) > self.max_threads:
                 del self._lingering[next(iter(self._lingering))]
+            return True
+
+    def hearing(self) -> None:
+        """The hand-off listener hears its channel: leases may be kept."""
+        with self._lock:
+            self._hearing = True
+
+    def stop_hearing(self) -> None:
+        """No lease is kept from now on (the listener stops with the saver);
+        those kept stay, for `drop_all` to hand to whoever gives them back."""
+        with self._lock:
+            self._hearing = False
+
+    def deaf(self) -> list[Lease]:
+        """The hand-off listener stopped hearing its channel (or stopped): no
+        lease is kept from now on, and those kept are trusted no more. Returns
+        them, for the caller to give back."""
+        with self._lock:
+            self._hearing = False
+            kept = [lease for lease, _ in self._lingering.values()]
+            self._lingering.clear()
+            return kept
 
     def unkeep(self, thread_id: str) -> Lease | None:
         """Stop trusting a kept lease (before writing the thread outside a

@@ -46,6 +46,7 @@ from .codec import thread_of
 from .concurrency import maybe_await, sleep, defer, ensure_deferred_worker
 from .errors import DurableError, LeaseLost, TierUnavailable
 from .lease import (
+    HAND_OFF_POLL_FIRST_S,
     LEASE_HANDOFF_GRACE_S,
     LINGER_TRUSTED,
     BusyWait,
@@ -87,13 +88,13 @@ class LeaseKeeper:
         lease = self._acquire(thread_id)
         self._loop = _running_loop()
         for forgotten in self.book.begin(config["configurable"][RUNTIME_KEY], lease, self._run_ended):
-            self._release_quietly(forgotten)
+            self.release_quietly(forgotten)
         return lease
 
     def abandon_run(self, lease: Lease) -> None:
         """The run failed before it started (e.g. `ResumeRejected`): let go."""
         if self.book.drop(lease.thread_id, lease.token) is not None:
-            self._release_quietly(lease)
+            self.release_quietly(lease)
 
     def _run_ended(self, lease: Lease) -> None:
         """A run of this saver ended (`LeaseBook` forgot it already): give its
@@ -171,11 +172,14 @@ class LeaseKeeper:
         # Kept only in the most authoritative shared tier, where every replica
         # that reaches it takes its leases: one taken in another tier during
         # an outage is not seen there once it is over.
-        if linger > 0 and self.chain.own is not None and self.chain.shared and tier is self.chain.shared[-1]:
+        # And only while another replica can ask for it (`handoff.py`).
+        if self.chain.own is not None and self.chain.shared and tier is self.chain.shared[-1] and self.book.may_keep():
             asked = time.monotonic()  # the tier's expiry is at least this much later
-            if tier.keep_lease(lease.thread_id, lease.holder, lease.token, linger):
-                self.book.keep(lease, asked + linger * LINGER_TRUSTED)
-            return  # not kept: the lease is no longer this run's, nothing to give back
+            if not tier.keep_lease(lease.thread_id, lease.holder, lease.token, linger):
+                return  # not kept: the lease is no longer this run's, nothing to give back
+            if self.book.keep(lease, asked + linger * LINGER_TRUSTED):
+                return
+            # The hand-off listener went deaf meanwhile: give it back after all.
         tier.release_lease(lease.thread_id, lease.holder, lease.token)
 
     def hand_off_shipped(self) -> int:
@@ -263,7 +267,7 @@ class LeaseKeeper:
                 old = self.book.held(thread_id)
                 moved = self._acquire(thread_id)
                 if old is None or not self.book.moved(old, moved):
-                    self._release_quietly(moved)
+                    self.release_quietly(moved)
                     raise
                 logger.warning(
                     "writer lease of thread %r moved from %s to %s (token %s): %s",
@@ -277,7 +281,7 @@ class LeaseKeeper:
         try:
             return write(self.book.fence(lease))
         finally:
-            self._release_quietly(lease)
+            self.release_quietly(lease)
 
     # -- release --------------------------------------------------------------------
 
@@ -303,9 +307,10 @@ class LeaseKeeper:
         with contextlib.suppress(DurableError):
             self.hand_off_shipped()
         for lease in self.book.drop_all():
-            self._release_quietly(lease)
+            self.release_quietly(lease)
 
-    def _release_quietly(self, lease: Lease) -> None:
+    def release_quietly(self, lease: Lease) -> None:
+        """Give `lease` back; a failure is logged (it then expires by itself)."""
         try:
             self.chain.tier_named(lease.tier).release_lease(lease.thread_id, lease.holder, lease.token)
         except DurableError as exc:
@@ -334,6 +339,7 @@ class LeaseKeeper:
         book = self.book
         # With on_busy="raise", a short grace still: see LEASE_HANDOFF_GRACE_S.
         wait = BusyWait(book.wait if book.on_busy == "wait" else LEASE_HANDOFF_GRACE_S, time.monotonic())
+        asked = False
         while True:
             current, now = tier.read_lease(thread_id)
             verdict = decide(current, book.holder, now)
@@ -354,11 +360,28 @@ class LeaseKeeper:
                     )
                 return taken
             assert current is not None
+            # Busy. A holder that only keeps the lease after a run
+            # (``lease_linger``) gives it back when asked (`handoff.py`), so
+            # look again soon. Asked at every look: a run that is still going
+            # now may keep its lease when it ends.
+            self._ask_hand_off(tier, thread_id, current.holder)
+            if not asked:
+                asked = True
+                wait = BusyWait(wait.limit, wait.started, first=HAND_OFF_POLL_FIRST_S)
             delay = wait.next_delay(time.monotonic(), current.remaining(now))
             if delay is None:
                 waited = time.monotonic() - wait.started if book.on_busy == "wait" else None
                 raise thread_busy(thread_id, current, now, waited=waited)
             sleep(delay)
+
+    def _ask_hand_off(self, tier: Any, thread_id: str, holder: str) -> None:
+        """Ask `holder` to give back a lease it keeps after a run. Nothing is
+        lost if the request is not heard (the holder keeps no lease, or it
+        is not listening): the lease is then waited for as before."""
+        try:
+            tier.ask_hand_off(thread_id, holder)
+        except TierUnavailable as exc:
+            logger.debug("could not ask for the lease of thread %r: %s", thread_id, exc)
 
     def _gone(self, holder: str) -> bool:
         return holder_gone(holder, host=socket.gethostname(), pid=os.getpid(), alive=pid_alive)

@@ -44,6 +44,7 @@ from .codec import thread_of
 from .concurrency import amaybe_await, asleep, defer, ensure_deferred_worker
 from .errors import DurableError, LeaseLost, TierUnavailable
 from .lease import (
+    HAND_OFF_POLL_FIRST_S,
     LEASE_HANDOFF_GRACE_S,
     LINGER_TRUSTED,
     BusyWait,
@@ -85,13 +86,13 @@ class AsyncLeaseKeeper:
         lease = await self._acquire(thread_id)
         self._loop = _running_loop()
         for forgotten in self.book.begin(config["configurable"][RUNTIME_KEY], lease, self._run_ended):
-            await self._release_quietly(forgotten)
+            await self.release_quietly(forgotten)
         return lease
 
     async def abandon_run(self, lease: Lease) -> None:
         """The run failed before it started (e.g. `ResumeRejected`): let go."""
         if self.book.drop(lease.thread_id, lease.token) is not None:
-            await self._release_quietly(lease)
+            await self.release_quietly(lease)
 
     def _run_ended(self, lease: Lease) -> None:
         """A run of this saver ended (`LeaseBook` forgot it already): give its
@@ -169,11 +170,14 @@ class AsyncLeaseKeeper:
         # Kept only in the most authoritative shared tier, where every replica
         # that reaches it takes its leases: one taken in another tier during
         # an outage is not seen there once it is over.
-        if linger > 0 and self.chain.own is not None and self.chain.shared and tier is self.chain.shared[-1]:
+        # And only while another replica can ask for it (`handoff.py`).
+        if self.chain.own is not None and self.chain.shared and tier is self.chain.shared[-1] and self.book.may_keep():
             asked = time.monotonic()  # the tier's expiry is at least this much later
-            if await tier.keep_lease(lease.thread_id, lease.holder, lease.token, linger):
-                self.book.keep(lease, asked + linger * LINGER_TRUSTED)
-            return  # not kept: the lease is no longer this run's, nothing to give back
+            if not await tier.keep_lease(lease.thread_id, lease.holder, lease.token, linger):
+                return  # not kept: the lease is no longer this run's, nothing to give back
+            if self.book.keep(lease, asked + linger * LINGER_TRUSTED):
+                return
+            # The hand-off listener went deaf meanwhile: give it back after all.
         await tier.release_lease(lease.thread_id, lease.holder, lease.token)
 
     async def hand_off_shipped(self) -> int:
@@ -261,7 +265,7 @@ class AsyncLeaseKeeper:
                 old = self.book.held(thread_id)
                 moved = await self._acquire(thread_id)
                 if old is None or not self.book.moved(old, moved):
-                    await self._release_quietly(moved)
+                    await self.release_quietly(moved)
                     raise
                 logger.warning(
                     "writer lease of thread %r moved from %s to %s (token %s): %s",
@@ -275,7 +279,7 @@ class AsyncLeaseKeeper:
         try:
             return await write(self.book.fence(lease))
         finally:
-            await self._release_quietly(lease)
+            await self.release_quietly(lease)
 
     # -- release --------------------------------------------------------------------
 
@@ -301,9 +305,10 @@ class AsyncLeaseKeeper:
         with contextlib.suppress(DurableError):
             await self.hand_off_shipped()
         for lease in self.book.drop_all():
-            await self._release_quietly(lease)
+            await self.release_quietly(lease)
 
-    async def _release_quietly(self, lease: Lease) -> None:
+    async def release_quietly(self, lease: Lease) -> None:
+        """Give `lease` back; a failure is logged (it then expires by itself)."""
         try:
             await self.chain.tier_named(lease.tier).release_lease(lease.thread_id, lease.holder, lease.token)
         except DurableError as exc:
@@ -332,6 +337,7 @@ class AsyncLeaseKeeper:
         book = self.book
         # With on_busy="raise", a short grace still: see LEASE_HANDOFF_GRACE_S.
         wait = BusyWait(book.wait if book.on_busy == "wait" else LEASE_HANDOFF_GRACE_S, time.monotonic())
+        asked = False
         while True:
             current, now = await tier.read_lease(thread_id)
             verdict = decide(current, book.holder, now)
@@ -352,11 +358,28 @@ class AsyncLeaseKeeper:
                     )
                 return taken
             assert current is not None
+            # Busy. A holder that only keeps the lease after a run
+            # (``lease_linger``) gives it back when asked (`handoff.py`), so
+            # look again soon. Asked at every look: a run that is still going
+            # now may keep its lease when it ends.
+            await self._ask_hand_off(tier, thread_id, current.holder)
+            if not asked:
+                asked = True
+                wait = BusyWait(wait.limit, wait.started, first=HAND_OFF_POLL_FIRST_S)
             delay = wait.next_delay(time.monotonic(), current.remaining(now))
             if delay is None:
                 waited = time.monotonic() - wait.started if book.on_busy == "wait" else None
                 raise thread_busy(thread_id, current, now, waited=waited)
             await asleep(delay)
+
+    async def _ask_hand_off(self, tier: Any, thread_id: str, holder: str) -> None:
+        """Ask `holder` to give back a lease it keeps after a run. Nothing is
+        lost if the request is not heard (the holder keeps no lease, or it
+        is not listening): the lease is then waited for as before."""
+        try:
+            await tier.ask_hand_off(thread_id, holder)
+        except TierUnavailable as exc:
+            logger.debug("could not ask for the lease of thread %r: %s", thread_id, exc)
 
     def _gone(self, holder: str) -> bool:
         return holder_gone(holder, host=socket.gethostname(), pid=os.getpid(), alive=pid_alive)

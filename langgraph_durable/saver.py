@@ -36,12 +36,22 @@ from .codec import DEFAULT_MAX_RECORD_BYTES, RecordCodec, thread_id_of
 from .concurrency import wait_deferred
 from .deltas import DEFAULT_SNAPSHOT_EVERY, DeltaMemo
 from .errors import ConfigError
+from .handoff import Ears, HandOffListener, PostgresEars, RedisEars
 from .health import Counters, Health
 from .importer import Importer
 from .importer_async import AsyncImporter
 from .importing import ImportReport
 from .integrity import IntegrityPolicy, OnCorruption, ScanReport
-from .lease import DEFAULT_LEASE_TTL_S, DEFAULT_LEASE_WAIT_S, DEFAULT_ON_BUSY, LeaseBook, OnBusy, OwnHeads
+from .lease import (
+    DEFAULT_LEASE_TTL_S,
+    DEFAULT_LEASE_WAIT_S,
+    DEFAULT_ON_BUSY,
+    HAND_OFF_CHANNEL,
+    Lease,
+    LeaseBook,
+    OnBusy,
+    OwnHeads,
+)
 from .lease_keeper import LeaseKeeper
 from .lease_keeper_async import AsyncLeaseKeeper
 from .ledger import LedgerEntry, damaged_entry, operator_answer
@@ -77,6 +87,9 @@ ENV_WRITE = "LANGGRAPH_DURABLE_WRITE"
 ENV_REDIS_KEY_PREFIX = "LANGGRAPH_DURABLE_REDIS_KEY_PREFIX"
 # Seconds after which an idle thread leaves Redis (redis_ttl).
 ENV_REDIS_TTL = "LANGGRAPH_DURABLE_REDIS_TTL"
+# How long `setup` waits for the hand-off listener to hear its channel
+# (handoff.py): until then, runs give their leases back as without linger.
+HAND_OFF_START_WAIT_S = 3.0
 # Seconds a run's lease is kept after it ends (lease_linger).
 ENV_LEASE_LINGER = "LANGGRAPH_DURABLE_LEASE_LINGER"
 # Comma-separated keys still accepted for verification (rotation); the word
@@ -285,15 +298,18 @@ class DurableSaver(BaseCheckpointSaver[str]):
             the thread, so this saver reads its latest state from the local
             cache alone, with no round trip to Redis or Postgres (with a
             local tier in front of a shared one; otherwise it does nothing).
-            The price: another replica's run of the thread in that time
-            waits for it (``on_busy="wait"``) or gets `ThreadBusy`, and what
-            another replica changes without the lease (``delete_thread``,
-            ``delete_for_runs``, ``copy_thread`` into the thread, ``prune``,
-            retention; a run that took its lease in a lower tier during an
-            outage) reaches this saver's reads when the linger ends. A lease
-            taken in a lower tier during an outage is not kept. For one
-            replica, or a load balancer that keeps a thread on one replica.
-            ``release_thread`` and ``close`` give kept leases back.
+            Another replica that wants to run the thread asks for the
+            lease on the lease's tier (Postgres NOTIFY, else Redis PUBLISH)
+            and this saver, listening on a connection of its own, gives it
+            back at once (`langgraph_durable.handoff`); while it cannot hear
+            that channel it keeps no lease. A request not heard costs the
+            other replica a wait (``on_busy="wait"``) or `ThreadBusy`, never
+            a fork. What another replica changes without the lease
+            (``delete_thread``, ``delete_for_runs``, ``copy_thread`` into
+            the thread, ``prune``, retention; a run that took its lease in a
+            lower tier during an outage) reaches this saver's reads when the
+            linger ends. A lease taken in a lower tier during an outage is
+            not kept. ``release_thread`` and ``close`` give kept leases back.
         write: which tiers must hold a record before ``put`` / ``put_writes``
             return. ``"shared"`` (default): the local journal (if there is a
             local tier) and at least one shared tier; a shared tier that is
@@ -525,6 +541,18 @@ class DurableSaver(BaseCheckpointSaver[str]):
         self._own = OwnHeads(max_age=self._leases.ttl / 2)
         self._lease_keeper: LeaseKeeper | None = None
         self._alease_keeper: AsyncLeaseKeeper | None = None
+        # ``lease_linger``: a kept lease is given back when another replica
+        # asks for it, heard on the tier where leases are kept (handoff.py).
+        self._hand_offs: HandOffListener | None = None
+        if self._leases.linger > 0 and self._local is not None and (redis is not None or postgres is not None):
+            self._leases.needs_ears = True
+            self._hand_offs = HandOffListener(
+                self._leases,
+                self._hand_off_ears,
+                self._ask_hand_off,
+                self._hand_off_give_back,
+                where=redact(postgres) if postgres is not None else redact(redis or ""),
+            )
 
     # -- construction -----------------------------------------------------------
 
@@ -736,12 +764,15 @@ class DurableSaver(BaseCheckpointSaver[str]):
     def setup(self) -> None:
         """Create or migrate the schema of every tier. Idempotent; safe from
         many replicas at once. Raises `TierUnavailable` naming the tier that
-        cannot be reached. Called on first use if you do not call it."""
+        cannot be reached. Called on first use if you do not call it. With
+        ``lease_linger``, also starts listening for hand-off requests."""
         self._sync_chain().setup()
+        self._listen_for_hand_offs(HAND_OFF_START_WAIT_S)
 
     async def asetup(self) -> None:
         """Async `setup`."""
         await self._async_chain().setup()
+        await asyncio.to_thread(self._listen_for_hand_offs, HAND_OFF_START_WAIT_S)
 
     def close(self) -> None:
         """Ship what the shared tiers are still owed (for up to
@@ -752,7 +783,14 @@ class DurableSaver(BaseCheckpointSaver[str]):
             self._origin.close()
             return
         self._drain_at_close()
+        self._stop_hand_offs()
         self._close_sync()
+
+    def _stop_hand_offs(self) -> None:
+        """Stop the hand-off listener (its connection closes; kept leases are
+        given back with the rest) before the tiers close."""
+        if self._hand_offs is not None:
+            self._hand_offs.stop()
 
     def _close_sync(self) -> None:
         if self._metrics is not None:
@@ -779,6 +817,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
             await self._origin.aclose()
             return
         await asyncio.to_thread(self._drain_at_close)
+        await asyncio.to_thread(self._stop_hand_offs)
         if self._async is not None and self._async_loop is asyncio.get_running_loop():
             await self._async_leases().release_all()  # writer leases (lease.py)
         chain, loop, closer = self._async, self._async_loop, self._async_closer
@@ -1360,13 +1399,48 @@ class DurableSaver(BaseCheckpointSaver[str]):
         kept = self._leases.kept(str(thread_id), time.monotonic())
         return (kept[0].token, kept[1]) if kept is not None else (None, None)
 
+    def _hand_off_tier(self) -> Any:
+        """The sync tier where leases are kept after runs: Postgres if
+        configured, else Redis (the last shared tier, `AsyncLeaseKeeper._give_back`)."""
+        chain = self._sync_chain()
+        chain.ensure_setup()
+        return chain.raw_shared[-1]
+
+    def _hand_off_ears(self) -> Ears:
+        """(The hand-off listener's thread.) A connection of its own on the
+        hand-off channel of the tier where leases are kept."""
+        tier = self._hand_off_tier()
+        if isinstance(tier, PostgresTier):
+            return PostgresEars(tier.url, tier.connect_timeout)
+        redis = cast(RedisTier, tier)
+        redis.setup()  # connects; finds out whether it is a cluster
+        return RedisEars(redis.client, redis.prefix + HAND_OFF_CHANNEL)
+
+    def _ask_hand_off(self, thread_id: str, holder: str) -> None:
+        """(The hand-off listener's thread.) A request on the tier's channel,
+        sent as another replica sends it."""
+        self._hand_off_tier().ask_hand_off(thread_id, holder)
+
+    def _hand_off_give_back(self, lease: Lease) -> None:
+        """(The hand-off listener's thread.) Give back a kept lease asked for."""
+        self._sync_leases().release_quietly(lease)
+
+    def _listen_for_hand_offs(self, wait: float = 0.0) -> None:
+        """Start the hand-off listener if it is not running (in this
+        process); wait up to `wait` seconds for it to hear its channel."""
+        origin = self._origin or self
+        if origin._hand_offs is not None:
+            origin._hand_offs.start(wait)
+
     def _sync_leases(self) -> LeaseKeeper:
         chain = self._sync_chain()
         if self._lease_keeper is None or self._lease_keeper.chain is not chain:
             self._lease_keeper = LeaseKeeper(chain, self._leases)
+        self._listen_for_hand_offs()
         return self._lease_keeper
 
     def _async_leases(self) -> AsyncLeaseKeeper:
+        self._listen_for_hand_offs()
         chain = self._async_chain()
         if self._alease_keeper is None or self._alease_keeper.chain is not chain:
             self._alease_keeper = AsyncLeaseKeeper(chain, self._leases)

@@ -37,6 +37,7 @@ from .cluster import RedisClusterProcesses, SentinelProcesses, started
 from .conftest import REDIS_URL, SaverFactory
 from .graphs import arun_scenarios, loop_graph, looping, run_scenarios
 from .test_conformance import _run_suite
+from .test_lease_linger import kept_run
 
 pytestmark = [pytest.mark.redis, pytest.mark.postgres]
 
@@ -304,6 +305,28 @@ async def test_graphs_async_on_the_cluster(make_cluster_saver: SaverFactory, tie
 
 
 # -- whole-store operations across primaries -------------------------------------------------
+
+
+@pytest.mark.parametrize("face", ["sync", "async"])
+async def test_a_kept_lease_is_handed_off_on_the_cluster(make_cluster_saver: SaverFactory, face: str) -> None:
+    """``lease_linger`` on a cluster: the hand-off request is a PUBLISH, which
+    reaches a subscriber on whichever node it is connected to."""
+    thread = f"t-{uuid.uuid4().hex[:8]}"
+    async with make_cluster_saver("sqlite+rediscluster", sqlite_name="a.sqlite", lease_linger=30.0) as a:
+        await kept_run(a, face, thread, 2)
+        async with make_cluster_saver("sqlite+rediscluster", sqlite_name="b.sqlite") as b:
+            graph = loop_graph(4).compile(checkpointer=b)
+            config: Any = {"configurable": {"thread_id": thread}}
+            started = time.monotonic()
+            out = (
+                graph.invoke({"messages": [], "n": 0}, config)
+                if face == "sync"
+                else await graph.ainvoke({"messages": [], "n": 0}, config)
+            )
+            assert out["n"] == 4 and time.monotonic() - started < 5
+        assert a._hand_offs is not None and a._hand_offs.hand_offs == 1
+        tup = a.get_tuple(config) if face == "sync" else await a.aget_tuple(config)
+        assert tup is not None and tup.checkpoint["channel_values"]["n"] == 4
 
 
 def _run_threads(saver: DurableSaver, threads: list[str], run_of: dict[str, str], steps: int = 3) -> None:

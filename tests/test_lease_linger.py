@@ -20,6 +20,7 @@ import time
 import uuid
 from typing import Annotated, Any, TypedDict
 
+import psycopg
 import pytest
 from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.memory import InMemorySaver
@@ -103,15 +104,50 @@ async def test_the_async_face_keeps_the_lease_and_reads_locally(make_saver: Save
         assert sum(calls.values()) == 0
 
 
-def test_another_replica_waits_for_a_kept_lease_and_its_newer_state_is_then_served(
+@pytest.mark.parametrize("face", ["sync", "async"])
+@pytest.mark.parametrize("tiers", ["sqlite+redis+postgres", "sqlite+redis"])
+async def test_another_replica_is_handed_a_kept_lease_at_once_and_its_state_is_then_served(
+    make_saver: SaverFactory, tiers: str, face: str
+) -> None:
+    """B finds the thread's lease kept by A for 30 s, asks A for it on the
+    lease's tier (Postgres NOTIFY, or Redis PUBLISH without Postgres), and
+    runs at once with the default on_busy="raise"; A then serves B's state."""
+    thread = new_thread()
+    async with make_saver(tiers, sqlite_name="a.sqlite", lease_linger=30.0) as a:
+        await kept_run(a, face, thread, 3)
+        async with make_saver(tiers, sqlite_name="b.sqlite") as b:
+            started = time.monotonic()
+            graph = counting_graph(5).compile(checkpointer=b)
+            if face == "sync":
+                out = graph.invoke({"messages": [], "n": 0}, config_of(thread))
+            else:
+                out = await graph.ainvoke({"messages": [], "n": 0}, config_of(thread))
+            took = time.monotonic() - started
+            newest = await get(b, face, thread)
+        assert out["n"] == 5 and newest is not None
+        assert took < 5, f"B waited {took:.1f} s for a lease A was asked to give back"
+        assert a._hand_offs is not None and a._hand_offs.hand_offs == 1
+        assert a._leases.kept(thread, time.monotonic()) is None
+        tup = await get(a, face, thread)
+        assert tup is not None and tup.checkpoint["id"] == newest.checkpoint["id"]
+        assert tup.checkpoint["channel_values"]["n"] == 5
+
+
+def test_a_holder_that_does_not_hear_is_waited_out_and_its_cache_trusted_no_longer(
     make_saver: SaverFactory,
 ) -> None:
+    """Safety does not rest on the hand-off: with A's listener stopped (a
+    request is not heard), B gets ThreadBusy, or waits for the kept lease to
+    expire; A stopped trusting its cache before that and serves B's state."""
     thread = new_thread()
     linger = 1.0
     with make_saver("sqlite+redis+postgres", sqlite_name="a.sqlite", lease_linger=linger) as a:
         a.setup()
         counting_graph(3).compile(checkpointer=a).invoke({"messages": [], "n": 0}, config_of(thread))
         kept_at = time.monotonic()
+        assert a._hand_offs is not None
+        a._hand_offs.stop()  # kept leases stay kept, and trusted; requests go unheard
+        assert a._leases.kept(thread, time.monotonic()) is not None
         with make_saver("sqlite+redis+postgres", sqlite_name="b.sqlite") as b:
             # The default on_busy="raise" looks again for 0.3 s only: the lease is kept for 1 s.
             with pytest.raises(ThreadBusy, match="lease_linger"):
@@ -129,11 +165,44 @@ def test_another_replica_waits_for_a_kept_lease_and_its_newer_state_is_then_serv
         assert tup.checkpoint["channel_values"]["n"] == 5
 
 
+def test_a_listener_that_loses_its_connection_gives_kept_leases_back_then_listens_again(
+    make_saver: SaverFactory,
+) -> None:
+    """A replica that could ask for a kept lease but would not be heard must
+    not wait for it: when the listening connection is lost, the kept leases
+    are trusted no more and given back, and none is kept until the listener
+    hears its channel again."""
+    thread = new_thread()
+    with make_saver("sqlite+postgres", lease_linger=30.0) as a:
+        a.setup()
+        graph = counting_graph(2).compile(checkpointer=a)
+        graph.invoke({"messages": [], "n": 0}, config_of(thread))
+        assert a._leases.kept(thread, time.monotonic()) is not None
+        with psycopg.connect(a.postgres_url or "", autocommit=True) as admin:
+            killed = admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE application_name = 'lgd-hand-off' AND datname = current_database()"
+            ).fetchall()
+            assert len(killed) == 1
+            deadline = time.monotonic() + 5
+            while a._leases.kept(thread, time.monotonic()) is not None:
+                assert time.monotonic() < deadline, "the kept lease was still trusted"
+                time.sleep(0.01)
+            while admin.execute("SELECT expires_at FROM lgd_leases WHERE thread_id = %s", (thread,)).fetchone() != (0,):
+                assert time.monotonic() < deadline, "the kept lease was not given back in its tier"
+                time.sleep(0.01)
+        while not a._leases.may_keep():
+            assert time.monotonic() < deadline + 5, "the listener did not listen again"
+            time.sleep(0.05)
+        graph.invoke({"messages": [], "n": 0}, config_of(thread))
+        assert a._leases.kept(thread, time.monotonic()) is not None
+
+
 async def test_the_async_face_keeps_hands_over_and_gives_back_as_the_sync_one(make_saver: SaverFactory) -> None:
-    """The async face, step by step: another replica waits out the kept
-    lease and its newer state is then served; a rerun on the same saver does
-    not wait; aupdate_state, arelease_thread and adelete_thread end the
-    keeping; aclose gives kept leases back."""
+    """The async face, step by step: another replica whose request is not
+    heard waits out the kept lease and its newer state is then served; a
+    rerun on the same saver does not wait; aupdate_state, arelease_thread and
+    adelete_thread end the keeping; aclose gives kept leases back."""
     thread = new_thread()
     config = config_of(thread)
     linger = 1.0
@@ -142,6 +211,8 @@ async def test_the_async_face_keeps_hands_over_and_gives_back_as_the_sync_one(ma
         await counting_graph(3).compile(checkpointer=a).ainvoke({"messages": [], "n": 0}, config)
         await wait_until_kept(a, thread)
         kept_at = time.monotonic()
+        assert a._hand_offs is not None
+        await asyncio.to_thread(a._hand_offs.stop)
         async with make_saver("sqlite+redis+postgres", sqlite_name="b.sqlite") as b:
             with pytest.raises(ThreadBusy, match="lease_linger"):
                 await counting_graph(5).compile(checkpointer=b).ainvoke({"messages": [], "n": 0}, config)
@@ -253,11 +324,14 @@ def test_a_damaged_local_copy_under_a_kept_lease_is_read_around_and_repaired(mak
 
 
 async def kept_run(saver: DurableSaver, face: str, thread: str, steps: int) -> None:
-    """A run of the counting graph whose lease is then kept."""
+    """A run of the counting graph whose lease is then kept (once `setup`
+    has heard the hand-off channel)."""
     graph = counting_graph(steps).compile(checkpointer=saver)
     if face == "sync":
+        saver.setup()
         graph.invoke({"messages": [], "n": 0}, config_of(thread), durability="sync")
     else:
+        await saver.asetup()
         await graph.ainvoke({"messages": [], "n": 0}, config_of(thread), durability="sync")
     await wait_until_kept(saver, thread)
 

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import re
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,7 +31,7 @@ from tests import lease_worker
 from tests import test_lease as lease_tests
 
 from .conftest import POSTGRES_URL
-from .graphs import arun_scenarios, run_scenarios
+from .graphs import arun_scenarios, loop_graph, run_scenarios
 from .pgbouncer import PrivateBouncer
 from .test_conformance import _run_suite
 from .test_graphs import DURABILITIES, _compare
@@ -258,3 +259,20 @@ def test_replicas_migrate_a_fresh_database_at_once_through_pgbouncer(
         assert versions == list(range(1, len(MIGRATIONS)))
         tables = {r[0] for r in direct.execute("SELECT tablename FROM pg_tables WHERE tablename LIKE 'lgd_%'")}
         assert {"lgd_checkpoints", "lgd_blobs", "lgd_writes", "lgd_leases", "lgd_meta"} <= tables
+
+
+def test_lease_linger_keeps_no_lease_where_hand_off_requests_are_not_heard(
+    make_pooled: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Transaction pooling does not pass one session's notifications on to
+    another client, so a kept lease could not be asked for: the listener
+    finds that out by asking itself, and runs give their leases back."""
+    thread = f"t-{uuid.uuid4().hex[:8]}"
+    config: Any = {"configurable": {"thread_id": thread}}
+    with make_pooled("sqlite+postgres", lease_linger=30.0) as a:
+        a.setup()
+        loop_graph(2).compile(checkpointer=a).invoke({"messages": [], "n": 0}, config)
+        assert a._leases.kept(thread, time.monotonic()) is None
+        assert "lease hand-offs: not listening" in caplog.text
+        with make_pooled("sqlite+postgres", sqlite_name="b.sqlite") as b:
+            assert loop_graph(3).compile(checkpointer=b).invoke({"messages": [], "n": 0}, config)["n"] == 3

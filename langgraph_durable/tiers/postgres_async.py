@@ -30,7 +30,7 @@ from psycopg.rows import TupleRow
 from psycopg.types.json import Jsonb
 
 from ..errors import ConfigError, DurableError, TierUnavailable
-from ..lease import Fence, Lease, lease_lost
+from ..lease import HAND_OFF_CHANNEL, HAND_OFF_MAX_MESSAGE, Fence, Lease, hand_off_message, lease_lost
 from ..records import BlobRow, CheckpointRow, Row, WriteRow
 from .base import (
     BlobKey,
@@ -880,6 +880,14 @@ class AsyncPostgresTier:
                     "AND (%s::bigint IS NULL OR token = %s)",
                     (thread_id, holder, token, token),
                 )
+
+    async def ask_hand_off(self, thread_id: str, holder: str) -> None:
+        message = hand_off_message(holder, thread_id)
+        if len(message.encode()) > HAND_OFF_MAX_MESSAGE:
+            return
+        with self._unreachable():
+            async with self._connection() as conn:
+                await conn.execute("SELECT pg_notify(%s, %s)", (HAND_OFF_CHANNEL, message))
 
 
 if TYPE_CHECKING:

@@ -140,3 +140,9 @@ class Tier(Protocol):
     def release_lease(self, thread_id: str, holder: str, token: int | None) -> None:
         """Clear the holder (keeping the token), if the lease is `holder`'s
         (with `token`, unless None)."""
+
+    def ask_hand_off(self, thread_id: str, holder: str) -> None:
+        """Ask `holder`, wherever it runs, to give back the lease of
+        `thread_id` it keeps after a run (``lease_linger``, `handoff.py`):
+        a message on the tier's hand-off channel, heard by every saver
+        listening there. Nothing is stored; nothing happens if no one hears."""

@@ -138,3 +138,9 @@ class AsyncTier(Protocol):
     async def release_lease(self, thread_id: str, holder: str, token: int | None) -> None:
         """Clear the holder (keeping the token), if the lease is `holder`'s
         (with `token`, unless None)."""
+
+    async def ask_hand_off(self, thread_id: str, holder: str) -> None:
+        """Ask `holder`, wherever it runs, to give back the lease of
+        `thread_id` it keeps after a run (``lease_linger``, `handoff.py`):
+        a message on the tier's hand-off channel, heard by every saver
+        listening there. Nothing is stored; nothing happens if no one hears."""

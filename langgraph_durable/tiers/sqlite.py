@@ -935,6 +935,10 @@ class SqliteTier:
                 (thread_id, holder, token, token),
             )
 
+    def ask_hand_off(self, thread_id: str, holder: str) -> None:
+        """Nothing: a lease is kept after its run (``lease_linger``) only in
+        a shared tier, which carries the hand-off requests."""
+
 
 # A fenced write holds if the lease is the fence's holder's: with the fence's
 # token and not released (expires_at 0), or for a write shipped late (write-
