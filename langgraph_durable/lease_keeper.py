@@ -42,7 +42,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata
 
 from .chain import TierChain
-from .codec import thread_of
+from .codec import thread_id_of, thread_of
 from .concurrency import maybe_await, sleep, defer, ensure_deferred_worker
 from .errors import DurableError, LeaseLost, TierUnavailable
 from .lease import (
@@ -282,6 +282,33 @@ class LeaseKeeper:
             return write(self.book.fence(lease))
         finally:
             self.release_quietly(lease)
+
+    def ask_kept_back(self, thread_id: str, what: str) -> None:
+        """Before a change to `thread_id` made without its lease
+        (``delete_thread``, ``copy_thread`` into it): ask a saver that keeps
+        the thread's lease after a run (``lease_linger``) to give it back
+        (`handoff.py`). It then stops serving the thread from its cache
+        before the change is made. A thread being run, or a holder that does
+        not answer, is waited for only `LEASE_HANDOFF_GRACE_S`; the change
+        then goes ahead, as it always did."""
+        thread_id = thread_id_of(thread_id, what=what)
+        if not self.chain.shared:
+            return  # no shared tier: no other saver reads this thread
+        self.chain.ensure_setup()
+        tier = self.chain.lease_tier()
+        wait = BusyWait(LEASE_HANDOFF_GRACE_S, time.monotonic(), first=HAND_OFF_POLL_FIRST_S)
+        try:
+            while True:
+                current, now = tier.read_lease(thread_id)
+                if current is None or current.free(now) or current.holder == self.book.holder:
+                    return
+                self._ask_hand_off(tier, thread_id, current.holder)
+                delay = wait.next_delay(time.monotonic(), current.remaining(now))
+                if delay is None:
+                    return
+                sleep(delay)
+        except TierUnavailable:
+            return  # the change itself meets the outage
 
     # -- release --------------------------------------------------------------------
 

@@ -40,7 +40,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata
 
 from .chain_async import AsyncTierChain
-from .codec import thread_of
+from .codec import thread_id_of, thread_of
 from .concurrency import amaybe_await, asleep, defer, ensure_deferred_worker
 from .errors import DurableError, LeaseLost, TierUnavailable
 from .lease import (
@@ -280,6 +280,33 @@ class AsyncLeaseKeeper:
             return await write(self.book.fence(lease))
         finally:
             await self.release_quietly(lease)
+
+    async def ask_kept_back(self, thread_id: str, what: str) -> None:
+        """Before a change to `thread_id` made without its lease
+        (``delete_thread``, ``copy_thread`` into it): ask a saver that keeps
+        the thread's lease after a run (``lease_linger``) to give it back
+        (`handoff.py`). It then stops serving the thread from its cache
+        before the change is made. A thread being run, or a holder that does
+        not answer, is waited for only `LEASE_HANDOFF_GRACE_S`; the change
+        then goes ahead, as it always did."""
+        thread_id = thread_id_of(thread_id, what=what)
+        if not self.chain.shared:
+            return  # no shared tier: no other saver reads this thread
+        await self.chain.ensure_setup()
+        tier = self.chain.lease_tier()
+        wait = BusyWait(LEASE_HANDOFF_GRACE_S, time.monotonic(), first=HAND_OFF_POLL_FIRST_S)
+        try:
+            while True:
+                current, now = await tier.read_lease(thread_id)
+                if current is None or current.free(now) or current.holder == self.book.holder:
+                    return
+                await self._ask_hand_off(tier, thread_id, current.holder)
+                delay = wait.next_delay(time.monotonic(), current.remaining(now))
+                if delay is None:
+                    return
+                await asleep(delay)
+        except TierUnavailable:
+            return  # the change itself meets the outage
 
     # -- release --------------------------------------------------------------------
 

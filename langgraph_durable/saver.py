@@ -304,11 +304,12 @@ class DurableSaver(BaseCheckpointSaver[str]):
             back at once (`langgraph_durable.handoff`); while it cannot hear
             that channel it keeps no lease. A request not heard costs the
             other replica a wait (``on_busy="wait"``) or `ThreadBusy`, never
-            a fork. What another replica changes without the lease
-            (``delete_thread``, ``delete_for_runs``, ``copy_thread`` into
-            the thread, ``prune``, retention; a run that took its lease in a
-            lower tier during an outage) reaches this saver's reads when the
-            linger ends. A lease taken in a lower tier during an outage is
+            a fork. ``delete_thread`` and ``copy_thread`` (into the thread)
+            ask for a kept lease the same way first. What another replica
+            changes otherwise without the lease (``delete_for_runs``,
+            ``prune``, retention; a run that took its lease in a lower tier
+            during an outage) reaches this saver's reads when the linger
+            ends. A lease taken in a lower tier during an outage is
             not kept. ``release_thread`` and ``close`` give kept leases back.
         write: which tiers must hold a record before ``put`` / ``put_writes``
             return. ``"shared"`` (default): the local journal (if there is a
@@ -989,6 +990,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
 
     def delete_thread(self, thread_id: str) -> None:
         chain = self._sync_chain()
+        self._sync_leases().ask_kept_back(thread_id, "delete_thread")  # another saver's kept lease (lease_linger)
         with self._replicator.exclusive():
             chain.catch_up()  # what is owed first: nothing deleted is shipped later
             chain.delete_thread(thread_id)
@@ -1001,6 +1003,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         chain = self._sync_chain()
+        self._sync_leases().ask_kept_back(target_thread_id, "copy_thread: target")  # see delete_thread
         with self._replicator.exclusive():
             chain.catch_up()  # what is owed first: nothing deleted is shipped later
             chain.copy_thread(source_thread_id, target_thread_id)
@@ -1055,6 +1058,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
 
     async def adelete_thread(self, thread_id: str) -> None:
         chain = self._async_chain()
+        await self._async_leases().ask_kept_back(thread_id, "delete_thread")  # see delete_thread
         async with self._replicator.aexclusive():
             await chain.catch_up()  # see delete_thread
             await chain.delete_thread(thread_id)
@@ -1067,6 +1071,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         chain = self._async_chain()
+        await self._async_leases().ask_kept_back(target_thread_id, "copy_thread: target")  # see delete_thread
         async with self._replicator.aexclusive():
             await chain.catch_up()  # see delete_thread
             await chain.copy_thread(source_thread_id, target_thread_id)

@@ -133,6 +133,38 @@ async def test_another_replica_is_handed_a_kept_lease_at_once_and_its_state_is_t
         assert tup.checkpoint["channel_values"]["n"] == 5
 
 
+@pytest.mark.parametrize("face", ["sync", "async"])
+async def test_delete_thread_on_another_replica_asks_for_a_kept_lease_first(
+    make_saver: SaverFactory, face: str
+) -> None:
+    """B deletes a thread A keeps: A is asked to give the lease back before
+    the deletion, so A's next read is not served from its cache."""
+    thread = new_thread()
+    async with make_saver("sqlite+redis+postgres", sqlite_name="a.sqlite", lease_linger=30.0) as a:
+        await kept_run(a, face, thread, 3)
+        async with make_saver("sqlite+redis+postgres", sqlite_name="b.sqlite") as b:
+            if face == "sync":
+                b.delete_thread(thread)
+            else:
+                await b.adelete_thread(thread)
+        assert await get(a, face, thread) is None
+        assert a._hand_offs is not None and a._hand_offs.hand_offs == 1
+
+
+def test_copy_thread_into_a_kept_thread_asks_for_its_lease_first(make_saver: SaverFactory) -> None:
+    thread, source = new_thread(), new_thread()
+    with make_saver("sqlite+redis+postgres", sqlite_name="a.sqlite", lease_linger=30.0) as a:
+        a.setup()
+        counting_graph(2).compile(checkpointer=a).invoke({"messages": [], "n": 0}, config_of(thread))
+        with make_saver("sqlite+redis+postgres", sqlite_name="b.sqlite") as b:
+            counting_graph(5).compile(checkpointer=b).invoke({"messages": [], "n": 0}, config_of(source))
+            b.copy_thread(source, thread)
+            copied = b.get_tuple(config_of(thread))
+        tup = a.get_tuple(config_of(thread))
+        assert copied is not None and tup is not None
+        assert tup.checkpoint["id"] == copied.checkpoint["id"] and tup.checkpoint["channel_values"]["n"] == 5
+
+
 def test_a_holder_that_does_not_hear_is_waited_out_and_its_cache_trusted_no_longer(
     make_saver: SaverFactory,
 ) -> None:
