@@ -4,7 +4,7 @@ A saver that keeps a thread's lease after a run (``lease_linger``) reads the
 thread from its local cache alone, and every other replica has to wait for
 the lease. So a replica that finds a lease busy asks its holder to give it
 back (`AsyncLeaseKeeper._ask_hand_off`: a Postgres NOTIFY or a Redis PUBLISH
-on the lease's tier, `HAND_OFF_CHANNEL`). `HandOffListener` is the holder's
+on the lease's tier, on a channel of the holder's own, `hand_off_channel`). `HandOffListener` is the holder's
 side: a daemon thread listening on that channel, on a connection of its own.
 A request for a lease this saver only keeps (its run has ended) first ends
 the trust in the local cache (`LeaseBook.unkeep`), then gives the lease back
@@ -35,8 +35,9 @@ from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 import psycopg
+from psycopg import sql
 
-from .lease import HAND_OFF_CHANNEL, Lease, LeaseBook, read_hand_off
+from .lease import Lease, LeaseBook, read_hand_off
 
 logger = logging.getLogger("langgraph_durable")
 
@@ -49,8 +50,8 @@ RETRY_S = 1.0
 # The longest the listener waits for a message before looking whether it
 # is to stop.
 _SLICE_S = 0.1
-# The holder a probe names: no saver's (`lease.new_holder` has no such prefix).
-_PROBE = "probe:"
+# What a probe names as its thread: no thread's (a thread id holds no NUL).
+_PROBE = "\x00probe:"
 
 
 class Ears(Protocol):
@@ -65,12 +66,12 @@ class Ears(Protocol):
 class PostgresEars:
     """LISTEN on a connection of its own (autocommit, so a NOTIFY is sent at once)."""
 
-    def __init__(self, url: str, connect_timeout: float) -> None:
+    def __init__(self, url: str, connect_timeout: float, channel: str) -> None:
         self.conn = psycopg.connect(
             url, autocommit=True, connect_timeout=max(1, int(connect_timeout)), application_name="lgd-hand-off"
         )
         try:
-            self.conn.execute(f"LISTEN {HAND_OFF_CHANNEL}")
+            self.conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
         except BaseException:
             self.conn.close()
             raise
@@ -222,10 +223,10 @@ class HandOffListener:
         a pooler may pass a session's own notifications on, and no one
         else's), and hear it within `hear_s`; handle what else comes."""
         probe = _PROBE + secrets.token_hex(8)
-        self._ask("", probe)
+        self._ask(probe, self.book.holder)
         for message in self._hear(ears, time.monotonic() + self.hear_s):
             request = read_hand_off(message)
-            if request is not None and request[0] == probe:
+            if request is not None and request[1] == probe:
                 return
             self._handle(message)
         if self._stop.is_set():

@@ -33,6 +33,7 @@ sleeping. `lease_keeper_async.py` does the I/O.
 from __future__ import annotations
 
 import gc
+import hashlib
 import inspect
 import json
 import os
@@ -72,11 +73,8 @@ LEASE_HANDOFF_GRACE_S = 0.3
 # it asked the tier to keep the lease. The rest covers a tier clock that runs
 # fast against this machine's.
 LINGER_TRUSTED = 0.9
-# ``lease_linger`` hand-offs (`handoff.py`): the channel a replica that finds
-# a thread's lease kept by another saver asks on (Postgres NOTIFY, Redis
-# PUBLISH under the key prefix), and how soon it looks at the lease again
-# after asking (then doubling, as any busy lease).
-HAND_OFF_CHANNEL = "lgd_lease_hand_off"
+# ``lease_linger`` hand-offs (`handoff.py`): how soon a replica that asked
+# for a busy lease looks at it again (then doubling, as any busy lease).
 HAND_OFF_POLL_FIRST_S = 0.002
 # Postgres refuses a NOTIFY payload of 8000 bytes or more: a longer request
 # (a thread id of kilobytes) is not sent, and the taker waits as before.
@@ -192,6 +190,14 @@ class BusyWait:
 
 
 # -- hand-offs of kept leases (handoff.py) ---------------------------------------------
+
+
+def hand_off_channel(holder: str) -> str:
+    """The channel `holder` hears hand-off requests on (a Postgres NOTIFY
+    channel, a Redis PUBLISH channel after the key prefix): one per saver, so
+    that a request, and each saver's probe of its own channel, reaches one
+    listener and not every replica's."""
+    return "lgd_hand_off_" + hashlib.sha256(holder.encode()).hexdigest()[:32]
 
 
 def hand_off_message(holder: str, thread_id: str) -> str:

@@ -46,11 +46,11 @@ from .lease import (
     DEFAULT_LEASE_TTL_S,
     DEFAULT_LEASE_WAIT_S,
     DEFAULT_ON_BUSY,
-    HAND_OFF_CHANNEL,
     Lease,
     LeaseBook,
     OnBusy,
     OwnHeads,
+    hand_off_channel,
 )
 from .lease_keeper import LeaseKeeper
 from .lease_keeper_async import AsyncLeaseKeeper
@@ -1416,10 +1416,10 @@ class DurableSaver(BaseCheckpointSaver[str]):
         hand-off channel of the tier where leases are kept."""
         tier = self._hand_off_tier()
         if isinstance(tier, PostgresTier):
-            return PostgresEars(tier.url, tier.connect_timeout)
+            return PostgresEars(tier.url, tier.connect_timeout, hand_off_channel(self._leases.holder))
         redis = cast(RedisTier, tier)
         redis.setup()  # connects; finds out whether it is a cluster
-        return RedisEars(redis.client, redis.prefix + HAND_OFF_CHANNEL)
+        return RedisEars(redis.client, redis.prefix + hand_off_channel(self._leases.holder))
 
     def _ask_hand_off(self, thread_id: str, holder: str) -> None:
         """(The hand-off listener's thread.) A request on the tier's channel,

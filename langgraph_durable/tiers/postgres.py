@@ -32,7 +32,7 @@ from psycopg.rows import TupleRow
 from psycopg.types.json import Jsonb
 
 from ..errors import ConfigError, DurableError, TierUnavailable
-from ..lease import HAND_OFF_CHANNEL, HAND_OFF_MAX_MESSAGE, Fence, Lease, hand_off_message, lease_lost
+from ..lease import HAND_OFF_MAX_MESSAGE, Fence, Lease, hand_off_channel, hand_off_message, lease_lost
 from ..records import BlobRow, CheckpointRow, Row, WriteRow
 from .base import (
     BlobKey,
@@ -889,7 +889,7 @@ class PostgresTier:
             return
         with self._unreachable():
             with self._connection() as conn:
-                conn.execute("SELECT pg_notify(%s, %s)", (HAND_OFF_CHANNEL, message))
+                conn.execute("SELECT pg_notify(%s, %s)", (hand_off_channel(holder), message))
 
 
 if TYPE_CHECKING:

@@ -91,7 +91,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..errors import ConfigError, TierUnavailable
-from ..lease import HAND_OFF_CHANNEL, Fence, Lease, hand_off_message, lease_lost
+from ..lease import Fence, Lease, hand_off_channel, hand_off_message, lease_lost
 from ..records import BlobRow, CheckpointRow, Row, WriteRow, metadata_matches
 from .base import BlobKey, Head, QuarantinedRecord, ThreadRecords, _fields, aclose_redis, redact
 
@@ -1048,7 +1048,7 @@ class AsyncRedisTier:
 
     async def ask_hand_off(self, thread_id: str, holder: str) -> None:
         with self._io:
-            await self.client.publish(self.prefix + HAND_OFF_CHANNEL, hand_off_message(holder, thread_id))
+            await self.client.publish(self.prefix + hand_off_channel(holder), hand_off_message(holder, thread_id))
 
 
 def _stored_envelope(kind: str, row: Row, current: bytes) -> bytes:
