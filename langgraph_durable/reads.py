@@ -244,14 +244,17 @@ class TierReader:
         incidents: list[Incident],
         pieces: dict[BlobKey, BlobRow] | None = None,
         opened_out: list[BlobRow] | None = None,
+        copied_later: Collection[Tier] = (),
     ) -> dict[BlobKey, tuple[BlobRow, Any]]:
         """Verified channel values (row and decoded value), nearest tier
         first; nearer tiers that lacked one or held a bad copy get the good
-        one. Keys no tier holds intact are absent from the result. A list
+        one (a tier in `copied_later` that lacked one does not: the caller
+        copies the whole checkpoint there next, `opened_out`'s records with
+        it). Keys no tier holds intact are absent from the result. A list
         stored as a piece (`deltas.py`) is rebuilt from the records it names,
         read the same way (their rows go into `pieces`, if given); one that
         cannot be rebuilt intact is absent too."""
-        opened = self._open_blobs(thread_id, ns, keys, incidents, decode=True)
+        opened = self._open_blobs(thread_id, ns, keys, incidents, decode=True, copied_later=copied_later)
         chained = {key: o[3] for key, o in opened.items() if isinstance(o[3], Piece)}
         known: dict[BlobKey, Last] = {}
         # Asked for the records a piece is rebuilt from (`pieces`): read them,
@@ -265,7 +268,9 @@ class TierReader:
             needed = {(key[0], v) for key, piece in chained.items() for v in piece.base}
             more = sorted(needed - opened.keys())
             if more:
-                opened.update(self._open_blobs(thread_id, ns, more, incidents, decode=False))
+                opened.update(
+                    self._open_blobs(thread_id, ns, more, incidents, decode=False, copied_later=copied_later)
+                )
         found: dict[BlobKey, tuple[BlobRow, Any]] = {}
         for key in dict.fromkeys(keys):
             if key not in opened:
@@ -307,7 +312,14 @@ class TierReader:
         return self.codec.rebuild_value((snapshot[1], snapshot[2]), [*chain, piece])
 
     def _open_blobs(
-        self, thread_id: str, ns: str, keys: Sequence[BlobKey], incidents: list[Incident], *, decode: bool
+        self,
+        thread_id: str,
+        ns: str,
+        keys: Sequence[BlobKey],
+        incidents: list[Incident],
+        *,
+        decode: bool,
+        copied_later: Collection[Tier] = (),
     ) -> dict[BlobKey, Opened]:
         """Verified blob records, nearest tier first, repairing nearer tiers
         (see `blobs`): (row, type tag, payload, value: its `Piece` if it is
@@ -333,7 +345,8 @@ class TierReader:
                 except BadRecord as exc:
                     label = f"channel {key[0]} @ {key[1]}"
                     bad[key].append(Incident(tier, "blob", thread_id, ns, label, exc.reason, brow.envelope, row=brow))
-            fix = lacking + [i.tier for key in rows if key in found for i in bad.get(key, []) if i.tier is not tier]
+            fix = [t for t in lacking if t not in copied_later]
+            fix += [i.tier for key in rows if key in found for i in bad.get(key, []) if i.tier is not tier]
             if good:
                 self._repair(fix, lambda t: t.write_blobs(good))
             missing = [k for k in missing if k not in found]
@@ -423,12 +436,14 @@ class TierReader:
         writes: Sequence[tuple[Tier, Sequence[WriteRow]]] | None = None,
         channels: Collection[str] | None = None,
         blob_rows: list[BlobRow] | None = None,
+        copied_later: Collection[Tier] = (),
     ) -> list[CheckpointTuple | Unusable]:
         """Attach channel values and pending writes, batched per (thread, ns)
         (`writes`: every reachable tier's writes of the one checkpoint in
         `found`, if they were read already; `channels`: only these channels'
         values, the rest left out; `blob_rows`: receives every value record
-        the read opened intact, `blobs`' ``opened_out``). A
+        the read opened intact, `blobs`' ``opened_out``; `copied_later`:
+        tiers the caller copies the checkpoint into next, with those records). A
         checkpoint missing an intact channel value comes back `Unusable`."""
         groups: dict[tuple[str, str], list[Found]] = defaultdict(list)
         for item in found:
@@ -440,7 +455,7 @@ class TierReader:
                 for _, cp, _ in items
             ]
             keys = [(ch, version_key(v)) for vs in versions for ch, v in vs.items()]
-            blobs = self.blobs(thread_id, ns, keys, incidents, opened_out=blob_rows)
+            blobs = self.blobs(thread_id, ns, keys, incidents, opened_out=blob_rows, copied_later=copied_later)
             pending = self.writes(thread_id, ns, [row.checkpoint_id for row, _, _ in items], incidents, writes)
             for (row, cp, md), wanted in zip(items, versions):
                 cid = row.checkpoint_id
@@ -498,7 +513,11 @@ class TierReader:
                     continue
                 writes = [(t, h.writes) for t, h in first] if first else None
                 rows: list[BlobRow] = []
-                result = (self.assemble([found], incidents, writes, blob_rows=rows if lacking else None))[0]
+                result = (
+                    self.assemble(
+                        [found], incidents, writes, blob_rows=rows if lacking else None, copied_later=lacking
+                    )
+                )[0]
                 if lacking:
                     self._copy_whole(lacking, found, rows)
                 if not isinstance(result, Unusable):
@@ -668,6 +687,10 @@ class TierReader:
         if candidates and all(h.checkpoint_id == candidates[0] for _, h in heads):
             return self.serve(thread_id, ns, candidates[0], incidents, heads)
         local = self.tiers[0] if len(self.tiers) > 1 and self.tiers[0].name == "sqlite" else None
+        if candidates and local is not None:
+            behind = self._only_local_behind(local, heads, candidates[0])
+            if behind is not None:
+                return self.serve(thread_id, ns, candidates[0], incidents, behind)
         for cid in candidates:
             # Only this replica's cache still has it: lost by the shared tiers,
             # or deleted through another replica (`delete_for_runs`)?
@@ -688,6 +711,25 @@ class TierReader:
             if older is not None and (deleted_through is None or older > deleted_through):
                 return self.serve(thread_id, ns, older, incidents)
         return None
+
+    @staticmethod
+    def _only_local_behind(
+        local: Tier, heads: Sequence[tuple[Tier, Head]], newest: str
+    ) -> list[tuple[Tier, Head]] | None:
+        """When only the local cache is behind (a checkpoint another replica
+        wrote, a cold cache): every shared tier's head names `newest`, and the
+        local tier's own newest is older, so it lacks `newest` and its pending
+        writes. Then the heads are the whole answer, the local tier's standing
+        for a tier that lacks the checkpoint (`serve` copies it there), as
+        when every tier agrees. None otherwise: the read asks again."""
+        mine = next((h for t, h in heads if t is local), None)
+        shared = [h for t, h in heads if t is not local]
+        if mine is None or not shared or any(h.checkpoint_id != newest or h.row is None for h in shared):
+            return None
+        if mine.checkpoint_id is not None and mine.checkpoint_id >= newest:
+            return None
+        lacks = Head(newest, mine.deleted_through)
+        return [(t, lacks if t is local else h) for t, h in heads]
 
     def stub(self, thread_id: str, ns: str, checkpoint_id: str) -> CheckpointTuple | None:
         """Checkpoint `checkpoint_id` without its channel values and writes

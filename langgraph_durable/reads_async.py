@@ -242,14 +242,17 @@ class AsyncTierReader:
         incidents: list[Incident],
         pieces: dict[BlobKey, BlobRow] | None = None,
         opened_out: list[BlobRow] | None = None,
+        copied_later: Collection[AsyncTier] = (),
     ) -> dict[BlobKey, tuple[BlobRow, Any]]:
         """Verified channel values (row and decoded value), nearest tier
         first; nearer tiers that lacked one or held a bad copy get the good
-        one. Keys no tier holds intact are absent from the result. A list
+        one (a tier in `copied_later` that lacked one does not: the caller
+        copies the whole checkpoint there next, `opened_out`'s records with
+        it). Keys no tier holds intact are absent from the result. A list
         stored as a piece (`deltas.py`) is rebuilt from the records it names,
         read the same way (their rows go into `pieces`, if given); one that
         cannot be rebuilt intact is absent too."""
-        opened = await self._open_blobs(thread_id, ns, keys, incidents, decode=True)
+        opened = await self._open_blobs(thread_id, ns, keys, incidents, decode=True, copied_later=copied_later)
         chained = {key: o[3] for key, o in opened.items() if isinstance(o[3], Piece)}
         known: dict[BlobKey, Last] = {}
         # Asked for the records a piece is rebuilt from (`pieces`): read them,
@@ -263,7 +266,9 @@ class AsyncTierReader:
             needed = {(key[0], v) for key, piece in chained.items() for v in piece.base}
             more = sorted(needed - opened.keys())
             if more:
-                opened.update(await self._open_blobs(thread_id, ns, more, incidents, decode=False))
+                opened.update(
+                    await self._open_blobs(thread_id, ns, more, incidents, decode=False, copied_later=copied_later)
+                )
         found: dict[BlobKey, tuple[BlobRow, Any]] = {}
         for key in dict.fromkeys(keys):
             if key not in opened:
@@ -305,7 +310,14 @@ class AsyncTierReader:
         return self.codec.rebuild_value((snapshot[1], snapshot[2]), [*chain, piece])
 
     async def _open_blobs(
-        self, thread_id: str, ns: str, keys: Sequence[BlobKey], incidents: list[Incident], *, decode: bool
+        self,
+        thread_id: str,
+        ns: str,
+        keys: Sequence[BlobKey],
+        incidents: list[Incident],
+        *,
+        decode: bool,
+        copied_later: Collection[AsyncTier] = (),
     ) -> dict[BlobKey, Opened]:
         """Verified blob records, nearest tier first, repairing nearer tiers
         (see `blobs`): (row, type tag, payload, value: its `Piece` if it is
@@ -331,7 +343,8 @@ class AsyncTierReader:
                 except BadRecord as exc:
                     label = f"channel {key[0]} @ {key[1]}"
                     bad[key].append(Incident(tier, "blob", thread_id, ns, label, exc.reason, brow.envelope, row=brow))
-            fix = lacking + [i.tier for key in rows if key in found for i in bad.get(key, []) if i.tier is not tier]
+            fix = [t for t in lacking if t not in copied_later]
+            fix += [i.tier for key in rows if key in found for i in bad.get(key, []) if i.tier is not tier]
             if good:
                 await self._repair(fix, lambda t: t.write_blobs(good))
             missing = [k for k in missing if k not in found]
@@ -421,12 +434,14 @@ class AsyncTierReader:
         writes: Sequence[tuple[AsyncTier, Sequence[WriteRow]]] | None = None,
         channels: Collection[str] | None = None,
         blob_rows: list[BlobRow] | None = None,
+        copied_later: Collection[AsyncTier] = (),
     ) -> list[CheckpointTuple | Unusable]:
         """Attach channel values and pending writes, batched per (thread, ns)
         (`writes`: every reachable tier's writes of the one checkpoint in
         `found`, if they were read already; `channels`: only these channels'
         values, the rest left out; `blob_rows`: receives every value record
-        the read opened intact, `blobs`' ``opened_out``). A
+        the read opened intact, `blobs`' ``opened_out``; `copied_later`:
+        tiers the caller copies the checkpoint into next, with those records). A
         checkpoint missing an intact channel value comes back `Unusable`."""
         groups: dict[tuple[str, str], list[Found]] = defaultdict(list)
         for item in found:
@@ -438,7 +453,7 @@ class AsyncTierReader:
                 for _, cp, _ in items
             ]
             keys = [(ch, version_key(v)) for vs in versions for ch, v in vs.items()]
-            blobs = await self.blobs(thread_id, ns, keys, incidents, opened_out=blob_rows)
+            blobs = await self.blobs(thread_id, ns, keys, incidents, opened_out=blob_rows, copied_later=copied_later)
             pending = await self.writes(thread_id, ns, [row.checkpoint_id for row, _, _ in items], incidents, writes)
             for (row, cp, md), wanted in zip(items, versions):
                 cid = row.checkpoint_id
@@ -496,7 +511,11 @@ class AsyncTierReader:
                     continue
                 writes = [(t, h.writes) for t, h in first] if first else None
                 rows: list[BlobRow] = []
-                result = (await self.assemble([found], incidents, writes, blob_rows=rows if lacking else None))[0]
+                result = (
+                    await self.assemble(
+                        [found], incidents, writes, blob_rows=rows if lacking else None, copied_later=lacking
+                    )
+                )[0]
                 if lacking:
                     await self._copy_whole(lacking, found, rows)
                 if not isinstance(result, Unusable):
@@ -666,6 +685,10 @@ class AsyncTierReader:
         if candidates and all(h.checkpoint_id == candidates[0] for _, h in heads):
             return await self.serve(thread_id, ns, candidates[0], incidents, heads)
         local = self.tiers[0] if len(self.tiers) > 1 and self.tiers[0].name == "sqlite" else None
+        if candidates and local is not None:
+            behind = self._only_local_behind(local, heads, candidates[0])
+            if behind is not None:
+                return await self.serve(thread_id, ns, candidates[0], incidents, behind)
         for cid in candidates:
             # Only this replica's cache still has it: lost by the shared tiers,
             # or deleted through another replica (`delete_for_runs`)?
@@ -686,6 +709,25 @@ class AsyncTierReader:
             if older is not None and (deleted_through is None or older > deleted_through):
                 return await self.serve(thread_id, ns, older, incidents)
         return None
+
+    @staticmethod
+    def _only_local_behind(
+        local: AsyncTier, heads: Sequence[tuple[AsyncTier, Head]], newest: str
+    ) -> list[tuple[AsyncTier, Head]] | None:
+        """When only the local cache is behind (a checkpoint another replica
+        wrote, a cold cache): every shared tier's head names `newest`, and the
+        local tier's own newest is older, so it lacks `newest` and its pending
+        writes. Then the heads are the whole answer, the local tier's standing
+        for a tier that lacks the checkpoint (`serve` copies it there), as
+        when every tier agrees. None otherwise: the read asks again."""
+        mine = next((h for t, h in heads if t is local), None)
+        shared = [h for t, h in heads if t is not local]
+        if mine is None or not shared or any(h.checkpoint_id != newest or h.row is None for h in shared):
+            return None
+        if mine.checkpoint_id is not None and mine.checkpoint_id >= newest:
+            return None
+        lacks = Head(newest, mine.deleted_through)
+        return [(t, lacks if t is local else h) for t, h in heads]
 
     async def stub(self, thread_id: str, ns: str, checkpoint_id: str) -> CheckpointTuple | None:
         """Checkpoint `checkpoint_id` without its channel values and writes

@@ -1,16 +1,24 @@
-"""What one replica deletes, no other replica's local cache serves afterwards."""
+"""What one replica deletes, no other replica's local cache serves afterwards;
+what one replica writes, another whose cache is behind reads at once."""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
+import time
+import uuid
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 from langgraph_durable import CorruptionEvent
 
+from .conftest import REDIS_URL
 from .graphs import loop_graph
+from .tamper import CHECKPOINT, Rec, open_stores
+from .test_local_reads import count_shared_reads
 
 TIERS = ["sqlite+redis+postgres", "sqlite+postgres", "sqlite+redis"]
 
@@ -65,3 +73,81 @@ def test_a_new_thread_under_a_deleted_id_is_served(make_saver: Any) -> None:
         again = _run(a, "t")  # the id is used again, with newer checkpoints
         assert all(b.get_tuple(config) is not None for config in again)
         assert b.get_tuple({"configurable": {"thread_id": "t"}}) is not None
+
+
+@pytest.mark.parametrize("face", ["sync", "async"])
+async def test_a_replica_whose_cache_is_behind_reads_the_newest_state_from_the_heads(
+    make_saver: Any, face: str
+) -> None:
+    """A writes a thread, B runs it one step further, A reads it: A's local
+    copy is one checkpoint behind. Every shared tier's head names B's
+    checkpoint and carries its row and pending writes, so A asks each tier
+    for its head and the values it lacks, not for the checkpoint or its
+    writes again; it serves B's state and keeps a whole copy of it."""
+    thread = f"t-{uuid.uuid4().hex[:8]}"
+    config: Any = {"configurable": {"thread_id": thread}}
+    async with make_saver("sqlite+redis+postgres", sqlite_name="a.sqlite") as a:
+        async with make_saver("sqlite+redis+postgres", sqlite_name="b.sqlite") as b:
+            ga, gb = loop_graph(2).compile(checkpointer=a), loop_graph(3).compile(checkpointer=b)
+            if face == "sync":
+                ga.invoke({"messages": [], "n": 0}, config)
+                gb.invoke({"messages": [], "n": 2}, config)
+            else:
+                await ga.ainvoke({"messages": [], "n": 0}, config)
+                await gb.ainvoke({"messages": [], "n": 2}, config)
+                await given_back(b, thread)  # with B's run shipped to Redis: just after ainvoke returns
+            newest = b.get_tuple(config)
+            calls = count_shared_reads(a, face)
+            got = a.get_tuple(config) if face == "sync" else await a.aget_tuple(config)
+        assert newest is not None and got is not None
+        assert got.checkpoint == newest.checkpoint and got.pending_writes == newest.pending_writes
+        assert got.checkpoint["channel_values"]["n"] == 3
+        assert calls["redis.read_checkpoint"] == calls["postgres.read_checkpoint"] == 0, calls
+        assert calls["redis.read_writes"] == calls["postgres.read_writes"] == 0, calls
+        assert calls["redis.head"] == calls["postgres.head"] == 1, calls
+        # A's cache took the whole checkpoint: the next read agrees everywhere and reads no values remotely.
+        calls.clear()
+        again = a.get_tuple(config) if face == "sync" else await a.aget_tuple(config)
+        assert again == got and calls["redis.read_blobs"] == calls["postgres.read_blobs"] == 0, calls
+
+
+async def given_back(saver: Any, thread: str) -> None:
+    deadline = time.monotonic() + 10
+    with psycopg.connect(saver.postgres_url, autocommit=True) as conn:
+        while conn.execute("SELECT 1 FROM lgd_leases WHERE thread_id = %s AND expires_at > 0", (thread,)).fetchone():
+            assert time.monotonic() < deadline, "the run's lease was never given back"
+            await asyncio.sleep(0.01)
+
+
+@pytest.mark.parametrize("where", ["redis", "postgres"])
+def test_a_replica_whose_cache_is_behind_reads_around_a_newest_checkpoint_damaged_in_one_tier(
+    make_saver: Any, where: str
+) -> None:
+    """The same read, with B's checkpoint damaged in one shared tier only: A
+    serves the intact copy from the other, copies that into its cache,
+    repairs the bad one and reports it; nothing older is served."""
+    thread = f"t-{uuid.uuid4().hex[:8]}"
+    config: Any = {"configurable": {"thread_id": thread}}
+    events: list[CorruptionEvent] = []
+    with make_saver("sqlite+redis+postgres", sqlite_name="a.sqlite", on_corruption=events.append) as a:
+        with make_saver("sqlite+redis+postgres", sqlite_name="b.sqlite") as b:
+            loop_graph(2).compile(checkpointer=a).invoke({"messages": [], "n": 0}, config)
+            loop_graph(3).compile(checkpointer=b).invoke({"messages": [], "n": 2}, config)
+            newest = b.get_tuple(config)
+        assert newest is not None
+        rec = Rec(CHECKPOINT, "", (newest.checkpoint["id"],))
+        stores = {s.name: s for s in open_stores(a, REDIS_URL)}
+        try:
+            intact = stores[where].get(thread, rec)
+            assert intact is not None
+            stores[where].flip_field(thread, rec, len(intact.raw) - 1, 0x01, intact)
+            got = a.get_tuple(config)
+            assert got is not None and got.checkpoint == newest.checkpoint
+            assert got.pending_writes == newest.pending_writes
+            assert [(e.tier, e.kind) for e in events] == [(where, "checkpoint")]
+            for store in stores.values():  # repaired where it was bad, copied into A's cache
+                now = store.get(thread, rec)
+                assert now is not None and now.same_record(intact), store.name
+        finally:
+            for s in stores.values():
+                s.close()
