@@ -61,3 +61,23 @@ def test_the_checksum_benchmark_runs_and_its_patch_counts_add_up() -> None:
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "No problems." in done.stdout[done.stdout.rindex("### Checks") :]
     assert "sqlite+redis+postgres" in done.stdout
+
+
+def test_the_hand_off_benchmark_runs_and_each_replica_reads_the_others_state() -> None:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bench_handoff.py"), "--threads", "3", "--no-write"],
+        cwd=ROOT,
+        env={
+            **os.environ,
+            "LANGGRAPH_DURABLE_TEST_POSTGRES_URL": POSTGRES_URL,
+            "LANGGRAPH_DURABLE_TEST_REDIS_URL": REDIS_URL,
+        },
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "None." in done.stdout[done.stdout.rindex("## Problems") :]
+    # Every thread A kept was handed off to B: 3 timed and 3 untimed.
+    assert "| Durable sqlite+redis+postgres, A with lease_linger=30 |" in done.stdout
+    assert done.stdout.count("| 6 |") == 2, done.stdout
