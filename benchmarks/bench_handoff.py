@@ -115,10 +115,15 @@ def main() -> int:
             problems += res.down
         else:
             with pairs(res) as opened:
-                for label, a, b in opened:
-                    ga, gb = graph(A_STEPS).compile(checkpointer=a), graph(1).compile(checkpointer=b)
-                    runs, reads = [], []
-                    for i in range(args.threads + 3):  # the first 3 untimed
+                graphs = [
+                    (graph(A_STEPS).compile(checkpointer=a), graph(1).compile(checkpointer=b)) for _, a, b in opened
+                ]
+                runs: list[list[float]] = [[] for _ in opened]
+                reads: list[list[float]] = [[] for _ in opened]
+                # Round robin, one thread per configuration in turn, so that
+                # the machine's drift hits every row alike.
+                for i in range(args.threads + 3):  # the first 3 untimed
+                    for k, ((label, _, _), (ga, gb)) in enumerate(zip(opened, graphs)):
                         config: Any = {"configurable": {"thread_id": f"t{i}"}}
                         ga.invoke({"messages": [], "n": 0}, config, durability="sync")
                         t0 = time.perf_counter()
@@ -129,10 +134,11 @@ def main() -> int:
                         if values.get("n") != A_STEPS + 1 or len(values.get("messages", [])) != A_STEPS + 1:
                             problems.append(f"{label}: A read {values.get('n')!r} after B's run, not B's state")
                         if i >= 3:
-                            runs.append((t1 - t0) * 1000)
-                            reads.append((t2 - t1) * 1000)
+                            runs[k].append((t1 - t0) * 1000)
+                            reads[k].append((t2 - t1) * 1000)
+                for k, (label, a, _) in enumerate(opened):
                     hand_offs = a._hand_offs.hand_offs if isinstance(a, DurableSaver) and a._hand_offs else None
-                    rows.append((label, runs, reads, "-" if hand_offs is None else str(hand_offs)))
+                    rows.append((label, runs[k], reads[k], "-" if hand_offs is None else str(hand_offs)))
     finally:
         problems += [f"cleanup: {n}" for n in res.cleanup()]
     stock = next((statistics.median(r) for label, r, _, _ in rows if label == "PostgresSaver"), None)
@@ -161,7 +167,7 @@ def main() -> int:
             f"- Workload: per thread, replica A runs {A_STEPS} super-steps (each appends one ~420-byte message), "
             "then replica B (another saver on the same Postgres database and Redis prefix, its own SQLite "
             'file) runs one more, then A calls `graph.get_state`; every invoke with `durability="sync"`, '
-            f"{args.threads} threads after 3 untimed ones. B's run is timed from `invoke` to its return: "
+            f"{args.threads} threads after 3 untimed ones, the configurations taking turns thread by thread. B's run is timed from `invoke` to its return: "
             "with `lease_linger=30` on A it includes asking A for the lease it keeps (a Postgres NOTIFY, or a "
             "Redis PUBLISH without Postgres) and A giving it back. A's read after B's run asks the shared "
             "tiers: A no longer holds the lease.\n\n"

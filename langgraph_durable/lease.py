@@ -75,7 +75,7 @@ LEASE_HANDOFF_GRACE_S = 0.3
 LINGER_TRUSTED = 0.9
 # ``lease_linger`` hand-offs (`handoff.py`): how soon a replica that asked
 # for a busy lease looks at it again (then doubling, as any busy lease).
-HAND_OFF_POLL_FIRST_S = 0.002
+HAND_OFF_POLL_FIRST_S = 0.001
 # Postgres refuses a NOTIFY payload of 8000 bytes or more: a longer request
 # (a thread id of kilobytes) is not sent, and the taker waits as before.
 HAND_OFF_MAX_MESSAGE = 7900
