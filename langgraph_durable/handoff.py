@@ -4,8 +4,9 @@ A saver that keeps a thread's lease after a run (``lease_linger``) reads the
 thread from its local cache alone, and every other replica has to wait for
 the lease. So a replica that finds a lease busy asks its holder to give it
 back (`AsyncLeaseKeeper._ask_hand_off`: a Postgres NOTIFY or a Redis PUBLISH
-on the lease's tier, on a channel of the holder's own, `hand_off_channel`). `HandOffListener` is the holder's
-side: a daemon thread listening on that channel, on a connection of its own.
+on the lease's tier, on a channel of the holder's own, `hand_off_channel`).
+`HandOffListener` is the holder's side: a daemon thread listening on that
+channel, on a connection of its own.
 A request for a lease this saver only keeps (its run has ended) first ends
 the trust in the local cache (`LeaseBook.unkeep`), then gives the lease back
 in its tier, and the asking replica, which looks again within milliseconds,
@@ -18,10 +19,10 @@ the expiry. A request that is not heard only costs the asking replica time:
 it waits, or gets `ThreadBusy`, as without the hand-off. To keep that rare,
 the listener proves the channel end to end: when it starts and every
 `PROBE_S` it asks itself, as another replica would, and must hear the
-request within `HEAR_S`. While it
-cannot (the connection dropped, the server is down, a pooler that does not
-pass notifications on, such as PgBouncer in transaction mode), the saver
-keeps no lease after a run (`LeaseBook.deaf`) and gives back those it kept.
+request within `HEAR_S`. While it cannot (the connection dropped, the server
+is down, a pooler that does not pass notifications on, such as PgBouncer in
+transaction mode), the saver keeps no lease after a run (`LeaseBook.deaf`)
+and gives back those it kept.
 """
 
 from __future__ import annotations

@@ -363,8 +363,9 @@ class AsyncLeaseKeeper:
     async def _acquire_in(self, tier: Any, thread_id: str) -> Lease:
         book = self.book
         # With on_busy="raise", a short grace still: see LEASE_HANDOFF_GRACE_S.
-        wait = BusyWait(book.wait if book.on_busy == "wait" else LEASE_HANDOFF_GRACE_S, time.monotonic())
-        asked = False
+        # A busy lease is asked for (below), and looked at again soon.
+        limit = book.wait if book.on_busy == "wait" else LEASE_HANDOFF_GRACE_S
+        wait = BusyWait(limit, time.monotonic(), first=HAND_OFF_POLL_FIRST_S)
         while True:
             current, now = await tier.read_lease(thread_id)
             verdict = decide(current, book.holder, now)
@@ -386,13 +387,10 @@ class AsyncLeaseKeeper:
                 return taken
             assert current is not None
             # Busy. A holder that only keeps the lease after a run
-            # (``lease_linger``) gives it back when asked (`handoff.py`), so
-            # look again soon. Asked at every look: a run that is still going
-            # now may keep its lease when it ends.
+            # (``lease_linger``) gives it back when asked (`handoff.py`).
+            # Asked at every look: a run still going now may keep its lease
+            # when it ends.
             await self._ask_hand_off(tier, thread_id, current.holder)
-            if not asked:
-                asked = True
-                wait = BusyWait(wait.limit, wait.started, first=HAND_OFF_POLL_FIRST_S)
             delay = wait.next_delay(time.monotonic(), current.remaining(now))
             if delay is None:
                 waited = time.monotonic() - wait.started if book.on_busy == "wait" else None
