@@ -16,7 +16,7 @@ import copy
 import functools
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any, TypeVar, cast
 
 from langchain_core.runnables import RunnableConfig
@@ -616,52 +616,39 @@ class AsyncTierChain:
         cid = configurable.get("checkpoint_id")
         await self.ensure_setup()
         await self._bounded(thread_id)
-        key = ("get", thread_id, ns, cid)
-        version = await self._cached_version() if self.cache_all_reads else None
-        if version is not None and self.read_cache is not None:
-            kept = self.read_cache.get(key, version)
-            if kept is not None:
-                return self.served(kept[0])
         if not cid and self.own is not None:
             expected = self.own.current(thread_id, ns, lease_token, time.monotonic(), trusted_until)
             if expected is not None:
-                tup = await self._own_latest(thread_id, ns, *expected)
-                if tup is not None:
-                    return self.served(tup)
-        incidents = self.reads.incident_reads
-        tup = await self.reads.get_tuple(thread_id, ns, cid)
-        if (
-            version is not None
-            and self.read_cache is not None
-            and tup is not None
-            and self.reads.incident_reads == incidents
-        ):
-            self.read_cache.put(key, version, [tup])
-        return self.served(tup)
+                # What this saver wrote last under the thread's lease, from the
+                # local tier alone, kept under what the lease says the file
+                # holds: the head and its write keys. None: read as usual.
+                own = await self._kept(
+                    ("own", thread_id, ns, *expected), _one(lambda: self.reads.local_latest(thread_id, ns, *expected))
+                )
+                if own:
+                    return self.served(own[0])
+        if self.cache_all_reads:
+            found = await self._kept(
+                ("get", thread_id, ns, cid), _one(lambda: self.reads.get_tuple(thread_id, ns, cid))
+            )
+            return self.served(found[0] if found else None)
+        return self.served(await self.reads.get_tuple(thread_id, ns, cid))
 
-    async def _own_latest(
-        self, thread_id: str, ns: str, checkpoint_id: str, write_keys: frozenset[tuple[str, int]]
-    ) -> CheckpointTuple | None:
-        """What this saver wrote last under the thread's lease, from the local
-        tier alone (`AsyncTierReader.local_latest`); kept while the file is
-        unchanged, under what the lease says to expect there: the head and
-        its write keys. None: read as usual, across the tiers."""
-        key = ("own", thread_id, ns, checkpoint_id, write_keys)
+    async def _kept(self, key: Hashable, read: Callable[[], Any]) -> list[CheckpointTuple]:
+        """`read()` (a page), kept while the local file is unchanged
+        (`read_cache.py`): under `key` and the file's version, taken before
+        the read. A read that met a bad copy (`AsyncTierReader.incident_reads`
+        moved) is not kept, nor one that found nothing (`ReadCache.put`)."""
         version = await self._cached_version()
         if version is not None and self.read_cache is not None:
             kept = self.read_cache.get(key, version)
             if kept is not None:
-                return kept[0]
+                return kept
         incidents = self.reads.incident_reads
-        tup = await self.reads.local_latest(thread_id, ns, checkpoint_id, write_keys)
-        if (
-            version is not None
-            and self.read_cache is not None
-            and tup is not None
-            and self.reads.incident_reads == incidents
-        ):
-            self.read_cache.put(key, version, [tup])
-        return tup
+        page = await read()
+        if version is not None and self.read_cache is not None and self.reads.incident_reads == incidents:
+            self.read_cache.put(key, version, page)
+        return page
 
     async def _cached_version(self) -> Any:
         """The local file's version if reads are cached (`read_cache.py`),
@@ -707,18 +694,12 @@ class AsyncTierChain:
             await self._bounded(thread_id)
         # One thread's history, as history views and DeltaChannel reads ask
         # for it, is kept like a get (`read_cache.py`).
-        key = ("list", thread_id, ns, cid, before_id, limit, tuple(channels) if channels is not None else None)
-        cached = self.cache_all_reads and thread_id is not None and not filter
-        version = await self._cached_version() if cached else None
-        if version is not None and self.read_cache is not None:
-            kept = self.read_cache.get(key, version)
-            if kept is not None:
-                return kept
-        incidents = self.reads.incident_reads
-        page = await self.reads.list_tuples(thread_id, ns, cid, before_id, filter, limit, channels)
-        if version is not None and self.read_cache is not None and self.reads.incident_reads == incidents:
-            self.read_cache.put(key, version, page)
-        return page
+        if self.cache_all_reads and thread_id is not None and not filter:
+            key = ("list", thread_id, ns, cid, before_id, limit, tuple(channels) if channels is not None else None)
+            return await self._kept(
+                key, lambda: self.reads.list_tuples(thread_id, ns, cid, before_id, filter, limit, channels)
+            )
+        return await self.reads.list_tuples(thread_id, ns, cid, before_id, filter, limit, channels)
 
     async def delta_history(
         self,
@@ -899,6 +880,16 @@ class AsyncTierChain:
         self.memory.outbox.forget()  # see delete_thread
         await self.ensure_setup()
         await self.maintenance.prune(thread_ids, strategy=strategy)
+
+
+def _one(read: Callable[[], Any]) -> Callable[[], Any]:
+    """`read`, as a page of at most one (what `AsyncTierChain._kept` keeps)."""
+
+    async def page() -> list[CheckpointTuple]:
+        tup = await read()
+        return [tup] if tup is not None else []
+
+    return page
 
 
 def _reasons(incidents: Sequence[Incident]) -> list[str]:
