@@ -11,8 +11,8 @@ stored. Two writers therefore never fork a thread's history.
 
 A run gives the lease back when it ends (or, with ``lease_linger``, keeps
 it until another replica asks for it: `handoff.py`), so another replica may
-run the thread right after it (with write-behind, once the replicator has shipped
-the run: `LeaseBook.hand_off_later`). LangGraph tells a checkpointer nothing
+run the thread right after it (with write-behind, once the replicator has
+shipped the run: `LeaseBook.hand_off_later`). LangGraph tells a checkpointer nothing
 at the end of a run; the sign used is the run's ``stream_writer`` (a
 function Pregel makes per run and keeps in the run's Runtime) being freed:
 `LeaseBook` watches it with a weak reference. The TTL is the fallback for a holder that crashed, or

@@ -144,5 +144,6 @@ class Tier(Protocol):
     def ask_hand_off(self, thread_id: str, holder: str) -> None:
         """Ask `holder`, wherever it runs, to give back the lease of
         `thread_id` it keeps after a run (``lease_linger``, `handoff.py`):
-        a message on the tier's hand-off channel, heard by every saver
-        listening there. Nothing is stored; nothing happens if no one hears."""
+        a message on `holder`'s own channel (`lease.hand_off_channel`),
+        heard by its listener. Nothing is stored; nothing happens if no one
+        hears."""
