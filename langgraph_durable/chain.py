@@ -825,14 +825,15 @@ class TierChain:
         self.ensure_setup()
         self.maintenance.delete_thread(thread_id)
 
-    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+    def delete_for_runs(self, run_ids: Sequence[str], ask: Callable[[str], Any] | None = None) -> None:
+        """`ask(thread_id)`: see `Maintenance.delete_for_runs`."""
         if not run_ids:
             return
         if self.own is not None:
             self.own.forget(None)
         self.memory.outbox.forget()  # see delete_thread
         self.ensure_setup()
-        self.maintenance.delete_for_runs(run_ids)
+        self.maintenance.delete_for_runs(run_ids, ask)
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         if self.own is not None:

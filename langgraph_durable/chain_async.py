@@ -823,14 +823,15 @@ class AsyncTierChain:
         await self.ensure_setup()
         await self.maintenance.delete_thread(thread_id)
 
-    async def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+    async def delete_for_runs(self, run_ids: Sequence[str], ask: Callable[[str], Any] | None = None) -> None:
+        """`ask(thread_id)`: see `AsyncMaintenance.delete_for_runs`."""
         if not run_ids:
             return
         if self.own is not None:
             self.own.forget(None)
         self.memory.outbox.forget()  # see delete_thread
         await self.ensure_setup()
-        await self.maintenance.delete_for_runs(run_ids)
+        await self.maintenance.delete_for_runs(run_ids, ask)
 
     async def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         if self.own is not None:

@@ -77,13 +77,15 @@ class Maintenance:
         if ids:
             self._everywhere(lambda t: t.mark_deleted(thread_id, max(ids)))
 
-    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+    def delete_for_runs(self, run_ids: Sequence[str], ask: Callable[[str], Any] | None = None) -> None:
         """Delete the checkpoints and writes of these runs, except those a
         surviving checkpoint rebuilds a `DeltaChannel` from (its ancestors
         back to stored snapshots, with their writes; see `retention`):
         deleting them would make that channel read back short, silently.
         Those stay, listed and readable as before, until nothing needs them
-        (a later `delete_for_runs` or `prune`)."""
+        (a later `delete_for_runs` or `prune`). `ask(thread_id)` is called
+        for each thread that loses a checkpoint, before anything is deleted
+        (`LeaseKeeper.ask_kept_back`)."""
         if not run_ids:
             return
         ids = [str(r) for r in run_ids]
@@ -96,6 +98,9 @@ class Maintenance:
             for row in self.reads.rows(None, None, None, None, {"run_id": run_id}, None):
                 if row.run_id == run_id and (row.thread_id, row.checkpoint_ns, row.checkpoint_id) not in retain:
                     doomed[row.thread_id].append((row.checkpoint_ns, row.checkpoint_id))
+        if ask is not None:
+            for thread_id in sorted(doomed):
+                ask(thread_id)
         self._everywhere(lambda t: t.delete_for_runs(ids, retain))
         # Recorded, so that a copy another replica's local cache still holds
         # is known to be deleted rather than taken for one the tiers lost.

@@ -304,10 +304,10 @@ class DurableSaver(BaseCheckpointSaver[str]):
             back at once (`langgraph_durable.handoff`); while it cannot hear
             that channel it keeps no lease. A request not heard costs the
             other replica a wait (``on_busy="wait"``) or `ThreadBusy`, never
-            a fork. ``delete_thread`` and ``copy_thread`` (into the thread)
-            ask for a kept lease the same way first. What another replica
-            changes otherwise without the lease (``delete_for_runs``,
-            ``prune``, retention; a run that took its lease in a lower tier
+            a fork. ``delete_thread``, ``copy_thread`` (into the thread)
+            and ``delete_for_runs`` ask for a kept lease the same way first.
+            What another replica changes otherwise without the lease
+            (``prune``, retention; a run that took its lease in a lower tier
             during an outage) reaches this saver's reads when the linger
             ends. A lease taken in a lower tier during an outage is
             not kept. ``release_thread`` and ``close`` give kept leases back.
@@ -997,9 +997,11 @@ class DurableSaver(BaseCheckpointSaver[str]):
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         chain = self._sync_chain()
+        leases = self._sync_leases()
         with self._replicator.exclusive():
             chain.catch_up()  # what is owed first: nothing deleted is shipped later
-            chain.delete_for_runs(run_ids)
+            # Another saver's kept lease of a thread that loses a checkpoint (lease_linger).
+            chain.delete_for_runs(run_ids, lambda thread_id: leases.ask_kept_back(thread_id, "delete_for_runs"))
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         chain = self._sync_chain()
@@ -1065,9 +1067,10 @@ class DurableSaver(BaseCheckpointSaver[str]):
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
         chain = self._async_chain()
+        leases = self._async_leases()
         async with self._replicator.aexclusive():
             await chain.catch_up()  # see delete_thread
-            await chain.delete_for_runs(run_ids)
+            await chain.delete_for_runs(run_ids, lambda thread_id: leases.ask_kept_back(thread_id, "delete_for_runs"))
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         chain = self._async_chain()

@@ -151,6 +151,34 @@ async def test_delete_thread_on_another_replica_asks_for_a_kept_lease_first(
         assert a._hand_offs is not None and a._hand_offs.hand_offs == 1
 
 
+@pytest.mark.parametrize("face", ["sync", "async"])
+async def test_delete_for_runs_on_another_replica_asks_for_the_kept_leases_of_its_threads(
+    make_saver: SaverFactory, face: str
+) -> None:
+    """B deletes the run A's kept thread came from: A is asked for the lease
+    first, so A's next read does not serve the deleted checkpoints."""
+    thread = new_thread()
+    run_id = f"run-{uuid.uuid4().hex[:8]}"
+    config: Any = {"configurable": {"thread_id": thread}, "metadata": {"run_id": run_id}}
+    async with make_saver("sqlite+redis+postgres", sqlite_name="a.sqlite", lease_linger=30.0) as a:
+        graph = counting_graph(2).compile(checkpointer=a)
+        if face == "sync":
+            a.setup()
+            graph.invoke({"messages": [], "n": 0}, config)
+        else:
+            await a.asetup()
+            await graph.ainvoke({"messages": [], "n": 0}, config)
+        await wait_until_kept(a, thread)
+        assert await get(a, face, thread) is not None
+        async with make_saver("sqlite+redis+postgres", sqlite_name="b.sqlite") as b:
+            if face == "sync":
+                b.delete_for_runs([run_id])
+            else:
+                await b.adelete_for_runs([run_id])
+        assert await get(a, face, thread) is None
+        assert a._hand_offs is not None and a._hand_offs.hand_offs == 1
+
+
 def test_copy_thread_into_a_kept_thread_asks_for_its_lease_first(make_saver: SaverFactory) -> None:
     thread, source = new_thread(), new_thread()
     with make_saver("sqlite+redis+postgres", sqlite_name="a.sqlite", lease_linger=30.0) as a:
