@@ -238,7 +238,10 @@ class AsyncMaintenance:
         for thread_id in [thread_id_of(t, what="prune") for t in thread_ids]:
             self.deltas.forget(thread_id)
             if strategy == "delete":
-                await self._everywhere(lambda t: t.delete_thread(thread_id))
+                # As `delete_thread`: with its marker, so that a copy another
+                # replica's local cache still holds is known to be deleted,
+                # not taken for one the shared tiers lost and written back.
+                await self.delete_thread(thread_id)
                 continue
             await self.retain(thread_id, _KEEP_LATEST, 0.0, unconfirmed=False, dry_run=False)
 

@@ -29,6 +29,31 @@ def _run(saver: Any, thread: str, run_id: str | None = None) -> list[Any]:
     return [t.config for t in saver.list({"configurable": {"thread_id": thread}})]
 
 
+@pytest.mark.parametrize("face", ["sync", "async"])
+@pytest.mark.parametrize("tiers", TIERS)
+async def test_a_thread_pruned_away_through_one_replica_is_not_written_back_by_another(
+    tiers: str, face: str, make_saver: Any
+) -> None:
+    """``prune(strategy="delete")`` deletes the thread as ``delete_thread``
+    does, with its marker. Without it, B's cache took the thread for one the
+    shared tiers had lost, served it and wrote it back into them."""
+    events: list[CorruptionEvent] = []
+    with (
+        make_saver(tiers, sqlite_name="a.sqlite") as a,
+        make_saver(tiers, sqlite_name="b.sqlite", on_corruption=events.append) as b,
+    ):
+        configs = _run(b, "t")
+        if face == "sync":
+            a.prune(["t"], strategy="delete")
+        else:
+            await a.aprune(["t"], strategy="delete")
+        assert b.get_tuple({"configurable": {"thread_id": "t"}}) is None
+        assert list(b.list({"configurable": {"thread_id": "t"}})) == []
+        for config in configs:  # nothing was copied back into the shared tiers
+            assert a.get_tuple(config) is None
+    assert events == []
+
+
 @pytest.mark.parametrize("tiers", TIERS)
 def test_a_thread_deleted_through_one_replica_is_not_served_by_id_from_another(
     tiers: str, make_saver: Any, tmp_path: Path
