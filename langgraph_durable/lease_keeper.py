@@ -285,7 +285,8 @@ class LeaseKeeper:
 
     def ask_kept_back(self, thread_id: str, what: str) -> None:
         """Before a change to `thread_id` made without its lease
-        (``delete_thread``, ``copy_thread`` into it, ``delete_for_runs``): ask a saver that keeps
+        (``delete_thread``, ``copy_thread`` into it, ``delete_for_runs``,
+        ``prune``): ask a saver that keeps
         the thread's lease after a run (``lease_linger``) to give it back
         (`handoff.py`). It then stops serving the thread from its cache
         before the change is made. A thread being run, or a holder that does

@@ -304,10 +304,10 @@ class DurableSaver(BaseCheckpointSaver[str]):
             back at once (`langgraph_durable.handoff`); while it cannot hear
             that channel it keeps no lease. A request not heard costs the
             other replica a wait (``on_busy="wait"``) or `ThreadBusy`, never
-            a fork. ``delete_thread``, ``copy_thread`` (into the thread)
-            and ``delete_for_runs`` ask for a kept lease the same way first.
-            What another replica changes otherwise without the lease
-            (``prune``, retention; a run that took its lease in a lower tier
+            a fork. ``delete_thread``, ``copy_thread`` (into the thread),
+            ``delete_for_runs`` and ``prune`` ask for a kept lease the same
+            way first. What another replica changes otherwise without the
+            lease (retention; a run that took its lease in a lower tier
             during an outage) reaches this saver's reads when the linger
             ends. A lease taken in a lower tier during an outage is
             not kept. ``release_thread`` and ``close`` give kept leases back.
@@ -1012,6 +1012,9 @@ class DurableSaver(BaseCheckpointSaver[str]):
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         chain = self._sync_chain()
+        leases = self._sync_leases()
+        for thread_id in thread_ids:
+            leases.ask_kept_back(thread_id, "prune")  # see delete_thread
         with self._replicator.exclusive():
             chain.catch_up()  # see delete_thread
             chain.prune(thread_ids, strategy=strategy)
@@ -1081,6 +1084,9 @@ class DurableSaver(BaseCheckpointSaver[str]):
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         chain = self._async_chain()
+        leases = self._async_leases()
+        for thread_id in thread_ids:
+            await leases.ask_kept_back(thread_id, "prune")  # see delete_thread
         async with self._replicator.aexclusive():
             await chain.catch_up()  # see delete_thread
             await chain.prune(thread_ids, strategy=strategy)

@@ -179,6 +179,22 @@ async def test_delete_for_runs_on_another_replica_asks_for_the_kept_leases_of_it
         assert a._hand_offs is not None and a._hand_offs.hand_offs == 1
 
 
+@pytest.mark.parametrize("face", ["sync", "async"])
+async def test_prune_on_another_replica_asks_for_a_kept_lease_first(make_saver: SaverFactory, face: str) -> None:
+    """B prunes (strategy "delete") a thread A keeps: A is asked for the
+    lease first, so A's next read does not serve the deleted thread."""
+    thread = new_thread()
+    async with make_saver("sqlite+redis+postgres", sqlite_name="a.sqlite", lease_linger=30.0) as a:
+        await kept_run(a, face, thread, 2)
+        async with make_saver("sqlite+redis+postgres", sqlite_name="b.sqlite") as b:
+            if face == "sync":
+                b.prune([thread], strategy="delete")
+            else:
+                await b.aprune([thread], strategy="delete")
+        assert await get(a, face, thread) is None
+        assert a._hand_offs is not None and a._hand_offs.hand_offs == 1
+
+
 def test_copy_thread_into_a_kept_thread_asks_for_its_lease_first(make_saver: SaverFactory) -> None:
     thread, source = new_thread(), new_thread()
     with make_saver("sqlite+redis+postgres", sqlite_name="a.sqlite", lease_linger=30.0) as a:
