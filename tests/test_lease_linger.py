@@ -133,64 +133,34 @@ async def test_another_replica_is_handed_a_kept_lease_at_once_and_its_state_is_t
         assert tup.checkpoint["channel_values"]["n"] == 5
 
 
-@pytest.mark.parametrize("face", ["sync", "async"])
-async def test_delete_thread_on_another_replica_asks_for_a_kept_lease_first(
-    make_saver: SaverFactory, face: str
-) -> None:
-    """B deletes a thread A keeps: A is asked to give the lease back before
-    the deletion, so A's next read is not served from its cache."""
-    thread = new_thread()
-    async with make_saver("sqlite+redis+postgres", sqlite_name="a.sqlite", lease_linger=30.0) as a:
-        await kept_run(a, face, thread, 3)
-        async with make_saver("sqlite+redis+postgres", sqlite_name="b.sqlite") as b:
-            if face == "sync":
-                b.delete_thread(thread)
-            else:
-                await b.adelete_thread(thread)
-        assert await get(a, face, thread) is None
-        assert a._hand_offs is not None and a._hand_offs.hand_offs == 1
+# A maintenance call on another replica: its name and arguments, given the
+# kept thread and the run it came from.
+MAINTENANCE: dict[str, Any] = {
+    "delete_thread": lambda thread, run_id: ((thread,), {}),
+    "delete_for_runs": lambda thread, run_id: (([run_id],), {}),
+    "prune": lambda thread, run_id: (([thread],), {"strategy": "delete"}),
+}
 
 
 @pytest.mark.parametrize("face", ["sync", "async"])
-async def test_delete_for_runs_on_another_replica_asks_for_the_kept_leases_of_its_threads(
-    make_saver: SaverFactory, face: str
+@pytest.mark.parametrize("call", sorted(MAINTENANCE))
+async def test_a_maintenance_call_on_another_replica_asks_for_a_kept_lease_first(
+    make_saver: SaverFactory, call: str, face: str
 ) -> None:
-    """B deletes the run A's kept thread came from: A is asked for the lease
-    first, so A's next read does not serve the deleted checkpoints."""
+    """B deletes a thread A keeps (``delete_thread``; ``delete_for_runs`` of
+    the run it came from; ``prune(strategy="delete")``): A is asked to give
+    the lease back first, so A's next read is not served from its cache."""
     thread = new_thread()
     run_id = f"run-{uuid.uuid4().hex[:8]}"
-    config: Any = {"configurable": {"thread_id": thread}, "metadata": {"run_id": run_id}}
     async with make_saver("sqlite+redis+postgres", sqlite_name="a.sqlite", lease_linger=30.0) as a:
-        graph = counting_graph(2).compile(checkpointer=a)
-        if face == "sync":
-            a.setup()
-            graph.invoke({"messages": [], "n": 0}, config)
-        else:
-            await a.asetup()
-            await graph.ainvoke({"messages": [], "n": 0}, config)
-        await wait_until_kept(a, thread)
+        await kept_run(a, face, thread, 2, run_id)
         assert await get(a, face, thread) is not None
+        args, kwargs = MAINTENANCE[call](thread, run_id)
         async with make_saver("sqlite+redis+postgres", sqlite_name="b.sqlite") as b:
             if face == "sync":
-                b.delete_for_runs([run_id])
+                getattr(b, call)(*args, **kwargs)
             else:
-                await b.adelete_for_runs([run_id])
-        assert await get(a, face, thread) is None
-        assert a._hand_offs is not None and a._hand_offs.hand_offs == 1
-
-
-@pytest.mark.parametrize("face", ["sync", "async"])
-async def test_prune_on_another_replica_asks_for_a_kept_lease_first(make_saver: SaverFactory, face: str) -> None:
-    """B prunes (strategy "delete") a thread A keeps: A is asked for the
-    lease first, so A's next read does not serve the deleted thread."""
-    thread = new_thread()
-    async with make_saver("sqlite+redis+postgres", sqlite_name="a.sqlite", lease_linger=30.0) as a:
-        await kept_run(a, face, thread, 2)
-        async with make_saver("sqlite+redis+postgres", sqlite_name="b.sqlite") as b:
-            if face == "sync":
-                b.prune([thread], strategy="delete")
-            else:
-                await b.aprune([thread], strategy="delete")
+                await getattr(b, "a" + call)(*args, **kwargs)
         assert await get(a, face, thread) is None
         assert a._hand_offs is not None and a._hand_offs.hand_offs == 1
 
@@ -399,16 +369,17 @@ def test_a_damaged_local_copy_under_a_kept_lease_is_read_around_and_repaired(mak
     assert events[0].served_instead.startswith("intact copy from")
 
 
-async def kept_run(saver: DurableSaver, face: str, thread: str, steps: int) -> None:
-    """A run of the counting graph whose lease is then kept (once `setup`
-    has heard the hand-off channel)."""
+async def kept_run(saver: DurableSaver, face: str, thread: str, steps: int, run_id: str | None = None) -> None:
+    """A run of the counting graph (with `run_id` in its metadata, if given)
+    whose lease is then kept (once `setup` has heard the hand-off channel)."""
     graph = counting_graph(steps).compile(checkpointer=saver)
+    config: Any = {**config_of(thread), **({"metadata": {"run_id": run_id}} if run_id else {})}
     if face == "sync":
         saver.setup()
-        graph.invoke({"messages": [], "n": 0}, config_of(thread), durability="sync")
+        graph.invoke({"messages": [], "n": 0}, config, durability="sync")
     else:
         await saver.asetup()
-        await graph.ainvoke({"messages": [], "n": 0}, config_of(thread), durability="sync")
+        await graph.ainvoke({"messages": [], "n": 0}, config, durability="sync")
     await wait_until_kept(saver, thread)
 
 
