@@ -95,9 +95,12 @@ def test_a_group_whose_transaction_fails_stores_none_of_its_writes(tmp_path: Pat
 
 def test_concurrent_async_writes_are_committed_in_groups_each_on_its_own(tmp_path: Path) -> None:
     """60 tasks writing at once: every write lands (or fails alone), and
-    they took fewer commits than writes."""
+    they took fewer commits than writes. With ``fsync`` (write-behind), where
+    a commit waits for the disk and the writes go to the worker; without it
+    a free tier takes each write on the event loop's thread at once
+    (test_sqlite_on_caller.py)."""
     path = tmp_path / "local.sqlite"
-    tier = SqliteTier(str(path))
+    tier = SqliteTier(str(path), fsync=True)
     tier.setup()
     groups: list[int] = []
     plain = tier.grouped

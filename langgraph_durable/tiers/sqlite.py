@@ -353,6 +353,37 @@ class SqliteTier:
                 with unavailable_on("sqlite", self.path, sqlite3.OperationalError):
                     raise exc
 
+    def run_now(self, call: Callable[[], Any], *, writes: bool) -> tuple[bool, Any]:
+        """Run `call` (one of this tier's methods) on this thread if it can
+        start at once: ``(True, its result)``. Else ``(False, None)``, not
+        run: another thread holds this tier (a write under way), no
+        connection is open yet, or, for a call that `writes`, SQLite's write
+        lock is another connection's (``SQLITE_BUSY``: the busy timeout is 0
+        meanwhile, so nothing waits here). A read needs no lock in WAL mode.
+        The async face asks this on the event loop before it hands a short
+        call to its worker (`AsyncSqliteTier`). Other errors are the call's
+        own and propagate."""
+        if not self._lock.acquire(blocking=False):
+            return False, None
+        try:
+            conn = self._conn
+            if conn is None:
+                return False, None
+            if not writes:
+                return True, call()
+            conn.execute("PRAGMA busy_timeout=0")
+            try:
+                return True, call()
+            except TierUnavailable as exc:
+                if _busy(exc.__cause__):
+                    return False, None
+                raise
+            finally:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout * 1000)}")
+        finally:
+            self._lock.release()
+
     def setup(self) -> None:
         with self._lock:
             if self._ready:
@@ -1009,6 +1040,14 @@ def _journal(
     return cur.lastrowid
 
 
+def _busy(exc: BaseException | None) -> bool:
+    """Whether SQLite refused for a lock another connection holds."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+    return isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc)
+
+
 def _lease(conn: sqlite3.Connection, thread_id: str) -> Lease | None:
     row = conn.execute("SELECT holder, token, expires_at FROM lgd_leases WHERE thread_id = ?", (thread_id,)).fetchone()
     return Lease(thread_id, row[0], int(row[1]), float(row[2])) if row else None
@@ -1037,15 +1076,32 @@ def _create_private(folder: str, path: str) -> bool:
 # The writes of a run (`put`, `put_writes`) that `AsyncSqliteTier` commits
 # in groups.
 _GROUPED = frozenset({"write_checkpoint", "write_writes"})
+# Calls of a run's hot path that take tens of microseconds: the async face
+# runs them on the event loop's thread when they can start at once
+# (`SqliteTier.run_now`), since handing one to the worker thread and waking
+# the loop again costs several times that (0.2 ms a write on a busy
+# 2-core machine). Writes only without ``fsync``: with it (write-behind) a
+# commit waits for the disk, so those stay on the worker, which commits the
+# writes waiting in one group.
+_READS_ON_CALLER = frozenset(
+    {"version", "head", "read_checkpoint", "read_blobs", "read_writes", "read_ledger", "read_lease", "gone"}
+)
+_WRITES_ON_CALLER = frozenset({*_GROUPED, "swap_lease", "keep_lease", "release_lease"})
 
 
 class AsyncSqliteTier:
-    """The async face of a `SqliteTier`: each method runs on one worker thread.
+    """The async face of a `SqliteTier`: its methods, run on one worker thread
+    or, when short and free to start, on the caller's.
 
     Nothing is re-implemented: ``await tier.read_checkpoint(...)`` calls
-    `SqliteTier.read_checkpoint` off the event loop, so a busy database never
-    blocks other tasks. The writes of runs (`_GROUPED`) that arrive while the
-    worker is busy wait for it together and are then committed together
+    `SqliteTier.read_checkpoint`. The short calls of a run's hot path (a
+    step's writes, the reads of its latest state: `_READS_ON_CALLER`,
+    `_WRITES_ON_CALLER`) run on the event loop's thread when nothing waits
+    for them (`SqliteTier.run_now`: the tier free, SQLite's lock to be had at
+    once), which costs less than the hop; any other call, and one that would
+    wait, goes to the worker, so a busy database never blocks other tasks.
+    The writes of runs (`_GROUPED`) that arrive while the worker is busy wait
+    for it together and are then committed together
     (`SqliteTier.grouped`): many concurrent runs cost one commit and one
     hand-off to the worker per group, not per write, and each write still
     succeeds or fails on its own.
@@ -1061,16 +1117,27 @@ class AsyncSqliteTier:
 
     def __getattr__(self, method: str) -> Callable[..., Any]:
         fn = getattr(self.tier, method)
+        writes = method in _WRITES_ON_CALLER
+        now = method in _READS_ON_CALLER or (writes and not self.tier.fsync)
         if method in _GROUPED:
 
             async def grouped(*args: Any, **kwargs: Any) -> Any:
-                return await self._grouped(functools.partial(fn, *args, **kwargs))
+                bound = functools.partial(fn, *args, **kwargs)
+                if now and not self._waiting:
+                    ran, result = self.tier.run_now(bound, writes=writes)
+                    if ran:
+                        return result
+                return await self._grouped(bound)
 
             return grouped
 
         async def call(*args: Any, **kwargs: Any) -> Any:
-            loop = asyncio.get_running_loop()
-            return await loop.run_in_executor(self._pool, functools.partial(fn, *args, **kwargs))
+            bound = functools.partial(fn, *args, **kwargs)
+            if now:
+                ran, result = self.tier.run_now(bound, writes=writes)
+                if ran:
+                    return result
+            return await asyncio.get_running_loop().run_in_executor(self._pool, bound)
 
         return call
 

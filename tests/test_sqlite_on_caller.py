@@ -1,0 +1,189 @@
+"""The async face of the SQLite tier runs a run's short calls on the event
+loop's thread when they can start at once (issue 9), and hands everything
+that would wait to its worker: the loop is never held by a lock.
+
+Real SQLite files; the lock is taken by a second connection, as another
+process on the same file would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from langgraph_durable.errors import TierUnavailable
+from langgraph_durable.records import BlobRow, CheckpointRow
+from langgraph_durable.tiers.sqlite import AsyncSqliteTier, SqliteTier
+
+
+def _row(cid: str) -> tuple[CheckpointRow, list[BlobRow]]:
+    return (
+        CheckpointRow("t", "", cid, None, "run", "{}", f"checkpoint {cid}".encode()),
+        [BlobRow("t", "", "messages", cid, f"value {cid}".encode())],
+    )
+
+
+def _stored(path: Path) -> set[str]:
+    with sqlite3.connect(path) as conn:
+        return {r[0] for r in conn.execute("SELECT checkpoint_id FROM lgd_checkpoints")}
+
+
+@contextmanager
+def tier_at(path: Path, *, fsync: bool = False) -> Iterator[tuple[SqliteTier, AsyncSqliteTier]]:
+    tier = SqliteTier(str(path), fsync=fsync, busy_timeout=5.0)
+    tier.setup()
+    face = AsyncSqliteTier(tier)
+    try:
+        yield tier, face
+    finally:
+        asyncio.run(face.close())
+        tier.close()
+
+
+@contextmanager
+def threads_of_statements(tier: SqliteTier) -> Iterator[list[tuple[int, str]]]:
+    """(thread ident, statement) for each statement the tier's connection runs meanwhile."""
+    seen: list[tuple[int, str]] = []
+    with tier._lock:
+        tier._connect().set_trace_callback(lambda sql: seen.append((threading.get_ident(), sql)))
+    try:
+        yield seen
+    finally:
+        with tier._lock:
+            tier._connect().set_trace_callback(None)
+
+
+@contextmanager
+def write_lock_held(path: Path) -> Iterator[threading.Event]:
+    """Another connection holds the file's write lock until the event is set."""
+    release, taken = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        conn = sqlite3.connect(path, isolation_level=None)
+        conn.execute("BEGIN IMMEDIATE")
+        taken.set()
+        release.wait(10)
+        conn.execute("COMMIT")
+        conn.close()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert taken.wait(5)
+    try:
+        yield release
+    finally:
+        release.set()
+        holder.join(10)
+
+
+@pytest.mark.parametrize("fsync", [False, True], ids=["plain", "fsync"])
+def test_a_free_tier_runs_short_calls_on_the_event_loop_thread(tmp_path: Path, fsync: bool) -> None:
+    """A step's write and the reads of the latest state run on the loop's
+    thread; with ``fsync`` (write-behind) a write waits for the disk and
+    goes to the worker, the reads still do not."""
+    with tier_at(tmp_path / "local.sqlite", fsync=fsync) as (tier, face):
+        loop_thread = threading.get_ident()
+
+        async def main() -> None:
+            with threads_of_statements(tier) as seen:
+                await face.write_checkpoint(*_row("c1"), journal=True)
+            writers = {ident for ident, _ in seen}
+            assert seen and (writers == {loop_thread}) != fsync, seen
+            with threads_of_statements(tier) as seen:
+                head = await face.head("t", "")
+                assert head.checkpoint_id == "c1"
+                assert await face.read_checkpoint("t", "", "c1") is not None
+                await face.version()
+            assert seen and {ident for ident, _ in seen} == {loop_thread}, seen
+            # Anything else still goes to the worker.
+            with threads_of_statements(tier) as seen:
+                assert len(await face.pending_journal()) == 1
+            assert seen and loop_thread not in {ident for ident, _ in seen}, seen
+
+        asyncio.run(main())
+        assert _stored(tmp_path / "local.sqlite") == {"c1"}
+
+
+def test_run_now_leaves_a_call_alone_while_another_thread_holds_the_tier(tmp_path: Path) -> None:
+    with tier_at(tmp_path / "local.sqlite") as (tier, _):
+        ran: list[str] = []
+        inside, done = threading.Event(), threading.Event()
+
+        def long_write() -> None:
+            with tier._tx():
+                inside.set()
+                done.wait(10)
+
+        writer = threading.Thread(target=long_write)
+        writer.start()
+        try:
+            assert inside.wait(5)
+            assert tier.run_now(lambda: ran.append("write"), writes=True) == (False, None)
+            assert tier.run_now(lambda: ran.append("read"), writes=False) == (False, None)
+            assert ran == []
+        finally:
+            done.set()
+            writer.join(10)
+        assert tier.run_now(lambda: ran.append("read"), writes=False) == (True, None)
+        assert ran == ["read"]
+
+
+def test_a_write_that_would_wait_for_another_connection_goes_to_the_worker(tmp_path: Path) -> None:
+    """Another connection holds the write lock for 0.5 s: `run_now` says so
+    at once (it does not wait out the busy timeout), restores the busy
+    timeout, and the async write waits on the worker while the event loop
+    runs other tasks; the write lands once the lock is given back."""
+    path = tmp_path / "local.sqlite"
+    with tier_at(path) as (tier, face):
+        with write_lock_held(path) as release:
+            started = time.monotonic()
+            assert tier.run_now(lambda: tier.write_checkpoint(*_row("c0")), writes=True) == (False, None)
+            assert time.monotonic() - started < 1.0
+            with tier._lock:
+                assert tier._connect().execute("PRAGMA busy_timeout").fetchone()[0] == 5000
+
+            async def main() -> tuple[int, Any]:
+                ticks = 0
+                stop = asyncio.Event()
+
+                async def ticker() -> None:
+                    nonlocal ticks
+                    while not stop.is_set():
+                        ticks += 1
+                        await asyncio.sleep(0.01)
+
+                ticking = asyncio.create_task(ticker())
+                threading.Timer(0.5, release.set).start()
+                seq = await face.write_checkpoint(*_row("c1"), journal=True)
+                stop.set()
+                await ticking
+                return ticks, seq
+
+            ticks, seq = asyncio.run(main())
+        # The loop ticked while the write waited (about 50 times in 0.5 s).
+        assert ticks >= 10, ticks
+        assert isinstance(seq, int)
+        assert _stored(path) == {"c1"}
+
+
+def test_a_call_that_fails_on_the_loop_thread_raises_as_on_the_worker(tmp_path: Path) -> None:
+    """An error that is not a busy lock is the call's own: raised, not retried on the worker."""
+    path = tmp_path / "local.sqlite"
+    with tier_at(path) as (tier, face):
+        with tier._lock:
+            tier._connect().execute("DROP TABLE lgd_blobs")  # the file damaged under the saver
+
+        async def main() -> None:
+            with pytest.raises(TierUnavailable, match="no such table"):
+                await face.write_checkpoint(*_row("c1"))
+
+        asyncio.run(main())
+        assert _stored(path) == set()
