@@ -187,3 +187,28 @@ def test_a_call_that_fails_on_the_loop_thread_raises_as_on_the_worker(tmp_path: 
 
         asyncio.run(main())
         assert _stored(path) == set()
+
+
+def test_under_a_host_that_forbids_blocking_calls_on_its_loop_every_call_goes_to_the_worker(tmp_path: Path) -> None:
+    """``langgraph dev`` watches its event loop with blockbuster, which fails
+    a run that calls SQLite there. With it active, the async face still
+    writes and reads, all of it from the worker."""
+    from blockbuster import BlockBuster  # installed with langgraph-cli[inmem], a test extra
+
+    with tier_at(tmp_path / "local.sqlite") as (tier, face):
+        loop_thread = threading.get_ident()
+
+        async def main() -> None:
+            with threads_of_statements(tier) as seen:
+                await face.write_checkpoint(*_row("c1"), journal=True)
+                assert (await face.head("t", "")).checkpoint_id == "c1"
+                await face.version()
+            assert seen and loop_thread not in {ident for ident, _ in seen}, seen
+
+        watcher = BlockBuster()
+        watcher.activate()
+        try:
+            asyncio.run(main())
+        finally:
+            watcher.deactivate()
+        assert _stored(tmp_path / "local.sqlite") == {"c1"}

@@ -19,6 +19,7 @@ import os
 import sqlite3
 import threading
 import time
+import types
 from collections.abc import Callable, Collection, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -1089,6 +1090,14 @@ _READS_ON_CALLER = frozenset(
 _WRITES_ON_CALLER = frozenset({*_GROUPED, "swap_lease", "keep_lease", "release_lease"})
 
 
+def _loop_watched() -> bool:
+    """Whether the host watches its event loop for blocking calls by
+    replacing sqlite3's methods: ``langgraph dev`` does (blockbuster) and
+    fails a run that calls SQLite on the loop. Then every call goes to the
+    worker, as the host asks."""
+    return type(sqlite3.Connection.__dict__.get("execute")) is not types.MethodDescriptorType
+
+
 class AsyncSqliteTier:
     """The async face of a `SqliteTier`: its methods, run on one worker thread
     or, when short and free to start, on the caller's.
@@ -1100,6 +1109,8 @@ class AsyncSqliteTier:
     for them (`SqliteTier.run_now`: the tier free, SQLite's lock to be had at
     once), which costs less than the hop; any other call, and one that would
     wait, goes to the worker, so a busy database never blocks other tasks.
+    So does every call under a host that forbids SQLite on its loop
+    (`_loop_watched`).
     The writes of runs (`_GROUPED`) that arrive while the worker is busy wait
     for it together and are then committed together
     (`SqliteTier.grouped`): many concurrent runs cost one commit and one
@@ -1118,7 +1129,7 @@ class AsyncSqliteTier:
     def __getattr__(self, method: str) -> Callable[..., Any]:
         fn = getattr(self.tier, method)
         writes = method in _WRITES_ON_CALLER
-        now = method in _READS_ON_CALLER or (writes and not self.tier.fsync)
+        now = (method in _READS_ON_CALLER or (writes and not self.tier.fsync)) and not _loop_watched()
         if method in _GROUPED:
 
             async def grouped(*args: Any, **kwargs: Any) -> Any:
