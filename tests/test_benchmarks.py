@@ -61,3 +61,13 @@ def test_the_hand_off_benchmark_runs_and_each_replica_reads_the_others_state() -
     # Every thread A kept was handed off to B: 3 timed and 3 untimed.
     assert "| Durable sqlite+redis+postgres, A with lease_linger=30 |" in out
     assert out.count("| 6 |") == 2, out
+
+
+def test_the_paired_benchmark_runs_every_saver_in_every_round_and_checks_each_read() -> None:
+    out = run_benchmark("bench_paired.py", "--rounds", "1", "--reads", "2", "--no-write")
+    assert "None." in out[out.rindex("## Problems") :]
+    for face, reference in (("Sync face", "PostgresSaver"), ("Async face", "AsyncPostgresSaver")):
+        table = out[out.index(face) :]
+        # The reference row divides by itself; every DurableSaver row is there.
+        assert f"| {reference} | " in table and "| 1.00x | - |" in table
+        assert "| Durable sqlite+redis+postgres lease_linger=30 |" in table

@@ -1,0 +1,240 @@
+"""The headline ratios, paired: every saver takes its turn in every round.
+
+`bench_growth.py` measures one saver after the other. On a small shared
+machine the speed drifts by 20-50% over minutes, so a ratio between two rows
+measured a minute apart carries that drift. Here the savers take turns: in
+each round every configuration runs one 50-step graph (`bench_growth`'s
+growing-list graph, ``durability="sync"``) on a fresh thread and then reads
+that thread's state (`graph.get_state`, `--reads` calls), the order rotating
+from round to round. A row's ratio to PostgresSaver is the median over rounds
+of (its figure / PostgresSaver's figure in the same round): drift that hits a
+whole round cancels out. The sync face runs first, then the async face
+(`ainvoke`, `aget_state`) in one event loop. Every state read is checked.
+
+Writes `benchmarks/RESULTS_PAIRED.md` (unless `--no-write`). Loopback
+servers only; everything a run creates is removed at the end.
+
+    .venv/bin/python benchmarks/bench_paired.py              # about 2 minutes
+    .venv/bin/python benchmarks/bench_paired.py --rounds 3 --no-write
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import datetime as dt
+import os
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from _env import exit_on_sigterm, git_state, run_lines  # benchmarks/ is on sys.path when run as a script
+from bench_growth import (
+    CONFIG_BY_KEY,
+    PACKAGES,
+    Config,
+    Resources,
+    Storage,
+    allocate,
+    build_graph,
+    check_values,
+    first_input,
+    open_async,
+    open_sync,
+    run_config,
+    thread_of,
+)
+
+HERE = Path(__file__).resolve().parent
+STEPS = 50
+SIZE = 420
+# (config key, what the row says) in bench_growth's configurations; the
+# reference row (PostgresSaver) is the one every ratio divides by.
+ROWS = ["mem", "sqlite_stock", "pg_stock", "d_s", "d_p", "d_sp", "d_srp", "d_srp_local", "d_srp_linger"]
+REFERENCE = "pg_stock"
+EXTRA = {"d_sp": Config("d_sp", "durable", ("sqlite", "postgres"), stock="pg_stock")}
+
+
+def config(key: str) -> Config:
+    return EXTRA.get(key) or CONFIG_BY_KEY[key]
+
+
+class Figures:
+    """Per configuration and round: ms per super-step and get_state p50 (ms)."""
+
+    def __init__(self, keys: list[str]) -> None:
+        self.step: dict[str, list[float]] = {k: [] for k in keys}
+        self.read: dict[str, list[float]] = {k: [] for k in keys}
+
+
+def order(keys: list[str], round_no: int) -> list[str]:
+    """The configurations in this round's order: rotated by one each round."""
+    shift = round_no % len(keys)
+    return keys[shift:] + keys[:shift]
+
+
+def paired(mine: list[float], ref: list[float]) -> float | None:
+    """Median over rounds of mine / ref, same round."""
+    ratios = [a / b for a, b in zip(mine, ref) if b > 0]
+    return statistics.median(ratios) if ratios else None
+
+
+def measure_sync(graphs: dict[str, Any], rounds: int, reads: int, problems: list[str]) -> Figures:
+    fig = Figures(list(graphs))
+    for r in range(rounds + 1):  # round 0 warms up, untimed
+        for key in order(list(graphs), r):
+            graph = graphs[key]
+            tid = f"s{r}"
+            t0 = time.perf_counter()
+            graph.invoke(first_input(), run_config(tid, STEPS), durability="sync")
+            wall = time.perf_counter() - t0
+            times = []
+            for _ in range(reads):
+                t1 = time.perf_counter()
+                state = graph.get_state(thread_of(tid))
+                times.append(time.perf_counter() - t1)
+            problems += check_values(state.values, STEPS, SIZE, f"{config(key).label()} round {r}")
+            if r:
+                fig.step[key].append(wall * 1000 / STEPS)
+                fig.read[key].append(statistics.median(times) * 1000)
+    return fig
+
+
+async def measure_async(graphs: dict[str, Any], rounds: int, reads: int, problems: list[str]) -> Figures:
+    fig = Figures(list(graphs))
+    for r in range(rounds + 1):
+        for key in order(list(graphs), r):
+            graph = graphs[key]
+            tid = f"a{r}"
+            t0 = time.perf_counter()
+            await graph.ainvoke(first_input(), run_config(tid, STEPS), durability="sync")
+            wall = time.perf_counter() - t0
+            times = []
+            for _ in range(reads):
+                t1 = time.perf_counter()
+                state = await graph.aget_state(thread_of(tid))
+                times.append(time.perf_counter() - t1)
+            problems += check_values(state.values, STEPS, SIZE, f"{config(key).label('async')} round {r}")
+            if r:
+                fig.step[key].append(wall * 1000 / STEPS)
+                fig.read[key].append(statistics.median(times) * 1000)
+    return fig
+
+
+def table(fig: Figures, mode: str) -> list[str]:
+    ref_step, ref_read = fig.step[REFERENCE], fig.read[REFERENCE]
+
+    def ratio(value: float | None) -> str:
+        return "-" if value is None else f"{value:.2f}x"
+
+    def stock_ratio(key: str, figures: dict[str, list[float]]) -> str:
+        stock = config(key).stock
+        return ratio(paired(figures[key], figures[stock])) if stock in figures else "-"
+
+    lines = [
+        "| saver | ms/step p50 | vs PostgresSaver | vs matching stock | get_state p50 (ms) | vs PostgresSaver "
+        "| vs matching stock |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for key in fig.step:
+        step, read = fig.step[key], fig.read[key]
+        lines.append(
+            f"| {config(key).label(mode)} | {statistics.median(step):.2f} | {ratio(paired(step, ref_step))} "
+            f"| {stock_ratio(key, fig.step)} | {statistics.median(read):.3f} | {ratio(paired(read, ref_read))} "
+            f"| {stock_ratio(key, fig.read)} |"
+        )
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=20, help="timed rounds per face (default 20)")
+    parser.add_argument("--reads", type=int, default=30, help="get_state calls per round (default 30)")
+    parser.add_argument("--output", default=str(HERE / "RESULTS_PAIRED.md"))
+    parser.add_argument("--no-write", action="store_true", help="print only")
+    args = parser.parse_args(argv)
+    exit_on_sigterm()
+    started = dt.datetime.now(dt.UTC)
+    load_start = os.getloadavg()[0]
+    code = git_state(HERE.parent)
+    t_run = time.perf_counter()
+    res = Resources(uuid.uuid4().hex[:10])
+    problems: list[str] = []
+    body: list[str] = []
+    try:
+        if not res.probe():
+            problems += res.down
+        else:
+            pg: dict[str, str] = {}
+            stores: dict[str, dict[str, Storage]] = {
+                mode: {k: allocate(config(k), mode, res, pg, f"{k}_{mode}") for k in ROWS} for mode in ("sync", "async")
+            }
+            with contextlib.ExitStack() as stack:
+                graphs = {
+                    k: build_graph(
+                        STEPS, SIZE, is_async=False, checkpointer=stack.enter_context(open_sync(config(k), st))
+                    )
+                    for k, st in stores["sync"].items()
+                }
+                sync = measure_sync(graphs, args.rounds, args.reads, problems)
+
+            async def run_async() -> Figures:
+                async with contextlib.AsyncExitStack() as stack:
+                    graphs = {
+                        k: build_graph(
+                            STEPS,
+                            SIZE,
+                            is_async=True,
+                            checkpointer=await stack.enter_async_context(open_async(config(k), st)),
+                        )
+                        for k, st in stores["async"].items()
+                    }
+                    return await measure_async(graphs, args.rounds, args.reads, problems)
+
+            async_fig = asyncio.run(run_async())
+            body += ["## Sync face (`invoke`, `get_state`)", "", *table(sync, "sync"), ""]
+            body += ["## Async face (`ainvoke`, `aget_state`)", "", *table(async_fig, "async"), ""]
+    finally:
+        problems += [f"cleanup: {n}" for n in res.cleanup()]
+    wall = time.perf_counter() - t_run
+    text = "\n".join(body) + "\n## Problems\n\n" + ("\n".join(f"- {p}" for p in problems) or "None.") + "\n"
+    print(text)
+    if not args.no_write:
+        head = run_lines(
+            "bench_paired.py",
+            quick=False,
+            started=started,
+            wall=wall,
+            load=(load_start, os.getloadavg()[0]),
+            code=code,
+            packages=PACKAGES,
+        )
+        intro = [
+            "# Paired benchmark: every saver in every round",
+            "",
+            *head,
+            f"- Servers (loopback): {', '.join(f'{k} {v}' for k, v in res.server_versions.items())}",
+            f"- Workload: `bench_growth.py`'s graph, {STEPS} super-steps each appending one {SIZE}-byte "
+            f'message, `durability="sync"`, on a fresh thread per round; then {args.reads} `get_state` '
+            f"calls on that thread (their median is the round's figure). {args.rounds} timed rounds per "
+            "face after one untimed, every configuration once per round, the order rotated each round.",
+            "- `vs PostgresSaver` and `vs matching stock`: the median over rounds of the row's figure divided "
+            "by the reference's figure in the same round (AsyncPostgresSaver / AsyncSqliteSaver in the async "
+            "table). The stock Postgres savers run on a psycopg pool of 10, as in `bench_growth.py`.",
+            "- `lease_linger=30` keeps the run's writer lease after it, so its reads come from the local "
+            "cache; without it a read asks every tier which checkpoint is newest.",
+            "",
+        ]
+        Path(args.output).write_text("\n".join(intro) + "\n" + text)
+        print(f"wrote {args.output}")
+    print(f"total {wall:.1f} s")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
