@@ -29,7 +29,6 @@ import statistics
 import sys
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +52,7 @@ from bench_growth import (
 HERE = Path(__file__).resolve().parent
 STEPS = 50
 SIZE = 420
-# (config key, what the row says) in bench_growth's configurations; the
+# Keys of bench_growth's configurations (and EXTRA), in table order; the
 # reference row (PostgresSaver) is the one every ratio divides by.
 ROWS = ["mem", "sqlite_stock", "pg_stock", "d_s", "d_p", "d_sp", "d_srp", "d_srp_local", "d_srp_linger"]
 REFERENCE = "pg_stock"
