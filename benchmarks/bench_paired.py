@@ -70,6 +70,14 @@ class Figures:
         self.step: dict[str, list[float]] = {k: [] for k in keys}
         self.read: dict[str, list[float]] = {k: [] for k in keys}
 
+    def record(self, key: str, round_no: int, times: list[float], values: Any, mode: str, problems: list[str]) -> None:
+        """One round of `key`: `times` = [the run's wall time, each read's];
+        `values` = the state read last, checked. Round 0 is not kept."""
+        problems += check_values(values, STEPS, SIZE, f"{config(key).label(mode)} round {round_no}")
+        if round_no:
+            self.step[key].append(times[0] * 1000 / STEPS)
+            self.read[key].append(statistics.median(times[1:]) * 1000)
+
 
 def order(keys: list[str], round_no: int) -> list[str]:
     """The configurations in this round's order: rotated by one each round."""
@@ -87,20 +95,15 @@ def measure_sync(graphs: dict[str, Any], rounds: int, reads: int, problems: list
     fig = Figures(list(graphs))
     for r in range(rounds + 1):  # round 0 warms up, untimed
         for key in order(list(graphs), r):
-            graph = graphs[key]
-            tid = f"s{r}"
+            graph, tid = graphs[key], f"s{r}"
             t0 = time.perf_counter()
             graph.invoke(first_input(), run_config(tid, STEPS), durability="sync")
-            wall = time.perf_counter() - t0
-            times = []
+            times = [time.perf_counter() - t0]
             for _ in range(reads):
                 t1 = time.perf_counter()
                 state = graph.get_state(thread_of(tid))
                 times.append(time.perf_counter() - t1)
-            problems += check_values(state.values, STEPS, SIZE, f"{config(key).label()} round {r}")
-            if r:
-                fig.step[key].append(wall * 1000 / STEPS)
-                fig.read[key].append(statistics.median(times) * 1000)
+            fig.record(key, r, times, state.values, "sync", problems)
     return fig
 
 
@@ -108,20 +111,15 @@ async def measure_async(graphs: dict[str, Any], rounds: int, reads: int, problem
     fig = Figures(list(graphs))
     for r in range(rounds + 1):
         for key in order(list(graphs), r):
-            graph = graphs[key]
-            tid = f"a{r}"
+            graph, tid = graphs[key], f"a{r}"
             t0 = time.perf_counter()
             await graph.ainvoke(first_input(), run_config(tid, STEPS), durability="sync")
-            wall = time.perf_counter() - t0
-            times = []
+            times = [time.perf_counter() - t0]
             for _ in range(reads):
                 t1 = time.perf_counter()
                 state = await graph.aget_state(thread_of(tid))
                 times.append(time.perf_counter() - t1)
-            problems += check_values(state.values, STEPS, SIZE, f"{config(key).label('async')} round {r}")
-            if r:
-                fig.step[key].append(wall * 1000 / STEPS)
-                fig.read[key].append(statistics.median(times) * 1000)
+            fig.record(key, r, times, state.values, "async", problems)
     return fig
 
 
