@@ -2,8 +2,8 @@
 loop's thread when they can start at once (issue 9), and hands everything
 that would wait to its worker: the loop is never held by a lock.
 
-Real SQLite files; the lock is taken by a second connection, as another
-process on the same file would.
+Real SQLite files (and the test Postgres where a run uses it); the lock is
+taken by a second connection, as another process on the same file would.
 """
 
 from __future__ import annotations
