@@ -850,9 +850,11 @@ class TierChain:
         dry_run: bool,
         progress: Callable[[int, int], None] | None = None,
         pace: Callable[[], Any] | None = None,
+        ask: Callable[[str], Any] | None = None,
     ) -> RetentionReport:
         """Apply `policy` to these threads (None: every thread any tier
-        holds), one at a time; `pace()` runs after each (a rate limit)."""
+        holds), one at a time; `pace()` runs after each (a rate limit).
+        `ask(thread_id)` runs before a thread is changed (`Maintenance.retain`)."""
         self.ensure_setup()
         if thread_ids is None:
             listed = run_all([functools.partial(t.thread_ids) for t in self.tiers])
@@ -866,7 +868,9 @@ class TierChain:
                 self.own.forget(thread_id)
             if not dry_run:
                 self.memory.outbox.forget()  # see delete_thread
-            retained = self.maintenance.retain(thread_id, policy, now, unconfirmed=unconfirmed, dry_run=dry_run)
+            retained = self.maintenance.retain(
+                thread_id, policy, now, unconfirmed=unconfirmed, dry_run=dry_run, ask=ask
+            )
             report.add(retained, unconfirmed=unconfirmed)
             if progress is not None:
                 progress(done, len(thread_ids))

@@ -248,11 +248,21 @@ class Maintenance:
             self.retain(thread_id, _KEEP_LATEST, 0.0, unconfirmed=False, dry_run=False)
 
     def retain(
-        self, thread_id: str, policy: RetentionPolicy, now: float, *, unconfirmed: bool, dry_run: bool
+        self,
+        thread_id: str,
+        policy: RetentionPolicy,
+        now: float,
+        *,
+        unconfirmed: bool,
+        dry_run: bool,
+        ask: Callable[[str], Any] | None = None,
     ) -> Retained:
         """Apply `policy` to one thread (`retention.RetentionPolicy` says what
         is kept); with `dry_run` only count. `unconfirmed`: the thread has
-        non-resumable actions nobody confirmed, so it is left as it is."""
+        non-resumable actions nobody confirmed, so it is left as it is.
+        `ask(thread_id)` runs before the thread is deleted or pruned: another
+        saver that keeps its lease (``lease_linger``) is asked to give it back
+        and stop serving it from its cache (`LeaseKeeper.ask_kept_back`)."""
         rows = self.reads.rows(thread_id, None, None, None, None, None)
         if unconfirmed or not rows:
             return Retained(thread_id, kept=len(rows))
@@ -294,10 +304,14 @@ class Maintenance:
             self.reads.settle(incidents)
         if newest_ts and not waiting_anywhere and policy.idle(newest_ts, now):
             if not dry_run:
+                if ask is not None:
+                    ask(thread_id)
                 self.delete_thread(thread_id)  # with its marker, for other replicas' caches
             return Retained(thread_id, deleted=len(rows), thread_deleted=True)
         dropped = [r for r in rows if (r.checkpoint_ns, r.checkpoint_id) not in keep]
         if dropped and not dry_run:
+            if ask is not None:
+                ask(thread_id)
             self.deltas.forget(thread_id)
             self._everywhere(lambda t: t.prune(thread_id, keep, keep_blobs))
         return Retained(thread_id, kept=len(rows) - len(dropped), deleted=len(dropped))

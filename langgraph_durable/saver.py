@@ -1302,6 +1302,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         leaves the threads not reached yet as they were; run it again."""
         chosen = self._retention_policy(policy)
         chain = self._sync_chain()
+        leases = self._sync_leases()
         with self._replicator.exclusive():
             chain.catch_up()  # see delete_thread
             return chain.retain(
@@ -1311,6 +1312,8 @@ class DurableSaver(BaseCheckpointSaver[str]):
                 dry_run=dry_run,
                 progress=progress,
                 pace=pace,
+                # Another saver's kept lease of a thread it deletes or prunes (lease_linger).
+                ask=lambda thread_id: leases.ask_kept_back(thread_id, "apply_retention"),
             )
 
     async def aapply_retention(
@@ -1325,10 +1328,16 @@ class DurableSaver(BaseCheckpointSaver[str]):
         """`apply_retention` on the async face."""
         chosen = self._retention_policy(policy)
         chain = self._async_chain()
+        leases = self._async_leases()
         async with self._replicator.aexclusive():
             await chain.catch_up()
             return await chain.retain(
-                chosen, thread_ids, now=time.time() if now is None else now, dry_run=dry_run, progress=progress
+                chosen,
+                thread_ids,
+                now=time.time() if now is None else now,
+                dry_run=dry_run,
+                progress=progress,
+                ask=lambda thread_id: leases.ask_kept_back(thread_id, "apply_retention"),  # see apply_retention
             )
 
     def _retention_policy(self, policy: RetentionPolicy | None) -> RetentionPolicy:

@@ -26,7 +26,7 @@ from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 
-from langgraph_durable import ConfigError, DurableSaver, ThreadBusy
+from langgraph_durable import ConfigError, DurableSaver, RetentionPolicy, ThreadBusy
 from langgraph_durable.lease import Lease, LeaseBook, OwnHeads
 
 from .conftest import SaverFactory
@@ -139,6 +139,11 @@ MAINTENANCE: dict[str, Any] = {
     "delete_thread": lambda thread, run_id: ((thread,), {}),
     "delete_for_runs": lambda thread, run_id: (([run_id],), {}),
     "prune": lambda thread, run_id: (([thread],), {"strategy": "delete"}),
+    # Retention that finds the thread idle (an hour from now) and deletes it whole.
+    "apply_retention": lambda thread, run_id: (
+        (RetentionPolicy(delete_idle_after=60.0),),
+        {"thread_ids": [thread], "now": time.time() + 3600},
+    ),
 }
 
 
@@ -148,8 +153,9 @@ async def test_a_maintenance_call_on_another_replica_asks_for_a_kept_lease_first
     make_saver: SaverFactory, call: str, face: str
 ) -> None:
     """B deletes a thread A keeps (``delete_thread``; ``delete_for_runs`` of
-    the run it came from; ``prune(strategy="delete")``): A is asked to give
-    the lease back first, so A's next read is not served from its cache."""
+    the run it came from; ``prune(strategy="delete")``; a retention policy
+    that finds it idle): A is asked to give the lease back first, so A's next
+    read is not served from its cache."""
     thread = new_thread()
     run_id = f"run-{uuid.uuid4().hex[:8]}"
     async with make_saver("sqlite+redis+postgres", sqlite_name="a.sqlite", lease_linger=30.0) as a:
