@@ -305,12 +305,12 @@ class DurableSaver(BaseCheckpointSaver[str]):
             that channel it keeps no lease. A request not heard costs the
             other replica a wait (``on_busy="wait"``) or `ThreadBusy`, never
             a fork. ``delete_thread``, ``copy_thread`` (into the thread),
-            ``delete_for_runs`` and ``prune`` ask for a kept lease the same
-            way first. What another replica changes otherwise without the
-            lease (retention; a run that took its lease in a lower tier
-            during an outage) reaches this saver's reads when the linger
-            ends. A lease taken in a lower tier during an outage is
-            not kept. ``release_thread`` and ``close`` give kept leases back.
+            ``delete_for_runs``, ``prune`` and ``apply_retention`` ask for a
+            kept lease the same way first. A run of another replica that took
+            its lease in a lower tier during an outage reaches this saver's
+            reads when the linger ends. A lease taken in a lower tier during
+            an outage is not kept. ``release_thread`` and ``close`` give kept
+            leases back.
         write: which tiers must hold a record before ``put`` / ``put_writes``
             return. ``"shared"`` (default): the local journal (if there is a
             local tier) and at least one shared tier; a shared tier that is
