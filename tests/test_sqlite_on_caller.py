@@ -12,8 +12,8 @@ import asyncio
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +62,26 @@ def threads_of_statements(tier: SqliteTier) -> Iterator[list[tuple[int, str]]]:
     finally:
         with tier._lock:
             tier._connect().set_trace_callback(None)
+
+
+@asynccontextmanager
+async def loop_ticks() -> AsyncIterator[list[int]]:
+    """How many times a task asking to run every 10 ms ran meanwhile: whether
+    the event loop went on serving other tasks (``[count]``, read after the block)."""
+    ticks = [0]
+    stop = asyncio.Event()
+
+    async def tick() -> None:
+        while not stop.is_set():
+            ticks[0] += 1
+            await asyncio.sleep(0.01)
+
+    ticking = asyncio.create_task(tick())
+    try:
+        yield ticks
+    finally:
+        stop.set()
+        await ticking
 
 
 @contextmanager
@@ -154,21 +174,10 @@ def test_a_write_that_would_wait_for_another_connection_goes_to_the_worker(tmp_p
                 assert tier._connect().execute("PRAGMA busy_timeout").fetchone()[0] == 5000
 
             async def main() -> tuple[int, Any]:
-                ticks = 0
-                stop = asyncio.Event()
-
-                async def ticker() -> None:
-                    nonlocal ticks
-                    while not stop.is_set():
-                        ticks += 1
-                        await asyncio.sleep(0.01)
-
-                ticking = asyncio.create_task(ticker())
-                threading.Timer(0.5, release.set).start()
-                seq = await face.write_checkpoint(*_row("c1"), journal=True)
-                stop.set()
-                await ticking
-                return ticks, seq
+                async with loop_ticks() as ticks:
+                    threading.Timer(0.5, release.set).start()
+                    seq = await face.write_checkpoint(*_row("c1"), journal=True)
+                return ticks[0], seq
 
             ticks, seq = asyncio.run(main())
         # The loop ticked while the write waited (about 50 times in 0.5 s).
@@ -248,24 +257,13 @@ async def test_an_async_run_whose_file_another_process_locks_mid_run_waits_and_e
     async with make_saver(tiers) as saver:
         graph = looping(step, 6).compile(checkpointer=saver)
         config: Any = {"configurable": {"thread_id": "locked-mid-run"}}
-        ticks = 0
-        done = asyncio.Event()
-
-        async def ticker() -> None:
-            nonlocal ticks
-            while not done.is_set():
-                ticks += 1
-                await asyncio.sleep(0.01)
-
-        ticking = asyncio.create_task(ticker())
-        started = time.monotonic()
-        out = await graph.ainvoke({"messages": [], "n": 0}, config, durability="sync")
-        took = time.monotonic() - started
-        done.set()
-        await ticking
+        async with loop_ticks() as ticks:
+            started = time.monotonic()
+            out = await graph.ainvoke({"messages": [], "n": 0}, config, durability="sync")
+            took = time.monotonic() - started
         assert held.is_set() and took >= 0.3, took  # the run did meet the lock
         # The loop ran on while it waited (a tick every 10 ms asked; a busy machine stretches them).
-        assert ticks >= 0.25 * took / 0.01, (ticks, took)
+        assert ticks[0] >= 0.25 * took / 0.01, (ticks, took)
         assert out == {"messages": [f"message {i}" for i in range(6)], "n": 6}
         history = [t async for t in saver.alist(config)]
         assert [t.checkpoint["channel_values"].get("n") for t in history][:7] == [6, 5, 4, 3, 2, 1, 0]
