@@ -204,11 +204,12 @@ class MemoryBacklog:
     local disk refused a write. Thread-safe; shared by both faces. Its
     `outbox` keeps the local journal's newest entries' records (`Outbox`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, outbox_bytes: int = OUTBOX_BYTES) -> None:
         self._lock = threading.Lock()
         self._entries: dict[int, JournalEntry] = {}
         self._seq = itertools.count(1)
-        self.outbox = Outbox()
+        # `outbox_bytes`: a saver's share of ``memory_budget`` (memory_budget.py).
+        self.outbox = Outbox(max_bytes=outbox_bytes)
 
     def owe_checkpoint(
         self, row: CheckpointRow, blobs: Sequence[BlobRow], tiers: Sequence[str], *, acked: bool = True

@@ -37,41 +37,76 @@ from typing import Any
 
 from .codec import version_key
 
-DEFAULT_SEEN_ENTRIES = 8192
+# What `SeenVersions` may hold, in bytes (estimated: `_entry_size`). A saver
+# gives it its share of ``memory_budget`` (`memory_budget.SHARES`) instead.
+DEFAULT_SEEN_BYTES = 6 * 1024 * 1024
+# Estimated cost of an entry beyond the lengths of its ids: key tuple,
+# OrderedDict slot and versions dict; per channel its dict slot and str headers.
+_ENTRY_OVERHEAD = 250
+_CHANNEL_OVERHEAD = 120
 
 
 class SeenVersions:
     """(thread, namespace, checkpoint id) -> its channel versions, for the
-    checkpoints this saver stored or served last. Least recently used out
-    beyond `max_entries`; thread-safe (both faces share one)."""
+    checkpoints this saver stored or served last.
 
-    def __init__(self, *, max_entries: int = DEFAULT_SEEN_ENTRIES) -> None:
-        self.max_entries = max_entries
+    Bounded by `max_bytes`, estimated from the lengths of the ids, channel
+    names and versions an entry holds plus a fixed overhead: least recently
+    used out first. A forgotten parent only costs what an unseen one costs
+    (see the module docstring): nothing for a parent that stored its
+    versions, which is every parent LangGraph makes today. Thread-safe (both
+    faces share one)."""
+
+    def __init__(self, *, max_bytes: int = DEFAULT_SEEN_BYTES) -> None:
+        self.max_bytes = max_bytes
         self._lock = threading.Lock()
-        self._seen: OrderedDict[tuple[str, str, str], dict[str, str]] = OrderedDict()
+        # key -> (channel versions, estimated size)
+        self._seen: OrderedDict[tuple[str, str, str], tuple[dict[str, str], int]] = OrderedDict()
+        self._bytes = 0
 
     def note(self, thread_id: str, ns: str, checkpoint_id: str, channel_versions: Mapping[str, Any]) -> None:
         # A copy: LangGraph migrates the checkpoint it was served in place.
         versions = {ch: version_key(v) for ch, v in channel_versions.items()}
         key = (thread_id, ns, checkpoint_id)
+        size = _ENTRY_OVERHEAD + len(thread_id) + len(ns) + len(checkpoint_id)
+        size += sum(_CHANNEL_OVERHEAD + len(ch) + len(v) for ch, v in versions.items())
         with self._lock:
-            self._seen[key] = versions
-            self._seen.move_to_end(key)
-            while len(self._seen) > self.max_entries:
-                self._seen.popitem(last=False)
+            old = self._seen.pop(key, None)
+            if old is not None:
+                self._bytes -= old[1]
+            if size > self.max_bytes:
+                return
+            self._seen[key] = (versions, size)
+            self._bytes += size
+            while self._bytes > self.max_bytes:
+                self._bytes -= self._seen.popitem(last=False)[1][1]
 
     def get(self, thread_id: str, ns: str, checkpoint_id: str) -> dict[str, str] | None:
+        key = (thread_id, ns, checkpoint_id)
         with self._lock:
-            return self._seen.get((thread_id, ns, checkpoint_id))
+            found = self._seen.get(key)
+            if found is None:
+                return None
+            self._seen.move_to_end(key)
+            return found[0]
 
     def forget(self, thread_id: str | None = None) -> None:
         """Drop a thread's entries (every thread's: None)."""
         with self._lock:
             if thread_id is None:
                 self._seen.clear()
+                self._bytes = 0
                 return
             for key in [k for k in self._seen if k[0] == thread_id]:
-                del self._seen[key]
+                self._bytes -= self._seen.pop(key)[1]
+
+    @property
+    def size(self) -> int:
+        """Estimated bytes held (at most `max_bytes`)."""
+        return self._bytes
+
+    def __len__(self) -> int:
+        return len(self._seen)
 
 
 def never_written(

@@ -45,8 +45,17 @@ MSGPACK_TAG = "msgpack"
 # a read of it touches at most this many records. 16 keeps the bytes of a
 # long conversation near 1/16 of storing it whole at every step.
 DEFAULT_SNAPSHOT_EVERY = 16
-# What the memory of last stored values may hold (their element bytes).
-DEFAULT_MEMO_BYTES = 64 * 1024 * 1024
+# What the memory of last stored values may hold, in bytes (estimated:
+# `_entry_size`). A saver gives it its share of ``memory_budget``
+# (`memory_budget.SHARES`) instead.
+DEFAULT_MEMO_BYTES = 16 * 1024 * 1024
+# Estimated cost of a memo entry beyond the lengths of its ids and bytes: the
+# key tuple, the OrderedDict slot and the channels dict (`_ENTRY_OVERHEAD`);
+# per channel its `Last`, bytes and str headers and dict slot
+# (`_CHANNEL_OVERHEAD`); per version named in a chain its str and tuple slot.
+_ENTRY_OVERHEAD = 300
+_CHANNEL_OVERHEAD = 250
+_VERSION_OVERHEAD = 60
 _FORMAT = 1
 
 
@@ -177,13 +186,21 @@ class DeltaMemo:
     stored as a piece only when its checkpoint's parent is that checkpoint,
     so a piece only ever names versions its parent holds: what keeps the
     parent (`prune`, retention) keeps everything the piece is rebuilt from.
-    Least recently used out beyond `max_bytes`; thread-safe (both faces)."""
+
+    Bounded by `max_bytes`, estimated from the lengths of what an entry
+    holds (`_entry_size`: ids, versions, element bytes, a fixed overhead):
+    least recently stored out first; an entry larger than `max_bytes` alone
+    is not kept. Forgetting only costs bytes: the thread's next value of each
+    list is stored whole, as after a restart, and reads never depend on the
+    memo (`stored` is a shortcut for a value a tier holds anyway).
+    Thread-safe (both faces)."""
 
     def __init__(self, *, max_bytes: int = DEFAULT_MEMO_BYTES, every: int = DEFAULT_SNAPSHOT_EVERY) -> None:
         self.max_bytes = max_bytes
         self.every = every
         self._lock = threading.Lock()
-        self._last: OrderedDict[tuple[str, str], tuple[str, dict[str, Last]]] = OrderedDict()
+        # (thread, ns) -> (checkpoint id, its list channels, estimated size)
+        self._last: OrderedDict[tuple[str, str], tuple[str, dict[str, Last], int]] = OrderedDict()
         self._bytes = 0
 
     def base_for(self, thread_id: str, ns: str, parent_id: str | None) -> dict[str, Last]:
@@ -208,11 +225,12 @@ class DeltaMemo:
         """Record what a write stored. Call it once the write succeeded: a
         piece must only ever name versions that are stored."""
         key = (what.thread_id, what.checkpoint_ns)
+        size = _entry_size(what)
         with self._lock:
             self._drop(key)
-            if what.channels:
-                self._last[key] = (what.checkpoint_id, what.channels)
-                self._bytes += _size(what.channels)
+            if what.channels and size <= self.max_bytes:
+                self._last[key] = (what.checkpoint_id, what.channels, size)
+                self._bytes += size
             while self._bytes > self.max_bytes and self._last:
                 self._drop(next(iter(self._last)))
 
@@ -225,9 +243,23 @@ class DeltaMemo:
     def _drop(self, key: tuple[str, str]) -> None:
         old = self._last.pop(key, None)
         if old is not None:
-            self._bytes -= _size(old[1])
+            self._bytes -= old[2]
+
+    @property
+    def size(self) -> int:
+        """Estimated bytes held (at most `max_bytes`)."""
+        return self._bytes
+
+    def __len__(self) -> int:
+        return len(self._last)
 
 
-def _size(channels: dict[str, Last]) -> int:
-    # Element bytes shared by several checkpoints' entries are counted in each.
-    return sum(len(last.elements) for last in channels.values())
+def _entry_size(what: Remember) -> int:
+    """An entry's estimated bytes: lengths of what it holds, and fixed
+    overheads (no walk of the objects). Element bytes shared by several
+    threads' entries (a fork) are counted in each."""
+    size = _ENTRY_OVERHEAD + len(what.thread_id) + len(what.checkpoint_ns) + len(what.checkpoint_id)
+    for channel, last in what.channels.items():
+        size += _CHANNEL_OVERHEAD + len(channel) + len(last.version) + len(last.elements)
+        size += sum(_VERSION_OVERHEAD + len(v) for v in last.chain)
+    return size

@@ -82,6 +82,23 @@ HAND_OFF_MAX_MESSAGE = 7900
 # Threads whose lease one saver remembers. Beyond this the least recently
 # used is forgotten, and its lease released.
 MAX_TRACKED_THREADS = 10_000
+# What the leases a saver keeps after their runs (``lease_linger``) and those
+# waiting for their thread to ship (write-behind hand-offs) may hold, in
+# bytes (estimated: `_KEPT_OVERHEAD` and the lengths of the thread id and
+# holder); each of the two gets half. A saver gives them their share of
+# ``memory_budget`` (`memory_budget.SHARES`) instead.
+DEFAULT_KEPT_LEASE_BYTES = 3 * 1024 * 1024
+_KEPT_OVERHEAD = 400  # the Lease, the tuple, the dict slot, str headers
+# What `OwnHeads` may hold, in bytes (estimated, see `OwnHeads`). A saver
+# gives it its share of ``memory_budget`` instead.
+DEFAULT_OWN_HEADS_BYTES = 6 * 1024 * 1024
+# Estimated costs in `OwnHeads` beyond the lengths of the ids: an entry (the
+# `_Own`, its key, the OrderedDict slot, its dict and set), a checkpoint it
+# remembers (dict slot, set, str header), a pending write's key (tuple, int,
+# set slot, str header).
+_OWN_OVERHEAD = 500
+_OWN_CHECKPOINT_OVERHEAD = 300
+_OWN_KEY_OVERHEAD = 150
 
 OnBusy = Literal["raise", "wait"]
 ON_BUSY_CHOICES: tuple[str, ...] = ("raise", "wait")
@@ -387,7 +404,16 @@ class LeaseBook:
     links the two. A subgraph's end ends nothing: only a root run takes a
     lease and is watched (a subgraph has a stream writer of its own, freed
     when it ends, or shares its root's when streaming with subgraphs=True).
-    At most `MAX_TRACKED_THREADS` threads are remembered.
+
+    Memory: a run's entry goes when the run ends. At most `max_threads`
+    runs are remembered; beyond that the least recently used one's lease is
+    given back and that run gets `LeaseLost` at its next write (so this is a
+    count of runs going on at once, not of threads served). Leases kept after
+    their runs (`keep`) and hand-offs (`hand_off_later`) are bounded by
+    `max_kept_bytes` (half each, estimated from the ids' lengths) and
+    `max_threads`, least recently kept out first: forgetting one only means
+    reading the thread from the shared tiers, or another replica waiting for
+    the lease's expiry instead of its hand-off.
     """
 
     def __init__(
@@ -398,6 +424,7 @@ class LeaseBook:
         wait: float = DEFAULT_LEASE_WAIT_S,
         max_threads: int = MAX_TRACKED_THREADS,
         linger: float = 0.0,
+        max_kept_bytes: int = DEFAULT_KEPT_LEASE_BYTES,
     ) -> None:
         if not isinstance(ttl, (int, float)) or ttl <= 0:
             raise ConfigError(f"lease_ttl must be a positive number of seconds, got {ttl!r}.")
@@ -415,6 +442,7 @@ class LeaseBook:
         self.on_busy = on_busy
         self.wait = wait
         self.max_threads = max_threads
+        self.max_kept_bytes = max_kept_bytes
         # Reentrant: a run's end may be seen (a weakref callback) while this
         # thread is inside the book.
         self._lock = threading.RLock()
@@ -426,6 +454,9 @@ class LeaseBook:
         # monotonic time until which this saver trusts its own writes as the
         # thread's latest state.
         self._lingering: dict[str, tuple[Lease, float]] = {}
+        # Estimated bytes of `_lingering` and of `_handoffs` (`_kept_size`).
+        self._kept_bytes = 0
+        self._handoff_bytes = 0
         # Whether kept leases can be asked for (`handoff.py`): with
         # `needs_ears`, a lease is kept only while the listener hears its
         # channel, so that another replica never waits for one in vain.
@@ -451,6 +482,7 @@ class LeaseBook:
                     self._held.clear()
                     self._handoffs.clear()
                     self._lingering.clear()
+                    self._kept_bytes = self._handoff_bytes = 0
                     self._hearing = False  # the listener's thread stayed in the parent
                     self._holder, self._pid = new_holder(), os.getpid()
 
@@ -480,8 +512,8 @@ class LeaseBook:
             runtime=runtime if writer is None else None,
         )
         with self._lock:
-            self._handoffs.pop(lease.thread_id, None)  # the lease moved on (a new token)
-            self._lingering.pop(lease.thread_id, None)
+            self._unhand(lease.thread_id)  # the lease moved on (a new token)
+            self._unlinger(lease.thread_id)
             self._held[lease.thread_id] = held
             self._held.move_to_end(lease.thread_id)
             evicted = []
@@ -531,7 +563,7 @@ class LeaseBook:
         """Forget this saver's lease of `thread_id` (only if it has `token`);
         without a token, a lease kept after its run (`keep`) too."""
         with self._lock:
-            kept = self._lingering.pop(thread_id, None) if token is None else None
+            kept = self._unlinger(thread_id) if token is None else None
             held = self._held.get(thread_id)
             if held is None or (token is not None and held.lease.token != token):
                 return kept[0] if kept is not None else None
@@ -544,6 +576,7 @@ class LeaseBook:
             leases = [h.lease for h in self._held.values()] + [lease for lease, _ in self._lingering.values()]
             self._held.clear()
             self._lingering.clear()
+            self._kept_bytes = 0
             return leases
 
     def may_keep(self) -> bool:
@@ -566,13 +599,23 @@ class LeaseBook:
                 return False
             if lease.thread_id in self._held:
                 return True
-            self._lingering.pop(lease.thread_id, None)
+            self._unlinger(lease.thread_id)
             self._lingering[lease.thread_id] = (lease, until)
-            # Beyond max_threads the oldest are forgotten: trusted no more,
-            # they expire in their tier by themselves.
-            while len(self._lingering) > self.max_threads:
-                del self._lingering[next(iter(self._lingering))]
+            self._kept_bytes += _kept_size(lease)
+            # Beyond max_threads (or its bytes) the oldest are forgotten:
+            # trusted no more, they expire in their tier by themselves.
+            while self._lingering and (
+                len(self._lingering) > self.max_threads or self._kept_bytes > self.max_kept_bytes // 2
+            ):
+                self._unlinger(next(iter(self._lingering)))
             return True
+
+    def _unlinger(self, thread_id: str) -> tuple[Lease, float] | None:
+        """(Under the lock.) Forget a kept lease, counting its bytes out."""
+        kept = self._lingering.pop(thread_id, None)
+        if kept is not None:
+            self._kept_bytes -= _kept_size(kept[0])
+        return kept
 
     def hearing(self) -> None:
         """The hand-off listener hears its channel: leases may be kept."""
@@ -593,13 +636,14 @@ class LeaseBook:
             self._hearing = False
             kept = [lease for lease, _ in self._lingering.values()]
             self._lingering.clear()
+            self._kept_bytes = 0
             return kept
 
     def unkeep(self, thread_id: str) -> Lease | None:
         """Stop trusting a kept lease (before writing the thread outside a
         run, which takes a lease of its own); returns it, if there was one."""
         with self._lock:
-            kept = self._lingering.pop(thread_id, None)
+            kept = self._unlinger(thread_id)
             return kept[0] if kept is not None else None
 
     def kept(self, thread_id: str, now: float) -> tuple[Lease, float] | None:
@@ -611,7 +655,7 @@ class LeaseBook:
             if kept is None:
                 return None
             if kept[1] <= now:
-                del self._lingering[thread_id]
+                self._unlinger(thread_id)
                 return None
             return kept
 
@@ -621,7 +665,22 @@ class LeaseBook:
         replicator does it), not at the run's end, so that no other replica
         takes the thread before it can see them. `now`: monotonic seconds."""
         with self._lock:
+            self._unhand(lease.thread_id)
             self._handoffs[lease.thread_id] = (lease, now + self.ttl)
+            self._handoff_bytes += _kept_size(lease)
+            # Beyond the bound the oldest are forgotten: their leases expire
+            # in their tier by themselves (as for a shared tier down, below).
+            while self._handoffs and (
+                len(self._handoffs) > self.max_threads or self._handoff_bytes > self.max_kept_bytes // 2
+            ):
+                self._unhand(next(iter(self._handoffs)))
+
+    def _unhand(self, thread_id: str) -> tuple[Lease, float] | None:
+        """(Under the lock.) Forget a hand-off, counting its bytes out."""
+        kept = self._handoffs.pop(thread_id, None)
+        if kept is not None:
+            self._handoff_bytes -= _kept_size(kept[0])
+        return kept
 
     def handoffs(self, now: float) -> list[Lease]:
         """The leases `hand_off_later` keeps, oldest first. One kept for a
@@ -631,7 +690,7 @@ class LeaseBook:
         waits for it longer than for a crashed holder."""
         with self._lock:
             for thread_id in [t for t, (_, until) in self._handoffs.items() if until <= now]:
-                del self._handoffs[thread_id]
+                self._unhand(thread_id)
             return [lease for lease, _ in self._handoffs.values()]
 
     def handed(self, lease: Lease) -> bool:
@@ -641,7 +700,7 @@ class LeaseBook:
             kept = self._handoffs.get(lease.thread_id)
             if kept is None or kept[0].token != lease.token:
                 return False
-            del self._handoffs[lease.thread_id]
+            self._unhand(lease.thread_id)
             return True
 
     def held(self, thread_id: str) -> Lease | None:
@@ -649,6 +708,22 @@ class LeaseBook:
         with self._lock:
             h = self._held.get(thread_id)
             return h.lease if h is not None else None
+
+    def usage(self) -> dict[str, int]:
+        """Entries and estimated bytes remembered: runs going on (`runs`),
+        leases kept after runs, hand-offs waiting."""
+        with self._lock:
+            return {
+                "runs": len(self._held),
+                "kept": len(self._lingering),
+                "kept_bytes": self._kept_bytes,
+                "handoffs": len(self._handoffs),
+                "handoff_bytes": self._handoff_bytes,
+            }
+
+
+def _kept_size(lease: Lease) -> int:
+    return _KEPT_OVERHEAD + len(lease.thread_id) + len(lease.holder)
 
 
 # Checkpoint ids one `OwnHeads` entry remembers having written under its
@@ -668,6 +743,18 @@ class _Own:
     # wrote for it: created under the lease, so all its writes were this
     # saver's too, and the local tier must hold exactly these.
     mine: dict[str, set[tuple[str, int]]] = field(default_factory=dict)
+    # Estimated bytes of `mine` (`_mine_cost`, `_keys_cost`), kept up to
+    # date as it changes, and of the whole entry as last counted.
+    mine_size: int = 0
+    size: int = 0
+
+
+def _keys_cost(keys: set[tuple[str, int]] | frozenset[tuple[str, int]]) -> int:
+    return sum(_OWN_KEY_OVERHEAD + len(task_id) for task_id, _ in keys)
+
+
+def _mine_cost(checkpoint_id: str, keys: set[tuple[str, int]]) -> int:
+    return _OWN_CHECKPOINT_OVERHEAD + len(checkpoint_id) + _keys_cost(keys)
 
 
 class OwnHeads:
@@ -682,31 +769,54 @@ class OwnHeads:
     been served by a shared tier while the local copy lags). An entry is
     trusted for half the lease TTL after the last write that renewed the
     lease, and only under that lease's token. Time is an argument, as in the
-    rest of this module."""
+    rest of this module.
 
-    def __init__(self, *, max_age: float, max_threads: int = MAX_TRACKED_THREADS) -> None:
+    Bounded by `max_bytes`, estimated from the lengths of the ids an entry
+    holds plus fixed overheads (`_OWN_OVERHEAD` and the others), least
+    recently written out first; the writes kept aside for a put still to
+    come (`writes`) get an eighth of it. A forgotten entry only costs speed:
+    the thread's next read asks the shared tiers, as for a thread this saver
+    did not write."""
+
+    def __init__(self, *, max_age: float, max_bytes: int = DEFAULT_OWN_HEADS_BYTES) -> None:
         self.max_age = max_age
-        self.max_threads = max_threads
+        self.max_bytes = max_bytes
         self._lock = threading.Lock()
         self._own: OrderedDict[tuple[str, str], _Own] = OrderedDict()
+        self._bytes = 0
         # Write keys of checkpoints whose `put` is not recorded yet (LangGraph
         # overlaps a step's writes with its checkpoint's put), by (thread,
-        # ns, token, checkpoint id): they join `_Own.mine` if that put comes.
-        self._early: OrderedDict[tuple[str, str, int, str], set[tuple[str, int]]] = OrderedDict()
+        # ns, token, checkpoint id), with their estimated size: they join
+        # `_Own.mine` if that put comes.
+        self._early: OrderedDict[tuple[str, str, int, str], tuple[set[tuple[str, int]], int]] = OrderedDict()
+        self._early_bytes = 0
 
     def put(self, thread_id: str, ns: str, token: int, checkpoint_id: str, now: float) -> None:
         """A fenced checkpoint the local tier took: the new head, with the
         writes of it recorded before (`writes`)."""
         with self._lock:
-            before = self._own.get((thread_id, ns))
-            mine = before.mine if before is not None and before.token == token else {}
-            mine.setdefault(checkpoint_id, set()).update(self._early.pop((thread_id, ns, token, checkpoint_id), ()))
+            before = self._own.pop((thread_id, ns), None)
+            if before is not None:
+                self._bytes -= before.size
+            if before is not None and before.token == token:
+                mine, mine_size = before.mine, before.mine_size
+            else:
+                mine, mine_size = {}, 0
+            early = self._pop_early((thread_id, ns, token, checkpoint_id))
+            keys = mine.get(checkpoint_id)
+            if keys is None:
+                keys = mine[checkpoint_id] = set()
+                mine_size += _mine_cost(checkpoint_id, keys)
+            added = early - keys
+            keys |= added
+            mine_size += _keys_cost(added)
             while len(mine) > MAX_OWN_CHECKPOINTS:
-                del mine[next(iter(mine))]
-            self._own[(thread_id, ns)] = _Own(token, checkpoint_id, set(mine[checkpoint_id]), now, mine)
-            self._own.move_to_end((thread_id, ns))
-            while len(self._own) > self.max_threads:
-                self._own.popitem(last=False)
+                oldest = next(iter(mine))
+                mine_size -= _mine_cost(oldest, mine.pop(oldest))
+            own = _Own(token, checkpoint_id, set(keys), now, mine, mine_size)
+            self._own[(thread_id, ns)] = own
+            self._count(own, thread_id, ns)
+            self._evict()
 
     def writes(
         self, thread_id: str, ns: str, token: int, checkpoint_id: str, keys: set[tuple[str, int]], now: float
@@ -716,20 +826,50 @@ class OwnHeads:
             own = self._own.get((thread_id, ns))
             if own is not None and own.token == token:
                 own.at = now
+                self._own.move_to_end((thread_id, ns))
                 if own.checkpoint_id == checkpoint_id:
                     own.writes |= keys
-                if checkpoint_id in own.mine:
-                    own.mine[checkpoint_id] |= keys
+                mine = own.mine.get(checkpoint_id)
+                if mine is not None:
+                    added = keys - mine
+                    mine |= added
+                    own.mine_size += _keys_cost(added)
+                self._count(own, thread_id, ns)
+                self._evict()
+                if mine is not None:
                     return
             # Not (yet) a checkpoint this saver put under the lease: kept
             # aside until its put is recorded. A write of a checkpoint this
             # saver did not put (the one a resumed run starts from) says
             # nothing of the writes others made of it, and never joins.
-            early = self._early.setdefault((thread_id, ns, token, checkpoint_id), set())
-            early |= keys
-            self._early.move_to_end((thread_id, ns, token, checkpoint_id))
-            while len(self._early) > self.max_threads:  # about one step's worth per thread tracked
-                self._early.popitem(last=False)
+            key = (thread_id, ns, token, checkpoint_id)
+            early = self._pop_early(key) | keys
+            size = _OWN_CHECKPOINT_OVERHEAD + len(thread_id) + len(ns) + len(checkpoint_id) + _keys_cost(early)
+            self._early[key] = (early, size)
+            self._early_bytes += size
+            while self._early and self._early_bytes > self.max_bytes // 8:
+                self._pop_early(next(iter(self._early)))
+
+    def _pop_early(self, key: tuple[str, str, int, str]) -> set[tuple[str, int]]:
+        """(Under the lock.) Take the write keys kept aside under `key`."""
+        found = self._early.pop(key, None)
+        if found is None:
+            return set()
+        self._early_bytes -= found[1]
+        return found[0]
+
+    def _count(self, own: _Own, thread_id: str, ns: str) -> None:
+        """(Under the lock.) Count `own`'s estimated bytes again."""
+        size = _OWN_OVERHEAD + len(thread_id) + len(ns) + len(own.checkpoint_id) + own.mine_size
+        size += _keys_cost(own.writes)
+        self._bytes += size - own.size
+        own.size = size
+
+    def _evict(self) -> None:
+        """(Under the lock.) Least recently written out, to fit `max_bytes`
+        (the newest entry stays even alone over it: it is the run going on)."""
+        while self._bytes > self.max_bytes and len(self._own) > 1:
+            self._bytes -= self._own.popitem(last=False)[1].size
 
     def threads(self) -> set[str]:
         """The threads this saver wrote last under their lease (running, or just ran)."""
@@ -741,9 +881,9 @@ class OwnHeads:
         written without its lease or deleted (None: every thread)."""
         with self._lock:
             for key in [k for k in self._own if thread_id is None or k[0] == thread_id]:
-                del self._own[key]
+                self._bytes -= self._own.pop(key).size
             for early in [k for k in self._early if thread_id is None or k[0] == thread_id]:
-                del self._early[early]
+                self._pop_early(early)
 
     def current(
         self, thread_id: str, ns: str, token: int | None, now: float, until: float | None = None
@@ -766,6 +906,16 @@ class OwnHeads:
         with self._lock:
             own = self._trusted(thread_id, ns, token, now, until)
             return {cid: frozenset(keys) for cid, keys in own.mine.items()} if own is not None else None
+
+    def usage(self) -> dict[str, int]:
+        """Entries and estimated bytes held: heads, and writes kept aside."""
+        with self._lock:
+            return {
+                "heads": len(self._own),
+                "heads_bytes": self._bytes,
+                "early": len(self._early),
+                "early_bytes": self._early_bytes,
+            }
 
     def _trusted(self, thread_id: str, ns: str, token: int | None, now: float, until: float | None) -> _Own | None:
         if token is None:

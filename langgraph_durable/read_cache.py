@@ -20,7 +20,8 @@ read is cached. What is served is still the intact state this saver
 verified when it read it; `verify()` scrubs the file, and the next write
 to the file makes the next read a real one again.
 
-Bounded by bytes (``DurableSaver(read_cache_bytes=)``: each entry counts
+Bounded by bytes (its share of ``DurableSaver(memory_budget=)``, a quarter,
+or ``read_cache_bytes=``: each entry counts
 its serialized size, its key's and a fixed overhead, so many small entries
 stay bounded too), least recently used first out. Not kept: a read that
 found nothing (there is nothing to save), and one holding a ``bytearray``
@@ -42,7 +43,8 @@ from typing import Any
 
 from langgraph.checkpoint.base import CheckpointTuple, SerializerProtocol
 
-DEFAULT_READ_CACHE_BYTES = 32 * 1024 * 1024
+# A saver gives the cache its share of ``memory_budget`` (memory_budget.py).
+DEFAULT_READ_CACHE_BYTES = 16 * 1024 * 1024
 # One read bigger than this share of the budget is not kept: it would push
 # out everything else.
 _LARGEST_SHARE = 4

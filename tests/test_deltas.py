@@ -24,7 +24,17 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 
 from langgraph_durable import DurableSaver
-from langgraph_durable.deltas import DELTA_TAG, DeltaMemo, Last, Piece, Remember, array_header, plan, rebuild
+from langgraph_durable.deltas import (
+    DELTA_TAG,
+    DeltaMemo,
+    Last,
+    Piece,
+    Remember,
+    _entry_size,
+    array_header,
+    plan,
+    rebuild,
+)
 from langgraph_durable.records import BadRecord, BlobRow
 
 from .conftest import CONFIGS, REDIS_URL, SaverFactory
@@ -98,8 +108,9 @@ def test_rebuild_refuses_pieces_that_do_not_continue_each_other() -> None:
 
 
 def test_the_memo_bases_pieces_only_on_the_parent_it_stored_and_stays_bounded() -> None:
-    memo = DeltaMemo(max_bytes=100, every=4)
-    memo.remember(Remember("t", "", "c1", {"m": Last("v1", b"x" * 60, 1, ("v1",))}))
+    first = Remember("t", "", "c1", {"m": Last("v1", b"x" * 60, 1, ("v1",))})
+    memo = DeltaMemo(max_bytes=_entry_size(first) * 3 // 2, every=4)  # room for one entry
+    memo.remember(first)
     assert memo.base_for("t", "", "c1")
     assert memo.base_for("t", "", "c0") == {} and memo.base_for("t", "", None) == {}
     memo.remember(Remember("u", "", "c1", {"m": Last("v1", b"y" * 60, 1, ("v1",))}))

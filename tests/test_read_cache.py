@@ -207,7 +207,7 @@ def test_off_or_with_a_shared_tier_every_read_reads(make_saver: SaverFactory) ->
             assert any(s.lstrip().startswith("SELECT") for s in statements), (tiers, statements)
 
 
-@pytest.mark.parametrize("bad", [-1, 1.5, "32MB", True, None])
+@pytest.mark.parametrize("bad", [-1, 1.5, "32MB", True])  # None: its share of memory_budget
 def test_read_cache_bytes_must_be_a_whole_number(tmp_path: Any, bad: Any) -> None:
     with pytest.raises(ConfigError, match="read_cache_bytes must be a whole number of bytes"):
         DurableSaver(sqlite=str(tmp_path / "s.sqlite"), read_cache_bytes=bad)
