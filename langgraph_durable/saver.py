@@ -55,8 +55,9 @@ from .lease import (
 from .lease_keeper import LeaseKeeper
 from .lease_keeper_async import AsyncLeaseKeeper
 from .ledger import LedgerEntry, damaged_entry, operator_answer
+from .memory_budget import DEFAULT_MEMORY_BUDGET, MemoryBudget
 from .metrics import MetricsHook, MetricsSink
-from .read_cache import DEFAULT_READ_CACHE_BYTES, ReadCache
+from .read_cache import ReadCache
 from .replicator import WRITE_BEHIND_GAP_S, Replicator
 from .retention import RetentionPolicy, RetentionReport
 from .sweeper import RetentionSweeper
@@ -351,7 +352,18 @@ class DurableSaver(BaseCheckpointSaver[str]):
             it (see ``lease_linger``). What is served is what was verified
             when it was read; damage to the file without a commit is found
             by the next real read or by `verify`. 0: read the file every
-            time.
+            time. None (default): its share of ``memory_budget`` (a quarter).
+        memory_budget: about how many bytes of memory this saver's memos of
+            the threads it served may hold together (64 MiB by default): the
+            lists it stored last, channel versions, its own latest writes
+            under each lease, the read cache, records still to ship, kept
+            leases, each with its share (`langgraph_durable.memory_budget`),
+            least recently used out first. Forgetting only costs speed (a
+            miss reads the tiers, a list is stored whole once), so a process
+            serving any number of threads stays within it. Records owed to a
+            tier that is down with no local journal, and the leases of runs
+            going on, are not counted: forgetting them would lose writes.
+            At least 1 MiB, else `ConfigError`.
         retention: a `RetentionPolicy` (keep the newest N checkpoints per
             thread and namespace, those younger than T, delete threads idle
             longer than T) that `apply_retention` applies by default.
@@ -401,7 +413,8 @@ class DurableSaver(BaseCheckpointSaver[str]):
         list_snapshot_every: int = DEFAULT_SNAPSHOT_EVERY,
         metrics: MetricsHook | Sequence[MetricsHook] | None = None,
         local_max_bytes: int | None = None,
-        read_cache_bytes: int = DEFAULT_READ_CACHE_BYTES,
+        read_cache_bytes: int | None = None,
+        memory_budget: int = DEFAULT_MEMORY_BUDGET,
         retention: RetentionPolicy | None = None,
         retention_every: float | None = None,
         retention_rate: float | None = DEFAULT_RETENTION_RATE,
@@ -434,7 +447,9 @@ class DurableSaver(BaseCheckpointSaver[str]):
                 "local_max_bytes= bounds the local SQLite cache of the shared tiers: it needs sqlite= and redis= "
                 f"or postgres= (alone, the local file is the only copy), and a number of bytes; got {local_max_bytes!r}."
             )
-        if not isinstance(read_cache_bytes, int) or isinstance(read_cache_bytes, bool) or read_cache_bytes < 0:
+        if read_cache_bytes is not None and (
+            not isinstance(read_cache_bytes, int) or isinstance(read_cache_bytes, bool) or read_cache_bytes < 0
+        ):
             raise ConfigError(
                 f"read_cache_bytes must be a whole number of bytes (0: no read cache), got {read_cache_bytes!r}."
             )
@@ -496,16 +511,20 @@ class DurableSaver(BaseCheckpointSaver[str]):
         )
         # Outages (breaker.py, backlog.py, replicator.py): shared by both faces.
         self._breakers = Breakers()
-        self._memory = MemoryBacklog()
+        # What the memos below may hold, each its share (memory_budget.py).
+        budget = MemoryBudget.of(memory_budget, read_cache=read_cache_bytes)
+        self._memory = MemoryBacklog(outbox_bytes=budget.outbox)
         self._counters = Counters()
         # Growing lists stored as what they appended (deltas.py): both faces.
-        self._deltas = DeltaMemo(every=list_snapshot_every) if list_snapshot_every > 1 else None
+        self._deltas = (
+            DeltaMemo(max_bytes=budget.deltas, every=list_snapshot_every) if list_snapshot_every > 1 else None
+        )
         # Versions of the checkpoints stored or served last, both faces (carried.py).
-        self._seen = SeenVersions()
+        self._seen = SeenVersions(max_bytes=budget.seen)
         # Reads served again while the local file is unchanged, both faces:
         # every read with SQLite alone, else the reads under a lease.
         local = self._local is not None
-        self._read_cache = ReadCache(self.serde, read_cache_bytes) if local and read_cache_bytes else None
+        self._read_cache = ReadCache(self.serde, budget.read_cache) if local and budget.read_cache else None
         # A pass at most every WRITE_BEHIND_GAP_S when the replicator ships
         # every write of a run (AsyncTierChain.ships_behind): batches, not one
         # record per kick.
@@ -536,10 +555,12 @@ class DurableSaver(BaseCheckpointSaver[str]):
         # A `with_allowlist` clone works through the saver it was made from.
         self._origin: DurableSaver | None = None
         # One writer per thread (lease.py): the leases this saver holds.
-        self._leases = LeaseBook(ttl=lease_ttl, on_busy=on_busy, wait=lease_wait, linger=lease_linger)
+        self._leases = LeaseBook(
+            ttl=lease_ttl, on_busy=on_busy, wait=lease_wait, linger=lease_linger, max_kept_bytes=budget.kept_leases
+        )
         # What this saver wrote last under a thread's lease, read back from
         # the local tier alone while it holds the lease: both faces.
-        self._own = OwnHeads(max_age=self._leases.ttl / 2)
+        self._own = OwnHeads(max_age=self._leases.ttl / 2, max_bytes=budget.own_heads)
         self._lease_keeper: LeaseKeeper | None = None
         self._alease_keeper: AsyncLeaseKeeper | None = None
         # ``lease_linger``: a kept lease is given back when another replica
