@@ -105,7 +105,9 @@ class SeenVersions:
         """Estimated bytes held (at most `max_bytes`)."""
         return self._bytes
 
-    def __len__(self) -> int:
+    @property
+    def entries(self) -> int:
+        # Not __len__: an empty memo must stay truthy (``seen or SeenVersions()``).
         return len(self._seen)
 
 

@@ -54,7 +54,7 @@ DEFAULT_MEMO_BYTES = 16 * 1024 * 1024
 # per channel its `Last`, bytes and str headers and dict slot
 # (`_CHANNEL_OVERHEAD`); per version named in a chain its str and tuple slot.
 _ENTRY_OVERHEAD = 300
-_CHANNEL_OVERHEAD = 250
+_CHANNEL_OVERHEAD = 300
 _VERSION_OVERHEAD = 60
 _FORMAT = 1
 
@@ -250,7 +250,9 @@ class DeltaMemo:
         """Estimated bytes held (at most `max_bytes`)."""
         return self._bytes
 
-    def __len__(self) -> int:
+    @property
+    def entries(self) -> int:
+        # Not __len__: an empty memo must stay truthy (``deltas or DeltaMemo()``).
         return len(self._last)
 
 
