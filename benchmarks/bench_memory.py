@@ -1,0 +1,296 @@
+"""Memory of one process serving many threads: does it level off?
+
+One process runs a 5-super-step graph on `--threads` fresh thread ids, one
+after another, with one saver, and every `--every` threads it collects the
+garbage and samples its resident set size (``/proc/self/statm``), the
+blocks Python has allocated (``sys.getallocatedblocks()``), the objects the
+garbage collector tracks and, for `DurableSaver`, what its memos hold by
+their own estimate (``memory_budget``). Each saver runs in a subprocess of
+its own, so that their memory does not mix: the stock `PostgresSaver` and
+`SqliteSaver`, and `DurableSaver` on SQLite + Redis + Postgres with its
+default options. At every sample the state of the first thread and of the
+thread just run is read back through the graph and checked (five messages,
+``n == 5``): a memo that forgot a thread must only make it slower.
+
+    .venv/bin/python benchmarks/bench_memory.py --quick            # a few hundred threads
+    .venv/bin/python benchmarks/bench_memory.py --threads 50000 --write
+
+It prints the tables; ``--write`` also overwrites `RESULTS_MEMORY.md`.
+Loopback servers only; every database, key and file the run creates is
+removed at the end (also on error, Ctrl-C or SIGTERM).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import gc
+import json
+import operator
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Annotated, Any, TypedDict
+
+from _env import (  # benchmarks/ is on sys.path when run as a script
+    Resources,
+    exit_on_sigterm,
+    git_state,
+    run_lines,
+)
+
+HERE = Path(__file__).resolve().parent
+NAME = "lgd_mbench"
+PACKAGES = [
+    "langgraph",
+    "langgraph-checkpoint",
+    "langgraph-checkpoint-postgres",
+    "langgraph-checkpoint-sqlite",
+    "psycopg",
+    "redis",
+]
+STEPS = 5
+SAVERS = {
+    "postgres": "PostgresSaver",
+    "sqlite": "SqliteSaver",
+    "durable": "DurableSaver sqlite+redis+postgres (default options)",
+}
+PAGE = os.sysconf("SC_PAGE_SIZE")
+MIB = 1024 * 1024
+
+
+class State(TypedDict):
+    messages: Annotated[list[str], operator.add]
+    n: int
+
+
+def build_graph() -> Any:
+    """Each super-step appends one ~220-byte message; `STEPS` super-steps."""
+    from langgraph.graph import END, START, StateGraph
+
+    def step(state: State) -> dict[str, Any]:
+        return {"messages": [f"message {state['n']}: " + "x" * 200], "n": state["n"] + 1}
+
+    g = StateGraph(State)
+    g.add_node("step", step)
+    g.add_edge(START, "step")
+    g.add_conditional_edges("step", lambda s: "step" if s["n"] % STEPS else END)
+    return g
+
+
+def rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * PAGE
+
+
+def memo_bytes(saver: Any) -> int | None:
+    """What a DurableSaver's memos hold by their own estimates (None for other savers)."""
+    from langgraph_durable import DurableSaver
+
+    if not isinstance(saver, DurableSaver):
+        return None
+    total = saver._seen.size + saver._own.usage()["heads_bytes"] + saver._own.usage()["early_bytes"]
+    total += saver._deltas.size if saver._deltas is not None else 0
+    total += saver._read_cache.size if saver._read_cache is not None else 0
+    total += saver._memory.outbox._bytes
+    kept = saver._leases.usage()
+    return total + kept["kept_bytes"] + kept["handoff_bytes"]
+
+
+def child(args: argparse.Namespace) -> int:
+    """Run one saver; print a JSON line per sample, then one with the checks."""
+    import contextlib
+
+    with contextlib.ExitStack() as stack:
+        if args.child == "postgres":
+            from langgraph.checkpoint.postgres import PostgresSaver
+
+            saver: Any = stack.enter_context(PostgresSaver.from_conn_string(args.postgres))
+            saver.setup()
+        elif args.child == "sqlite":
+            from langgraph.checkpoint.sqlite import SqliteSaver
+
+            saver = stack.enter_context(SqliteSaver.from_conn_string(args.sqlite))
+            saver.setup()
+        else:
+            from langgraph_durable import DurableSaver
+
+            saver = stack.enter_context(
+                DurableSaver(
+                    sqlite=args.sqlite, redis=args.redis, redis_key_prefix=args.redis_prefix, postgres=args.postgres
+                )
+            )
+            saver.setup()
+        app = build_graph().compile(checkpointer=saver)
+        problems: list[str] = []
+
+        def check(i: int) -> None:
+            values = app.get_state({"configurable": {"thread_id": f"t{i}"}}).values
+            if values.get("n") != STEPS or len(values.get("messages", [])) != STEPS:
+                problems.append(f"thread t{i}: read n={values.get('n')!r}, {len(values.get('messages', []))} messages")
+
+        started = time.perf_counter()
+        for i in range(args.threads):
+            app.invoke({"messages": [], "n": 0}, {"configurable": {"thread_id": f"t{i}"}})
+            done = i + 1
+            if done % args.every == 0 or done == args.threads:
+                check(0)
+                check(i)
+                gc.collect()
+                sample = {
+                    "threads": done,
+                    "rss": rss(),
+                    "blocks": sys.getallocatedblocks(),
+                    "objects": len(gc.get_objects()),
+                    "memos": memo_bytes(saver),
+                    "seconds": time.perf_counter() - started,
+                }
+                print(json.dumps(sample), flush=True)
+        print(json.dumps({"problems": problems}), flush=True)
+    return 0
+
+
+def run_child(name: str, args: argparse.Namespace, res: Resources) -> tuple[list[dict[str, Any]], list[str]]:
+    cmd = [sys.executable, __file__, "--child", name, "--threads", str(args.threads), "--every", str(args.every)]
+    cmd += ["--sqlite", str(res.tmp_path / f"{name}.sqlite")]
+    if name in ("postgres", "durable"):
+        cmd += ["--postgres", res.new_database(name)]
+    if name == "durable":
+        cmd += ["--redis", res.redis_url, "--redis-prefix", res.new_prefix(name)]
+    samples: list[dict[str, Any]] = []
+    problems: list[str] = []
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            data = json.loads(line)
+            if "problems" in data:
+                problems += [f"{SAVERS[name]}: {p}" for p in data["problems"]]
+            else:
+                samples.append(data)
+                if args.progress:
+                    print(f"  {name}: {data['threads']} threads, RSS {data['rss'] / MIB:.1f} MiB", file=sys.stderr)
+        err = proc.stderr.read() if proc.stderr is not None else ""
+    if proc.returncode != 0:
+        problems.append(f"{SAVERS[name]}: exited {proc.returncode}: {err.strip()[-1500:]}")
+    return samples, problems
+
+
+def mib(x: float) -> str:
+    return f"{x / MIB:.1f}"
+
+
+def tables(results: dict[str, list[dict[str, Any]]]) -> str:
+    lines = [
+        "## Summary",
+        "",
+        "RSS and Python's allocated blocks at the first sample, at the middle one and at the end; the growth",
+        "over the second half of the run, per 10,000 threads (a plateau is about 0).",
+        "",
+        "| saver | threads | RSS first (MiB) | RSS middle | RSS end | RSS growth, 2nd half (MiB / 10k threads) "
+        "| blocks first | blocks end | blocks growth, 2nd half (per 10k threads) | memos end (MiB, estimated) "
+        "| threads/s |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, samples in results.items():
+        if not samples:
+            lines.append(f"| {SAVERS[name]} | 0 | - | - | - | - | - | - | - | - | - |")
+            continue
+        first, mid, last = samples[0], samples[len(samples) // 2], samples[-1]
+        span = max(1, last["threads"] - mid["threads"])
+        per = 10_000 / span
+        memos = "-" if last["memos"] is None else mib(last["memos"])
+        lines.append(
+            f"| {SAVERS[name]} | {last['threads']} | {mib(first['rss'])} | {mib(mid['rss'])} | {mib(last['rss'])} "
+            f"| {(last['rss'] - mid['rss']) * per / MIB:+.1f} | {first['blocks']} | {last['blocks']} "
+            f"| {(last['blocks'] - mid['blocks']) * per:+.0f} | {memos} "
+            f"| {last['threads'] / last['seconds']:.0f} |"
+        )
+    for name, samples in results.items():
+        lines += [
+            "",
+            f"## {SAVERS[name]}",
+            "",
+            "| threads | RSS (MiB) | Python blocks | gc objects | memos (MiB, estimated) |",
+            "|---:|---:|---:|---:|---:|",
+        ]
+        for s in samples:
+            memos = "-" if s["memos"] is None else mib(s["memos"])
+            lines.append(f"| {s['threads']} | {mib(s['rss'])} | {s['blocks']} | {s['objects']} | {memos} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--threads", type=int, default=50_000, help="threads per saver (default 50000)")
+    parser.add_argument("--every", type=int, default=2500, help="sample every this many threads (default 2500)")
+    parser.add_argument("--quick", action="store_true", help="300 threads, a sample every 50")
+    parser.add_argument("--only", default=",".join(SAVERS), help=f"savers to run, of {','.join(SAVERS)}")
+    parser.add_argument("--write", action="store_true", help="overwrite RESULTS_MEMORY.md")
+    parser.add_argument("--output", default=str(HERE / "RESULTS_MEMORY.md"))
+    parser.add_argument("--progress", action="store_true", help="report each sample on stderr")
+    parser.add_argument("--child", choices=list(SAVERS), help=argparse.SUPPRESS)
+    parser.add_argument("--sqlite", help=argparse.SUPPRESS)
+    parser.add_argument("--postgres", help=argparse.SUPPRESS)
+    parser.add_argument("--redis", help=argparse.SUPPRESS)
+    parser.add_argument("--redis-prefix", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.quick:
+        args.threads, args.every = 300, 50
+    if args.child:
+        return child(args)
+    exit_on_sigterm()
+    names = [n for n in args.only.split(",") if n]
+    unknown = [n for n in names if n not in SAVERS]
+    if unknown:
+        parser.error(f"unknown savers {unknown}; choose from {','.join(SAVERS)}")
+    res = Resources(NAME, uuid.uuid4().hex[:8])
+    started = dt.datetime.now(dt.timezone.utc)
+    t0 = time.perf_counter()
+    load0 = os.getloadavg()[0]
+    code = git_state(HERE.parent)
+    results: dict[str, list[dict[str, Any]]] = {}
+    problems: list[str] = []
+    try:
+        if not res.probe():
+            problems += res.down
+        else:
+            for name in names:
+                results[name], found = run_child(name, args, res)
+                problems += found
+    finally:
+        problems += [f"cleanup: {n}" for n in res.cleanup()]
+    body = tables(results) + "\n## Problems\n\n" + ("\n".join(f"- {p}" for p in problems) or "None.") + "\n"
+    print(body)
+    if args.write:
+        head = run_lines(
+            "bench_memory.py",
+            quick=args.quick,
+            started=started,
+            wall=time.perf_counter() - t0,
+            load=(load0, os.getloadavg()[0]),
+            code=code,
+            packages=PACKAGES,
+        )
+        intro = (
+            "# Memory of one process serving many threads\n\n"
+            + "\n".join(head)
+            + "\n- Servers: "
+            + ", ".join(f"{k} {v}" for k, v in sorted(res.server_versions.items()))
+            + f"\n- Workload: one graph of {STEPS} super-steps (each appends one ~220-byte message) run once "
+            f"on each of {args.threads} fresh threads, one after another (sync face, `invoke`, LangGraph's "
+            f"default durability), each saver in its own process. Every {args.every} threads: the first "
+            "thread's and the newest thread's state read back and checked, `gc.collect()`, then RSS "
+            "(`/proc/self/statm`), `sys.getallocatedblocks()`, the number of objects the collector tracks, "
+            "and the bytes DurableSaver's memos hold by their own estimate (bounded by `memory_budget`, "
+            "64 MiB by default).\n\n"
+        )
+        Path(args.output).write_text(intro + body)
+        print(f"wrote {args.output}")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
