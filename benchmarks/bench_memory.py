@@ -247,7 +247,7 @@ def main() -> int:
     if unknown:
         parser.error(f"unknown savers {unknown}; choose from {','.join(SAVERS)}")
     res = Resources(NAME, uuid.uuid4().hex[:8])
-    started = dt.datetime.now(dt.timezone.utc)
+    started = dt.datetime.now(dt.UTC)
     t0 = time.perf_counter()
     load0 = os.getloadavg()[0]
     code = git_state(HERE.parent)
