@@ -14,7 +14,7 @@ from .errors import (
     ThreadBusy,
     TierUnavailable,
 )
-from .importing import ImportReport
+from .importing import ImportConflict, ImportReport
 from .integrity import CorruptionEvent, CorruptionHook
 from .ledger import LedgerEntry, action, durable_action
 from .metrics import CorruptCopy, MetricsHook, OpenTelemetryMetrics, TierCall, TierStats
@@ -61,6 +61,7 @@ __all__ = [
     "CorruptionHook",
     "DurableError",
     "DurableSaver",
+    "ImportConflict",
     "ImportReport",
     # metrics
     "CorruptCopy",

@@ -487,18 +487,32 @@ def _scan(args: argparse.Namespace, out: Output, *, repair: bool) -> int:
 
 
 def _import(args: argparse.Namespace, out: Output) -> int:
+    allow = [importing.parse_allow(text) for text in args.allow]
     with importing.open_source(args.source) as source, open_saver(args, **STRICT) as saver:
         out.note(f"importing {type(source).__name__} into tiers {' -> '.join(saver.tier_names)}")
         with out.progress("importing", unit="threads") as progress:
-            report = saver.import_from(source, verify=not args.no_verify, progress=progress)
+            report = saver.import_from(
+                source,
+                verify=not args.no_verify,
+                progress=progress,
+                allow=allow,
+                merge=args.merge,
+                thread_prefix=args.thread_prefix,
+            )
     out.document({"command": "import", "ok": report.ok, "report": report.as_dict()})
+    # Ids and reasons come from the source: printed escaped (`importing.printable`).
+    for rejected in report.rejected:
+        out.line(f"SKIPPED  {rejected}")
+    if report.rejected_count > len(report.rejected):
+        out.line(f"SKIPPED  ... and {report.rejected_count - len(report.rejected)} more")
     for difference in report.differences:
-        out.line(f"DIFFERS  {difference}")
+        out.line(f"DIFFERS  {importing.printable(difference)}")
     out.line(
         f"{report.threads} thread(s), {report.namespaces} namespace(s): {report.checkpoints} checkpoint(s) and "
         f"{report.writes} pending write(s) imported, {report.skipped} checkpoint(s) already there"
         + (f", {report.verified} verified" if not args.no_verify else " (not verified)")
         + (f", {len(report.differences)} differ" if report.differences else "")
+        + (f", {report.rejected_count} source row(s) skipped" if report.rejected_count else "")
     )
     return EXIT_OK if report.ok else EXIT_FINDINGS
 
@@ -549,6 +563,25 @@ def _import_args(p: argparse.ArgumentParser) -> None:
         "opened read-only",
     )
     p.add_argument("--no-verify", action="store_true", help="skip reading every copy back and comparing it")
+    p.add_argument(
+        "--allow",
+        action="append",
+        default=[],
+        metavar="MODULE:CLASS",
+        help="also rebuild this type of your application's from the source (repeatable); a value of a type "
+        "outside LangGraph's allowlist and these is not read: its row is skipped and reported",
+    )
+    p.add_argument(
+        "--merge",
+        action="store_true",
+        help="add the source's checkpoints to threads of the same id that already hold another history",
+    )
+    p.add_argument(
+        "--thread-prefix",
+        default="",
+        metavar="PREFIX",
+        help="import each thread T as PREFIX + T (e.g. old-), next to threads of the same id",
+    )
 
 
 def _prune_args(p: argparse.ArgumentParser) -> None:
@@ -925,8 +958,12 @@ COMMANDS: list[Command] = [
         "copy every thread of a SqliteSaver file or PostgresSaver database into the tiers",
         "Copy every thread, namespace, checkpoint and pending write of a stock SqliteSaver file or PostgresSaver "
         "database into the tiers, then read each copy back and compare it with its source. Run it again to "
-        "resume an interrupted import: what is already there is skipped. Needs every tier; the stock savers "
-        "come with `pip install 'langgraph-durable[import]'`. Exit 1 if a copy differs from its source.",
+        "resume an interrupted import: what is already there is skipped. Nothing the source's records name is "
+        "run: a pickled value or a type outside LangGraph's allowlist (plus --allow) is not read, and its row "
+        "is skipped and listed (SKIPPED). A thread that already holds another history in the tiers is refused "
+        "(exit 3) unless --merge or --thread-prefix. Needs every tier; the stock savers come with "
+        "`pip install 'langgraph-durable[import]'`. Exit 1 if a source row was skipped or a copy differs from "
+        "its source (the rest is imported).",
         _import_args,
         _import,
     ),

@@ -12,7 +12,7 @@ import os
 import random
 import threading
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, cast
 
@@ -40,6 +40,7 @@ from .handoff import Ears, HandOffListener, PostgresEars, RedisEars
 from .health import Counters, Health
 from .importer import Importer
 from .importer_async import AsyncImporter
+from . import importing
 from .importing import ImportReport
 from .integrity import IntegrityPolicy, OnCorruption, ScanReport
 from .lease import (
@@ -1375,23 +1376,45 @@ class DurableSaver(BaseCheckpointSaver[str]):
         *,
         verify: bool = True,
         progress: Callable[[int, int], None] | None = None,
+        allow: Iterable[tuple[str, str] | str | type] = (),
+        merge: bool = False,
+        thread_prefix: str = "",
     ) -> ImportReport:
         """Copy every thread, namespace, checkpoint (parent chain and metadata
-        included) and pending write of `source`, any `BaseCheckpointSaver`,
-        into this saver's tiers, through `source.list` only. Run it again to
-        resume an interrupted import: checkpoints already here are skipped
-        and missing pending writes added. With `verify`, every checkpoint is
-        read back and compared with its source; `ImportReport.differences`
-        lists what differs. `progress(done, total)` is called per thread.
-        Checkpoints keep their metadata as the source stored it (no
-        ``app_version`` stamp: this code did not write them). A source or
-        tier failure raises; what was written stays and is skipped next time."""
+        included) and pending write of `source` into this saver's tiers; see
+        the README's "Switching from SqliteSaver or PostgresSaver".
+
+        A SqliteSaver or PostgresSaver (LangGraph's serializer, optionally
+        encrypted) is read from its tables, through its own connection, and
+        nothing its records name is run: a value that would rebuild a type
+        outside LangGraph's allowlist plus `allow` (``("module", "Class")``
+        pairs, ``"module:Class"`` strings or classes), or that is pickled, is
+        not decoded; its row is skipped and listed in
+        `ImportReport.rejected`. Any other saver is read through its public
+        `list`, which decodes with that saver's own serializer.
+
+        A thread already in the tiers with checkpoints the source does not
+        have raises `ImportConflict` (a `ConfigError`) before anything is
+        written, unless `merge` (add the source's checkpoints to it) or
+        `thread_prefix` (import thread ``t`` as ``thread_prefix + t``).
+        Run it again to resume an interrupted import: checkpoints already
+        here are skipped and missing pending writes added. With `verify`,
+        every copy is read back through `list` and `get_tuple` and compared
+        with its source; `ImportReport.differences` lists what differs.
+        `progress(done, total)` is called per thread. Checkpoints keep their
+        metadata as the source stored it. A source or tier failure raises;
+        what was written stays and is skipped next time."""
         leases = self._sync_leases()
         return Importer(
             source,
             list_target=self.list,
+            get_target=self.get_tuple,
             put=leases.put,
             put_writes=leases.put_writes,
+            tables=importing.sync_tables(source),
+            allow=allow,
+            merge=merge,
+            thread_prefix=thread_prefix,
             verify=verify,
             progress=progress,
         ).run()
@@ -1402,15 +1425,24 @@ class DurableSaver(BaseCheckpointSaver[str]):
         *,
         verify: bool = True,
         progress: Callable[[int, int], None] | None = None,
+        allow: Iterable[tuple[str, str] | str | type] = (),
+        merge: bool = False,
+        thread_prefix: str = "",
     ) -> ImportReport:
-        """`import_from` through `source.alist` (an async-capable saver:
-        AsyncSqliteSaver, AsyncPostgresSaver, InMemorySaver, ...)."""
+        """`import_from` on the async face: an AsyncSqliteSaver or
+        AsyncPostgresSaver is read from its tables, any other async-capable
+        saver (InMemorySaver, ...) through its `alist`."""
         leases = self._async_leases()
         return await AsyncImporter(
             source,
             list_target=self.alist,
+            get_target=self.aget_tuple,
             put=leases.put,
             put_writes=leases.put_writes,
+            tables=importing.async_tables(source),
+            allow=allow,
+            merge=merge,
+            thread_prefix=thread_prefix,
             verify=verify,
             progress=progress,
         ).run()

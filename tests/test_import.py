@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.checkpoint.sqlite import SqliteSaver
@@ -196,13 +197,13 @@ def test_a_put_carrying_versions_its_parent_lacks_stores_what_it_carries(make_sa
     events: list[CorruptionEvent] = []
     with make_saver("sqlite+redis", on_corruption=events.append) as saver:
         base = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
-        root = _checkpoint("1", {"a": "1.x"}, {"a": [1]})
+        root = _checkpoint(ROOT_ID, {"a": "1.x"}, {"a": [1]})
         first = saver.put(base, root, {"step": 0}, {"a": "1.x"})
         # `b` appears at a version no put stored (as after LangGraph's migration).
-        child = _checkpoint("2", {"a": "1.x", "b": "3.y", "c": "4.z"}, {"a": [1], "b": "moved"})
+        child = _checkpoint(CHILD_ID, {"a": "1.x", "b": "3.y", "c": "4.z"}, {"a": [1], "b": "moved"})
         second = saver.put(first, child, {"step": 1}, {})
         got = saver.get_tuple(second)
-        assert got is not None and got.config["configurable"]["checkpoint_id"] == "2"
+        assert got is not None and got.config["configurable"]["checkpoint_id"] == CHILD_ID
         assert got.checkpoint["channel_values"] == {"a": [1], "b": "moved"}
         assert got.checkpoint["channel_versions"] == {"a": "1.x", "b": "3.y", "c": "4.z"}
     stock = SqliteSaver(sqlite3.connect(":memory:", check_same_thread=False))
@@ -210,6 +211,11 @@ def test_a_put_carrying_versions_its_parent_lacks_stores_what_it_carries(make_sa
     stock_got = stock.get_tuple(stock.put(stock_first, child, {"step": 1}, {}))
     assert stock_got is not None and stock_got.checkpoint["channel_values"] == got.checkpoint["channel_values"]
     assert events == []
+
+
+# Checkpoint ids as LangGraph writes them (uuid6, time-ordered as strings).
+ROOT_ID = "1ef4f797-8335-6428-8001-8a1503f9b875"
+CHILD_ID = "1ef4f797-8335-6428-8002-8a1503f9b875"
 
 
 def _checkpoint(cid: str, versions: dict[str, str], values: dict[str, Any]) -> Any:
@@ -248,10 +254,22 @@ async def test_aimport_from_async_stock_savers(new_file: Path, postgres_url: str
             assert ours == theirs
 
 
-async def test_aimport_from_a_sync_only_saver_says_to_use_import_from(new_file: Path, make_saver: Any) -> None:
+async def test_aimport_from_reads_a_sync_stock_saver_and_refuses_a_saver_without_alist(
+    new_file: Path, make_saver: Any
+) -> None:
+    """A SqliteSaver has no async face, but the import reads its tables
+    directly, so aimport_from takes it too; a saver that cannot list on
+    the async face is told to use import_from."""
+
+    class SyncOnly(BaseCheckpointSaver[str]):
+        def list(self, config: Any, **kwargs: Any) -> Any:
+            return iter(())
+
     async with make_saver("sqlite") as saver:
+        report = await saver.aimport_from(_stock_sqlite(new_file))
+        assert report.ok and report.checkpoints == 30, report
         with pytest.raises(ConfigError, match="import_from"):
-            await saver.aimport_from(_stock_sqlite(new_file))
+            await saver.aimport_from(SyncOnly())
 
 
 def test_open_source_reads_paths_and_urls_and_says_what_is_wrong(new_file: Path, tmp_path: Path) -> None:
