@@ -24,6 +24,7 @@ This module holds those decisions and what the import reports, plus
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import sqlite3
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
@@ -230,6 +231,7 @@ class SafeDecoder:
             allowed_json_modules=json_ids or None,
         )
         self.cipher = cipher
+        self._found: dict[Allowed, bool] = {}
 
     def load(self, tag: str | None, payload: bytes | None) -> Any:
         if tag is None:
@@ -270,8 +272,22 @@ class SafeDecoder:
         except Exception as exc:  # any decoder failure: this row cannot be read
             raise Refused(f"it cannot be decoded ({type(exc).__name__}: {exc!s:.200})") from exc
 
+    def _importable(self, module: str, name: str) -> bool:
+        """Whether an allowed type can be built in this process. LangGraph's
+        decoder hands back a type it cannot import as its plain data, which
+        an import would then store for good in place of the object."""
+        key = (module, name)
+        if key not in self._found:
+            try:
+                getattr(importlib.import_module(module), name)
+                self._found[key] = True
+            except Exception:  # any failure to import the user's module: not importable here
+                self._found[key] = False
+        return self._found[key]
+
     def _msgpack_blocked(self, payload: bytes) -> set[str]:
         blocked: set[str] = set()
+        missing: set[str] = set()
 
         def walk(code: int, data: bytes) -> None:
             # The extension's own bytes, unpacked as plain data: nothing is built.
@@ -286,14 +302,22 @@ class SafeDecoder:
                 method = inner[3] if len(inner) > 3 and isinstance(inner[3], str) else "?"
                 if (inner[0], inner[1], method) not in SAFE_MSGPACK_METHODS:
                     blocked.add(f"{_named(inner[0], inner[1])}.{method:.80}")
-            elif (inner[0], inner[1]) not in SAFE_MSGPACK_TYPES and (inner[0], inner[1]) not in self.allowed:
-                blocked.add(_named(inner[0], inner[1]))
+            elif (inner[0], inner[1]) not in SAFE_MSGPACK_TYPES:
+                if (inner[0], inner[1]) not in self.allowed:
+                    blocked.add(_named(inner[0], inner[1]))
+                elif not self._importable(inner[0], inner[1]):
+                    missing.add(_named(inner[0], inner[1]))
             return None
 
         try:
             ormsgpack.unpackb(payload, ext_hook=walk, option=ormsgpack.OPT_NON_STR_KEYS)
         except Exception as exc:  # any decoder failure: this row cannot be read
             raise Refused(f"it is not valid msgpack ({type(exc).__name__}: {exc!s:.200})") from exc
+        if missing and not blocked:
+            raise Refused(
+                f"it holds {', '.join(sorted(missing)[:5])}, allowed but not importable in this process: run "
+                "the import where your application's modules can be imported"
+            )
         return blocked
 
     def _json_blocked(self, payload: bytes) -> set[str]:

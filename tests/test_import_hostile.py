@@ -452,3 +452,13 @@ def test_the_safe_decoder_builds_langgraphs_safe_types_and_refuses_the_rest() ->
     with pytest.raises(Refused, match="not one an import reads"):
         decoder.load("marshal", b"")
     assert hostile.CALLS == []
+
+
+def test_an_allowed_type_that_cannot_be_imported_here_is_refused_not_flattened() -> None:
+    """LangGraph's decoder returns a type it cannot import as plain data;
+    an import would store that dict for good, so the row is refused."""
+    from langgraph_durable.importing import Refused, SafeDecoder
+
+    ext = hostile.ormsgpack.Ext(2, hostile.packed(["no_such_module_here", "Order", {"id": 1}]))
+    with pytest.raises(Refused, match="not importable"):
+        SafeDecoder([("no_such_module_here", "Order")]).load("msgpack", hostile.packed({"order": ext}))
