@@ -30,6 +30,7 @@ import operator
 import os
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -153,15 +154,27 @@ def child(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_child(name: str, args: argparse.Namespace, res: Resources) -> tuple[list[dict[str, Any]], list[str]]:
+def child_command(name: str, args: argparse.Namespace, res: Resources) -> list[str]:
+    """The command running saver `name`, on storage of its own (created here, one at a time:
+    Postgres refuses two CREATE DATABASE from the same template at once)."""
     cmd = [sys.executable, __file__, "--child", name, "--threads", str(args.threads), "--every", str(args.every)]
     cmd += ["--sqlite", str(res.tmp_path / f"{name}.sqlite")]
     if name in ("postgres", "durable"):
         cmd += ["--postgres", res.new_database(name)]
     if name == "durable":
         cmd += ["--redis", res.redis_url, "--redis-prefix", res.new_prefix(name)]
-    samples: list[dict[str, Any]] = []
-    problems: list[str] = []
+    return cmd
+
+
+def run_child(
+    name: str,
+    cmd: list[str],
+    args: argparse.Namespace,
+    samples: list[dict[str, Any]],
+    problems: list[str],
+    on_sample: Any = None,
+) -> None:
+    """Run saver `name` in a subprocess; its samples and problems are appended as they come."""
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
         assert proc.stdout is not None
         for line in proc.stdout:
@@ -170,12 +183,13 @@ def run_child(name: str, args: argparse.Namespace, res: Resources) -> tuple[list
                 problems += [f"{SAVERS[name]}: {p}" for p in data["problems"]]
             else:
                 samples.append(data)
+                if on_sample is not None:
+                    on_sample()
                 if args.progress:
                     print(f"  {name}: {data['threads']} threads, RSS {data['rss'] / MIB:.1f} MiB", file=sys.stderr)
         err = proc.stderr.read() if proc.stderr is not None else ""
     if proc.returncode != 0:
         problems.append(f"{SAVERS[name]}: exited {proc.returncode}: {err.strip()[-1500:]}")
-    return samples, problems
 
 
 def mib(x: float) -> str:
@@ -231,6 +245,11 @@ def main() -> int:
     parser.add_argument("--write", action="store_true", help="overwrite RESULTS_MEMORY.md")
     parser.add_argument("--output", default=str(HERE / "RESULTS_MEMORY.md"))
     parser.add_argument("--progress", action="store_true", help="report each sample on stderr")
+    parser.add_argument(
+        "--parallel",
+        action="store_true",
+        help="run the savers' processes at the same time (their memory stays apart; their speed does not)",
+    )
     parser.add_argument("--child", choices=list(SAVERS), help=argparse.SUPPRESS)
     parser.add_argument("--sqlite", help=argparse.SUPPRESS)
     parser.add_argument("--postgres", help=argparse.SUPPRESS)
@@ -251,43 +270,67 @@ def main() -> int:
     t0 = time.perf_counter()
     load0 = os.getloadavg()[0]
     code = git_state(HERE.parent)
-    results: dict[str, list[dict[str, Any]]] = {}
+    results: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
     problems: list[str] = []
+    lock = threading.Lock()
+
+    def report(final: bool) -> str:
+        body = tables(results) + "\n## Problems\n\n" + ("\n".join(f"- {p}" for p in problems) or "None.") + "\n"
+        if args.write:
+            head = run_lines(
+                "bench_memory.py",
+                quick=args.quick,
+                started=started,
+                wall=time.perf_counter() - t0,
+                load=(load0, os.getloadavg()[0]),
+                code=code,
+                packages=PACKAGES,
+            )
+            intro = (
+                "# Memory of one process serving many threads\n\n"
+                + ("" if final else "**Partial: the run was still going when this was written.**\n\n")
+                + "\n".join(head)
+                + "\n- Servers: "
+                + ", ".join(f"{k} {v}" for k, v in sorted(res.server_versions.items()))
+                + f"\n- Workload: one graph of {STEPS} super-steps (each appends one ~220-byte message) run once "
+                f"on each of {args.threads} fresh threads, one after another (sync face, `invoke`, LangGraph's "
+                f"default durability), each saver in its own process"
+                + (" (the processes ran at the same time)" if args.parallel else "")
+                + f". Every {args.every} threads: the first "
+                "thread's and the newest thread's state read back and checked, `gc.collect()`, then RSS "
+                "(`/proc/self/statm`), `sys.getallocatedblocks()`, the number of objects the collector tracks, "
+                "and the bytes DurableSaver's memos hold by their own estimate (bounded by `memory_budget`, "
+                "64 MiB by default).\n\n"
+            )
+            Path(args.output).write_text(intro + body)
+        return body
+
+    def on_sample() -> None:
+        if args.write:  # a run cut short still leaves what it measured
+            with lock:
+                report(final=False)
+
     try:
         if not res.probe():
             problems += res.down
+        elif args.parallel:
+            cmds = {name: child_command(name, args, res) for name in names}
+            workers = [
+                threading.Thread(target=run_child, args=(name, cmds[name], args, results[name], problems, on_sample))
+                for name in names
+            ]
+            for w in workers:
+                w.start()
+            for w in workers:
+                w.join()
         else:
             for name in names:
-                results[name], found = run_child(name, args, res)
-                problems += found
+                run_child(name, child_command(name, args, res), args, results[name], problems, on_sample)
     finally:
         problems += [f"cleanup: {n}" for n in res.cleanup()]
-    body = tables(results) + "\n## Problems\n\n" + ("\n".join(f"- {p}" for p in problems) or "None.") + "\n"
-    print(body)
+    with lock:
+        print(report(final=True))
     if args.write:
-        head = run_lines(
-            "bench_memory.py",
-            quick=args.quick,
-            started=started,
-            wall=time.perf_counter() - t0,
-            load=(load0, os.getloadavg()[0]),
-            code=code,
-            packages=PACKAGES,
-        )
-        intro = (
-            "# Memory of one process serving many threads\n\n"
-            + "\n".join(head)
-            + "\n- Servers: "
-            + ", ".join(f"{k} {v}" for k, v in sorted(res.server_versions.items()))
-            + f"\n- Workload: one graph of {STEPS} super-steps (each appends one ~220-byte message) run once "
-            f"on each of {args.threads} fresh threads, one after another (sync face, `invoke`, LangGraph's "
-            f"default durability), each saver in its own process. Every {args.every} threads: the first "
-            "thread's and the newest thread's state read back and checked, `gc.collect()`, then RSS "
-            "(`/proc/self/statm`), `sys.getallocatedblocks()`, the number of objects the collector tracks, "
-            "and the bytes DurableSaver's memos hold by their own estimate (bounded by `memory_budget`, "
-            "64 MiB by default).\n\n"
-        )
-        Path(args.output).write_text(intro + body)
         print(f"wrote {args.output}")
     return 1 if problems else 0
 
