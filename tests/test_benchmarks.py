@@ -71,3 +71,13 @@ def test_the_paired_benchmark_runs_every_saver_in_every_round_and_checks_each_re
         # The reference row divides by itself; every DurableSaver row is there.
         assert f"| {reference} | " in table and "| 1.00x | - |" in table
         assert "| Durable sqlite+redis+postgres lease_linger=30 |" in table
+
+
+def test_the_memory_benchmark_runs_every_saver_in_its_own_process_and_checks_its_reads() -> None:
+    out = run_benchmark("bench_memory.py", "--quick")
+    assert "None." in out[out.rindex("## Problems") :]
+    for saver in ("PostgresSaver", "SqliteSaver", "DurableSaver sqlite+redis+postgres (default options)"):
+        assert f"## {saver}" in out and f"| {saver} | 300 |" in out
+    durable = out[out.index("## DurableSaver") :]
+    assert "| 300 |" in durable  # the last sample, with the memos' estimate
+    assert "wrote " not in out  # the results file is written only with --write
