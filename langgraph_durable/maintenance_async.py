@@ -62,18 +62,31 @@ class AsyncMaintenance:
                 raise result
 
     async def delete_thread(self, thread_id: str) -> None:
-        """Delete the thread everywhere, leaving a marker (its newest
-        checkpoint id) in every tier: a copy that another replica's local
-        cache still holds is then known to be deleted, not lost."""
+        """Delete the thread everywhere, leaving a marker in every tier: "every
+        checkpoint of the thread up to id m was deleted", m the newest id any
+        tier held (or an older marker's, if that is newer: a marker never
+        moves back, or what a replica's cache kept from an earlier deletion
+        would pass for a copy the shared tiers lost). A copy that another
+        replica's local cache still holds is then known to be deleted, not
+        lost; a checkpoint written again afterwards, with the same or older
+        ids, is served as any other (see `reads_async`, `_deleted`).
+
+        The marker is left before anything is deleted: a replica that finds
+        the shared tiers without a checkpoint its cache holds finds the
+        marker too, and does not write its copy back. On failure (a tier
+        unreachable) the error is raised; what was deleted so far stays
+        deleted, the marker stays, and calling it again finishes the job."""
         thread_id = thread_id_of(thread_id, what="delete_thread")
         self.deltas.forget(thread_id)
         newest = await self.reads._each(
             "delete_thread", lambda t: t.list_checkpoints(thread_id, None, None, None, None, 1)
         )
+        heads = await self.reads._each("delete_thread", lambda t: t.head(thread_id, ""))
         ids = [rows[0].checkpoint_id for _, rows in newest if rows]
-        await self._everywhere(lambda t: t.delete_thread(thread_id))
+        ids += [h.deleted_through for _, h in heads if h.deleted_through]
         if ids:
             await self._everywhere(lambda t: t.mark_deleted(thread_id, max(ids)))
+        await self._everywhere(lambda t: t.delete_thread(thread_id))
 
     async def delete_for_runs(self, run_ids: Sequence[str], ask: Callable[[str], Any] | None = None) -> None:
         """Delete the checkpoints and writes of these runs, except those a
@@ -182,9 +195,10 @@ class AsyncMaintenance:
         src = thread_id_of(source_thread_id, what="copy_thread: source")
         dst = thread_id_of(target_thread_id, what="copy_thread: target")
         self.deltas.forget(dst)
-        # The copies keep their ids: a deletion marker left on the target
-        # thread would hide them.
-        await self._everywhere(lambda t: t.mark_deleted(dst, None))
+        # The copies keep their ids, maybe ids a deletion of the target
+        # covered: its marker stays (it hides only copies that other replicas'
+        # caches kept of what was deleted), and the copies, written into
+        # every tier, are served all the same (`reads_async._deleted`).
         rows = await self.reads.rows(src, None, None, None, None, None)
         by_ns: dict[str, list[CheckpointRow]] = defaultdict(list)
         for row in rows:

@@ -6,7 +6,16 @@ of a thread, its pending writes, a ledger entry. No single tier's absence is
 trusted for those, not even the system of record's: each read asks every
 reachable tier, takes the union of what verifies, and copies it back into the
 tiers that lacked it. A deletion is told apart from a loss by the marker
-`delete_thread` leaves behind.
+`delete_thread` leaves behind (`mark_deleted`: "deleted through checkpoint
+id m"), under one rule, `_deleted`: the marker discredits only a copy that no
+reachable shared tier holds. `delete_thread` removes every checkpoint from
+every tier, so a shared tier (Redis, Postgres; SQLite when it is the only
+tier) that holds checkpoint c holds a copy written after the deletion, and
+is believed about c even if c <= m: a thread deleted and then written again
+with the same or older ids (an import, a restore from a backup,
+`copy_thread`) reads back whole. A copy that only a replica's local cache
+holds, with c <= m in a shared tier that lacks it, is what that cache kept
+of a deleted checkpoint: it is not served, and not written back.
 
 A bad copy is moved to its own tier's quarantine (restorable) and, where
 another tier holds an intact copy, replaced by it. Nothing intact is ever
@@ -178,13 +187,12 @@ class AsyncTierReader:
                 raise unusable
             return None
         source, found = good
-        local = self.tiers[0] if self.tiers[0].name == "sqlite" else None
-        held_locally = local is not None and local not in lacking
-        if held_locally and lacking and await self._deleted(thread_id, ns, cid, lacking):
+        local = self.tiers[0] if len(self.tiers) > 1 and self.tiers[0].name == "sqlite" else None
+        only_local = local is not None and all(row is None for t, row in copies if t is not local)
+        if only_local and local is not None and lacking and await self._deleted(thread_id, ns, cid, lacking):
             # Deleted through another replica: this cached copy is stale, not
             # something the shared tiers lost. It goes too.
-            holders = [t for t, row in copies if row is not None]
-            await self._repair(holders, lambda t: t.delete_checkpoint(thread_id, ns, cid))
+            await self._repair([local], lambda t: t.delete_checkpoint(thread_id, ns, cid))
             return None
         for incident in bad:
             incident.served = f"intact copy from {source.name}"
@@ -221,8 +229,22 @@ class AsyncTierReader:
         await self._repair(tiers, lambda t: t.write_batch([(fixed, mine)], []))
 
     async def _deleted(self, thread_id: str, ns: str, cid: str, lacking: Sequence[AsyncTier]) -> bool:
-        """Whether a tier that lacks checkpoint `cid` recorded it as deleted:
-        the thread deleted through it (`mark_deleted`), or its run (`gone`)."""
+        """Whether checkpoint `cid`, held by the local cache alone, was
+        deleted rather than lost by the shared tiers: a shared tier in
+        `lacking` (every reachable one lacks it) recorded it as deleted, the
+        thread through it (`mark_deleted`, ``cid <= marker``) or its run
+        (`gone`). Never for a checkpoint this saver's journal still owes the
+        shared tiers: written here after the deletion (deleting a thread
+        drops what was owed of it), not shipped yet. False when no tier in
+        `lacking` answers: a deletion no tier vouches for is not assumed.
+
+        The caller asks only about a copy no reachable shared tier holds: a
+        shared tier holding `cid` got it after the deletion (which removed
+        it from every tier), whatever the marker says, and a shared tier
+        that lacks it while another holds it lost it (a Redis TTL, a tier
+        down during the write), which no marker turns into a deletion."""
+        if self.owed is not None and self.owed(thread_id, ns, cid):
+            return False
 
         async def deleted(tier: AsyncTier) -> bool:
             marker = (await tier.head(thread_id, ns)).deleted_through
@@ -663,8 +685,11 @@ class AsyncTierReader:
 
     async def latest(self, thread_id: str, ns: str, incidents: list[Incident]) -> CheckpointTuple | None:
         """The newest checkpoint any reachable tier holds intact. A tier that
-        lost it (or was rolled back) is not believed over the others; one
-        that was told of a deletion (`mark_deleted`) is.
+        lost it (or was rolled back) is not believed over the others, and a
+        deletion marker (`mark_deleted`) hides only what was deleted: a copy
+        that the local cache alone holds, covered by a shared tier's marker
+        (`_deleted`, asked by `checkpoint`), never a checkpoint a shared tier
+        holds, which was written after the deletion (same ids or not).
 
         One round trip per tier in the common case: every tier's `head`
         brings the newest checkpoint's row and pending writes (what can go
@@ -672,17 +697,9 @@ class AsyncTierReader:
         checkpoint, those answers are all the read needs, and its channel
         values (immutable) come from the nearest tier that holds them."""
         heads = await self._each("latest checkpoint", lambda t: t.head(thread_id, ns))
-        markers = [h.deleted_through for _, h in heads if h.deleted_through]
-        deleted_through = max(markers) if markers else None
-        candidates = sorted(
-            {
-                h.checkpoint_id
-                for _, h in heads
-                if h.checkpoint_id and (deleted_through is None or h.checkpoint_id > deleted_through)
-            },
-            reverse=True,
-        )
+        candidates = sorted({h.checkpoint_id for _, h in heads if h.checkpoint_id}, reverse=True)
         if candidates and all(h.checkpoint_id == candidates[0] for _, h in heads):
+            # Every reachable tier holds it: no marker can call it deleted.
             return await self.serve(thread_id, ns, candidates[0], incidents, heads)
         local = self.tiers[0] if len(self.tiers) > 1 and self.tiers[0].name == "sqlite" else None
         if candidates and local is not None:
@@ -690,23 +707,22 @@ class AsyncTierReader:
             if behind is not None:
                 return await self.serve(thread_id, ns, candidates[0], incidents, behind)
         for cid in candidates:
-            # Only this replica's cache still has it: lost by the shared tiers,
-            # or deleted through another replica (`delete_for_runs`)?
-            only_local = local is not None and all(h.checkpoint_id != cid for tier, h in heads if tier is not local)
-            if only_local and local is not None and await self._gone(thread_id, ns, cid, local):
-                continue
+            # `checkpoint` tells a copy only this replica's cache still has
+            # (lost by the shared tiers, or deleted through another replica)
+            # apart, and drops it when it was deleted: then None.
             tup = await self.serve(thread_id, ns, cid, incidents)
             if tup is not None:
                 return tup
             # An index entry with no record behind it in any tier (a Redis id
-            # whose hash field is gone): nothing to lose by dropping it.
+            # whose hash field is gone), or a deleted copy: nothing to lose by
+            # dropping it.
             for tier, h in heads:
                 if h.checkpoint_id == cid:
                     await self._repair([tier], lambda t: t.delete_checkpoint(thread_id, ns, cid))
         if candidates:
-            # Every tier's index named checkpoints that none of them holds.
+            # Every tier's index named checkpoints that none of them serves.
             older = await self._older(thread_id, ns, candidates[-1])
-            if older is not None and (deleted_through is None or older > deleted_through):
+            if older is not None:
                 return await self.serve(thread_id, ns, older, incidents)
         return None
 
@@ -831,20 +847,6 @@ class AsyncTierReader:
             return None
         out = [t for t in assembled if not isinstance(t, Unusable)]
         return out if len(out) == len(assembled) else None
-
-    async def _gone(self, thread_id: str, ns: str, cid: str, local: AsyncTier) -> bool:
-        """Whether a shared tier recorded `cid` as deleted; if so, the local
-        cache's copy goes too."""
-        try:
-            answers = await _each_of(
-                [t for t in self.tiers if t is not local], [], "deletion record", lambda t: t.gone(thread_id, ns, [cid])
-            )
-        except TierUnavailable:
-            return False  # no shared tier to ask: the cache is all there is
-        if not any(cid in gone for _, gone in answers):
-            return False
-        await self._repair([local], lambda t: t.delete_checkpoint(thread_id, ns, cid))
-        return True
 
     async def get_tuple(self, thread_id: str, ns: str, cid: str | None) -> CheckpointTuple | None:
         incidents: list[Incident] = []
