@@ -187,6 +187,8 @@ def test_every_redis_key_of_a_thread_is_on_one_cluster_slot(make_saver: Any) -> 
     """What lets one MULTI/EXEC per write work on Redis Cluster."""
     from redis.crc import key_slot
 
+    from langgraph_durable.tiers.redis import parse_key_part
+
     with make_saver("redis") as saver:
         for thread in ("alpha", "beta:with|separators"):
             first = _put(saver, thread)
@@ -201,7 +203,7 @@ def test_every_redis_key_of_a_thread_is_on_one_cluster_slot(make_saver: Any) -> 
         keys.remove(f"{saver.redis_key_prefix}:meta".encode())
         slots: dict[str, set[int]] = {}
         for key in keys:
-            thread = key.decode().split("{", 1)[1].split("}", 1)[0]
+            thread = parse_key_part(key.decode().split("{", 1)[1].split("}", 1)[0])  # ids are encoded in keys
             slots.setdefault(thread, set()).add(key_slot(key))
         assert set(slots) == {"alpha", "beta:with|separators"}
         assert all(len(s) == 1 for s in slots.values()), slots

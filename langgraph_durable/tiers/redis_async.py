@@ -17,6 +17,20 @@ its multi-key transactions stay legal. Layout, under the key prefix ``P``::
     P:{T}:ledger          hash  action key -> envelope (non-resumable actions)
     P:{T}:lease           hash  holder, token, expires_at: the thread's writer lease (lease.py)
 
+Every id in a key name (``P``, ``T``, ``<ns>``, ``<id>``) is written
+through `key_part`: letters, digits and the other printable ASCII stay as
+they are, and ``% : { } * ? [ ] \\``, whitespace, control characters and
+non-ASCII become ``%XX`` (UTF-8 bytes, upper-case hex). So no id can make a
+``:`` or a brace of a key, the first ``:`` of a key ends its prefix (one
+prefix's keys never look like another's, nested or not), and the
+``{...}`` hash tag is the encoded thread id. A key read back (SCAN, the
+``wkeys`` set) counts as this tier's only if it parses exactly, its parts
+decoding and encoding back to the same text (`parse_key_part`); anything
+else under the prefix is left alone. Hash fields and set members hold the
+ids as they are (``\\0``-separated: ids hold no NUL, codec.check_key_part).
+Stores written before this layout are moved to it once at `setup`
+(`_migrate_layout`, recorded as ``key_layout`` in ``P:meta``).
+
 With a TTL (``redis_ttl=``) every write sets the keys it touches to expire
 that many seconds later, and a thread in use has all its keys' expiry pushed
 back (`_keep_alive`, at most every tenth of the TTL), so an idle thread
@@ -63,7 +77,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import math
+import re
 import time
 import uuid
 from collections import OrderedDict
@@ -112,6 +128,60 @@ _CLUSTER_ERRORS = (ClusterError, TryAgainError, SlotNotCoveredError)
 # slots in one transaction) is a bug and must not pass for an outage.
 _TOPOLOGY_LOST = ("Redis Cluster cannot be connected", "All slots are not covered")
 _SEP = "\x00"
+logger = logging.getLogger("langgraph_durable")
+
+# What an id keeps as it is in a key name (`key_part`): printable ASCII but
+# the escape itself, the key separator, hash tag braces and glob characters.
+_UNSAFE_CHARS = "%:{}*?[]\\"
+_SAFE = "".join(c for c in map(chr, range(0x21, 0x7F)) if c not in _UNSAFE_CHARS)
+_UNSAFE = re.compile("[^" + re.escape(_SAFE) + "]")
+# The layout `key_part` gives (`P:meta`'s ``key_layout``); stores without it
+# were written when ids went into keys as they are (`_migrate_layout`).
+KEY_LAYOUT = "2"
+
+
+def _escape(match: re.Match[str]) -> str:
+    return "".join(f"%{b:02X}" for b in match.group().encode("utf-8"))
+
+
+def key_part(text: str) -> str:
+    """`text` as it goes into a Redis key name: itself if it is printable
+    ASCII without ``% : { } * ? [ ] \\`` (ordinary ids, uuids), else with
+    each other character percent-encoded (its UTF-8 bytes, ``%XX``)."""
+    if _UNSAFE.search(text) is None:
+        return text
+    return _UNSAFE.sub(_escape, text)
+
+
+def parse_key_part(text: str) -> str | None:
+    """The id `key_part` made `text` from, or None if it made no such text
+    (a stray character, a bad or needless escape, lower-case hex, bytes
+    that are not UTF-8): such a key is not this layout's."""
+    if "%" not in text:
+        return text if _UNSAFE.search(text) is None else None
+    try:
+        value = unquote(text, errors="strict")
+    except UnicodeDecodeError:
+        return None
+    return value if key_part(value) == text else None
+
+
+# `key_part` in the scripts that build key names from ids they read (a
+# checkpoint id from an index, a namespace from a set).
+_LUA_KEY_PART = (
+    """
+local function key_part(s)
+  return (string.gsub(s, '.', function(c)
+    local b = string.byte(c)
+    if b < 33 or b > 126 or """
+    + " or ".join(f"b == {ord(c)}" for c in _UNSAFE_CHARS)
+    + """ then
+      return string.format('%%%02X', b)
+    end
+  end))
+end
+"""
+)
 
 
 def _pack(*parts: Any) -> bytes:
@@ -140,13 +210,16 @@ def _unpack(data: bytes, n: int) -> list[Any]:
 # `head` in one round trip: the newest id, the deletion marker, and that
 # checkpoint's record and writes (whose keys depend on the id). The keys it
 # builds carry the thread's hash tag, so they are on the declared keys' slot.
-_HEAD_SCRIPT = """
+_HEAD_SCRIPT = (
+    _LUA_KEY_PART
+    + """
 local ids = redis.call('ZREVRANGEBYLEX', KEYS[1], '+', '-', 'LIMIT', 0, 1)
 local marker = redis.call('GET', KEYS[2])
 if not ids[1] then return {false, marker, false, {}} end
 local cp = redis.call('HGET', KEYS[3], ARGV[1] .. ids[1])
-return {ids[1], marker, cp, redis.call('HGETALL', ARGV[2] .. ids[1])}
+return {ids[1], marker, cp, redis.call('HGETALL', ARGV[2] .. key_part(ids[1]))}
 """
+)
 
 # `list_checkpoints` of one (thread, namespace) in one round trip: the ids,
 # newest first, then their records.
@@ -162,16 +235,19 @@ return out
 
 # `list_page` in one round trip: as `_LIST_SCRIPT`, each id followed by its
 # record and its writes (`_HEAD_SCRIPT`'s keys: on the thread's slot).
-_PAGE_SCRIPT = """
+_PAGE_SCRIPT = (
+    _LUA_KEY_PART
+    + """
 local ids = redis.call('ZREVRANGEBYLEX', KEYS[1], ARGV[1], '-', 'LIMIT', 0, tonumber(ARGV[2]))
 local out = {}
 for i, id in ipairs(ids) do
   out[3 * i - 2] = id
   out[3 * i - 1] = redis.call('HGET', KEYS[2], ARGV[3] .. id)
-  out[3 * i] = redis.call('HGETALL', ARGV[4] .. id)
+  out[3 * i] = redis.call('HGETALL', ARGV[4] .. key_part(id))
 end
 return out
 """
+)
 
 # Retries of a command whose connection broke (each on a new connection).
 RETRIES = 2
@@ -342,6 +418,8 @@ class AsyncRedisTier:
         self._kept_alive: OrderedDict[str, float] = OrderedDict()
         self.where = redact(url)
         self.prefix = key_prefix
+        self._p = key_part(key_prefix)  # the prefix as it starts every key
+        self._layout_checked = False  # `_migrate_layout` ran (or found it done)
         self._io = _Unreachable(self.where)
         self._options: dict[str, Any] = {
             "socket_timeout": socket_timeout,
@@ -401,20 +479,58 @@ class AsyncRedisTier:
     # -- keys -----------------------------------------------------------------
 
     def _k(self, thread_id: str, part: str) -> str:
-        return f"{self.prefix}:{{{thread_id}}}:{part}"
+        """The key of one part of a thread: ``P:{T}:part``, `P` and `T`
+        encoded (`key_part`); `part` is a fixed name or `_ids` / `_wkey`'s."""
+        return f"{self._p}:{{{key_part(thread_id)}}}:{part}"
+
+    def _ids(self, thread_id: str, ns: str) -> str:
+        return self._k(thread_id, f"ids:{key_part(ns)}")
+
+    def _wkey(self, thread_id: str, ns: str, checkpoint_id: str) -> str:
+        return self._k(thread_id, f"w:{key_part(ns)}{_SEP}{key_part(checkpoint_id)}")
+
+    def _parse_wkey(self, thread_id: str, key: str) -> tuple[str, str] | None:
+        """(ns, checkpoint id) of one of the thread's write hashes, or None
+        for a name that is not exactly one (left alone)."""
+        head = self._k(thread_id, "w:")
+        if not key.startswith(head):
+            return None
+        parts = key[len(head) :].split(_SEP)
+        if len(parts) != 2:
+            return None
+        ns, cid = parse_key_part(parts[0]), parse_key_part(parts[1])
+        return (ns, cid) if ns is not None and cid is not None else None
+
+    def _own_wkeys(self, thread_id: str, members: Any) -> list[str]:
+        """The members of a thread's ``wkeys`` set that are its write hashes
+        (`_parse_wkey`): nothing else is read or deleted through the set."""
+        names = []
+        for raw in members:
+            try:
+                name = raw.decode()
+            except UnicodeDecodeError:
+                continue
+            if self._parse_wkey(thread_id, name) is not None:
+                names.append(name)
+        return names
 
     async def _all_threads(self) -> list[str]:
-        head = f"{self.prefix}:{{"
+        """Every thread with a ``P:{T}:nss`` key whose name parses exactly:
+        SCAN's glob is only a first cut (it cannot say "no brace in T")."""
+        head = f"{self._p}:{{"
         tail = "}:nss"
         pattern = _glob_escape(head) + "*" + _glob_escape(tail)
         found = set()
         async for key in self.client.scan_iter(match=pattern, count=1000):
-            name = key.decode()
-            found.add(name[len(head) : -len(tail)])
+            try:
+                name = key.decode()
+            except UnicodeDecodeError:
+                continue
+            if name.startswith(head) and name.endswith(tail) and len(name) >= len(head) + len(tail):
+                thread_id = parse_key_part(name[len(head) : -len(tail)])
+                if thread_id is not None:
+                    found.add(thread_id)
         return sorted(found)
-
-    def _wkey(self, thread_id: str, ns: str, checkpoint_id: str) -> str:
-        return self._k(thread_id, f"w:{ns}{_SEP}{checkpoint_id}")
 
     # -- lifecycle --------------------------------------------------------------
 
@@ -432,6 +548,126 @@ class AsyncRedisTier:
                 answered = False
             if not answered:
                 await self.client.ping()
+            if not self._layout_checked:
+                await self._migrate_layout()
+                self._layout_checked = True
+
+    async def _migrate_layout(self) -> None:
+        """Move the keys an older version named with ids as they are (one
+        ``:`` or brace in an id could make them another thread's, or another
+        prefix's) to their `key_part` names, once per store: ``key_layout``
+        in ``P:meta`` says it is done. Keys whose names the two layouts share
+        (ordinary ids) stay. A key moves by merging into its new name
+        without overwriting anything there (HSETNX, SADD, ZADD NX, SET NX),
+        then deleting the old name; so two replicas running this at once,
+        or a run interrupted and started again, come to the same keys. A key
+        that is not exactly one thread's under the old layout (a nested
+        prefix's, or one whose reading its type does not settle) is left as
+        it is, and counted in a warning. `TierUnavailable` if Redis goes
+        away meanwhile; the next `setup` carries on."""
+        if await self.client.hget(self._meta, "key_layout") == KEY_LAYOUT.encode():
+            return
+        left = 0
+        if self._p != self.prefix:
+            await self._merge_into(f"{self.prefix}:meta", self._meta, "hash", None)
+        pattern = _glob_escape(f"{self.prefix}:{{") + "*"
+        async for raw in self.client.scan_iter(match=pattern, count=1000):
+            try:
+                name = raw.decode()
+            except UnicodeDecodeError:
+                continue
+            if self._is_own_key(name):
+                continue  # already in this layout (or the same in both)
+            readings = _old_readings(name[len(self.prefix) + 2 :])
+            if not readings:
+                continue  # not a key of this prefix's threads at all
+            kind = (await self.client.type(raw)).decode()
+            fits = [r for r in readings if _OLD_TYPES[r[1]] == kind]
+            if len(fits) != 1:
+                left += 1
+                continue
+            thread_id, part, args = fits[0]
+            try:
+                await self._merge_into(name, self._old_key_name(thread_id, part, args), kind, thread_id)
+            except ResponseError:  # the new name holds another type: keep both
+                left += 1
+        await self.client.hset(self._meta, "key_layout", KEY_LAYOUT)
+        if left:
+            logger.warning(
+                "redis tier at %s: %d key(s) under prefix %r are in the key layout of an older version "
+                "but could not be read as exactly one thread's; they were left as they are",
+                self.where,
+                left,
+                self.prefix,
+            )
+
+    def _old_key_name(self, thread_id: str, part: str, args: tuple[str, ...]) -> str:
+        """The name in this layout of a key read under the older one."""
+        if part == "ids":
+            return self._ids(thread_id, args[0])
+        if part == "w":
+            return self._wkey(thread_id, args[0], args[1])
+        return self._k(thread_id, part)
+
+    async def _merge_into(self, old: str, new: str, kind: str, thread_id: str | None) -> None:
+        """Copy key `old` into `new` without overwriting what `new` holds,
+        keep its expiry, delete `old` (`_migrate_layout`)."""
+        c = self.client
+        async with c.pipeline(transaction=False) as pipe:
+            if kind == "hash":
+                for field, value in (await c.hgetall(old)).items():
+                    pipe.hsetnx(new, field, value)
+            elif kind == "set":
+                members = await c.smembers(old)
+                if thread_id is not None and old.endswith("}:wkeys"):
+                    members = {self._renamed_wkey(thread_id, m) for m in members} - {None}
+                if members:
+                    pipe.sadd(new, *members)
+            elif kind == "zset":
+                scored = await c.zrange(old, 0, -1, withscores=True)
+                if scored:
+                    pipe.zadd(new, dict(scored), nx=True)
+            elif kind == "string":
+                value = await c.get(old)
+                if value is not None:
+                    pipe.set(new, value, nx=True)
+            await pipe.execute()
+        ttl = await c.pttl(old)
+        if ttl > 0 and await c.pttl(new) == -1:
+            await c.pexpire(new, ttl)
+        await c.delete(old)
+
+    def _renamed_wkey(self, thread_id: str, member: bytes) -> str | None:
+        """A ``wkeys`` member (a write hash's name) in this layout, or None
+        if it names no write hash of the thread in either layout."""
+        try:
+            name = member.decode()
+        except UnicodeDecodeError:
+            return None
+        if self._parse_wkey(thread_id, name) is not None:
+            return name
+        head = f"{self.prefix}:{{{thread_id}}}:w:"
+        if name.startswith(head) and name.count(_SEP) == 1:
+            ns, cid = name[len(head) :].split(_SEP)
+            return self._wkey(thread_id, ns, cid)
+        return None
+
+    def _is_own_key(self, name: str) -> bool:
+        """Whether `name` is exactly a key of this layout under this prefix."""
+        head = f"{self._p}:{{"
+        if not name.startswith(head):
+            return False
+        encoded, brace, part = name[len(head) :].partition("}:")
+        if not brace:
+            return False
+        thread_id = parse_key_part(encoded)
+        if thread_id is None:
+            return False
+        if part in _OLD_TYPES and part not in ("ids", "w"):
+            return True
+        if part.startswith("ids:"):
+            return parse_key_part(part[4:]) is not None
+        return part.startswith("w:") and self._parse_wkey(thread_id, name) is not None
 
     async def _cluster_enabled(self) -> bool:
         try:
@@ -460,6 +696,10 @@ class AsyncRedisTier:
         self.clustered = True
         self._register_scripts()
         await plain.aclose()
+
+    @property
+    def _meta(self) -> str:
+        return f"{self._p}:meta"
 
     def _only_database_0(self) -> ConfigError:
         return ConfigError(
@@ -571,7 +811,7 @@ class AsyncRedisTier:
         self, thread_id: str, ns: str, before: str | None, limit: int
     ) -> tuple[list[CheckpointRow], list[WriteRow]]:
         """`list_checkpoints` and `read_writes` of one page, in one script call."""
-        keys = [self._k(thread_id, f"ids:{ns}"), self._k(thread_id, "cp")]
+        keys = [self._ids(thread_id, ns), self._k(thread_id, "cp")]
         top = f"({before}" if before is not None else "+"
         await self._keep_alive(thread_id)
         with self._io:
@@ -602,7 +842,7 @@ class AsyncRedisTier:
         rows: list[CheckpointRow] = []
         if thread_id is not None and ns is not None and checkpoint_id is None:
             # The common case (a thread's history): one round trip.
-            keys = [self._k(thread_id, f"ids:{ns}"), self._k(thread_id, "cp")]
+            keys = [self._ids(thread_id, ns), self._k(thread_id, "cp")]
             top = f"({before}" if before is not None else "+"
             with self._io:
                 flat = await self._list_script(
@@ -632,10 +872,10 @@ class AsyncRedisTier:
                     else:
                         top = f"({before}" if before is not None else "+"
                         if per_key_limit is None:
-                            raw = await self.client.zrevrangebylex(self._k(t, f"ids:{n}"), top, "-")
+                            raw = await self.client.zrevrangebylex(self._ids(t, n), top, "-")
                         else:
                             raw = await self.client.zrevrangebylex(
-                                self._k(t, f"ids:{n}"), top, "-", start=0, num=per_key_limit
+                                self._ids(t, n), top, "-", start=0, num=per_key_limit
                             )
                         ids = [i.decode() for i in raw]
                     if not ids:
@@ -656,8 +896,8 @@ class AsyncRedisTier:
             wkeys = await self.client.smembers(self._k(t, "wkeys"))
             async with self.client.pipeline(transaction=True) as pipe:
                 keys = [self._k(t, p) for p in ("cp", "nss", "blob", "wkeys", "quarantine", "quarantined", "ledger")]
-                keys += [self._k(t, f"ids:{n.decode()}") for n in nss]
-                keys += [k.decode() for k in wkeys]
+                keys += [self._ids(t, n.decode()) for n in nss]
+                keys += self._own_wkeys(t, wkeys)
                 pipe.delete(*keys)
                 await pipe.execute()
 
@@ -687,7 +927,7 @@ class AsyncRedisTier:
 
     def _drop(self, pipe: Any, t: str, ns: str, cid: str) -> None:
         pipe.hdel(self._k(t, "cp"), f"{ns}{_SEP}{cid}")
-        pipe.zrem(self._k(t, f"ids:{ns}"), cid)
+        pipe.zrem(self._ids(t, ns), cid)
         pipe.delete(self._wkey(t, ns, cid))
         pipe.srem(self._k(t, "wkeys"), self._wkey(t, ns, cid))
 
@@ -695,7 +935,7 @@ class AsyncRedisTier:
         with self._io:
             async with self.client.pipeline(transaction=True) as pipe:
                 pipe.hdel(self._k(thread_id, "cp"), f"{ns}{_SEP}{checkpoint_id}")
-                pipe.zrem(self._k(thread_id, f"ids:{ns}"), checkpoint_id)
+                pipe.zrem(self._ids(thread_id, ns), checkpoint_id)
                 await pipe.execute()
 
     async def write_ledger(self, thread_id: str, key: str, envelope: bytes) -> None:
@@ -739,7 +979,7 @@ class AsyncRedisTier:
         with self._io:
             cps = await self.client.hgetall(self._k(t, "cp"))
             blobs = await self.client.hgetall(self._k(t, "blob"))
-            wkeys = sorted(k.decode() for k in await self.client.smembers(self._k(t, "wkeys")))
+            wkeys = sorted(self._own_wkeys(t, await self.client.smembers(self._k(t, "wkeys"))))
             whashes = [await self.client.hgetall(k) for k in wkeys]
         checkpoints = []
         for field, data in cps.items():
@@ -750,9 +990,8 @@ class AsyncRedisTier:
             ns, channel, version = field.decode().split(_SEP)
             blob_rows.append(BlobRow(t, ns, channel, version, data))
         writes = []
-        head = self._k(t, "w:")
         for key, fields in zip(wkeys, whashes):
-            ns, cid = key[len(head) :].split(_SEP)
+            ns, cid = self._parse_wkey(t, key) or ("", "")  # parses: `_own_wkeys`
             for field, data in fields.items():
                 task_id, idx = field.decode().rsplit(_SEP, 1)
                 channel, task_path, envelope = _unpack(data, 3)
@@ -789,7 +1028,7 @@ class AsyncRedisTier:
                 if current is None or _stored_envelope(kind, row, current) != row.envelope:
                     return
                 if isinstance(row, CheckpointRow):
-                    ids = self._k(t, f"ids:{row.checkpoint_ns}")
+                    ids = self._ids(t, row.checkpoint_ns)
                     await self._drop_field([key, ids], [field, current, row.checkpoint_id])
                 else:
                     await self._drop_field([key], [field, current])
@@ -806,7 +1045,7 @@ class AsyncRedisTier:
                     pipe.multi()
                     pipe.hdel(key, field)
                     if isinstance(row, CheckpointRow):
-                        pipe.zrem(self._k(t, f"ids:{row.checkpoint_ns}"), row.checkpoint_id)
+                        pipe.zrem(self._ids(t, row.checkpoint_ns), row.checkpoint_id)
                     await pipe.execute()
                 except WatchError:
                     return  # rewritten meanwhile: that copy is not ours to remove
@@ -847,22 +1086,29 @@ class AsyncRedisTier:
 
     async def read_meta(self, key: str) -> str | None:
         with self._io:
-            value = await self.client.hget(f"{self.prefix}:meta", key)
+            value = await self.client.hget(self._meta, key)
         return value.decode() if value is not None else None
 
     async def write_meta(self, key: str, value: str | None) -> None:
         """Set (or, with None, remove) one store-wide setting."""
         with self._io:
             if value is None:
-                await self.client.hdel(f"{self.prefix}:meta", key)
+                await self.client.hdel(self._meta, key)
             else:
-                await self.client.hset(f"{self.prefix}:meta", key, value)
+                await self.client.hset(self._meta, key, value)
+
+    async def create_meta(self, key: str, value: str) -> str:
+        """Set a store-wide setting unless one is set (HSETNX); the value that holds."""
+        with self._io:
+            await self.client.hsetnx(self._meta, key, value)
+            stored = await self.client.hget(self._meta, key)
+        return stored.decode() if stored is not None else value
 
     async def head(self, thread_id: str, ns: str) -> Head:
         """The newest checkpoint of (thread, ns), the thread's deletion
         marker (`mark_deleted`), and the newest checkpoint's row and pending
         writes, in one round trip (a script)."""
-        keys = [self._k(thread_id, f"ids:{ns}"), self._k(thread_id, "deleted"), self._k(thread_id, "cp")]
+        keys = [self._ids(thread_id, ns), self._k(thread_id, "deleted"), self._k(thread_id, "cp")]
         await self._keep_alive(thread_id)
         with self._io:
             cid, marker, data, fields = await self._head_script(keys, [f"{ns}{_SEP}", self._wkey(thread_id, ns, "")])
@@ -912,7 +1158,7 @@ class AsyncRedisTier:
         t = thread_id
         with self._io:
             fields = await self.client.hkeys(self._k(t, "cp"))
-            wkeys = {k.decode() for k in await self.client.smembers(self._k(t, "wkeys"))}
+            wkeys = set(self._own_wkeys(t, await self.client.smembers(self._k(t, "wkeys"))))
             blob_fields = await self.client.hkeys(self._k(t, "blob"))
             kept_wkeys = {self._wkey(t, ns, cid) for ns, cid in keep}
             async with self.client.pipeline(transaction=True) as pipe:
@@ -936,11 +1182,11 @@ class AsyncRedisTier:
         pipe.hset(
             self._k(t, "cp"), f"{ns}{_SEP}{cid}", _pack(row.parent_id, row.run_id, row.metadata_json, row.envelope)
         )
-        pipe.zadd(self._k(t, f"ids:{ns}"), {cid: 0})
+        pipe.zadd(self._ids(t, ns), {cid: 0})
         pipe.sadd(self._k(t, "nss"), ns)
         for b in blobs:
             pipe.hsetnx(self._k(t, "blob"), f"{b.checkpoint_ns}{_SEP}{b.channel}{_SEP}{b.version}", b.envelope)
-        self._expire(pipe, [self._k(t, "cp"), self._k(t, f"ids:{ns}"), self._k(t, "nss"), self._k(t, "blob")])
+        self._expire(pipe, [self._k(t, "cp"), self._ids(t, ns), self._k(t, "nss"), self._k(t, "blob")])
 
     def _queue_writes(self, pipe: Any, rows: Sequence[WriteRow], upsert: bool) -> None:
         for w in rows:
@@ -979,7 +1225,7 @@ class AsyncRedisTier:
             self._kept_alive.popitem(last=False)
         keys = [self._k(thread_id, part) for part in ("cp", "nss", "blob", "wkeys", "gone", "deleted", "ledger")]
         with self._io:
-            await self._keep_alive_script(keys, [self.ttl, self._k(thread_id, "ids:")])
+            await self._keep_alive_script(keys, [self.ttl, self._k(thread_id, "ids:"), self._k(thread_id, "w:")])
 
     async def _transaction(self, fence: Fence | None, queue: Any) -> None:
         """What `queue(ops)` records, written atomically by one script call
@@ -1057,6 +1303,43 @@ def _stored_envelope(kind: str, row: Row, current: bytes) -> bytes:
         return current
     envelope: bytes = _unpack(current, 4 if kind == "checkpoint" else 3)[-1]
     return envelope
+
+
+# The parts of a thread's keys in both layouts, with the type each holds.
+_OLD_TYPES = {
+    "cp": "hash",
+    "nss": "set",
+    "blob": "hash",
+    "wkeys": "set",
+    "quarantined": "hash",
+    "deleted": "string",
+    "gone": "set",
+    "ledger": "hash",
+    "lease": "hash",
+    "ids": "zset",
+    "w": "hash",
+}
+
+
+def _old_readings(rest: str) -> list[tuple[str, str, tuple[str, ...]]]:
+    """Every (thread id, part, part's ids) the older layout could have
+    written as ``P:{`` + `rest` (ids went in as they were, so a ``}:`` in
+    one makes several readings). A thread id holding ``}:{`` is taken for a
+    nested prefix's key (``P:{x}`` + ``:{T}:...``) and not read at all."""
+    out: list[tuple[str, str, tuple[str, ...]]] = []
+    at = rest.find("}:")
+    while at >= 0:
+        thread_id, part = rest[:at], rest[at + 2 :]
+        if "}:{" not in thread_id:
+            if part in _OLD_TYPES and part not in ("ids", "w"):
+                out.append((thread_id, part, ()))
+            elif part.startswith("ids:"):
+                out.append((thread_id, "ids", (part[4:],)))
+            elif part.startswith("w:") and part.count(_SEP) == 1:
+                ns, cid = part[2:].split(_SEP)
+                out.append((thread_id, "w", (ns, cid)))
+        at = rest.find("}:", at + 1)
+    return out
 
 
 def _glob_escape(text: str) -> str:
@@ -1182,14 +1465,20 @@ return 1
 )
 
 # Push back the expiry of every key of one thread (`_keep_alive`): its fixed
-# keys (KEYS), each namespace's id index (ARGV[2] .. ns) and each write hash
-# (members of KEYS[4], the thread's set of them). All on the thread's slot.
-_KEEP_ALIVE = """
+# keys (KEYS), each namespace's id index (ARGV[2] .. its encoded name) and
+# each write hash (the members of KEYS[4], the thread's set of them, named
+# ARGV[3] .. something: no other key is touched). All on the thread's slot.
+_KEEP_ALIVE = (
+    _LUA_KEY_PART
+    + """
 for i = 1, #KEYS do redis.call('EXPIRE', KEYS[i], ARGV[1]) end
-for _, ns in ipairs(redis.call('SMEMBERS', KEYS[2])) do redis.call('EXPIRE', ARGV[2] .. ns, ARGV[1]) end
-for _, key in ipairs(redis.call('SMEMBERS', KEYS[4])) do redis.call('EXPIRE', key, ARGV[1]) end
+for _, ns in ipairs(redis.call('SMEMBERS', KEYS[2])) do redis.call('EXPIRE', ARGV[2] .. key_part(ns), ARGV[1]) end
+for _, key in ipairs(redis.call('SMEMBERS', KEYS[4])) do
+  if string.sub(key, 1, #ARGV[3]) == ARGV[3] then redis.call('EXPIRE', key, ARGV[1]) end
+end
 return 1
 """
+)
 
 # The lease hash and the server's clock, at one instant.
 _READ_LEASE = """
