@@ -33,7 +33,7 @@ from . import delta
 from .backlog import DEFAULT_CALL_TIMEOUT_S, WRITE_MODES, JournalEntry, Lag, MemoryBacklog, Owed, WriteMode, lag_of
 from .breaker import Breakers
 from .carried import SeenVersions, never_written
-from .codec import DEFAULT_MAX_ID_BYTES, RecordCodec, check_key_part, thread_id_of, thread_of
+from .codec import DEFAULT_MAX_ID_BYTES, RecordCodec, check_checkpoint_id, check_key_part, thread_id_of, thread_of
 from .concurrency import ALock, amaybe_await, arun_all
 from .deltas import DeltaMemo
 from .errors import ConfigError, DurableError, TierUnavailable
@@ -689,6 +689,10 @@ class AsyncTierChain:
         # LangGraph's server passes `before` without its "configurable" wrapper.
         plain: dict[str, Any] = dict(before or {})
         before_id = cast(str | None, (plain.get("configurable") or plain).get("checkpoint_id"))
+        if cid:
+            check_checkpoint_id(cid, what="list: checkpoint_id")
+        if before_id:
+            check_checkpoint_id(before_id, what="list: before's checkpoint_id")
         await self.ensure_setup()
         if thread_id is not None:
             await self._bounded(thread_id)

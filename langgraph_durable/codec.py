@@ -10,6 +10,7 @@ import copy
 import json
 import logging
 import math
+import re
 import uuid
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any, cast
@@ -59,7 +60,7 @@ DEFAULT_MAX_RECORD_BYTES = 64 * 1024 * 1024
 # or (thread, namespace, channel, version) together: two ids plus two names
 # stay under that cap with room to spare. Limits are in UTF-8 bytes.
 DEFAULT_MAX_ID_BYTES = 1024  # thread ids, checkpoint namespaces
-DEFAULT_MAX_NAME_BYTES = 256  # checkpoint ids, task ids, channel names, channel versions
+DEFAULT_MAX_NAME_BYTES = 256  # task ids, channel names, channel versions (a checkpoint id is a 36-byte UUID)
 
 
 def check_key_part(value: object, *, what: str, limit: int | None) -> str:
@@ -90,6 +91,40 @@ def check_key_part(value: object, *, what: str, limit: int | None) -> str:
     return value
 
 
+# A checkpoint id as LangGraph writes it: str(uuid6()) (`langgraph.checkpoint.
+# base.id`), a canonical lowercase UUID. Every version that used uuids wrote
+# this form; the conformance suite asks for str(uuid4()) ids too. Checkpoint
+# ids order the history as strings (the newest is the greatest, in every tier
+# and in the stock savers), and a deletion marker is one, so any other text
+# ("not-a-uuid", upper case, braces) would sort among them wrongly, and
+# LangGraph itself fails later on it.
+_CHECKPOINT_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+CHECKPOINT_ID_EXAMPLE = "1ef4f797-8335-6428-8001-8a1503f9b875"
+
+
+def check_checkpoint_id(value: object, *, what: str) -> str:
+    """`value` if it is a checkpoint id LangGraph writes (a lowercase UUID
+    string, 8-4-4-4-12 hex digits, as ``str(uuid6())`` gives), else
+    `ConfigError` saying what an id must look like. Checked before any tier
+    is touched, so a refused id leaves nothing written."""
+    if isinstance(value, str) and _CHECKPOINT_ID.fullmatch(value):
+        return value
+    shown = f"{value!r:.80}" if isinstance(value, str) else f"{value!r:.80} ({type(value).__name__})"
+    hint = ""
+    if isinstance(value, (str, uuid.UUID)):
+        try:
+            canonical = str(uuid.UUID(str(value)))
+        except ValueError:
+            pass
+        else:
+            hint = f"; written that way, this one is {canonical!r}"
+    raise ConfigError(
+        f"{what} {shown} is not a checkpoint id: a checkpoint id is a lowercase UUID string, 8-4-4-4-12 hex "
+        f"digits such as {CHECKPOINT_ID_EXAMPLE!r}, as LangGraph writes it (str(uuid6()) from "
+        f"langgraph.checkpoint.base.id){hint}. Pass the config put() returned, or an id from list()."
+    )
+
+
 def thread_id_of(thread_id: object, *, what: str) -> str:
     """A bare thread id (`delete_thread`, `copy_thread`, the ledger, ...),
     checked and converted as `thread_of` does."""
@@ -99,11 +134,13 @@ def thread_id_of(thread_id: object, *, what: str) -> str:
 def thread_of(config: RunnableConfig | None, *, what: str) -> str:
     """`thread_id` from a config, or a `ConfigError` that says how to pass it.
 
-    Also checks the config's ``checkpoint_ns`` and ``checkpoint_id``, so a
-    key no tier can store is refused before any tier is touched. An int or
-    UUID thread id is taken as ``str(thread_id)``, as LangGraph's own
-    ``invoke`` and ``get_state`` do (5 and "5" are one thread there too);
-    any other non-str raises `ConfigError`.
+    Also checks the config's ``checkpoint_ns`` and ``checkpoint_id`` (a
+    checkpoint id LangGraph writes: `check_checkpoint_id`), so a key no tier
+    can store, or an id that does not order as checkpoint ids do, is refused
+    before any tier is touched. An int or UUID thread id is taken as
+    ``str(thread_id)``, as LangGraph's own ``invoke`` and ``get_state`` do
+    (5 and "5" are one thread there too); any other non-str raises
+    `ConfigError`.
     """
     configurable = (config or {}).get("configurable") or {}
     thread_id = configurable.get("thread_id")
@@ -124,7 +161,7 @@ def thread_of(config: RunnableConfig | None, *, what: str) -> str:
     if ns := configurable.get("checkpoint_ns"):
         check_key_part(ns, what=f"{what}: checkpoint_ns", limit=DEFAULT_MAX_ID_BYTES)
     if cid := configurable.get("checkpoint_id"):
-        check_key_part(cid, what=f"{what}: checkpoint_id", limit=DEFAULT_MAX_NAME_BYTES)
+        check_checkpoint_id(cid, what=f"{what}: checkpoint_id")
     return thread_id
 
 
@@ -308,7 +345,7 @@ class RecordCodec:
         configurable = config["configurable"]
         ns = configurable.get("checkpoint_ns", "") or ""
         parent_id = configurable.get("checkpoint_id")
-        cid = check_key_part(checkpoint.get("id"), what="put: checkpoint['id']", limit=DEFAULT_MAX_NAME_BYTES)
+        cid = check_checkpoint_id(checkpoint.get("id"), what="put: checkpoint['id']")
         values = checkpoint.get("channel_values", {})
         base = memo.base_for(thread_id, ns, parent_id) if memo is not None else {}
         every = memo.every if memo is not None else 0

@@ -221,8 +221,11 @@ def test_show(store: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     code, doc = run_json(capsys, "show", "long", *store)
     assert doc["channel_values"]["messages"] == ["message 0: " + "x" * LONG]
 
+    missing = "00000000-0000-6000-8000-000000000000"
+    code, out, err = run(capsys, "show", "asks", missing, *store)
+    assert code == cli.EXIT_FINDINGS and f"no checkpoint {missing!r}" in err
     code, out, err = run(capsys, "show", "asks", "no-such-checkpoint", *store)
-    assert code == cli.EXIT_FINDINGS and "no checkpoint 'no-such-checkpoint'" in err
+    assert code == cli.EXIT_CANNOT_RUN and "is not a checkpoint id" in err
     code, doc = run_json(capsys, "show", "nobody", *store)
     assert code == cli.EXIT_FINDINGS and doc == {"error": "thread 'nobody' has no checkpoint", "exit_code": 1}
 

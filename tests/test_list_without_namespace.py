@@ -70,7 +70,7 @@ def test_sqlite_lists_a_thread_without_a_namespace_from_an_index(make_saver: Sav
             tier._connect().set_trace_callback(statements.append)
         try:
             _listed(saver, thread, limit=10)
-            before = {"configurable": {"thread_id": thread, "checkpoint_id": "z"}}
+            before = {"configurable": {"thread_id": thread, "checkpoint_id": "ffffffff-ffff-ffff-ffff-ffffffffffff"}}
             _listed(saver, thread, limit=10, before=before)
         finally:
             with tier._lock:
