@@ -13,6 +13,7 @@ from .errors import (
     SerializationError,
     ThreadBusy,
     TierUnavailable,
+    UndecodableRecord,
 )
 from .importing import ImportConflict, ImportReport
 from .integrity import CorruptionEvent, CorruptionHook
@@ -77,4 +78,5 @@ __all__ = [
     "SerializationError",
     "ThreadBusy",
     "TierUnavailable",
+    "UndecodableRecord",
 ]

@@ -11,10 +11,12 @@ This file is the async source. ``chain.py`` is generated from it by
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import copy
 import functools
 import logging
+import os
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any, TypeVar, cast
@@ -51,11 +53,11 @@ from .maintenance_async import AsyncMaintenance
 from .metrics import MetricsSink
 from .read_cache import ReadCache
 from .reads_async import AsyncTierReader
-from .records import BlobRow, CheckpointRow, WriteRow
+from .records import BlobRow, CheckpointRow, WriteRow, key_fingerprint
 from .resume_async import AsyncResumeGate
 from .retention import RetentionPolicy, RetentionReport
 from .scan_async import AsyncScanner
-from .tiers.base import KEYS_META, QuarantinedRecord, key_mismatch_message
+from .tiers.base import KEYS_META, STORE_KEY_META, QuarantinedRecord, key_mismatch_message
 from .tiers.protocol_async import AsyncTier
 from .tiers.sqlite import AsyncSqliteTier
 from .validation import ValidationHook
@@ -94,6 +96,8 @@ class AsyncTierChain:
         seen: SeenVersions | None = None,
         metrics: MetricsSink | None = None,
         read_cache: ReadCache | None = None,
+        store_key: bool = False,
+        read_only: bool = False,
     ) -> None:
         if local is None and not shared:
             raise ConfigError("at least one tier is needed: pass sqlite=, redis= or postgres=.")
@@ -118,6 +122,12 @@ class AsyncTierChain:
         self.shared: list[AsyncTier] = [self._guard(t, call_timeout) for t in shared]
         self.tiers: list[AsyncTier] = ([self.local] if self.local is not None else []) + self.shared
         self.codec = codec
+        # Seal every record with the store's own key, kept in the system of
+        # record, when the user gave none (`_adopt_store_key`).
+        self.store_key = store_key
+        # A chain for looking only (the CLI's read commands): it writes
+        # nothing anywhere, not even a repair or a quarantine.
+        self.read_only = read_only
         self.policy = policy or IntegrityPolicy()
         # Not `memory or ...`: an empty backlog is falsy, and both faces must share it.
         self.memory = memory if memory is not None else MemoryBacklog()
@@ -133,6 +143,7 @@ class AsyncTierChain:
         # The versions of the checkpoints stored or served last (carried.py).
         self.seen = seen or SeenVersions()
         self.reads = AsyncTierReader(self.tiers, codec, self.policy, deltas, self.memory.outbox.holds)
+        self.reads.read_only = read_only
         self.maintenance = AsyncMaintenance(self.tiers, codec, self.reads, deltas)
         # Reads kept while the local file is unchanged (read_cache.py): every
         # read with SQLite alone; with a shared tier (which another replica
@@ -162,6 +173,7 @@ class AsyncTierChain:
             view.codec = codec
             view.journal = AsyncJournal(self.local, self.shared, codec, self.memory)
             view.reads = AsyncTierReader(self.tiers, codec, self.policy, self.deltas, self.memory.outbox.holds)
+            view.reads.read_only = self.read_only
             view.maintenance = AsyncMaintenance(self.tiers, codec, view.reads, self.deltas)
             view.read_cache = None  # kept with the other serializer
             view._views = {}
@@ -205,11 +217,73 @@ class AsyncTierChain:
         usable = [t for t in up if t is not self.local] or (up if self.write == "local" or not self.shared else [])
         if not usable:
             raise down[0]
+        await self._adopt_store_key(up)
         await self._check_keys(up)
+        if self.read_only:
+            self._ready = True
+            return
         await self.journal.catch_up()
         self._ready = True
         if down or not (await self.lag()).caught_up:
             self.kick()
+
+    def _writable(self, what: str) -> None:
+        if self.read_only:
+            raise ConfigError(f"{what}: this saver was opened with read_only=True (for looking only); open it without.")
+
+    async def _adopt_store_key(self, up: Sequence[AsyncTier]) -> None:
+        """Seal with the store's key: with shared tiers and no signing key
+        of the user's, every record is sealed with one random key that the
+        system of record keeps (the last shared tier: Postgres, else Redis),
+        created by the first saver that finds none. A record planted in a
+        tier by someone who cannot read that key then fails verification, so
+        records that verify are decoded with the application's serde as is
+        and its own types come back as themselves. The local tier keeps a
+        copy, so a restart works while the system of record is down.
+
+        A store that already holds unsigned records keeps accepting them,
+        decoded with the strict allowlist, until `repair` re-seals them. A
+        store sealed with a key of the user's gets no store key: the key
+        check then says which key it needs.
+
+        A saver given its own key (`signing_key=`) over a store sealed with
+        the store's key still verifies those records, as long as the tiers
+        record that they hold some: turning a key on needs no old key, and
+        `repair` re-seals them with the new one (after which the store key
+        is accepted no more).
+
+        The local file alone (a saver or command given only ``sqlite=``)
+        uses the copy of the key it holds, if any: it never creates one."""
+        authority = self.shared[-1] if self.shared else None
+        text = await authority.read_meta(STORE_KEY_META) if authority in up and authority is not None else None
+        if text is None and self.local is not None and self.local in up:
+            text = await self.local.read_meta(STORE_KEY_META)
+        if authority is None and text is None:
+            return  # SQLite alone, never shared: its own disk, unsigned as ever
+        recorded: set[str] = set()
+        for tier in up:
+            value = await tier.read_meta(KEYS_META)
+            recorded.update(value.split(",") if value else ())
+        if not self.store_key:
+            if text is not None and key_fingerprint(base64.b64decode(text)) in recorded:
+                self.codec.ring.accept(base64.b64decode(text))
+            return
+        if text is None:
+            assert authority is not None
+            if authority not in up:
+                raise TierUnavailable(
+                    f"this saver seals records with the store's key, which {authority.name} keeps, and "
+                    f"{authority.name} cannot be reached while this replica has no copy of the key yet: "
+                    "start it when the tier is back, or pass signing_key= (the same on every replica).",
+                    tier=authority.name,
+                )
+            if recorded - {"unsigned"} or self.read_only:
+                return  # sealed with a key of the user's (the key check says so), or only looking
+            text = await authority.create_meta(STORE_KEY_META, base64.b64encode(os.urandom(32)).decode())
+        key = base64.b64decode(text)
+        self.codec.ring.adopt(key, unsigned_too="unsigned" in recorded)
+        if self.local is not None and self.local in up and not self.read_only:
+            await self.local.create_meta(STORE_KEY_META, text)
 
     async def _admit(self, tier: AsyncTier) -> None:
         """A tier that was down at setup answers: set it up and check its key
@@ -239,7 +313,7 @@ class AsyncTierChain:
         # as they are), and from now on records sealed with our key.
         union = {accepted[0]}.union(*(f for _, f in stored if f))
         for tier, fingerprints in stored:
-            if fingerprints != union:
+            if fingerprints != union and not self.read_only:
                 await tier.write_meta(KEYS_META, ",".join(sorted(union)))
 
     async def close(self) -> None:
@@ -271,9 +345,11 @@ class AsyncTierChain:
         versions = checkpoint.get("channel_versions", {})
         parent = self.seen.get(thread_id, ns, parent_id) if parent_id else None
         never = never_written(versions, new_versions, parent_id, parent)
-        # Serialize before touching any tier: a bad value writes nothing.
-        row, blobs, stored = self.codec.encode_put(config, checkpoint, metadata, new_versions, self.deltas, never)
+        self._writable("put")
+        # Set up first: the store's key (`_adopt_store_key`) seals the records.
+        # Serialization writes nothing, so a bad value still leaves no record.
         await self.ensure_setup()
+        row, blobs, stored = self.codec.encode_put(config, checkpoint, metadata, new_versions, self.deltas, never)
         outbox = self.memory.outbox
         local_took = await self._write_behind(
             fence,
@@ -320,10 +396,11 @@ class AsyncTierChain:
         really produced, so the copies that did land may be served (reads take
         the union of the tiers) and spare the task a rerun; retrying is
         idempotent."""
-        rows, upsert = self.codec.encode_writes(config, writes, task_id, task_path)
-        if not rows:
+        self._writable("put_writes")
+        if not writes:
             return
-        await self.ensure_setup()
+        await self.ensure_setup()  # the store's key seals the rows
+        rows, upsert = self.codec.encode_writes(config, writes, task_id, task_path)
         outbox = self.memory.outbox
         local_took = await self._write_behind(
             fence,
@@ -771,8 +848,8 @@ class AsyncTierChain:
         must be durable before the action runs. Unless ``write="all"``, a
         shared tier that is down is skipped as long as another took it."""
         check_key_part(entry.key, what="action key", limit=DEFAULT_MAX_ID_BYTES)
+        await self.ensure_setup()  # the store's key seals the entry
         envelope = self.codec.encode_ledger(thread_id, entry)
-        await self.ensure_setup()
         calls = [functools.partial(t.write_ledger, thread_id, entry.key, envelope) for t in self.tiers]
         results = await arun_all(calls)
         failed = [r for r in results if isinstance(r, BaseException)]

@@ -7,12 +7,14 @@ serialized once per `put`, and the resulting rows are handed to every tier.
 from __future__ import annotations
 
 import copy
+import importlib
 import json
 import logging
 import math
 import re
 import uuid
 from collections.abc import Collection, Iterable, Mapping, Sequence
+from contextvars import ContextVar
 from typing import Any, cast
 
 from langchain_core.runnables import RunnableConfig
@@ -27,10 +29,11 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
+from langgraph.checkpoint.serde.event_hooks import register_serde_event_listener
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from .deltas import DELTA_TAG, MSGPACK_TAG, DeltaMemo, Last, Piece, Remember, decode_piece, plan, rebuild
-from .errors import ConfigError, RecordTooLarge, SerializationError
+from .errors import ConfigError, RecordTooLarge, SerializationError, UndecodableRecord
 from .ledger import LedgerEntry
 from .records import (
     BadRecord,
@@ -224,6 +227,54 @@ def version_key(version: str | int | float) -> str:
     return str(version)
 
 
+class KeyRing:
+    """The signing keys records are sealed and verified with: the sealing key
+    first, then older keys still accepted (b"" accepts unsigned records).
+
+    Shared by a codec and its `with_allowlist` clones, so the store key a
+    saver adopts at setup (`adopt`) reaches every clone made before it."""
+
+    __slots__ = ("keys",)
+
+    def __init__(self, keys: Sequence[bytes]) -> None:
+        self.keys: tuple[bytes, ...] = tuple(keys) or (b"",)
+
+    def adopt(self, store_key: bytes, *, unsigned_too: bool) -> None:
+        """Seal with `store_key` from now on; keep accepting unsigned records
+        when the store already holds some (`unsigned_too`)."""
+        self.keys = (store_key, b"") if unsigned_too else (store_key,)
+
+    def accept(self, key: bytes) -> None:
+        """Also verify records sealed with `key` (never seal with it)."""
+        if key not in self.keys:
+            self.keys = (*self.keys, key)
+
+
+# `RecordCodec._loads` collects here what LangGraph's msgpack allowlist
+# blocked while it decoded one record: LangGraph then hands back the object's
+# plain data and only logs, and a value must never change type silently.
+_BLOCKED: ContextVar[list[str] | None] = ContextVar("langgraph_durable_blocked_types", default=None)
+
+
+def _on_serde_event(event: Any) -> None:
+    found = _BLOCKED.get()
+    if found is not None and event.get("kind") in ("msgpack_blocked", "msgpack_method_blocked"):
+        name = f"{event.get('module')}.{event.get('name')}"
+        if event.get("method"):
+            name += f".{event['method']}"
+        found.append(name)
+
+
+register_serde_event_listener(_on_serde_event)
+
+
+def _label(context: str) -> str:
+    """A record's key as an operator reads it (`records.*_context` joined by NULs)."""
+    kind, _, rest = context.partition("\x00")
+    what = {"c": "checkpoint", "b": "channel value", "w": "pending write", "l": "ledger entry"}.get(kind, "record")
+    return f"{what} {'/'.join(rest.split(chr(0)))!r}"
+
+
 class RecordCodec:
     """Serializes checkpoints, blobs and writes into sealed rows and back."""
 
@@ -237,24 +288,33 @@ class RecordCodec:
     ) -> None:
         """`signing_keys`: the key that seals new records first, then older
         keys still accepted when verifying (b"" stands for unsigned records).
-        `strict`: decode with LangGraph's allowlisted msgpack (see
-        `strict_serializer`) instead of `serde` as given."""
+        `strict`: decode records that verify WITHOUT a key (unsigned: anyone
+        who can write a shared tier can make one) with LangGraph's allowlisted
+        msgpack (see `strict_serializer`) instead of `serde` as given; a record
+        verified under a signing key is decoded with `serde` as given."""
         self.serde = serde
-        self.keys = tuple(signing_keys) or (b"",)
-        self.key = self.keys[0]
+        self.ring = KeyRing(signing_keys)
         self.max_record_bytes = max_record_bytes
         self.strict = strict
         self.loader: SerializerProtocol = serde
+        self.strict_loader: SerializerProtocol | None = None
         if strict:
-            loader = strict_serializer(serde)
-            if loader is None:
+            self.strict_loader = strict_serializer(serde)
+            if self.strict_loader is None:
                 logger.warning(
                     "serde %s has no msgpack allowlist, so records read from Redis/Postgres without a "
                     "signing key are decoded with it as is; set signing_key= to protect them",
                     type(serde).__name__,
                 )
-            else:
-                self.loader = loader
+
+    @property
+    def keys(self) -> tuple[bytes, ...]:
+        return self.ring.keys
+
+    @property
+    def key(self) -> bytes:
+        """The key that seals new records (b"": unsigned)."""
+        return self.ring.keys[0]
 
     def with_allowlist(self, serde: SerializerProtocol, extra: Collection[tuple[str, ...]]) -> RecordCodec:
         """The same codec for `serde` (a saver clone's), its strict loader
@@ -266,7 +326,7 @@ class RecordCodec:
             loader = strict_serializer(serde)
             if isinstance(loader, JsonPlusSerializer):
                 loader = loader.with_msgpack_allowlist(extra)
-            clone.loader = loader or serde
+            clone.strict_loader = loader
         return clone
 
     @property
@@ -442,13 +502,55 @@ class RecordCodec:
     # Each raises BadRecord when the row cannot be trusted.
 
     def _load(self, context: str, envelope: bytes) -> Any:
-        tag, payload, _ = open_envelope_any(context, envelope, self.keys)
+        tag, payload, index = open_envelope_any(context, envelope, self.keys)
         if tag == EMPTY_TAG:
             return _EMPTY
+        return self._loads(context, tag, payload, unsigned=not self.keys[index])
+
+    def _loads(self, context: str, tag: str, payload: bytes, *, unsigned: bool) -> Any:
+        """Decode a verified payload: the value that was stored, or
+        `UndecodableRecord`. Never `BadRecord`: bytes that verify are intact,
+        so a failure here is this reader's serializer, never damage to
+        quarantine or repair over. A type the msgpack allowlist blocks is an
+        error too, where LangGraph alone would hand back its plain data."""
+        loader = self.strict_loader if unsigned and self.strict_loader is not None else self.loader
+        blocked: list[str] = []
+        token = _BLOCKED.set(blocked)
         try:
-            return self.loader.loads_typed((tag, payload))
-        except Exception as exc:  # any decoder failure means this copy is unusable
-            raise BadRecord(f"undecodable payload ({type(exc).__name__}: {exc})") from exc
+            value = loader.loads_typed((tag, payload))
+        except Exception as exc:  # any decoder failure: the serializer is not the writer's
+            raise UndecodableRecord(
+                f"{_label(context)} is intact but cannot be decoded with this saver's serde "
+                f"({type(self.serde).__name__}): type {tag!r}, {type(exc).__name__}: {exc}. It was written "
+                "with another serializer: pass the application's serde= (for example its EncryptedSerializer); "
+                "on the command line, --serde module:factory or LANGGRAPH_DURABLE_SERDE.",
+                key=context,
+                type_tag=tag,
+            ) from exc
+        finally:
+            _BLOCKED.reset(token)
+        if blocked:
+            names = ", ".join(dict.fromkeys(blocked))
+            if unsigned and loader is self.strict_loader:
+                why = (
+                    "it was stored without a signing key, so only LangGraph's allowlisted types are rebuilt from "
+                    "it (anyone who can write to Redis or Postgres can plant such a record). Seal the store: run "
+                    "`langgraph-durable repair` (it re-seals old records with the store's key), or pass "
+                    "signing_key=, or allow the types: serde=JsonPlusSerializer(allowed_msgpack_modules=[...])."
+                )
+            else:
+                why = (
+                    "this saver's serde blocks them (its msgpack allowlist, e.g. LANGGRAPH_STRICT_MSGPACK=true). "
+                    "Add them: serde=JsonPlusSerializer(allowed_msgpack_modules=[('module', 'Class'), ...]), or "
+                    "name the type in the graph's state schema."
+                )
+            raise UndecodableRecord(
+                f"{_label(context)} holds {names}, which would come back as plain data: {why}",
+                key=context,
+                type_tag=tag,
+                blocked=list(dict.fromkeys(blocked)),
+            )
+        return value
 
     def decode_checkpoint(self, row: CheckpointRow) -> tuple[dict[str, Any], dict[str, Any]]:
         """``(checkpoint without channel_values, metadata)`` of a verified row."""
@@ -464,30 +566,28 @@ class RecordCodec:
 
     def open_blob(self, row: BlobRow, *, decode: bool) -> tuple[str, bytes, Any]:
         """A verified blob's type tag, payload and: its `Piece` if it is one,
-        else (with `decode`) its value, else None. Raises BadRecord."""
-        tag, payload, _ = open_envelope_any(row.context, row.envelope, self.keys)
+        else (with `decode`) its value, else None. Raises BadRecord, or
+        `UndecodableRecord` for an intact value this reader cannot decode."""
+        tag, payload, index = open_envelope_any(row.context, row.envelope, self.keys)
         if tag == DELTA_TAG:
             return tag, payload, decode_piece(payload)
         if not decode:
             return tag, payload, None
         if tag == EMPTY_TAG:
             return tag, payload, _EMPTY
-        try:
-            return tag, payload, self.loader.loads_typed((tag, payload))
-        except Exception as exc:  # any decoder failure means this copy is unusable
-            raise BadRecord(f"undecodable payload ({type(exc).__name__}: {exc})") from exc
+        return tag, payload, self._loads(row.context, tag, payload, unsigned=not self.keys[index])
 
     def rebuild_value(self, snapshot: tuple[str, bytes], pieces: Sequence[Piece]) -> Any:
         """The list a chain of verified pieces stands for (`deltas.rebuild`),
-        decoded as a whole copy would be. Raises BadRecord."""
+        decoded as a whole copy would be. Raises BadRecord, or
+        `UndecodableRecord` (see `_loads`)."""
         tag, payload = snapshot
         if tag != MSGPACK_TAG:
             raise BadRecord(f"the snapshot a list piece is rebuilt from has type {tag!r}, not a msgpack list")
         whole = rebuild(payload, pieces)
-        try:
-            return self.loader.loads_typed((MSGPACK_TAG, whole))
-        except Exception as exc:  # any decoder failure means the chain is unusable
-            raise BadRecord(f"the list rebuilt from its pieces is undecodable ({type(exc).__name__}: {exc})") from exc
+        # The pieces' keys are not at hand here: where the store still
+        # accepts unsigned records, decode the list as one of them would be.
+        return self._loads("b\x00list rebuilt from its pieces", MSGPACK_TAG, whole, unsigned=b"" in self.keys)
 
     def decode_write(self, row: WriteRow) -> PendingWrite:
         value = self._load(row.context, row.envelope)
@@ -530,6 +630,35 @@ class RecordCodec:
     def sealed_with_old_key(self, context: str, envelope: bytes) -> bool:
         """Whether a verifying envelope was sealed with an older accepted key."""
         return open_envelope_any(context, envelope, self.keys)[2] > 0
+
+
+def serde_from_spec(spec: str, *, what: str) -> SerializerProtocol:
+    """The serializer that ``module:attr`` names: a serializer object, or a
+    function (or class) that returns one when called with no arguments.
+    `ConfigError` saying what is wrong otherwise (`what` names the option)."""
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise ConfigError(f"{what} takes MODULE:ATTR (for example myapp.storage:make_serde), got {spec!r}.")
+    try:
+        target: Any = importlib.import_module(module_name)
+        for part in attr.split("."):
+            target = getattr(target, part)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"{what} {spec!r}: cannot import it ({exc}); check the module is importable here.") from exc
+    if not (hasattr(target, "loads_typed") and hasattr(target, "dumps_typed")) and callable(target):
+        try:
+            target = target()
+        except Exception as exc:  # whatever the factory raises, say which option named it
+            raise ConfigError(
+                f"{what} {spec!r}: calling it with no arguments failed ({type(exc).__name__}: {exc}); name a "
+                "serializer, or a function that returns one."
+            ) from exc
+    if not (hasattr(target, "loads_typed") and hasattr(target, "dumps_typed")):
+        raise ConfigError(
+            f"{what} {spec!r} is a {type(target).__name__}, not a serializer (an object with dumps_typed and "
+            "loads_typed, such as LangGraph's JsonPlusSerializer or EncryptedSerializer) or a function returning one."
+        )
+    return cast(SerializerProtocol, target)
 
 
 def strict_serializer(serde: SerializerProtocol) -> SerializerProtocol | None:

@@ -6,6 +6,7 @@ of them. Each message says what went wrong *and* what to do about it.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 __all__ = [
@@ -18,6 +19,8 @@ __all__ = [
     "SerializationError",
     "ThreadBusy",
     "TierUnavailable",
+    "UndecodableRecord",
+    "printable",
 ]
 
 
@@ -77,6 +80,25 @@ class CorruptCheckpoint(DurableError):
         super().__init__(message)
         self.key = key
         self.reasons = reasons or []
+
+
+class UndecodableRecord(DurableError):
+    """A record is intact (its checksum or signature verifies) but this
+    reader cannot turn it back into the value that was stored: it was written
+    with another serializer (an `EncryptedSerializer` whose key this reader
+    lacks, pickle), or it holds a type the reader's msgpack allowlist blocks.
+
+    This is the reader's configuration, not damage: nothing is quarantined,
+    withdrawn or repaired, and the value is never replaced by a plain dict.
+    `type_tag` is the serializer's tag of the record; `blocked` names the
+    ``module.Class`` types the allowlist refused, if that was the cause.
+    """
+
+    def __init__(self, message: str, *, key: str, type_tag: str, blocked: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.key = key
+        self.type_tag = type_tag
+        self.blocked = blocked or []
 
 
 class ResumeRejected(DurableError):
@@ -143,3 +165,40 @@ class LeaseLost(DurableError):
         self.thread_id = thread_id
         self.token = token
         self.holder = holder
+
+
+# -- text an operator reads ------------------------------------------------------------
+
+_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def printable(text: str, *, newlines: bool = False) -> str:
+    """`text` with every control and format character escaped (``\\x1b``,
+    ``\\u202e``), so an id or value can neither drive the terminal (clear it,
+    set its title, plant a hyperlink) nor reorder what is shown. `newlines`
+    keeps line breaks, for text made of several lines."""
+    if text.isprintable():
+        return text
+    out = []
+    for ch in text:
+        if ch.isprintable() or (newlines and ch == "\n"):
+            out.append(ch)
+        elif ch in _ESCAPES:
+            out.append(_ESCAPES[ch])
+        else:
+            code = ord(ch)
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
+    return "".join(out)
+
+
+class _PrintableArgs(logging.Filter):
+    """Escapes the text arguments of this package's log records: they carry
+    thread ids, namespaces and keys that anyone who can call the saver chose."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple) and record.args:
+            record.args = tuple(printable(a) if isinstance(a, str) else a for a in record.args)
+        return True
+
+
+logging.getLogger("langgraph_durable").addFilter(_PrintableArgs())

@@ -181,6 +181,10 @@ class ScanReport:
     missing: list[BadCopy] = field(default_factory=list)
     # Intact records still sealed with an older signing key; `repair` re-seals them.
     resealed: int = 0
+    # Intact records (they verify) that this reader's serde cannot decode: an
+    # encrypted store read without its serializer, a type the allowlist
+    # blocks. Left exactly as they are; each says what it needs.
+    undecodable: list[str] = field(default_factory=list)
 
 
 def record_label(kind: str, row: Any) -> str:

@@ -76,6 +76,9 @@ class TierReader:
         self.tiers = list(tiers)
         self.codec = codec
         self.policy = policy
+        # Only looking (the CLI's read commands): bad copies are reported,
+        # logged and counted, never repaired, withdrawn or quarantined.
+        self.read_only = False
         # Whether this saver's journal still ships a checkpoint (`Outbox.holds`):
         # a shared tier that lacks it is behind, not missing it.
         self.owed = owed
@@ -117,7 +120,9 @@ class TierReader:
 
     def _repair(self, tiers: Sequence[Tier], write: Callable[[Tier], Any]) -> None:
         """Copy a good record into tiers that lacked it or held a bad copy; a
-        failure here never fails the read."""
+        failure here never fails the read. A read-only reader writes nothing."""
+        if self.read_only:
+            return
         for tier in dict.fromkeys(tiers):
             try:
                 write(tier)
@@ -586,7 +591,10 @@ class TierReader:
         """Move the intact copies of an unusable checkpoint into each tier's
         quarantine, so "latest" moves back and nobody serves it; `restore`
         puts them back. Its damaged copies are quarantined when the read
-        settles; its channel values and writes stay where they are."""
+        settles; its channel values and writes stay where they are. A
+        read-only reader only falls back past it."""
+        if self.read_only:
+            return
         t, ns, cid = unusable.thread_id, unusable.ns, unusable.checkpoint_id
         for tier, row in self._each("withdrawal", lambda x: x.read_checkpoint(t, ns, cid)):
             if row is None:
@@ -633,7 +641,7 @@ class TierReader:
             if identity in seen:
                 continue
             seen.add(identity)
-            if incident.tier is not None and not incident.keep:  # a record missing everywhere has no bytes
+            if incident.tier is not None and not incident.keep and not self.read_only:  # no bytes if missing everywhere
                 try:
                     fields = pack_fields(row_fields(incident.row)) if incident.row is not None else b""
                     incident.tier.quarantine(

@@ -27,12 +27,13 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
+from . import importing
 from .backlog import DEFAULT_CALL_TIMEOUT_S, WRITE_MODES, JournalEntry, Lag, MemoryBacklog, WriteMode
 from .breaker import Breakers
 from .carried import SeenVersions
 from .chain import TierChain
 from .chain_async import AsyncTierChain
-from .codec import DEFAULT_MAX_RECORD_BYTES, RecordCodec, thread_id_of
+from .codec import DEFAULT_MAX_RECORD_BYTES, RecordCodec, serde_from_spec, thread_id_of
 from .concurrency import wait_deferred
 from .deltas import DEFAULT_SNAPSHOT_EVERY, DeltaMemo
 from .errors import ConfigError
@@ -40,7 +41,6 @@ from .handoff import Ears, HandOffListener, PostgresEars, RedisEars
 from .health import Counters, Health
 from .importer import Importer
 from .importer_async import AsyncImporter
-from . import importing
 from .importing import ImportReport
 from .integrity import IntegrityPolicy, OnCorruption, ScanReport
 from .lease import (
@@ -84,6 +84,7 @@ ENV_SQLITE = "LANGGRAPH_DURABLE_SQLITE"
 ENV_REDIS_URL = "LANGGRAPH_DURABLE_REDIS_URL"
 ENV_POSTGRES_URL = "LANGGRAPH_DURABLE_POSTGRES_URL"
 ENV_SIGNING_KEY = "LANGGRAPH_DURABLE_SIGNING_KEY"
+ENV_SERDE = "LANGGRAPH_DURABLE_SERDE"  # module:attr of the serializer (from_env only)
 ENV_WRITE = "LANGGRAPH_DURABLE_WRITE"
 # Several deployments (or a server and its tests) sharing one Redis database.
 ENV_REDIS_KEY_PREFIX = "LANGGRAPH_DURABLE_REDIS_KEY_PREFIX"
@@ -222,13 +223,20 @@ class DurableSaver(BaseCheckpointSaver[str]):
             key first, then older keys still accepted when verifying (None
             accepts unsigned records, to start signing an existing store).
             `repair` re-seals old records under the new key.
-        permissive_decoding: decode records from Redis/Postgres with ``serde``
-            as given even without a signing key. By default such records are
-            decoded with LangGraph's strict msgpack allowlist, so a record
-            planted in a shared tier cannot construct arbitrary objects; types
-            outside the allowlist then come back as plain data unless the
-            graph is compiled with ``LANGGRAPH_STRICT_MSGPACK=true`` (which
-            registers the state's types) or a signing key is set.
+            Without either, and with a shared tier, every record is sealed
+            with the store's own key: the first saver's ``setup()`` creates a
+            random one in the system of record (Postgres, else Redis), every
+            replica reads it from there, and the local tier keeps a copy.
+            A record planted by someone who cannot read that key fails
+            verification; records that verify are decoded with ``serde`` as
+            is, so the application's own types come back as themselves.
+        permissive_decoding: decode records that verify WITHOUT a key (those
+            of a store written before it had one) with ``serde`` as given. By
+            default such records, when read through a shared tier, are
+            decoded with LangGraph's strict msgpack allowlist, so one planted
+            in a shared tier cannot construct arbitrary objects; a type the
+            allowlist blocks raises `UndecodableRecord` (never a plain dict)
+            until ``langgraph-durable repair`` re-seals them with the key.
         redis_key_prefix: prefix of every Redis key this saver writes.
         redis_cluster: None (default) asks the server at setup whether it is
             a Redis Cluster node (``INFO cluster``) and, if so, uses redis-py's
@@ -380,6 +388,11 @@ class DurableSaver(BaseCheckpointSaver[str]):
             and latency percentiles to read) and `OpenTelemetryMetrics` (the
             ``otel`` extra); both also report the journal backlog (`lag`). A
             hook that raises is logged once and never breaks a call.
+        read_only: only look (what the command line's read commands use):
+            a bad copy a read meets is reported, logged and counted, but
+            nothing is repaired, withdrawn or quarantined, setup records
+            nothing, nothing owed is shipped, and no store key is created;
+            ``put`` / ``put_writes`` raise `ConfigError`.
     """
 
     def __init__(
@@ -419,6 +432,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         retention: RetentionPolicy | None = None,
         retention_every: float | None = None,
         retention_rate: float | None = DEFAULT_RETENTION_RATE,
+        read_only: bool = False,
     ) -> None:
         super().__init__(serde=serde)
         if write not in WRITE_MODES:
@@ -490,8 +504,16 @@ class DurableSaver(BaseCheckpointSaver[str]):
         # plant a record that verifies; decoding it with LangGraph's default
         # msgpack would import and call whatever it names. A local-only store
         # is as trusted as the process's own disk, so it keeps the default.
-        strict = not keys[0] and (redis is not None or postgres is not None) and not permissive_decoding
+        shared = redis is not None or postgres is not None
+        strict = not keys[0] and shared and not permissive_decoding
         self._codec = RecordCodec(self.serde, signing_keys=keys, max_record_bytes=max_record_bytes, strict=strict)
+        # No key of the user's: seal with the store's own, which setup finds
+        # or creates in the system of record, or finds in a local file that
+        # was shared before (`AsyncTierChain._adopt_store_key`).
+        self._store_key = not any(keys)
+        if not isinstance(read_only, bool):
+            raise ConfigError(f"read_only must be True or False, got {read_only!r}.")
+        self.read_only = read_only
         # Per-tier metrics (metrics.py): None without hooks, so a tier call costs one `if`.
         self._metrics = MetricsSink.of(metrics, lag=self.lag)
         self._policy = IntegrityPolicy(on_corruption, metrics=self._metrics)
@@ -599,7 +621,8 @@ class DurableSaver(BaseCheckpointSaver[str]):
         ``LANGGRAPH_DURABLE_REDIS_TTL``),
         ``LANGGRAPH_DURABLE_POSTGRES_URL`` (and
         ``LANGGRAPH_DURABLE_POSTGRES_PREPARED_STATEMENTS``, true or false),
-        ``LANGGRAPH_DURABLE_WRITE``, ``LANGGRAPH_DURABLE_LEASE_LINGER`` and
+        ``LANGGRAPH_DURABLE_SERDE`` (``module:attr`` of the serializer, or of a
+        function returning it), ``LANGGRAPH_DURABLE_WRITE``, ``LANGGRAPH_DURABLE_LEASE_LINGER`` and
         ``LANGGRAPH_DURABLE_SIGNING_KEY`` (plus ``LANGGRAPH_DURABLE_OLD_SIGNING_KEYS``,
         comma-separated, during a key rotation). Keyword options override them."""
         env = os.environ
@@ -629,6 +652,8 @@ class DurableSaver(BaseCheckpointSaver[str]):
             kwargs["postgres_prepared_statements"] = _env_flag(
                 ENV_POSTGRES_PREPARED_STATEMENTS, env[ENV_POSTGRES_PREPARED_STATEMENTS]
             )
+        if env.get(ENV_SERDE):
+            kwargs["serde"] = serde_from_spec(env[ENV_SERDE], what=ENV_SERDE)
         if env.get(ENV_SIGNING_KEY) or env.get(ENV_OLD_SIGNING_KEYS):
             old = [k.strip() for k in env.get(ENV_OLD_SIGNING_KEYS, "").split(",") if k.strip()]
             kwargs["signing_keys"] = [env.get(ENV_SIGNING_KEY) or None] + [None if k == "unsigned" else k for k in old]
@@ -698,6 +723,8 @@ class DurableSaver(BaseCheckpointSaver[str]):
             "metrics": self._metrics,
             "seen": self._seen,
             "read_cache": self._read_cache,
+            "store_key": self._store_key,
+            "read_only": self.read_only,
         }
 
     def _sync_chain(self) -> TierChain:

@@ -25,7 +25,7 @@ from dataclasses import replace
 from typing import Any
 
 from .codec import RecordCodec, version_key
-from .errors import ConfigError
+from .errors import ConfigError, UndecodableRecord
 from .integrity import BadCopy, ScanReport, record_identity, record_label
 from .ledger import newest_entry
 from .records import BadRecord, BlobRow, CheckpointRow, ledger_context, row_fields, with_verified_metadata
@@ -118,6 +118,8 @@ class Scanner:
             self._decode(record_kind(row), live)
         except BadRecord:
             return False
+        except UndecodableRecord:
+            return True  # it verifies: intact, whatever this reader's serde makes of it
         return True
 
     def _decode(self, kind: str, row: Any) -> Any:
@@ -144,6 +146,14 @@ class Scanner:
                         label = record_label(kind, row)
                         bad.append((tier, row, BadCopy(tier.name, kind, t, row.checkpoint_ns, label, exc.reason)))  # type: ignore[arg-type]
                         continue
+                    except UndecodableRecord as exc:
+                        # Intact: never bad, never moved. A value is still copied
+                        # or re-sealed as bytes; a checkpoint, whose versions a
+                        # repair would need, is left alone.
+                        report.undecodable.append(f"{tier.name}: {exc}")
+                        if kind == "checkpoint":
+                            continue
+                        decoded = None
                     identity = record_identity(kind, row)
                     if isinstance(row, CheckpointRow):  # copied with the columns its record vouches for
                         row = with_verified_metadata(row, decoded[1])
@@ -248,6 +258,8 @@ class Scanner:
                     good.append((self.codec.decode_ledger(t, key, envelope), envelope))
                 except BadRecord as exc:
                     bad.append((tier, BadCopy(tier.name, "ledger", t, "", f"action {key}", exc.reason)))
+                except UndecodableRecord as exc:
+                    report.undecodable.append(f"{tier.name}: {exc}")
             report.bad.extend(copy for _, copy in bad)
             if not good:
                 if repair:

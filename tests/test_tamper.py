@@ -24,7 +24,7 @@ from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, gen
 from langgraph.checkpoint.serde.jsonplus import EXT_CONSTRUCTOR_SINGLE_ARG
 from langgraph.graph import END, START, StateGraph
 
-from langgraph_durable import ConfigError, CorruptCheckpoint, DurableSaver, LedgerEntry, action, cli
+from langgraph_durable import ConfigError, CorruptCheckpoint, DurableSaver, LedgerEntry, UndecodableRecord, action, cli
 from langgraph_durable.records import blob_context, seal
 
 from .conftest import REDIS_URL
@@ -126,13 +126,29 @@ def test_every_copy_failing_alike_is_read_around_but_never_quarantined(make_save
         assert ids == {c["configurable"]["checkpoint_id"] for c in configs}, tier
 
 
+def test_turning_a_key_on_over_a_store_written_unsigned(make_saver: Any) -> None:
+    """A store written before records were sealed by default (unsigned)."""
+    with make_saver(ALL) as plain:
+        plain._store_key = False  # how such a store was written
+        _chain(plain, "t", 3)
+    with make_saver(ALL, signing_key=KEY) as keyed, pytest.raises(ConfigError, match=r"signing_keys=\[key, None\]"):
+        keyed.setup()
+    with make_saver(ALL, signing_keys=[KEY, None]) as migrating:
+        assert migrating.get_tuple(_cfg("t")).checkpoint["channel_values"] == {"v": "value 2"}
+        report = migrating.repair()
+        assert report.resealed > 0 and not report.unrestorable
+    with make_saver(ALL, signing_key=KEY) as keyed:
+        assert keyed.get_tuple(_cfg("t")).checkpoint["channel_values"] == {"v": "value 2"}
+        assert keyed.verify().bad == []
+
+
 def test_turning_a_key_on_and_rotating_it(make_saver: Any) -> None:
     with make_saver(ALL) as plain:
         _chain(plain, "t", 3)
         plain.record_action("t", LedgerEntry("email", "done", result="sent"))
-    with make_saver(ALL, signing_key=KEY) as keyed, pytest.raises(ConfigError, match=r"signing_keys=\[key, None\]"):
-        keyed.setup()
-    with make_saver(ALL, signing_keys=[KEY, None]) as migrating:
+    # Sealed with the store's own key by default: a key of the user's takes
+    # over with no old key to name, and repair re-seals everything with it.
+    with make_saver(ALL, signing_key=KEY) as migrating:
         assert migrating.get_tuple(_cfg("t")).checkpoint["channel_values"] == {"v": "value 2"}
         report = migrating.repair()
         assert report.resealed > 0 and not report.unrestorable
@@ -351,9 +367,41 @@ def test_a_planted_record_never_executes_code_without_a_signing_key(make_saver: 
     with _pg(saver) as conn:
         conn.execute("UPDATE lgd_blobs SET record = %s WHERE thread_id = 't'", (envelope,))
     with make_saver("redis+postgres") as saver:
-        value = saver.get_tuple(config).checkpoint["channel_values"]["v"]
+        # Every record is sealed with the store's key: the planted one fails
+        # verification in both tiers, so nothing is decoded, let alone called.
+        with pytest.raises(CorruptCheckpoint):
+            saver.get_tuple(config)
+        with make_saver("redis+postgres", permissive_decoding=True) as permissive, pytest.raises(CorruptCheckpoint):
+            permissive.get_tuple(config)  # only records that verify unsigned are decoded permissively
     assert not marker.exists()
-    assert value == f"touch {marker}"  # LangGraph's strict mode: the plain data, nothing called
+
+
+def test_a_planted_record_in_a_store_written_unsigned_executes_nothing(make_saver: Any, tmp_path: Path) -> None:
+    """A store written before records were sealed by default: an unsigned
+    record verifies, so it is decoded with the strict allowlist."""
+    marker = tmp_path / "pwned"
+    with make_saver("redis+postgres") as saver:
+        saver._store_key = False  # how such a store was written
+        config = saver.put(
+            generate_config("t"),
+            generate_checkpoint(channel_values={"v": "real"}) | {"channel_versions": {"v": 1}},
+            generate_metadata(),
+            {"v": 1},
+        )
+    payload = ormsgpack.packb(
+        ormsgpack.Ext(EXT_CONSTRUCTOR_SINGLE_ARG, ormsgpack.packb(("os", "system", f"touch {marker}")))
+    )
+    envelope = seal(blob_context("t", "", "v", "1"), "msgpack", payload)  # the unkeyed checksum verifies
+    r = _redis()
+    r.hset(f"{saver.redis_key_prefix}:{{t}}:blob", f"{SEP}v{SEP}1", envelope)
+    r.close()
+    with _pg(saver) as conn:
+        conn.execute("UPDATE lgd_blobs SET record = %s WHERE thread_id = 't'", (envelope,))
+    with make_saver("redis+postgres") as saver:
+        with pytest.raises(UndecodableRecord, match=r"os\.system"):
+            saver.get_tuple(config)  # strict: refused loudly, never the plain data in its place
+        assert saver.quarantined("t") == []  # it verifies: not damage
+    assert not marker.exists()
     # The option that restores LangGraph's permissive default does what it says.
     with make_saver("redis+postgres", permissive_decoding=True) as permissive:
         permissive.get_tuple(config)
@@ -381,9 +429,10 @@ def test_state_types_round_trip_through_with_allowlist_in_strict_mode(make_saver
         graph.invoke({"items": []}, _cfg("t"))
         graph.invoke({"items": []}, _cfg("t"))
         assert graph.get_state(_cfg("t")).values["items"] == [Item("item 0"), Item("item 1")]
-        # The saver itself does not allow the type: it sees plain data.
+        # The records are sealed with the store's key, so the saver itself
+        # decodes them with its serde as is: the same types, not plain data.
         raw = saver.get_tuple(_cfg("t")).checkpoint["channel_values"]["items"]
-        assert raw == [{"name": "item 0"}, {"name": "item 1"}]
+        assert raw == [Item("item 0"), Item("item 1")]
 
 
 # -- quarantine is reversible ------------------------------------------------------------

@@ -62,6 +62,9 @@ class QuarantinedRecord:
 # Meta key: the fingerprints (`records.key_fingerprint`) of the keys that
 # seal the tier's records, comma-separated.
 KEYS_META = "key_fingerprints"
+# Meta key: the store's own signing key (base64), kept in the system of record
+# (and copied into the local tier) when the user gives none.
+STORE_KEY_META = "store_key"
 
 
 def key_mismatch_message(tier: str, foreign: list[str], accepted: list[str]) -> str:

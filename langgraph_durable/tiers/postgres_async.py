@@ -775,6 +775,16 @@ class AsyncPostgresTier:
                         (key, value),
                     )
 
+    async def create_meta(self, key: str, value: str) -> str:
+        """Set a store-wide setting unless one is set; the value that holds
+        (two replicas creating it at once agree on the first one's)."""
+        with self._unreachable():
+            async with self._connection() as conn:
+                await conn.execute("INSERT INTO lgd_meta VALUES (%s, %s) ON CONFLICT (key) DO NOTHING", (key, value))
+                cur = await conn.execute("SELECT value FROM lgd_meta WHERE key = %s", (key,))
+                row = await cur.fetchone()
+        return str(row[0]) if row else value
+
     async def head(self, thread_id: str, ns: str) -> Head:
         """The newest checkpoint of (thread, ns), the thread's deletion
         marker (`mark_deleted`), and the newest checkpoint's row and pending

@@ -798,6 +798,13 @@ class SqliteTier:
             else:
                 conn.execute("INSERT OR REPLACE INTO lgd_meta VALUES (?, ?)", (key, value))
 
+    def create_meta(self, key: str, value: str) -> str:
+        """Set a store-wide setting unless one is set; the value that holds."""
+        with self._tx() as conn:
+            conn.execute("INSERT OR IGNORE INTO lgd_meta VALUES (?, ?)", (key, value))
+            row = conn.execute("SELECT value FROM lgd_meta WHERE key = ?", (key,)).fetchone()
+        return str(row[0])
+
     def head(self, thread_id: str, ns: str) -> Head:
         """The newest checkpoint of (thread, ns), the thread's deletion
         marker (`mark_deleted`), and the newest checkpoint's row and pending
@@ -1059,10 +1066,22 @@ def _create_private(folder: str, path: str) -> bool:
     when they do not exist yet, whatever the umask: checkpoints hold the
     agent's state, which is nobody else's to read. An existing folder or
     file keeps its mode (it may be shared on purpose). True if the file was
-    created here."""
-    if not os.path.isdir(folder):
-        os.makedirs(folder, exist_ok=True)
-        os.chmod(folder, 0o700)
+    created here. Every folder created above it is 0700 too (`os.makedirs`
+    would leave them to the umask: 0777 under umask 000)."""
+    missing = []
+    at = os.path.abspath(folder)
+    while not os.path.isdir(at):
+        missing.append(at)
+        parent = os.path.dirname(at)
+        if parent == at:
+            break
+        at = parent
+    for new in reversed(missing):
+        try:
+            os.mkdir(new, 0o700)
+        except FileExistsError:
+            continue  # made meanwhile by another process: its mode is its own
+        os.chmod(new, 0o700)
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
