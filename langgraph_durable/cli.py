@@ -28,7 +28,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from . import __version__, browse, demo, importing, ledger
-from .errors import DurableError
+from .errors import DurableError, printable
 from .retention import RetentionPolicy
 from .saver import (
     DEFAULT_SQLITE_PATH,
@@ -39,6 +39,7 @@ from .saver import (
     ENV_REDIS_KEY_PREFIX,
     ENV_REDIS_TTL,
     ENV_REDIS_URL,
+    ENV_SERDE,
     ENV_SIGNING_KEY,
     ENV_SQLITE,
     ENV_WRITE,
@@ -84,8 +85,10 @@ JSON_HELP = "print one JSON document on stdout instead of text (same exit status
 
 # Maintenance needs every tier: write="all" makes setup fail on one that is down.
 STRICT = {"write": "all"}
-# Inspection reads and writes nothing; it ships nothing owed at exit either.
-LOOK = {"drain_timeout": 0}
+# The read commands only look: nothing is repaired, quarantined, shipped or
+# recorded in any tier while they run (`DurableSaver(read_only=True)`), and
+# nothing owed is shipped at exit either.
+LOOK = {"drain_timeout": 0, "read_only": True}
 
 
 # -- output -------------------------------------------------------------------------------
@@ -165,9 +168,10 @@ class Output:
         self.err = make_console(sys.stderr)
 
     def line(self, text: str = "", *, style: str | None = None) -> None:
-        """A line of human output (nothing with --json)."""
+        """A line of human output (nothing with --json), control characters
+        escaped (`printable`): ids and values are anyone's text."""
         if not self.json:
-            self.out.out(text, style=style)
+            self.out.out(printable(text, newlines=True), style=style)
 
     def table(self, table: Table) -> None:
         """A table of human output (nothing with --json)."""
@@ -183,7 +187,7 @@ class Output:
 
     def note(self, text: str) -> None:
         """A line on stderr, with or without --json."""
-        self.err.out(text)
+        self.err.out(printable(text, newlines=True))
 
     def document(self, doc: Any) -> None:
         """The JSON document (only with --json), values made plain by `browse.jsonable`."""
@@ -194,7 +198,7 @@ class Output:
     def fail(self, message: str, code: int, *, prefix: str = "error: ") -> int:
         """Report a failure in one line on stderr (and as JSON with --json); returns `code`."""
         message = " ".join(message.split())
-        print(f"langgraph-durable: {prefix}{message}", file=sys.stderr)
+        print(f"langgraph-durable: {prefix}{printable(message)}", file=sys.stderr)
         self.document({"error": message, "exit_code": code})
         return code
 
@@ -205,9 +209,17 @@ class Output:
         return progress_bar(label, unit=unit, file=sys.stderr, transient=transient)
 
 
+class _PrintableTable(Table):
+    """A rich table whose text cells are shown with control characters escaped."""
+
+    def add_row(self, *renderables: Any, **kwargs: Any) -> None:
+        super().add_row(*(printable(r) if isinstance(r, str) else r for r in renderables), **kwargs)
+
+
 def table(*columns: str | tuple[str, str]) -> Table:
-    """A borderless table; a column given as ``(name, "right")`` is right-aligned."""
-    t = Table(box=None, pad_edge=False, show_edge=False, header_style="bold", highlight=False)
+    """A borderless table; a column given as ``(name, "right")`` is right-aligned.
+    Text cells are escaped (`printable`)."""
+    t = _PrintableTable(box=None, pad_edge=False, show_edge=False, header_style="bold", highlight=False)
     for column in columns:
         name, justify = column if isinstance(column, tuple) else (column, "left")
         t.add_column(name, justify=cast(JustifyMethod, justify))
@@ -314,6 +326,14 @@ def tier_flags(p: argparse.ArgumentParser) -> None:
         metavar="URL",
         default=None,
         help=f"postgresql:// URL, or '' for no Postgres tier (default ${ENV_POSTGRES_URL})",
+    )
+    g.add_argument(
+        "--serde",
+        metavar="MODULE:ATTR",
+        default=None,
+        help="the application's serializer, for a store it wrote with its own (an EncryptedSerializer, say): "
+        "a serializer object, or a function returning one, importable as MODULE:ATTR "
+        f"(default ${ENV_SERDE}; without it, records another serializer wrote are reported, never moved)",
     )
     g.add_argument(
         "--redis-key-prefix",
@@ -457,7 +477,7 @@ def _show(args: argparse.Namespace, out: Output) -> int:
 
 def _scan(args: argparse.Namespace, out: Output, *, repair: bool) -> int:
     verb = "repairing" if repair else "verifying"
-    with open_saver(args, **STRICT) as saver:
+    with open_saver(args, **STRICT, read_only=not repair) as saver:
         out.note(f"{verb} tiers {' -> '.join(saver.tier_names)}")
         run = saver.repair if repair else saver.verify
         with out.progress(verb, unit="threads") as progress:
@@ -480,6 +500,15 @@ def _scan(args: argparse.Namespace, out: Output, *, repair: bool) -> int:
             else ""
         )
     )
+    if report.undecodable:
+        # Intact, and left as they are: this reader lacks what decodes them.
+        for line in report.undecodable[:5]:
+            out.line(f"UNDECODABLE  {line}")
+        out.line(
+            f"{len(report.undecodable)} intact record copies cannot be decoded with this serializer (left as they "
+            "are): pass the application's with --serde MODULE:ATTR or LANGGRAPH_DURABLE_SERDE"
+        )
+        code = code if code != EXIT_OK else EXIT_FINDINGS
     return code
 
 
@@ -500,13 +529,13 @@ def _import(args: argparse.Namespace, out: Output) -> int:
                 thread_prefix=args.thread_prefix,
             )
     out.document({"command": "import", "ok": report.ok, "report": report.as_dict()})
-    # Ids and reasons come from the source: printed escaped (`importing.printable`).
+    # Ids and reasons come from the source: printed escaped (`printable`).
     for rejected in report.rejected:
         out.line(f"SKIPPED  {rejected}")
     if report.rejected_count > len(report.rejected):
         out.line(f"SKIPPED  ... and {report.rejected_count - len(report.rejected)} more")
     for difference in report.differences:
-        out.line(f"DIFFERS  {importing.printable(difference)}")
+        out.line(f"DIFFERS  {printable(difference)}")
     out.line(
         f"{report.threads} thread(s), {report.namespaces} namespace(s): {report.checkpoints} checkpoint(s) and "
         f"{report.writes} pending write(s) imported, {report.skipped} checkpoint(s) already there"
@@ -613,7 +642,7 @@ def _quarantined(q: Any) -> dict[str, Any]:
 
 
 def _quarantine(args: argparse.Namespace, out: Output) -> int:
-    with open_saver(args, **STRICT) as saver:
+    with open_saver(args, **STRICT, read_only=args.action == "list") as saver:
         if args.action == "list":
             if args.ids or args.all:
                 args.parser.error("`quarantine list` takes neither ids nor --all (they are for restore).")
@@ -656,8 +685,8 @@ def _quarantine(args: argparse.Namespace, out: Output) -> int:
 
 def _doctor(args: argparse.Namespace, out: Output) -> int:
     """Each tier's health (`DurableSaver.health`): exit 1 if one is down."""
-    # drain_timeout=0: the doctor looks; it does not ship the backlog at exit.
-    with demo.saver_from_args(args, drain_timeout=0, connect_timeout=args.timeout) as saver:
+    # The doctor looks: it writes nothing and does not ship the backlog at exit.
+    with demo.saver_from_args(args, **LOOK, connect_timeout=args.timeout) as saver:
         health = saver.health()
         write = saver.write
     out.document({"ok": health.ok, "write": write, **{f.name: getattr(health, f.name) for f in fields(health)}})
@@ -692,7 +721,7 @@ def _entry(e: ledger.LedgerEntry) -> dict[str, Any]:
 
 
 def _actions(args: argparse.Namespace, out: Output) -> int:
-    with open_saver(args, **STRICT) as saver:
+    with open_saver(args, **STRICT, read_only=True) as saver:
         entries = saver.actions(args.thread)
     out.document({"thread_id": args.thread, "actions": [_entry(e) for _, e in sorted(entries.items())]})
     t = table("action", "state", "idempotent", "resolved by", ("updated", "right"), "result")

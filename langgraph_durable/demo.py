@@ -24,6 +24,7 @@ from typing import Annotated, Any, TextIO, TypedDict
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START, StateGraph
 
+from .codec import serde_from_spec
 from .saver import DurableSaver
 
 STEP_SECONDS = 0.3
@@ -66,6 +67,8 @@ def saver_from_args(args: Any, **options: Any) -> DurableSaver:
             options[tier] = value or None
     if getattr(args, "redis_key_prefix", None):
         options["redis_key_prefix"] = args.redis_key_prefix
+    if getattr(args, "serde", None):
+        options["serde"] = serde_from_spec(args.serde, what="--serde")
     return DurableSaver.from_env(**options)
 
 

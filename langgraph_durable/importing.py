@@ -53,7 +53,7 @@ from langgraph.checkpoint.serde.jsonplus import (
     JsonPlusSerializer,
 )
 
-from .errors import ConfigError
+from .errors import ConfigError, printable
 
 # How many differences between a source checkpoint and its copy, and how
 # many skipped rows, a report keeps (all are counted).
@@ -109,13 +109,6 @@ class Rejected:
             "what": self.what,
             "reason": self.reason,
         }
-
-
-def printable(text: str) -> str:
-    """`text` with control characters (a terminal's escape sequences, line
-    breaks) written as escapes, so a hostile id cannot rewrite a terminal
-    or forge a report line."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 @dataclass(slots=True)

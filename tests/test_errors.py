@@ -407,6 +407,19 @@ def test_local_folder_and_files_are_private_whatever_the_umask(tmp_path: Any) ->
     assert stat.S_IMODE(tmp_path.stat().st_mode) == 0o755  # a folder we did not create keeps its mode
 
 
+def test_every_folder_created_above_the_file_is_private_under_umask_000(tmp_path: Any) -> None:
+    os.chmod(tmp_path, 0o755)
+    old = os.umask(0o000)
+    try:
+        with DurableSaver(sqlite=str(tmp_path / "a" / "b" / "state" / "checkpoints.sqlite")) as saver:
+            saver.put(generate_config("t"), generate_checkpoint(), generate_metadata(), {})
+    finally:
+        os.umask(old)
+    for folder in (tmp_path / "a", tmp_path / "a" / "b", tmp_path / "a" / "b" / "state"):
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700, folder
+    assert stat.S_IMODE(tmp_path.stat().st_mode) == 0o755
+
+
 def test_an_existing_database_file_keeps_its_mode(tmp_path: Any) -> None:
     path = tmp_path / "shared.sqlite"
     sqlite3.connect(path).close()
