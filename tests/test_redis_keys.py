@@ -60,23 +60,32 @@ def _saver(prefix: str, url: str = REDIS_URL) -> DurableSaver:
     return DurableSaver(sqlite=None, redis=url, redis_key_prefix=prefix)
 
 
-def _put(saver: DurableSaver, thread: str, ns: str = "", step: int = 0, parent: Any = None) -> Any:
+def _put(
+    saver: DurableSaver, thread: str, ns: str = "", step: int = 0, parent: Any = None, odd_ids: bool = False
+) -> Any:
+    """A checkpoint with one channel value and one pending write; with
+    `odd_ids`, its checkpoint id, channel and task id hold special
+    characters too."""
     cfg = generate_config(thread)
     cfg["configurable"]["checkpoint_ns"] = ns
     if parent is not None:
         cfg["configurable"]["checkpoint_id"] = parent["configurable"]["checkpoint_id"]
-    cp = generate_checkpoint(channel_values={"k": f"{thread}/{ns}/{step}"})
-    cp["channel_versions"] = {"k": f"{step + 1:032}.0"}
-    stored = saver.put(cfg, cp, generate_metadata(step=step), {"k": cp["channel_versions"]["k"]})
-    saver.put_writes(stored, [("ch", f"w{step}")], f"task-{step}")
+    channel = f"k:{{{ns}}}*" if odd_ids else "k"
+    cp = generate_checkpoint(
+        checkpoint_id=f"{step}:{{{thread}}}?" if odd_ids else None, channel_values={channel: f"{thread}/{ns}/{step}"}
+    )
+    cp["channel_versions"] = {channel: f"{step + 1:032}.0"}
+    stored = saver.put(cfg, cp, generate_metadata(step=step), {channel: cp["channel_versions"][channel]})
+    task = f"task:{{{ns}}}[{step}]" if odd_ids else f"task-{step}"
+    saver.put_writes(stored, [("ch", f"w{step}")], task)
     return stored
 
 
-def _fill(saver: DurableSaver, threads: list[tuple[str, str]]) -> None:
+def _fill(saver: DurableSaver, threads: list[tuple[str, str]], odd_ids: bool = False) -> None:
     """Two checkpoints (with a pending write each) per (thread, ns)."""
     for thread, ns in threads:
-        first = _put(saver, thread, ns)
-        _put(saver, thread, ns, step=1, parent=first)
+        first = _put(saver, thread, ns, odd_ids=odd_ids)
+        _put(saver, thread, ns, step=1, parent=first, odd_ids=odd_ids)
 
 
 def _contents(client: Any, name: bytes) -> tuple[str, Any]:
@@ -278,8 +287,8 @@ def _two_savers(
 ) -> None:
     _drop_all(url, base)
     with _saver(first, url) as a, _saver(second, url) as b:
-        _fill(a, mine)
-        _fill(b, theirs)
+        _fill(a, mine, odd_ids=True)
+        _fill(b, theirs, odd_ids=True)
         assert _listed(a) == set(mine) and _listed(b) == set(theirs)
         assert a.thread_ids() == sorted({t for t, _ in mine})
         assert b.thread_ids() == sorted({t for t, _ in theirs})
