@@ -7,6 +7,7 @@ written with the older layout (ids as they were) are moved at `setup`."""
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -19,7 +20,7 @@ from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, gen
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
-from langgraph_durable import DurableSaver, RetentionPolicy
+from langgraph_durable import DurableSaver, RetentionPolicy, cli
 from langgraph_durable.tiers import redis as redis_sync
 from langgraph_durable.tiers import redis_async
 from langgraph_durable.tiers.redis import key_part, parse_key_part
@@ -504,3 +505,20 @@ async def test_an_older_layout_store_is_moved_on_a_cluster(
     with _saver(prefix, cluster) as saver:
         assert _snapshot(saver, threads) == before
     assert not _matching(f"{cluster_base}:app:*", cluster)
+
+
+def test_the_command_line_keeps_to_its_prefix(base: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """``threads``, ``verify`` and ``repair`` for prefix ``app`` leave the
+    threads of ``app:{x}`` out, and untouched."""
+    with _saver(base + ":{x}") as nested:
+        _fill(nested, [(f"t{i}", "") for i in range(7)])
+    with _saver(base) as app:
+        _fill(app, [("mine", "x}:cp")])
+    theirs = _keys_of(base + ":{x}")
+    store = ["--sqlite", "", "--redis", REDIS_URL, "--redis-key-prefix", base, "--json"]
+    assert cli.main(["threads", *store]) == cli.EXIT_OK
+    assert [t["thread_id"] for t in json.loads(capsys.readouterr().out)["threads"]] == ["mine"]
+    for command in ("verify", "repair"):
+        assert cli.main([command, *store]) == cli.EXIT_OK
+        assert json.loads(capsys.readouterr().out)["report"]["threads"] == 1
+    assert _keys_of(base + ":{x}") == theirs
