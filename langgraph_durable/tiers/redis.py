@@ -584,6 +584,8 @@ class RedisTier:
             if not readings:
                 continue  # not a key of this prefix's threads at all
             kind = (self.client.type(raw)).decode()
+            if kind == "none":
+                continue  # moved meanwhile (another replica), or SCAN's repeat of a moved key
             fits = [r for r in readings if _OLD_TYPES[r[1]] == kind]
             if len(fits) != 1:
                 left += 1
