@@ -530,3 +530,20 @@ def test_the_command_line_keeps_to_its_prefix(base: str, capsys: pytest.CaptureF
         assert cli.main([command, *store]) == cli.EXIT_OK
         assert json.loads(capsys.readouterr().out)["report"]["threads"] == 1
     assert _keys_of(base + ":{x}") == theirs
+
+
+def test_a_key_the_move_cannot_attribute_is_left_and_warned_of(base: str, caplog: pytest.LogCaptureFixture) -> None:
+    """``P:{a}:ids:b}:ids:c`` was namespace ``b}:ids:c`` of thread ``a`` or
+    namespace ``c`` of thread ``a}:ids:b``: both id indexes, so the move
+    cannot tell; it leaves the key where it is and says so."""
+    client = _client()
+    ambiguous = f"{base}:{{a}}:ids:b}}:ids:c"
+    client.zadd(ambiguous, {"1": 0})
+    client.hset(f"{base}:{{a}}:ids:x}}:cp", "f", "v")  # a hash: thread ``a}:ids:x``'s checkpoints
+    with caplog.at_level("WARNING", logger="langgraph_durable"), _saver(base) as saver:
+        saver.setup()
+    assert client.zrange(ambiguous, 0, -1) == [b"1"]
+    assert client.hgetall(f"{base}:{{a%7D%3Aids%3Ax}}:cp") == {b"f": b"v"}
+    assert not client.exists(f"{base}:{{a}}:ids:x}}:cp")
+    client.close()
+    assert "1 key(s) under prefix" in caplog.text and "left as they are" in caplog.text
