@@ -49,6 +49,9 @@ class TcpProxy:
         except OSError:
             client.close()
             return
+        # The timeout was for connecting only: a stalled proxy must keep its
+        # connections open however long nothing is forwarded.
+        upstream.settimeout(None)
         with self._lock:
             self._conns += [client, upstream]
         for a, b in ((client, upstream), (upstream, client)):
