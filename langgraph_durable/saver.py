@@ -267,7 +267,9 @@ class DurableSaver(BaseCheckpointSaver[str]):
             ``LANGGRAPH_DURABLE_POSTGRES_PREPARED_STATEMENTS=false``.
         sqlite_busy_timeout: seconds to wait for another process's SQLite lock.
         connect_timeout: seconds before Redis or Postgres counts as unreachable
-            (connecting, and each Redis command).
+            when connecting (and waiting for a pooled Postgres connection);
+            a refused connection fails at once. Each call after that is
+            bounded by ``call_timeout``.
         on_corruption: what to do when a record is bad in every tier:
             ``"fallback"`` (default) serves the newest intact ancestor
             checkpoint, ``"raise"`` raises `CorruptCheckpoint`, a callable
@@ -334,9 +336,16 @@ class DurableSaver(BaseCheckpointSaver[str]):
             (write-behind): the local journal only, fsynced; a background
             replicator ships to Redis and Postgres in order (`lag` tells how
             far behind they are). Also ``LANGGRAPH_DURABLE_WRITE``.
-        call_timeout: seconds a tier call may take before the tier counts as
-            down (the async face; the sync drivers use ``connect_timeout`` as
-            their socket timeout). None: no limit.
+        call_timeout: seconds a call to Redis or Postgres may take before
+            the tier counts as down, on both faces: the async face cancels
+            the call; on the sync face it is Redis's socket timeout, and a
+            Postgres call still waiting has its connection's socket shut down
+            (a stalled server keeps the connection open and never answers),
+            so the call raises and the connection is dropped. The tier is
+            then skipped by its breaker; the run goes on with another shared
+            tier, or fails with `TierUnavailable` if none answers. Calls that
+            walk a whole thread or every thread (setup, verify, repair,
+            prune, delete) are not bounded by it. None: no limit.
         drain_timeout: seconds ``close()`` / ``aclose()`` keep shipping what
             the shared tiers are owed before they give up (it stays in the
             local journal and is shipped at the next start). 0: close at once.
@@ -676,7 +685,9 @@ class DurableSaver(BaseCheckpointSaver[str]):
                 redis_tier(
                     self.redis_url,
                     key_prefix=self.redis_key_prefix,
-                    socket_timeout=self.connect_timeout,
+                    # One bound for a call on both faces: `call_timeout`.
+                    socket_timeout=self.call_timeout,
+                    connect_timeout=self.connect_timeout,
                     cluster=self.redis_cluster,
                     ttl=self.redis_ttl,
                 )
@@ -687,6 +698,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
                     self.postgres_url,
                     pool_size=self.postgres_pool_size,
                     connect_timeout=self.connect_timeout,
+                    call_timeout=self.call_timeout,
                     prepared_statements=self.postgres_prepared_statements,
                 )
             )

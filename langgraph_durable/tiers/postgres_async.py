@@ -29,6 +29,7 @@ import psycopg
 from psycopg.rows import TupleRow
 from psycopg.types.json import Jsonb
 
+from ..backlog import DEFAULT_CALL_TIMEOUT_S
 from ..errors import ConfigError, DurableError, TierUnavailable
 from ..lease import HAND_OFF_MAX_MESSAGE, Fence, Lease, hand_off_channel, hand_off_message, lease_lost
 from ..records import BlobRow, CheckpointRow, Row, WriteRow
@@ -155,8 +156,12 @@ _W_COLS = "thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, task_
 _ERRORS = (psycopg.OperationalError,)
 _NOW = "extract(epoch FROM clock_timestamp())::double precision"  # the server's clock
 # libpq: notice a peer that vanished without closing (a cut network) within
-# seconds instead of the kernel's two hours.
-_KEEPALIVES = {"keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2, "keepalives_count": 3}
+# seconds instead of the kernel's two hours. `tcp_user_timeout` (added per
+# tier: `_tcp_user_timeout_ms`) also drops a connection whose sent data goes
+# unacknowledged that long (a partition without resets). Neither sees a
+# server that stalls while its host still acks: the call timeout does
+# (`ConnectionPool.watch` on the sync face, the tier guard's on the async).
+_KEEPALIVES: dict[str, Any] = {"keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2, "keepalives_count": 3}
 # What the server says when it was reached but will not take this URL's
 # user, password or database: a configuration problem, not an outage.
 _CONFIG_FAILURES = (
@@ -209,6 +214,15 @@ class AsyncPostgresTier:
     it fails with `ConfigError` (or, same name and number of parameters,
     runs the other statement). Each call then costs the server a parse and
     a plan.
+
+    `connect_timeout` bounds opening a connection and waiting for a pooled
+    one; `call_timeout` each call on a connection, on the sync face too
+    (`pools.ConnectionPool.watch`: past it the connection's socket is shut
+    down, the call raises `TierUnavailable` and the connection is
+    discarded). The calls that walk a whole thread or every thread
+    (`setup`, `thread_ids`, `thread_records`, `list_quarantine`, `prune`,
+    `delete_thread`, `delete_for_runs`) are not bounded by it, as in the
+    tier guard. None: unbounded.
     """
 
     name = "postgres"
@@ -219,11 +233,13 @@ class AsyncPostgresTier:
         *,
         pool_size: int = DEFAULT_POOL_SIZE,
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
+        call_timeout: float | None = DEFAULT_CALL_TIMEOUT_S,
         prepared_statements: bool = True,
     ) -> None:
         self.url = url
         self.where = redact(url)
         self.connect_timeout = connect_timeout
+        self.call_timeout = call_timeout
         self.pool_size = pool_size
         self.prepared_statements = prepared_statements
         self._failed_at = 0.0  # when a call last met a connection error
@@ -259,15 +275,42 @@ class AsyncPostgresTier:
         )
 
     @contextlib.asynccontextmanager
-    async def _connection(self) -> AsyncIterator[Any]:
+    async def _connection(self, timed: bool = True) -> AsyncIterator[Any]:
         """A pooled connection, stamped with when it went back to the pool
         (`_check`). Not a pool ``reset`` callback: with one, psycopg_pool
-        returns connections from a background task, one hop more per call."""
-        async with self.pool.connection() as conn:
+        returns connections from a background task, one hop more per call.
+
+        `timed`: the calls made on it are bounded by `call_timeout` (the
+        sync face's watchdog, `pools.ConnectionPool.watch`); a call that
+        outlives it raises `TierUnavailable` and its connection is closed,
+        so the pool discards it rather than hand it out again. Waiting for
+        a pooled connection is bounded by `call_timeout` too (and always by
+        `connect_timeout`): a pool whose connections all went to a stalled
+        server does not hold the call for the connect timeout."""
+        wait = self.connect_timeout
+        if timed and self.call_timeout is not None:
+            wait = min(wait, self.call_timeout)
+        async with self.pool.connection(timeout=wait) as conn:
+            watch = None
             try:
-                yield conn
+                with self.pool.watch(conn, self.call_timeout if timed else None) as watch:
+                    yield conn
+            except psycopg.OperationalError as exc:
+                if watch is not None and watch.fired:
+                    raise self._stalled(exc) from exc
+                raise
             finally:
+                if watch is not None and watch.fired:
+                    await conn.close()
                 conn._lgd_returned_at = time.monotonic()  # type: ignore[attr-defined]
+
+    def _stalled(self, exc: BaseException) -> TierUnavailable:
+        return TierUnavailable(
+            f"postgres tier at {self.where} did not answer within call_timeout ({self.call_timeout} s; "
+            f"{type(exc).__name__}: {' '.join(str(exc).split())}): the server or the network to it stalls. "
+            "Its connection was dropped; check the server's load and the network, or raise call_timeout.",
+            tier="postgres",
+        )
 
     async def _check(self, conn: Any) -> None:
         """Test a pooled connection before it is handed out, unless it was
@@ -280,7 +323,10 @@ class AsyncPostgresTier:
             or time.monotonic() - returned >= CHECK_IDLE_S
             or select.select([conn.fileno()], [], [], 0)[0]
         ):
-            await AsyncConnectionPool.check_connection(conn)
+            # The test query waits on the server too: bounded like a call (a
+            # stalled one fails the check, and the pool discards the connection).
+            with self.pool.watch(conn, self.call_timeout):
+                await AsyncConnectionPool.check_connection(conn)
 
     def _new_pool(self) -> AsyncConnectionPool:
         return AsyncConnectionPool(
@@ -293,6 +339,7 @@ class AsyncPostgresTier:
                 "autocommit": True,
                 "connect_timeout": max(1, int(self.connect_timeout)),
                 **_KEEPALIVES,
+                "tcp_user_timeout": self._tcp_user_timeout_ms(),
                 # psycopg prepares a statement on the server once a connection
                 # has run it a few times; None never does, for a pooler that
                 # gives each transaction any server session (see the module).
@@ -303,8 +350,22 @@ class AsyncPostgresTier:
             check=self._check,
         )
 
+    def _tcp_user_timeout_ms(self) -> int:
+        """libpq's ``tcp_user_timeout``: a connection whose sent data goes
+        unacknowledged for the call timeout is dropped by the kernel (not
+        before the connect timeout, which bounds the connect itself)."""
+        return int(1000 * max(self.call_timeout or 0.0, self.connect_timeout))
+
     async def _open(self) -> None:
+        """Open the pool, once one direct connection has shown the server
+        answers. psycopg_pool retries a refused connect until its timeout,
+        so a server known down at once (nothing listening) would cost every
+        new process `connect_timeout` here; the direct connection fails at
+        once instead, and the tier's breaker then skips it."""
         if not self._opened:
+            error = await self._connect_error()
+            if error is not None:
+                raise error
             try:
                 await self.pool.open(wait=True, timeout=self.connect_timeout)
             except psycopg.OperationalError as exc:
@@ -318,11 +379,28 @@ class AsyncPostgresTier:
     async def _open_error(self, pool_error: psycopg.OperationalError) -> DurableError:
         """Why the pool did not open. The pool only says PoolTimeout ("is the
         server running?") whatever happened, so one direct connection asks
-        the server: a wrong database, role or password is a `ConfigError`,
-        anything else `TierUnavailable`, both with the server's own words."""
+        the server (`_connect_error`)."""
+        error = await self._connect_error()
+        if error is not None:
+            return error
+        return TierUnavailable(
+            f"postgres tier at {self.where} did not open its connection pool in {self.connect_timeout} s "
+            f"({type(pool_error).__name__}: {pool_error}). Check that the server is running and not overloaded.",
+            tier="postgres",
+        )
+
+    async def _connect_error(self) -> DurableError | None:
+        """Try one direct connection (bounded as the pool's are): None if it
+        opened, else why not: a wrong database, role or password is a
+        `ConfigError`, anything else `TierUnavailable`, both with the
+        server's own words."""
         try:
             conn = await self.pool.connection_class.connect(
-                self.url, autocommit=True, connect_timeout=max(1, int(self.connect_timeout))
+                self.url,
+                autocommit=True,
+                connect_timeout=max(1, int(self.connect_timeout)),
+                **_KEEPALIVES,
+                tcp_user_timeout=self._tcp_user_timeout_ms(),
             )
         except psycopg.Error as exc:
             reason = " ".join(str(exc).split())
@@ -337,16 +415,12 @@ class AsyncPostgresTier:
                 "and database name in postgres=: the database must exist and the user must be allowed to connect."
             )
         await conn.close()
-        return TierUnavailable(
-            f"postgres tier at {self.where} did not open its connection pool in {self.connect_timeout} s "
-            f"({type(pool_error).__name__}: {pool_error}). Check that the server is running and not overloaded.",
-            tier="postgres",
-        )
+        return None
 
     async def setup(self) -> None:
         await self._open()
         with self._unreachable():
-            async with self._connection() as conn, conn.transaction():
+            async with self._connection(timed=False) as conn, conn.transaction():
                 await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
                 await conn.execute("CREATE TABLE IF NOT EXISTS lgd_migrations (v integer PRIMARY KEY)")
                 cur = await conn.execute("SELECT coalesce(max(v), 0) FROM lgd_migrations")
@@ -548,9 +622,9 @@ class AsyncPostgresTier:
 
     # -- reads ------------------------------------------------------------------------
 
-    async def _fetchall(self, sql: str, params: Sequence[Any]) -> list[TupleRow]:
+    async def _fetchall(self, sql: str, params: Sequence[Any], *, timed: bool = True) -> list[TupleRow]:
         with self._unreachable():
-            async with self._connection() as conn:
+            async with self._connection(timed) as conn:
                 cur = await conn.execute(sql, params)
                 return await cur.fetchall()
 
@@ -638,7 +712,7 @@ class AsyncPostgresTier:
 
     async def delete_thread(self, thread_id: str) -> None:
         with self._unreachable():
-            async with self._connection() as conn, conn.transaction():
+            async with self._connection(timed=False) as conn, conn.transaction():
                 for table in ("lgd_checkpoints", "lgd_blobs", "lgd_writes", "lgd_quarantine", "lgd_ledger"):
                     await conn.execute(f"DELETE FROM {table} WHERE thread_id = %s", (thread_id,))
 
@@ -655,7 +729,7 @@ class AsyncPostgresTier:
             "(SELECT * FROM unnest(%s::text[], %s::text[], %s::text[]))"
         )
         with self._unreachable():
-            async with self._connection() as conn, conn.transaction():
+            async with self._connection(timed=False) as conn, conn.transaction():
                 await conn.execute(
                     f"DELETE FROM lgd_writes w USING lgd_checkpoints c WHERE {doomed} "
                     "AND w.thread_id = c.thread_id AND w.checkpoint_ns = c.checkpoint_ns "
@@ -706,17 +780,23 @@ class AsyncPostgresTier:
             "SELECT thread_id FROM lgd_checkpoints UNION SELECT thread_id FROM lgd_blobs "
             "UNION SELECT thread_id FROM lgd_writes ORDER BY 1",
             (),
+            timed=False,
         )
         return [r[0] for r in rows]
 
     async def thread_records(self, thread_id: str) -> ThreadRecords:
         """Every live record of one thread, for `verify` and `repair`."""
-        cps = await self._fetchall(f"SELECT {_CP_COLS} FROM lgd_checkpoints WHERE thread_id = %s", (thread_id,))
+        cps = await self._fetchall(
+            f"SELECT {_CP_COLS} FROM lgd_checkpoints WHERE thread_id = %s", (thread_id,), timed=False
+        )
         blobs = await self._fetchall(
             "SELECT thread_id, checkpoint_ns, channel, version, record FROM lgd_blobs WHERE thread_id = %s",
             (thread_id,),
+            timed=False,
         )
-        writes = await self._fetchall(f"SELECT {_W_COLS} FROM lgd_writes WHERE thread_id = %s", (thread_id,))
+        writes = await self._fetchall(
+            f"SELECT {_W_COLS} FROM lgd_writes WHERE thread_id = %s", (thread_id,), timed=False
+        )
         return ThreadRecords(
             [_cp(r) for r in cps],
             [BlobRow(r[0], r[1], r[2], r[3], bytes(r[4])) for r in blobs],
@@ -746,9 +826,9 @@ class AsyncPostgresTier:
     async def list_quarantine(self, thread_id: str | None) -> list[QuarantinedRecord]:
         sql = "SELECT id, thread_id, checkpoint_ns, kind, key, reason, record, detected_at, fields FROM lgd_quarantine"
         if thread_id is None:
-            rows = await self._fetchall(sql + " ORDER BY id", ())
+            rows = await self._fetchall(sql + " ORDER BY id", (), timed=False)
         else:
-            rows = await self._fetchall(sql + " WHERE thread_id = %s ORDER BY id", (thread_id,))
+            rows = await self._fetchall(sql + " WHERE thread_id = %s ORDER BY id", (thread_id,), timed=False)
         return [
             QuarantinedRecord("postgres", r[1], r[2], r[3], r[4], r[5], bytes(r[6]), r[7], str(r[0]), _fields(r[8]))
             for r in rows
@@ -833,7 +913,7 @@ class AsyncPostgresTier:
         kept_ns = [ns for ns, _ in keep]
         kept_ids = [cid for _, cid in keep]
         with self._unreachable():
-            async with self._connection() as conn, conn.transaction():
+            async with self._connection(timed=False) as conn, conn.transaction():
                 for table in ("lgd_checkpoints", "lgd_writes"):
                     await conn.execute(
                         f"DELETE FROM {table} WHERE thread_id = %s AND (checkpoint_ns, checkpoint_id) NOT IN "

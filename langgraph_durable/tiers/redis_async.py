@@ -398,7 +398,10 @@ class AsyncRedisTier:
 
     `url` is a single server's, any cluster node's or a ``redis+sentinel://``
     one (see the module docstring). `cluster`: None finds out at `setup`
-    whether the server is a Redis Cluster node; True or False says so."""
+    whether the server is a Redis Cluster node; True or False says so.
+    `socket_timeout` bounds each command on both faces (the saver passes its
+    ``call_timeout``: a stalled server raises, and the tier counts as
+    down); `connect_timeout` (default: `socket_timeout`) bounds connecting."""
 
     name = "redis"
 
@@ -407,10 +410,12 @@ class AsyncRedisTier:
         url: str,
         *,
         key_prefix: str = DEFAULT_KEY_PREFIX,
-        socket_timeout: float = DEFAULT_SOCKET_TIMEOUT_S,
+        socket_timeout: float | None = DEFAULT_SOCKET_TIMEOUT_S,
         cluster: bool | None = None,
         ttl: float | None = None,
+        connect_timeout: float | None = None,
     ) -> None:
+        connect_timeout = socket_timeout if connect_timeout is None else connect_timeout
         check_url(url, cluster)
         self.url = url
         # Idle threads leave Redis after `ttl` seconds (`_expire`, `_keep_alive`).
@@ -423,7 +428,7 @@ class AsyncRedisTier:
         self._io = _Unreachable(self.where)
         self._options: dict[str, Any] = {
             "socket_timeout": socket_timeout,
-            "socket_connect_timeout": socket_timeout,
+            "socket_connect_timeout": connect_timeout,
             "decode_responses": False,
             # A pooled connection the server dropped (it restarted) fails on
             # first use: retry at once on a fresh one, so the first call after
@@ -446,7 +451,7 @@ class AsyncRedisTier:
             address = sentinel_address(url)
             self._sentinel = Sentinel(
                 address.sentinels,
-                sentinel_kwargs={"socket_timeout": socket_timeout, "socket_connect_timeout": socket_timeout},
+                sentinel_kwargs={"socket_timeout": socket_timeout, "socket_connect_timeout": connect_timeout},
             )
             self.client = self._sentinel.master_for(
                 address.service,
