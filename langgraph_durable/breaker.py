@@ -11,6 +11,12 @@ probe; its success closes the breaker, its failure opens it again for twice
 as long (up to `BACKOFF_MAX_S`, with jitter so replicas do not probe in
 lockstep).
 
+A caller about to fail because no shared tier answers may also ask for one
+*early* probe (`allow_early`) before the backoff has passed: a tier that
+came back meanwhile then takes the call. One such probe per opening, so a
+tier that stays down or stalls still costs the runs one failed call, not
+one per run.
+
 Everything takes the time as an argument, so it is tested without servers
 and without sleeping (like `lease.py`).
 """
@@ -67,6 +73,7 @@ class Breaker:
         self._failures = 0
         self._retry_at = 0.0
         self._probe_since: float | None = None
+        self._early_used = False  # the early probe of this opening was made
         self._latency: float | None = None
         self._typical: float | None = None  # moving average of the answer times
         self._error: str | None = None
@@ -98,11 +105,25 @@ class Breaker:
                 return True
             return False
 
+    def allow_early(self, now: float) -> bool:
+        """May one call go now as a probe, though the backoff has not passed?
+        Yes once per opening of the breaker (`failed` after `succeeded`),
+        for a caller that has no other tier left (see the module). Nothing
+        changes while the breaker is closed or a probe is out."""
+        with self._lock:
+            if self._state != "open" or self._early_used:
+                return False
+            self._early_used = True
+            self._state = "half_open"
+            self._probe_since = now
+            return True
+
     def succeeded(self, now: float, latency: float) -> bool:
         """A call answered. True if this closed the breaker (the tier is back)."""
         with self._lock:
             reopened = self._state != "closed"
             self._state = "closed"
+            self._early_used = False
             self._failures = 0
             self._probe_since = None
             self._latency = latency

@@ -20,7 +20,7 @@ import functools
 import logging
 import os
 import time
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from typing import Any, TypeVar, cast
 
 from langchain_core.runnables import RunnableConfig
@@ -202,9 +202,12 @@ class TierChain:
         tier that is down is left behind its breaker and set up by the first
         call that reaches it (`_admit`); the saver starts as long as it can
         write somewhere it must (a shared tier, or the local one for
-        write-behind). Then ship what a dead process left owed."""
+        write-behind); with none, the shared tiers their breakers skipped
+        are tried once first (`probe_skipped`). Then ship what a dead
+        process left owed."""
         up: list[Tier] = []
         down: list[TierUnavailable] = []
+        skipped = self._skipped(self.shared)
         for tier in self.tiers:
             try:
                 tier.setup()
@@ -217,6 +220,10 @@ class TierChain:
             cast(GuardedTier, tier).admitted = True
             up.append(tier)
         usable = [t for t in up if t is not self.local] or (up if self.write == "local" or not self.shared else [])
+        if not usable:
+            # Set up (admitted) by the probe, if it answers.
+            usable = self.probe_skipped(skipped)
+            up += usable
         if not usable:
             raise down[0]
         self._adopt_store_key(up)
@@ -534,9 +541,13 @@ class TierChain:
             keep(seq)
             self.kick()
             return True
+        skipped = self._skipped(rest)
         results = run_all([functools.partial(first, t, None) for t in rest], overlap=overlap(rest))
         took = fenced + [t for t, r in zip(rest, results) if not isinstance(r, BaseException)]
         failed = [(t, r) for t, r in zip(rest, results) if isinstance(r, BaseException)]
+        if failed and self.write != "all" and not [t for t in took if t is not self.local]:
+            probed, failed = self._half_open(failed, skipped, lambda t: first(t, None))
+            took += probed
         must_fail = bool(failed) and (
             self.write == "all"
             or not [t for t in took if t is not self.local]
@@ -562,6 +573,65 @@ class TierChain:
         if failed:
             self.kick()  # the replicator catches the tier up when it is back
         return local_took or (self.local is not None and self.local in fenced)
+
+    def _skipped(self, tiers: Sequence[Tier]) -> set[str]:
+        """The names of the shared tiers among `tiers` that their breakers
+        will skip now (taken just before a call to them)."""
+        now = time.monotonic()
+        return {t.name for t in tiers if t is not self.local and not self.breakers[t.name].available(now)}
+
+    def _half_open(
+        self,
+        failed: Sequence[tuple[Tier, BaseException]],
+        skipped: set[str],
+        call: Callable[[Tier], Any],
+    ) -> tuple[list[Tier], list[tuple[Tier, BaseException]]]:
+        """No shared tier acknowledged a write: before the run fails, try
+        `call` once on each shared tier its breaker skipped (`skipped`), as
+        an early half-open probe (`Breaker.allow_early`: once per outage). A
+        tier that came back while its breaker still waits out its backoff
+        (Redis restarted, then Postgres dropped) thus takes the write, and
+        its breaker closes. A tier that failed in this very call is not
+        tried again. Returns the tiers that took it and what still failed."""
+        took: list[Tier] = []
+        still: list[tuple[Tier, BaseException]] = []
+        for tier, error in failed:
+            if tier.name not in skipped or not isinstance(error, TierUnavailable):
+                still.append((tier, error))
+                continue
+            guard = cast(GuardedTier, tier)
+            if not guard.breaker.allow_early(time.monotonic()):
+                still.append((tier, error))  # its early probe was spent in this outage
+                continue
+            try:
+                guard.probe(functools.partial(call, guard.tier))
+            except Exception as exc:  # down still, or it answered and refused (then raised as such)
+                still.append((tier, exc))
+                continue
+            logger.warning("%s tier took a write as a probe while no other shared tier answered", tier.name)
+            took.append(tier)
+        return took, still
+
+    def probe_skipped(self, names: Collection[str]) -> list[Tier]:
+        """Probe each shared tier named in `names` that its breaker skips
+        now, with one cheap read, as an early half-open probe
+        (`Breaker.allow_early`: once per outage); a tier that answers is set
+        up first if it was down at setup. Returns the tiers that answered,
+        their breakers closed. For a caller about to fail because no shared
+        tier answers (setting up, taking a writer lease in
+        lease_keeper); it leaves out the tiers that just failed it."""
+        answered: list[Tier] = []
+        skipped = self._skipped(self.shared) & set(names)
+        for tier in reversed(self.shared):
+            guard = cast(GuardedTier, tier)
+            if tier.name not in skipped or not guard.breaker.allow_early(time.monotonic()):
+                continue
+            try:
+                guard.probe(functools.partial(guard.tier.read_meta, KEYS_META))
+            except TierUnavailable:
+                continue
+            answered.append(guard)
+        return answered
 
     def _withdraw(self, withdraw: Callable[[Tier], Any] | None, tiers: Sequence[Tier]) -> None:
         if withdraw is None:
@@ -853,11 +923,19 @@ class TierChain:
         self.ensure_setup()  # the store's key seals the entry
         envelope = self.codec.encode_ledger(thread_id, entry)
         calls = [functools.partial(t.write_ledger, thread_id, entry.key, envelope) for t in self.tiers]
+        skipped = self._skipped(self.tiers)
         results = run_all(calls)
-        failed = [r for r in results if isinstance(r, BaseException)]
         took_shared = [
             t for t, r in zip(self.tiers, results) if t is not self.local and not isinstance(r, BaseException)
         ]
+        if self.shared and not took_shared and self.write != "all":
+            missed = [
+                (t, r) for t, r in zip(self.tiers, results) if isinstance(r, BaseException) and t is not self.local
+            ]
+            probed, _ = self._half_open(missed, skipped, lambda t: t.write_ledger(thread_id, entry.key, envelope))
+            took_shared += probed
+            results = [None if t in probed else r for t, r in zip(self.tiers, results)]
+        failed = [r for r in results if isinstance(r, BaseException)]
         if failed and (
             self.write == "all"
             or (self.shared and not took_shared)

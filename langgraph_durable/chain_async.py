@@ -18,7 +18,7 @@ import functools
 import logging
 import os
 import time
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from typing import Any, TypeVar, cast
 
 from langchain_core.runnables import RunnableConfig
@@ -200,9 +200,12 @@ class AsyncTierChain:
         tier that is down is left behind its breaker and set up by the first
         call that reaches it (`_admit`); the saver starts as long as it can
         write somewhere it must (a shared tier, or the local one for
-        write-behind). Then ship what a dead process left owed."""
+        write-behind); with none, the shared tiers their breakers skipped
+        are tried once first (`probe_skipped`). Then ship what a dead
+        process left owed."""
         up: list[AsyncTier] = []
         down: list[TierUnavailable] = []
+        skipped = self._skipped(self.shared)
         for tier in self.tiers:
             try:
                 await tier.setup()
@@ -215,6 +218,10 @@ class AsyncTierChain:
             cast(AsyncGuardedTier, tier).admitted = True
             up.append(tier)
         usable = [t for t in up if t is not self.local] or (up if self.write == "local" or not self.shared else [])
+        if not usable:
+            # Set up (admitted) by the probe, if it answers.
+            usable = await self.probe_skipped(skipped)
+            up += usable
         if not usable:
             raise down[0]
         await self._adopt_store_key(up)
@@ -532,9 +539,13 @@ class AsyncTierChain:
             keep(seq)
             self.kick()
             return True
+        skipped = self._skipped(rest)
         results = await arun_all([functools.partial(first, t, None) for t in rest], overlap=overlap(rest))
         took = fenced + [t for t, r in zip(rest, results) if not isinstance(r, BaseException)]
         failed = [(t, r) for t, r in zip(rest, results) if isinstance(r, BaseException)]
+        if failed and self.write != "all" and not [t for t in took if t is not self.local]:
+            probed, failed = await self._half_open(failed, skipped, lambda t: first(t, None))
+            took += probed
         must_fail = bool(failed) and (
             self.write == "all"
             or not [t for t in took if t is not self.local]
@@ -560,6 +571,65 @@ class AsyncTierChain:
         if failed:
             self.kick()  # the replicator catches the tier up when it is back
         return local_took or (self.local is not None and self.local in fenced)
+
+    def _skipped(self, tiers: Sequence[AsyncTier]) -> set[str]:
+        """The names of the shared tiers among `tiers` that their breakers
+        will skip now (taken just before a call to them)."""
+        now = time.monotonic()
+        return {t.name for t in tiers if t is not self.local and not self.breakers[t.name].available(now)}
+
+    async def _half_open(
+        self,
+        failed: Sequence[tuple[AsyncTier, BaseException]],
+        skipped: set[str],
+        call: Callable[[AsyncTier], Any],
+    ) -> tuple[list[AsyncTier], list[tuple[AsyncTier, BaseException]]]:
+        """No shared tier acknowledged a write: before the run fails, try
+        `call` once on each shared tier its breaker skipped (`skipped`), as
+        an early half-open probe (`Breaker.allow_early`: once per outage). A
+        tier that came back while its breaker still waits out its backoff
+        (Redis restarted, then Postgres dropped) thus takes the write, and
+        its breaker closes. A tier that failed in this very call is not
+        tried again. Returns the tiers that took it and what still failed."""
+        took: list[AsyncTier] = []
+        still: list[tuple[AsyncTier, BaseException]] = []
+        for tier, error in failed:
+            if tier.name not in skipped or not isinstance(error, TierUnavailable):
+                still.append((tier, error))
+                continue
+            guard = cast(AsyncGuardedTier, tier)
+            if not guard.breaker.allow_early(time.monotonic()):
+                still.append((tier, error))  # its early probe was spent in this outage
+                continue
+            try:
+                await guard.probe(functools.partial(call, guard.tier))
+            except Exception as exc:  # down still, or it answered and refused (then raised as such)
+                still.append((tier, exc))
+                continue
+            logger.warning("%s tier took a write as a probe while no other shared tier answered", tier.name)
+            took.append(tier)
+        return took, still
+
+    async def probe_skipped(self, names: Collection[str]) -> list[AsyncTier]:
+        """Probe each shared tier named in `names` that its breaker skips
+        now, with one cheap read, as an early half-open probe
+        (`Breaker.allow_early`: once per outage); a tier that answers is set
+        up first if it was down at setup. Returns the tiers that answered,
+        their breakers closed. For a caller about to fail because no shared
+        tier answers (setting up, taking a writer lease in
+        lease_keeper_async); it leaves out the tiers that just failed it."""
+        answered: list[AsyncTier] = []
+        skipped = self._skipped(self.shared) & set(names)
+        for tier in reversed(self.shared):
+            guard = cast(AsyncGuardedTier, tier)
+            if tier.name not in skipped or not guard.breaker.allow_early(time.monotonic()):
+                continue
+            try:
+                await guard.probe(functools.partial(guard.tier.read_meta, KEYS_META))
+            except TierUnavailable:
+                continue
+            answered.append(guard)
+        return answered
 
     async def _withdraw(self, withdraw: Callable[[AsyncTier], Any] | None, tiers: Sequence[AsyncTier]) -> None:
         if withdraw is None:
@@ -851,11 +921,19 @@ class AsyncTierChain:
         await self.ensure_setup()  # the store's key seals the entry
         envelope = self.codec.encode_ledger(thread_id, entry)
         calls = [functools.partial(t.write_ledger, thread_id, entry.key, envelope) for t in self.tiers]
+        skipped = self._skipped(self.tiers)
         results = await arun_all(calls)
-        failed = [r for r in results if isinstance(r, BaseException)]
         took_shared = [
             t for t, r in zip(self.tiers, results) if t is not self.local and not isinstance(r, BaseException)
         ]
+        if self.shared and not took_shared and self.write != "all":
+            missed = [
+                (t, r) for t, r in zip(self.tiers, results) if isinstance(r, BaseException) and t is not self.local
+            ]
+            probed, _ = await self._half_open(missed, skipped, lambda t: t.write_ledger(thread_id, entry.key, envelope))
+            took_shared += probed
+            results = [None if t in probed else r for t, r in zip(self.tiers, results)]
+        failed = [r for r in results if isinstance(r, BaseException)]
         if failed and (
             self.write == "all"
             or (self.shared and not took_shared)

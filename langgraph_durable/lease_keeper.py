@@ -43,7 +43,7 @@ from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMet
 
 from .chain import TierChain
 from .codec import thread_id_of, thread_of
-from .concurrency import maybe_await, sleep, defer, ensure_deferred_worker
+from .concurrency import Lock, maybe_await, sleep, defer, ensure_deferred_worker
 from .errors import DurableError, LeaseLost, TierUnavailable
 from .lease import (
     HAND_OFF_POLL_FIRST_S,
@@ -75,6 +75,9 @@ class LeaseKeeper:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._to_release: set[Lease] = set()
         self._releasing: set[asyncio.Task[bool]] = set()
+        # One lease move at a time: a run's concurrent writes (a step's
+        # put_writes and the previous put) meet the same outage together.
+        self._moving = Lock()
         ensure_deferred_worker()
 
     # -- runs -----------------------------------------------------------------------
@@ -264,15 +267,20 @@ class LeaseKeeper:
                     raise
                 # The lease's tier went down under the run: move the lease to
                 # the next tier up (nothing was written) and carry on.
-                old = self.book.held(thread_id)
-                moved = self._acquire(thread_id)
-                if old is None or not self.book.moved(old, moved):
-                    self.release_quietly(moved)
-                    raise
-                logger.warning(
-                    "writer lease of thread %r moved from %s to %s (token %s): %s",
-                    thread_id, fence.tier, moved.tier, moved.token, exc,
-                )  # fmt: skip
+                with self._moving:
+                    old = self.book.held(thread_id)
+                    if old is not None and old.tier != fence.tier and of_run:
+                        # Another write of this run moved it meanwhile.
+                        moved = old
+                    else:
+                        moved = self._acquire(thread_id)
+                        if old is None or not self.book.moved(old, moved):
+                            self.release_quietly(moved)
+                            raise
+                        logger.warning(
+                            "writer lease of thread %r moved from %s to %s (token %s): %s",
+                            thread_id, fence.tier, moved.tier, moved.token, exc,
+                        )  # fmt: skip
                 return write(self.book.fence(moved, behind=True))
         # A lease kept after a run (``lease_linger``) stops vouching for the
         # local cache before the one-write lease below replaces it.
@@ -355,13 +363,21 @@ class LeaseKeeper:
         """Take the lease in the most authoritative tier that answers (the
         next one when a tier fails, unless ``write="all"``)."""
         self.chain.ensure_setup()
+        probed = False
         while True:
             tier = self.chain.lease_tier()
             try:
                 return dataclasses.replace(self._acquire_in(tier, thread_id), tier=tier.name)
             except TierUnavailable:
-                if self.chain.write == "all" or self.chain.lease_tier() is tier:
+                if self.chain.write == "all":
                     raise
+                if self.chain.lease_tier() is tier:
+                    # Nowhere else to go: try once the shared tiers their
+                    # breakers skip (one may be back), then give up.
+                    others = {t.name for t in self.chain.shared} - {tier.name}
+                    if probed or not self.chain.probe_skipped(others):
+                        raise
+                    probed = True
 
     def _acquire_in(self, tier: Any, thread_id: str) -> Lease:
         book = self.book
