@@ -1,0 +1,268 @@
+"""No stalled or refusing tier hangs a run, on either face.
+
+Real servers behind the TCP proxy (`tests.proxy.TcpProxy`): `stall()` keeps
+every connection open and forwards nothing (a hung server, a partition
+without resets: the kernel still acks, so keepalives see nothing wrong).
+Each run goes on a thread joined with a generous limit, so a hang fails the
+test instead of hanging it; what is asserted is the outcome (the run
+completed, or raised `TierUnavailable`), the breakers and the metrics
+counters, never the time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import traceback
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+
+from langgraph_durable import DurableSaver, TierUnavailable
+from langgraph_durable.metrics import TierCall
+from tests.conftest import REDIS_URL
+from tests.graphs import LoopState, looping
+from tests.proxy import TcpProxy
+from tests.servers import PrivateRedis, free_port
+
+pytestmark = [pytest.mark.redis, pytest.mark.postgres]
+
+STEPS = 4
+STALL_AT = 2  # the step whose node stalls the proxy: the run is half done
+CALL_TIMEOUT = 2.0
+JOIN_S = 60.0  # far past every bound under test; only a hang reaches it
+KEY = "k" * 32  # a signing key of the test's: no store key to fetch from a tier that is down
+
+
+@pytest.fixture
+def redis_proxy() -> Iterator[TcpProxy]:
+    parts = urlsplit(REDIS_URL)
+    with TcpProxy(parts.hostname or "127.0.0.1", parts.port or 6379) as proxy:
+        yield proxy
+
+
+def _proxied_redis(proxy: TcpProxy) -> str:
+    parts = urlsplit(REDIS_URL)
+    return REDIS_URL.replace(f"{parts.hostname}:{parts.port}", f"127.0.0.1:{proxy.port}")
+
+
+def _graph(saver: DurableSaver, proxy: TcpProxy | None = None) -> Any:
+    """`STEPS` steps; the node of step `STALL_AT` stalls `proxy` (mid-run)."""
+
+    def step(state: LoopState) -> dict[str, Any]:
+        n = state.get("n", 0)
+        if proxy is not None and n == STALL_AT:
+            proxy.stall()
+        return {"messages": [f"message {n}"], "n": n + 1}
+
+    return looping(step, STEPS).compile(checkpointer=saver)
+
+
+def _returns(graph: Any, thread: str, face: str) -> Any:
+    """The run's outcome (its final state, or the exception it raised),
+    run on a thread; fails if it has not returned after `JOIN_S`."""
+    config = {"configurable": {"thread_id": thread}}
+    outcome: list[Any] = []
+
+    def run() -> None:
+        try:
+            if face == "sync":
+                outcome.append(graph.invoke({"messages": [], "n": 0}, config))
+            else:
+                outcome.append(asyncio.run(graph.ainvoke({"messages": [], "n": 0}, config)))
+        except BaseException as exc:  # the outcome under test
+            outcome.append(exc)
+
+    worker = threading.Thread(target=run, daemon=True)  # left behind if it hangs
+    worker.start()
+    worker.join(JOIN_S)
+    assert not worker.is_alive(), f"the {face} run did not return within {JOIN_S} s: a stalled tier hangs it"
+    return outcome[0]
+
+
+def _why(exc: BaseException) -> str:
+    return "".join(traceback.format_exception(exc))
+
+
+def _saver(tmp_path: Path, **options: Any) -> DurableSaver:
+    options.setdefault("call_timeout", CALL_TIMEOUT)
+    # Long enough that only call_timeout can bound a call to a stalled
+    # server: the old sync face had no other bound than this.
+    options.setdefault("connect_timeout", 120)
+    return DurableSaver(sqlite=str(tmp_path / "local.sqlite"), signing_key=KEY, **options)
+
+
+def _failures(saver: DurableSaver, tier: str) -> int:
+    return saver._breakers[tier].stats(time.monotonic()).failures
+
+
+# -- a shared tier stalls mid-run ------------------------------------------------------
+
+
+@pytest.mark.parametrize("face", ["sync", "async"])
+def test_postgres_stalled_mid_run_redis_acknowledges(
+    tmp_path: Path, postgres_proxy: tuple[TcpProxy, str], redis_prefix: str, face: str
+) -> None:
+    """Postgres (the lease's tier) stops answering mid-run, its connections
+    open: the call waiting on it gives up after `call_timeout` (the sync face
+    had no bound at all), its breaker opens, the lease moves to Redis and the
+    run completes."""
+    proxy, proxied = postgres_proxy
+    saver = _saver(tmp_path, redis=REDIS_URL, redis_key_prefix=redis_prefix, postgres=proxied)
+    assert _returns(_graph(saver), "warm", face)["n"] == STEPS
+    out = _returns(_graph(saver, proxy), "stalled", face)
+    assert not isinstance(out, BaseException), _why(out)
+    assert out["n"] == STEPS
+    assert _failures(saver, "postgres") >= 1
+    assert saver.lag().by_tier["postgres"] > 0  # owed, shipped once Postgres is back
+    proxy.cut()  # drop the stalled connections for good: the saver was never to reuse them
+    proxy.restore()
+    assert saver.drain(30).caught_up
+    with DurableSaver(sqlite=None, postgres=proxied, signing_key=KEY) as replica:
+        tup = replica.get_tuple({"configurable": {"thread_id": "stalled"}})
+    assert tup is not None and tup.checkpoint["channel_values"]["n"] == STEPS
+    saver.close()
+
+
+@pytest.mark.parametrize("face", ["sync", "async"])
+def test_postgres_alone_stalled_mid_run_fails_with_tier_unavailable(
+    tmp_path: Path, postgres_proxy: tuple[TcpProxy, str], face: str
+) -> None:
+    """No other shared tier: the run fails with `TierUnavailable` naming
+    Postgres, instead of hanging."""
+    proxy, proxied = postgres_proxy
+    saver = _saver(tmp_path, postgres=proxied)
+    assert _returns(_graph(saver), "warm", face)["n"] == STEPS
+    out = _returns(_graph(saver, proxy), "stalled", face)
+    assert isinstance(out, TierUnavailable), repr(out)
+    assert out.tier == "postgres"
+    proxy.cut()
+    saver.close()
+
+
+@pytest.mark.parametrize("face", ["sync", "async"])
+def test_redis_stalled_mid_run_postgres_acknowledges(
+    tmp_path: Path, redis_proxy: TcpProxy, postgres_url: str, redis_prefix: str, face: str
+) -> None:
+    """Redis stops answering mid-run: its calls give up after `call_timeout`
+    (on the sync face too, whatever `connect_timeout` says), and the run
+    completes through Postgres."""
+    saver = _saver(tmp_path, redis=_proxied_redis(redis_proxy), redis_key_prefix=redis_prefix, postgres=postgres_url)
+    assert _returns(_graph(saver), "warm", face)["n"] == STEPS
+    out = _returns(_graph(saver, redis_proxy), "stalled", face)
+    assert not isinstance(out, BaseException), _why(out)
+    assert out["n"] == STEPS
+    redis_proxy.cut()
+    saver.close()
+
+
+@pytest.mark.parametrize("face", ["sync", "async"])
+def test_redis_alone_stalled_mid_run_fails_with_tier_unavailable(
+    tmp_path: Path, redis_proxy: TcpProxy, redis_prefix: str, face: str
+) -> None:
+    saver = _saver(tmp_path, redis=_proxied_redis(redis_proxy), redis_key_prefix=redis_prefix)
+    assert _returns(_graph(saver), "warm", face)["n"] == STEPS
+    out = _returns(_graph(saver, redis_proxy), "stalled", face)
+    assert isinstance(out, TierUnavailable), repr(out)
+    assert out.tier == "redis"
+    redis_proxy.cut()
+    saver.close()
+
+
+# -- a new saver while a shared tier refuses ---------------------------------------------
+
+
+@pytest.mark.parametrize("face", ["sync", "async"])
+@pytest.mark.parametrize("refusing", ["postgres", "redis"])
+def test_first_run_of_a_new_saver_while_a_tier_refuses(
+    tmp_path: Path, postgres_url: str, redis_prefix: str, refusing: str, face: str
+) -> None:
+    """A new saver whose Postgres or Redis refuses connections (nothing
+    listens on its port): its first run succeeds through the other shared
+    tier, the refusing tier is tried once (a refused connect fails at once:
+    no waiting `connect_timeout` for a pool that never fills) and its
+    breaker is open after the run."""
+    dead = free_port()
+    calls: list[TierCall] = []
+    urls = {"redis": REDIS_URL, "postgres": postgres_url}
+    urls[refusing] = (
+        f"postgresql://postgres@127.0.0.1:{dead}/test" if refusing == "postgres" else f"redis://127.0.0.1:{dead}/0"
+    )
+    saver = _saver(
+        tmp_path,
+        redis=urls["redis"],
+        redis_key_prefix=redis_prefix,
+        postgres=urls["postgres"],
+        metrics=lambda e: calls.append(e) if isinstance(e, TierCall) else None,
+    )
+    # No probe within the test: every attempt counted below is the first run's.
+    saver._breakers[refusing].backoff_first = 600.0
+    out = _returns(_graph(saver), "first", face)
+    assert not isinstance(out, BaseException), _why(out)
+    assert out["n"] == STEPS
+    stats = saver._breakers[refusing].stats(time.monotonic())
+    assert stats.state == "open" and stats.failures == 1
+    tried = [c for c in calls if c.tier == refusing and c.seconds > 0.0]
+    skipped = [c for c in calls if c.tier == refusing and c.seconds == 0.0]
+    assert len(tried) == 1 and tried[0].outcome == "unavailable", tried
+    assert skipped and {c.outcome for c in skipped} == {"unavailable"}
+    saver.close()
+
+
+# -- a tier back behind its open breaker --------------------------------------------------
+
+
+@pytest.mark.parametrize("face", ["sync", "async"])
+def test_redis_back_behind_its_open_breaker_takes_the_run_when_postgres_drops(
+    tmp_path: Path, postgres_proxy: tuple[TcpProxy, str], redis_prefix: str, face: str
+) -> None:
+    """Redis went down (its breaker opened, with a long backoff) and came
+    back; then Postgres is cut. With no shared tier left to write to, the
+    saver tries the tier its breaker skips once, as a half-open probe,
+    instead of failing: Redis answers, its breaker closes and the run
+    completes through it."""
+    proxy, proxied = postgres_proxy
+    with PrivateRedis() as redis_server:
+        # A cut is seen at once: no connect timeout to wait for here.
+        saver = _saver(
+            tmp_path, redis=redis_server.url, redis_key_prefix=redis_prefix, postgres=proxied, connect_timeout=5
+        )
+        assert _returns(_graph(saver), "warm", face)["n"] == STEPS
+        saver._breakers["redis"].backoff_first = 600.0  # stays open for the rest of the test
+        redis_server.kill()
+        assert _returns(_graph(saver), "redis-down", face)["n"] == STEPS
+        assert saver._breakers["redis"].state == "open"
+        redis_server.start()  # back, behind its open breaker
+        proxy.cut()
+        out = _returns(_graph(saver), "postgres-cut", face)
+        assert not isinstance(out, BaseException), _why(out)
+        assert out["n"] == STEPS
+        assert saver._breakers["redis"].state == "closed"
+        assert saver._breakers["postgres"].state == "open"
+        saver.close()
+
+
+# -- the early probe's decisions (no servers) ---------------------------------------------
+
+
+def test_an_open_breaker_allows_one_early_probe_per_opening() -> None:
+    """`Breaker.allow_early`: once the breaker opened, one call may go before
+    the backoff has passed (a caller with no other tier left); not a second
+    one while the tier stays down, and again once it closed and reopened."""
+    from langgraph_durable.breaker import Breaker
+
+    b = Breaker("redis", backoff_first=600.0)
+    assert not b.allow_early(0.0)  # closed: nothing to probe
+    b.failed(0.0, "refused")
+    assert not b.allow(1.0)  # the backoff holds ordinary calls
+    assert b.allow_early(1.0) and b.state == "half_open"
+    assert not b.allow_early(1.1)  # a probe is out
+    b.failed(1.2, "refused")
+    assert b.state == "open" and not b.allow_early(1.3)  # spent in this outage
+    b.succeeded(700.0, 0.001)  # a probe after the backoff: back
+    b.failed(701.0, "refused")
+    assert b.allow_early(701.1)  # a new outage, a new early probe
