@@ -65,16 +65,14 @@ def _put(
     saver: DurableSaver, thread: str, ns: str = "", step: int = 0, parent: Any = None, odd_ids: bool = False
 ) -> Any:
     """A checkpoint with one channel value and one pending write; with
-    `odd_ids`, its checkpoint id, channel and task id hold special
-    characters too."""
+    `odd_ids`, its channel and task id hold special characters too (a
+    checkpoint id is a uuid: `put` refuses anything else)."""
     cfg = generate_config(thread)
     cfg["configurable"]["checkpoint_ns"] = ns
     if parent is not None:
         cfg["configurable"]["checkpoint_id"] = parent["configurable"]["checkpoint_id"]
     channel = f"k:{{{ns}}}*" if odd_ids else "k"
-    cp = generate_checkpoint(
-        checkpoint_id=f"{step}:{{{thread}}}?" if odd_ids else None, channel_values={channel: f"{thread}/{ns}/{step}"}
-    )
+    cp = generate_checkpoint(channel_values={channel: f"{thread}/{ns}/{step}"})
     cp["channel_versions"] = {channel: f"{step + 1:032}.0"}
     stored = saver.put(cfg, cp, generate_metadata(step=step), {channel: cp["channel_versions"][channel]})
     task = f"task:{{{ns}}}[{step}]" if odd_ids else f"task-{step}"
