@@ -69,6 +69,11 @@ def cluster_prefix(cluster_client: Any) -> Iterator[str]:
         cluster_client.delete(*keys)
 
 
+# A signing key for the tests that open Redis alone next to a store that keeps
+# its own key in Postgres.
+KEY = "k" * 32
+
+
 def _factory(request: pytest.FixtureRequest, tmp_path: Path, url: str, prefix: str, **defaults: Any) -> SaverFactory:
     """Like conftest's make_saver, with "rediscluster" for the cluster at `url`."""
     state: dict[str, str] = {}
@@ -343,7 +348,11 @@ def test_whole_store_operations_visit_every_primary(
     threads = sorted(t for ts in per_primary.values() for t in ts)
     doomed = {ts[0] for ts in per_primary.values()}  # one per primary
     run_of = {t: ("doomed-run" if t in doomed else f"run-{t}") for t in threads}
-    with make_cluster_saver("sqlite+rediscluster+postgres") as saver, make_cluster_saver("rediscluster") as redis_only:
+    # One key of the user's: Redis alone cannot reach the store's own key, which Postgres keeps.
+    with (
+        make_cluster_saver("sqlite+rediscluster+postgres", signing_key=KEY) as saver,
+        make_cluster_saver("rediscluster", signing_key=KEY) as redis_only,
+    ):
         _run_threads(saver, threads, run_of)
 
         # list(None) of the Redis tier alone finds the threads of every primary.
@@ -443,7 +452,8 @@ def test_a_primary_killed_mid_run(
     # at the runs' ends, so that the killed node has some to lose.
     monkeypatch.setattr(saver_module, "RUN_SHIPS_ITS_OWN_S", 0.0)
     prefix = f"lgd_test_{uuid.uuid4().hex[:16]}"
-    make = _factory(request, tmp_path, own_cluster.url, prefix, connect_timeout=1.0, call_timeout=2.0)
+    # One key of the user's: Redis alone cannot reach the store's own key, which Postgres keeps.
+    make = _factory(request, tmp_path, own_cluster.url, prefix, connect_timeout=1.0, call_timeout=2.0, signing_key=KEY)
     per_primary = _threads_per_primary(own_cluster, 2, "kill")
     victim = own_cluster.ports[1]
     threads = per_primary[victim] + [t for port, ts in per_primary.items() if port != victim for t in ts[:1]]

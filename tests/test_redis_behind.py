@@ -35,8 +35,14 @@ pytestmark = [pytest.mark.redis, pytest.mark.postgres]
 STEPS = 6
 
 
+# One key of the user's for every saver here: Redis opened alone (to see
+# what it holds) cannot reach the store's own key, which Postgres keeps.
+KEY = "k" * 32
+
+
 def _saver(tmp_path: Path, name: str, postgres: str, prefix: str, **options: Any) -> DurableSaver:
     options.setdefault("connect_timeout", 2)
+    options.setdefault("signing_key", KEY)
     return DurableSaver(
         sqlite=str(tmp_path / name), redis=REDIS_URL, redis_key_prefix=prefix, postgres=postgres, **options
     )
@@ -140,7 +146,7 @@ def test_postgres_lost_right_after_a_run_another_replica_resumes_it_whole_from_r
 def test_without_redis_off_the_path_nothing_changes_for_one_shared_tier(tmp_path: Path, postgres_url: str) -> None:
     """sqlite+postgres: the one shared tier is the lease's tier; nothing is
     left owed after a write."""
-    saver = DurableSaver(sqlite=str(tmp_path / "a.sqlite"), postgres=postgres_url)
+    saver = DurableSaver(sqlite=str(tmp_path / "a.sqlite"), postgres=postgres_url, signing_key=KEY)
     try:
         graph = looping(lambda s: {"messages": ["m"], "n": s.get("n", 0) + 1}, STEPS).compile(checkpointer=saver)
         assert _invoke(graph, saver, "one", "sync")["n"] == STEPS
@@ -247,7 +253,7 @@ def test_read_repair_copies_a_checkpoint_into_a_tier_that_lacks_it_whole(
     as damaged and the read failed with no intact ancestor."""
     thread = f"repair-{face}"
     config: Any = {"configurable": {"thread_id": thread}}
-    before = DurableSaver(sqlite=str(tmp_path / "a.sqlite"), postgres=postgres_url)
+    before = DurableSaver(sqlite=str(tmp_path / "a.sqlite"), postgres=postgres_url, signing_key=KEY)
     try:
         graph = looping(lambda s: {"messages": [f"m{s.get('n', 0)}" * 50], "n": s.get("n", 0) + 1}, 12)
         graph.compile(checkpointer=before).invoke({"messages": [], "n": 0}, config, durability="sync")
@@ -259,7 +265,7 @@ def test_read_repair_copies_a_checkpoint_into_a_tier_that_lacks_it_whole(
     assert _redis_ids(REDIS_URL, redis_prefix, thread) == set()
 
     full = _saver(tmp_path, "a.sqlite", postgres_url, redis_prefix)
-    alone = DurableSaver(sqlite=None, redis=REDIS_URL, redis_key_prefix=redis_prefix)
+    alone = DurableSaver(sqlite=None, redis=REDIS_URL, redis_key_prefix=redis_prefix, signing_key=KEY)
     try:
         served, from_redis = _read_through_then_alone(full, alone, config, face)
         assert served is not None and from_redis is not None
@@ -313,7 +319,7 @@ def test_a_checkpoint_copied_into_a_tier_that_lacks_it_takes_no_damaged_value_al
     thread = f"repair-bad-{face}"
     config: Any = {"configurable": {"thread_id": thread}}
     path = tmp_path / "a.sqlite"
-    before = DurableSaver(sqlite=str(path), postgres=postgres_url)
+    before = DurableSaver(sqlite=str(path), postgres=postgres_url, signing_key=KEY)
     try:
         graph = looping(lambda s: {"messages": ["m"], "n": s.get("n", 0) + 1}, 4)
         graph.compile(checkpointer=before).invoke({"messages": [], "n": 0}, config, durability="sync")
@@ -322,7 +328,7 @@ def test_a_checkpoint_copied_into_a_tier_that_lacks_it_takes_no_damaged_value_al
     version, record = damage_newest_local_value(path, thread, "n")
 
     full = _saver(tmp_path, "a.sqlite", postgres_url, redis_prefix)
-    alone = DurableSaver(sqlite=None, redis=REDIS_URL, redis_key_prefix=redis_prefix)
+    alone = DurableSaver(sqlite=None, redis=REDIS_URL, redis_key_prefix=redis_prefix, signing_key=KEY)
     try:
         served, from_redis = _read_through_then_alone(full, alone, config, face)
         assert served is not None and served.checkpoint["channel_values"]["n"] == 4

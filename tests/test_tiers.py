@@ -13,7 +13,6 @@ import redis as redis_lib
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_config, generate_metadata
 
 from langgraph_durable import CorruptCheckpoint, _codegen
-from langgraph_durable.codec import RecordCodec
 
 from .conftest import REDIS_URL
 from .graphs import loop_graph
@@ -119,7 +118,7 @@ def test_journal_entry_left_by_a_crash_is_replayed(make_saver: Any) -> None:
     a journal entry; the next setup() pushes the checkpoint forward."""
     with make_saver("sqlite+postgres", drain_timeout=0) as saver:  # no drain at close: as if it died
         saver.setup()
-        row, blobs = RecordCodec(saver.serde).encode_checkpoint(
+        row, blobs = saver._codec.encode_checkpoint(
             generate_config("crashed"),
             generate_checkpoint(channel_values={"k": "v"}) | {"channel_versions": {"k": 1}},
             generate_metadata(),

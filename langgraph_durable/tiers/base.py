@@ -77,7 +77,11 @@ def key_mismatch_message(tier: str, foreign: list[str], accepted: list[str]) -> 
             "`langgraph-durable repair` to seal the old records with the key; then drop None."
         )
     elif accepted == ["unsigned"]:
-        hint = "Set LANGGRAPH_DURABLE_SIGNING_KEY (or signing_key=) to the key the store was written with."
+        hint = (
+            "By default a store with Postgres seals its records with its own key, which Postgres keeps: open it "
+            "with its Postgres URL too (postgres=, --postgres). Else set LANGGRAPH_DURABLE_SIGNING_KEY (or "
+            "signing_key=) to the key the store was written with."
+        )
     else:
         hint = (
             "Use the key the store was written with, or during a rotation pass signing_keys=[new, old] "
