@@ -262,7 +262,19 @@ class Tiers:
         }
         if options["redis"]:
             options["redis_key_prefix"] = self.redis_prefix
+        if self.names()[-1] not in use and "sqlite" not in use:
+            # A shared tier alone cannot reach the store's own key, which the
+            # system of record keeps: give it that key (the workers run with
+            # the default, sealing with it).
+            options["signing_key"] = self.store_key()
         return DurableSaver(**options)
+
+    def store_key(self) -> bytes:
+        """The key the store seals its records with (created by the first
+        saver that sets the store up), read from the system of record alone."""
+        with self.authority() as far:
+            far.setup()
+            return far._codec.key
 
     def authority(self) -> DurableSaver:
         """A saver on the farthest tier only: what every full saver reads the
