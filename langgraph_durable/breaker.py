@@ -13,9 +13,9 @@ lockstep).
 
 A caller about to fail because no shared tier answers may also ask for one
 *early* probe (`allow_early`) before the backoff has passed: a tier that
-came back meanwhile then takes the call. One such probe per opening, so a
-tier that stays down or stalls still costs the runs one failed call, not
-one per run.
+came back meanwhile then takes the call. One such probe per opening (other
+such callers may join it while it is out), so a tier that stays down or
+stalls still costs the runs one failed call each at most, not one per call.
 
 Everything takes the time as an argument, so it is tested without servers
 and without sleeping (like `lease.py`).
@@ -108,9 +108,13 @@ class Breaker:
     def allow_early(self, now: float) -> bool:
         """May one call go now as a probe, though the backoff has not passed?
         Yes once per opening of the breaker (`failed` after `succeeded`),
-        for a caller that has no other tier left (see the module). Nothing
-        changes while the breaker is closed or a probe is out."""
+        for a caller that has no other tier left (see the module); and while
+        a probe is out, since such a caller would fail otherwise (the
+        replicator's thread may be probing while a run sets up). No while
+        the breaker is closed."""
         with self._lock:
+            if self._state == "half_open":
+                return True
             if self._state != "open" or self._early_used:
                 return False
             self._early_used = True

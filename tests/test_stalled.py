@@ -96,6 +96,13 @@ def _saver(tmp_path: Path, **options: Any) -> DurableSaver:
     return DurableSaver(sqlite=str(tmp_path / "local.sqlite"), signing_key=KEY, **options)
 
 
+def _hold_open(saver: DurableSaver, tier: str) -> None:
+    """Once this tier's breaker opens, no ordinary probe comes within the
+    test, however slow the machine: what a test sees of the tier is the
+    calls under test."""
+    saver._breakers[tier].backoff_first = saver._breakers[tier].backoff_max = 3600.0
+
+
 def _failures(saver: DurableSaver, tier: str) -> int:
     return saver._breakers[tier].stats(time.monotonic()).failures
 
@@ -121,6 +128,7 @@ def test_postgres_stalled_mid_run_redis_acknowledges(
     assert saver.lag().by_tier["postgres"] > 0  # owed, shipped once Postgres is back
     proxy.cut()  # drop the stalled connections for good: the saver was never to reuse them
     proxy.restore()
+    assert saver.health().tiers[-1].reachable  # probes now: the breaker's backoff may be long by now
     assert saver.drain(30).caught_up
     with DurableSaver(sqlite=None, postgres=proxied, signing_key=KEY) as replica:
         tup = replica.get_tuple({"configurable": {"thread_id": "stalled"}})
@@ -200,7 +208,7 @@ def test_first_run_of_a_new_saver_while_a_tier_refuses(
         metrics=lambda e: calls.append(e) if isinstance(e, TierCall) else None,
     )
     # No probe within the test: every attempt counted below is the first run's.
-    saver._breakers[refusing].backoff_first = 600.0
+    _hold_open(saver, refusing)
     out = _returns(_graph(saver), "first", face)
     assert not isinstance(out, BaseException), _why(out)
     assert out["n"] == STEPS
@@ -232,7 +240,7 @@ def test_redis_back_behind_its_open_breaker_takes_the_run_when_postgres_drops(
             tmp_path, redis=redis_server.url, redis_key_prefix=redis_prefix, postgres=proxied, connect_timeout=5
         )
         assert _returns(_graph(saver), "warm", face)["n"] == STEPS
-        saver._breakers["redis"].backoff_first = 600.0  # stays open for the rest of the test
+        _hold_open(saver, "redis")  # once open, it stays open for the rest of the test
         redis_server.kill()
         assert _returns(_graph(saver), "redis-down", face)["n"] == STEPS
         assert saver._breakers["redis"].state == "open"
@@ -251,8 +259,9 @@ def test_redis_back_behind_its_open_breaker_takes_the_run_when_postgres_drops(
 
 def test_an_open_breaker_allows_one_early_probe_per_opening() -> None:
     """`Breaker.allow_early`: once the breaker opened, one call may go before
-    the backoff has passed (a caller with no other tier left); not a second
-    one while the tier stays down, and again once it closed and reopened."""
+    the backoff has passed (a caller with no other tier left), and others
+    while it is out; none once it failed while the tier stays down, and
+    again once the breaker closed and reopened."""
     from langgraph_durable.breaker import Breaker
 
     b = Breaker("redis", backoff_first=600.0)
@@ -260,7 +269,7 @@ def test_an_open_breaker_allows_one_early_probe_per_opening() -> None:
     b.failed(0.0, "refused")
     assert not b.allow(1.0)  # the backoff holds ordinary calls
     assert b.allow_early(1.0) and b.state == "half_open"
-    assert not b.allow_early(1.1)  # a probe is out
+    assert b.allow_early(1.1)  # a probe is out: a caller with nowhere else to go tries too
     b.failed(1.2, "refused")
     assert b.state == "open" and not b.allow_early(1.3)  # spent in this outage
     b.succeeded(700.0, 0.001)  # a probe after the backoff: back
