@@ -131,7 +131,9 @@ def test_redis_killed_for_ten_runs(
                 postgres=postgres_url) as replica:  # fmt: skip
         assert [_latest_n(replica, t) for t in threads] == [STEPS] * RUNS
         replica.repair()  # refills what Redis lost before the kill
-    with _saver(tmp_path, None, redis=private_redis.url, redis_key_prefix=redis_prefix) as redis_only:
+    # Redis alone cannot reach the store's own key, which Postgres keeps: given it.
+    key = saver._codec.key
+    with _saver(tmp_path, None, redis=private_redis.url, redis_key_prefix=redis_prefix, signing_key=key) as redis_only:
         assert [_latest_n(redis_only, t) for t in threads] == [STEPS] * RUNS
     saver.close()
 
@@ -233,6 +235,9 @@ def test_shared_mode_fails_only_when_no_shared_tier_answers(
 ) -> None:
     proxy, proxied = postgres_proxy
     saver = _saver(tmp_path, redis=private_redis.url, postgres=proxied)
+    # A replica that has started once (it has the store's key: a brand-new one
+    # cannot start while Postgres, which keeps the key, is cut off).
+    saver.setup()
     graph = loop_graph(STEPS).compile(checkpointer=saver)
     private_redis.kill()
     proxy.cut()
@@ -475,11 +480,12 @@ def test_sigterm_drains_before_the_process_stops(
     import sys
 
     proxy, proxied = postgres_proxy
-    # Schema first, so the worker starts with Postgres reachable once.
-    with DurableSaver(sqlite=None, postgres=postgres_url) as schema:
+    # The worker's local file was set up once with Postgres reachable (the
+    # schema, and its copy of the store's key, which Postgres keeps).
+    local = tmp_path / "worker.sqlite"
+    with DurableSaver(sqlite=str(local), postgres=postgres_url) as schema:
         schema.setup()
     proxy.cut()
-    local = tmp_path / "worker.sqlite"
     proc = subprocess.Popen(
         [sys.executable, "-c", SIGTERM_WORKER, str(local), proxied],
         stdout=subprocess.PIPE,
@@ -558,10 +564,12 @@ def test_write_behind_loses_nothing_acknowledged_when_the_process_is_killed(
     import sys
 
     proxy, proxied = postgres_proxy
-    with DurableSaver(sqlite=None, postgres=postgres_url) as schema:
+    # Set up once with Postgres reachable: the schema, and the local copy of
+    # the store's key, which Postgres keeps.
+    local = tmp_path / "worker.sqlite"
+    with DurableSaver(sqlite=str(local), postgres=postgres_url) as schema:
         schema.setup()
     proxy.cut()
-    local = tmp_path / "worker.sqlite"
     root = Path(__file__).parent.parent
     proc = subprocess.Popen(
         [sys.executable, "-c", KILLED_WORKER, str(local), proxied],
