@@ -185,11 +185,14 @@ class DevServer:
 
 @contextlib.asynccontextmanager
 async def tier_savers(sqlite: str, redis_prefix: str, postgres: str) -> AsyncIterator[dict[str, DurableSaver]]:
-    """One saver per tier, each reading that tier alone."""
+    """One saver per tier, each reading that tier alone (Redis given the
+    store's own key, which Postgres keeps)."""
+    far = DurableSaver(sqlite=None, postgres=postgres)
+    await far.asetup()
     savers = {
         "sqlite": DurableSaver(sqlite=sqlite),
-        "redis": DurableSaver(sqlite=None, redis=REDIS_URL, redis_key_prefix=redis_prefix),
-        "postgres": DurableSaver(sqlite=None, postgres=postgres),
+        "redis": DurableSaver(sqlite=None, redis=REDIS_URL, redis_key_prefix=redis_prefix, signing_key=far._codec.key),
+        "postgres": far,
     }
     try:
         yield savers
