@@ -92,12 +92,24 @@ def test_functional_api_task_results_come_back_as_models(make_saver: Any, tiers:
     assert out["qty"] == 3 and out["answer"] == "go"
 
 
-def test_the_same_types_as_postgres_saver_in_a_new_process(make_saver: Any, postgres_url: str, tmp_path: Path) -> None:
-    """Resume in another process, as after an OOM kill: DurableSaver on every
-    tier and PostgresSaver alone hand back the same types."""
-    with make_saver("sqlite+redis+postgres") as saver:
+@pytest.mark.parametrize("tiers", CONFIGS)
+@pytest.mark.parametrize("key", [None, "k" * 32], ids=["no-key", "key"])
+def test_the_same_types_as_postgres_saver_in_a_new_process(
+    make_saver: Any, postgres_url: str, tmp_path: Path, tiers: str, key: str | None
+) -> None:
+    """Resume in another process, as after an OOM kill: DurableSaver on each
+    tier configuration and PostgresSaver alone hand back the same types."""
+    with make_saver(tiers, signing_key=key) as saver:
         run_to_interrupt(saver, "t")
-        prefix = saver.redis_key_prefix
+        options = {
+            "sqlite": saver.sqlite_path
+            if tiers == "sqlite"
+            else (str(tmp_path / "fresh.sqlite") if "sqlite" in tiers else None),
+            "redis": saver.redis_url,
+            "redis_key_prefix": saver.redis_key_prefix,
+            "postgres": saver.postgres_url,
+            "signing_key": key,
+        }
     with PostgresSaver.from_conn_string(postgres_url) as stock:
         stock.setup()
         run_to_interrupt(stock, "stock")  # type: ignore[arg-type]
@@ -111,8 +123,7 @@ def test_the_same_types_as_postgres_saver_in_a_new_process(make_saver: Any, post
         def kinds(out):
             return sorted((k, type(v).__name__) for k, v in out.items() if k in typed_state.EXPECTED)
 
-        with DurableSaver(sqlite={str(tmp_path / "fresh.sqlite")!r}, redis={REDIS_URL!r},
-                          redis_key_prefix={prefix!r}, postgres={postgres_url!r}) as saver:
+        with DurableSaver(**{options!r}) as saver:
             ours = typed_state.build().compile(checkpointer=saver).invoke(
                 Command(resume="yes"), {{"configurable": {{"thread_id": "t"}}}})
         with PostgresSaver.from_conn_string({postgres_url!r}) as stock:
