@@ -348,24 +348,34 @@ def test_postgres_restored_from_an_older_backup_is_detected_and_repaired(make_sa
 # -- planted records and the serializer ----------------------------------------------------
 
 
-def test_a_planted_record_never_executes_code_without_a_signing_key(make_saver: Any, tmp_path: Path) -> None:
-    marker = tmp_path / "pwned"
-    with make_saver("redis+postgres") as saver:
-        config = saver.put(
-            generate_config("t"),
-            generate_checkpoint(channel_values={"v": "real"}) | {"channel_versions": {"v": 1}},
-            generate_metadata(),
-            {"v": 1},
-        )
+def _one_checkpoint(saver: DurableSaver) -> Any:
+    return saver.put(
+        generate_config("t"),
+        generate_checkpoint(channel_values={"v": "real"}) | {"channel_versions": {"v": 1}},
+        generate_metadata(),
+        {"v": 1},
+    )
+
+
+def _plant_os_system(saver: DurableSaver, marker: Path) -> None:
+    """Replace thread t's channel value in Redis and Postgres with an unsigned
+    record (its plain checksum verifies) that would call os.system."""
     payload = ormsgpack.packb(
         ormsgpack.Ext(EXT_CONSTRUCTOR_SINGLE_ARG, ormsgpack.packb(("os", "system", f"touch {marker}")))
     )
-    envelope = seal(blob_context("t", "", "v", "1"), "msgpack", payload)  # the unkeyed checksum verifies
+    envelope = seal(blob_context("t", "", "v", "1"), "msgpack", payload)
     r = _redis()
     r.hset(f"{saver.redis_key_prefix}:{{t}}:blob", f"{SEP}v{SEP}1", envelope)
     r.close()
     with _pg(saver) as conn:
         conn.execute("UPDATE lgd_blobs SET record = %s WHERE thread_id = 't'", (envelope,))
+
+
+def test_a_planted_record_never_executes_code_without_a_signing_key(make_saver: Any, tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    with make_saver("redis+postgres") as saver:
+        config = _one_checkpoint(saver)
+    _plant_os_system(saver, marker)
     with make_saver("redis+postgres") as saver:
         # Every record is sealed with the store's key: the planted one fails
         # verification in both tiers, so nothing is decoded, let alone called.
@@ -382,21 +392,8 @@ def test_a_planted_record_in_a_store_written_unsigned_executes_nothing(make_save
     marker = tmp_path / "pwned"
     with make_saver("redis+postgres") as saver:
         saver._store_key = False  # how such a store was written
-        config = saver.put(
-            generate_config("t"),
-            generate_checkpoint(channel_values={"v": "real"}) | {"channel_versions": {"v": 1}},
-            generate_metadata(),
-            {"v": 1},
-        )
-    payload = ormsgpack.packb(
-        ormsgpack.Ext(EXT_CONSTRUCTOR_SINGLE_ARG, ormsgpack.packb(("os", "system", f"touch {marker}")))
-    )
-    envelope = seal(blob_context("t", "", "v", "1"), "msgpack", payload)  # the unkeyed checksum verifies
-    r = _redis()
-    r.hset(f"{saver.redis_key_prefix}:{{t}}:blob", f"{SEP}v{SEP}1", envelope)
-    r.close()
-    with _pg(saver) as conn:
-        conn.execute("UPDATE lgd_blobs SET record = %s WHERE thread_id = 't'", (envelope,))
+        config = _one_checkpoint(saver)
+    _plant_os_system(saver, marker)
     with make_saver("redis+postgres") as saver:
         with pytest.raises(UndecodableRecord, match=r"os\.system"):
             saver.get_tuple(config)  # strict: refused loudly, never the plain data in its place
