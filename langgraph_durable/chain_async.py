@@ -249,7 +249,8 @@ class AsyncTierChain:
         copy, so a restart works while the system of record is down.
 
         A store that already holds unsigned records keeps accepting them,
-        decoded with the strict allowlist, until `repair` re-seals them. A
+        decoded with the strict allowlist, until `repair` re-seals them (only
+        those that decode strictly, unless ``permissive_decoding``). A
         store sealed with a key of the user's gets no store key: the key
         check then says which key it needs.
 

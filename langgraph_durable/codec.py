@@ -534,9 +534,10 @@ class RecordCodec:
             if unsigned and loader is self.strict_loader:
                 why = (
                     "it was stored without a signing key, so only LangGraph's allowlisted types are rebuilt from "
-                    "it (anyone who can write to Redis or Postgres can plant such a record). Seal the store: run "
-                    "`langgraph-durable repair` (it re-seals old records with the store's key), or pass "
-                    "signing_key=, or allow the types: serde=JsonPlusSerializer(allowed_msgpack_modules=[...])."
+                    "it (anyone who can write to Redis or Postgres can plant such a record). If this store's "
+                    "unsigned records were written by your application alone, seal them once with the store's "
+                    "key: DurableSaver(..., permissive_decoding=True).repair(). Else allow the types: "
+                    "serde=JsonPlusSerializer(allowed_msgpack_modules=[...])."
                 )
             else:
                 why = (

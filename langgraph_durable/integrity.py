@@ -181,6 +181,10 @@ class ScanReport:
     missing: list[BadCopy] = field(default_factory=list)
     # Intact records still sealed with an older signing key; `repair` re-seals them.
     resealed: int = 0
+    # Intact records still sealed with an older key that `repair` left so,
+    # because they do not decode as written (see `undecodable`): the store
+    # keeps accepting that key while any is left.
+    not_resealed: int = 0
     # Intact records (they verify) that this reader's serde cannot decode: an
     # encrypted store read without its serializer, a type the allowlist
     # blocks. Left exactly as they are; each says what it needs.

@@ -235,8 +235,11 @@ class DurableSaver(BaseCheckpointSaver[str]):
             default such records, when read through a shared tier, are
             decoded with LangGraph's strict msgpack allowlist, so one planted
             in a shared tier cannot construct arbitrary objects; a type the
-            allowlist blocks raises `UndecodableRecord` (never a plain dict)
-            until ``langgraph-durable repair`` re-seals them with the key.
+            allowlist blocks raises `UndecodableRecord` (never a plain dict).
+            `repair` re-seals with the key only the unsigned records that
+            decode strictly; to re-seal the others, once, when you know the
+            store's unsigned records were written by your application alone,
+            run ``repair()`` on a saver with ``permissive_decoding=True``.
         redis_key_prefix: prefix of every Redis key this saver writes.
         redis_cluster: None (default) asks the server at setup whether it is
             a Redis Cluster node (``INFO cluster``) and, if so, uses redis-py's

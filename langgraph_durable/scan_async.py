@@ -57,7 +57,13 @@ class AsyncScanner:
             await self._ledger(t, report, repair=repair)
             if progress is not None:
                 progress(done, len(threads))
-        if repair and thread_id is None and not report.unrestorable and len(self.codec.keys) > 1:
+        if (
+            repair
+            and thread_id is None
+            and not report.unrestorable
+            and not report.not_resealed
+            and len(self.codec.keys) > 1
+        ):
             # Everything verifies under the current key now: replicas that
             # only have it may open the store.
             for tier in self.tiers:
@@ -138,6 +144,7 @@ class AsyncScanner:
             for kind, rows in (("checkpoint", records.checkpoints), ("blob", records.blobs), ("write", records.writes)):
                 for row in rows:
                     report.copies_checked += 1
+                    clean = True  # decoded as written: only such a copy is ever re-sealed
                     try:
                         decoded = self._decode(kind, row)
                     except BadRecord as exc:
@@ -146,12 +153,15 @@ class AsyncScanner:
                         continue
                     except UndecodableRecord as exc:
                         # Intact: never bad, never moved. A value is still copied
-                        # or re-sealed as bytes; a checkpoint, whose versions a
-                        # repair would need, is left alone.
+                        # as bytes to a tier that lacks it; a checkpoint, whose
+                        # versions a repair would need, is left alone. Never
+                        # re-sealed: an unsigned record whose types the strict
+                        # allowlist blocks may be one planted in a shared tier,
+                        # and sealing it with the key would make it trusted.
                         report.undecodable.append(f"{tier.name}: {exc}")
                         if kind == "checkpoint":
                             continue
-                        decoded = None
+                        decoded, clean = None, False
                     identity = record_identity(kind, row)
                     if isinstance(row, CheckpointRow):  # copied with the columns its record vouches for
                         row = with_verified_metadata(row, decoded[1])
@@ -159,7 +169,10 @@ class AsyncScanner:
                     intact.setdefault(identity, (kind, row))
                     held_intact.setdefault(identity, set()).add(tier.name)
                     if self.codec.sealed_with_old_key(row.context, row.envelope):
-                        old_key.append((tier, kind, row))
+                        if clean:
+                            old_key.append((tier, kind, row))
+                        else:
+                            report.not_resealed += 1
         for tier, row, copy in bad:
             report.bad.append(copy)
             if not repair:
@@ -258,6 +271,8 @@ class AsyncScanner:
                     bad.append((tier, BadCopy(tier.name, "ledger", t, "", f"action {key}", exc.reason)))
                 except UndecodableRecord as exc:
                     report.undecodable.append(f"{tier.name}: {exc}")
+                    if self.codec.sealed_with_old_key(ledger_context(t, key), envelope):
+                        report.not_resealed += 1
             report.bad.extend(copy for _, copy in bad)
             if not good:
                 if repair:

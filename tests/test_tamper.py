@@ -399,6 +399,16 @@ def test_a_planted_record_in_a_store_written_unsigned_executes_nothing(make_save
             saver.get_tuple(config)  # strict: refused loudly, never the plain data in its place
         assert saver.quarantined("t") == []  # it verifies: not damage
     assert not marker.exists()
+    # repair does not seal it with the store's key (it would then be trusted and decoded as is).
+    with make_saver("redis+postgres") as saver:
+        report = saver.repair()
+        assert report.undecodable and report.bad == []
+        with pytest.raises(UndecodableRecord, match=r"os\.system"):
+            saver.get_tuple(config)
+    with make_saver("redis+postgres") as saver:
+        with pytest.raises(UndecodableRecord, match=r"os\.system"):
+            saver.get_tuple(config)
+    assert not marker.exists()
     # The option that restores LangGraph's permissive default does what it says.
     with make_saver("redis+postgres", permissive_decoding=True) as permissive:
         permissive.get_tuple(config)
