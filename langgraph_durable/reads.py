@@ -201,6 +201,16 @@ class TierReader:
             # something the shared tiers lost. It goes too.
             self._repair([local], lambda t: t.delete_checkpoint(thread_id, ns, cid))
             return None
+        far = self.tiers[-1]
+        if not only_local and far is not local and far in lacking and self._deleted(thread_id, ns, cid, [far]):
+            # The system of record lacks it and recorded its deletion, and this
+            # saver's journal does not owe it: a shared tier that still holds
+            # it missed the deletion (down while it ran, or restored from a
+            # snapshot taken before it). Served, it would be copied back into
+            # the system of record and the thread would come back for good.
+            holders = [t for t, row in copies if row is not None]
+            self._repair(holders, lambda t: t.delete_checkpoint(thread_id, ns, cid))
+            return None
         for incident in bad:
             incident.served = f"intact copy from {source.name}"
         incidents.extend(bad)

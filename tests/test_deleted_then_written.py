@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
 
 from langgraph_durable import DurableSaver
@@ -262,3 +263,43 @@ async def test_a_copy_onto_a_deleted_thread_leaves_another_replicas_stale_copies
         assert by_id == [None] * len(stale)
         for name, held in _shared_ids(a, "dst").items():
             assert not held & set(stale), name
+
+
+@pytest.mark.parametrize("tiers", ["redis+postgres", "sqlite+redis+postgres"])
+@pytest.mark.parametrize("face", ["sync", "async"])
+async def test_a_redis_restored_from_before_the_deletion_does_not_bring_the_thread_back(
+    make_saver: Any, tiers: str, face: str
+) -> None:
+    """Redis restarts from a snapshot taken before `delete_thread` (or was
+    down while it ran): it holds the thread again, Postgres, the system of
+    record, lacks it and recorded the deletion. No replica serves it, and it
+    is not copied back into Postgres."""
+    import redis as redis_lib
+
+    from .conftest import REDIS_URL
+
+    with make_saver(tiers) as saver:
+        saver.put(
+            {"configurable": {"thread_id": "gone", "checkpoint_ns": ""}},
+            empty_checkpoint(),
+            {"source": "input", "step": -1},
+            {},
+        )
+        prefix = saver.redis_key_prefix
+        client = redis_lib.Redis.from_url(REDIS_URL)
+        snapshot = {k: client.dump(k) for k in client.scan_iter(match=f"{prefix}:{{gone}}:*")}
+        assert snapshot
+        saver.delete_thread("gone")
+        for key, value in snapshot.items():  # the old snapshot comes back
+            client.restore(key, 0, value, replace=True)
+        client.close()
+    config = {"configurable": {"thread_id": "gone"}}
+    with make_saver(tiers, sqlite_name="other.sqlite") as replica:
+        if face == "sync":
+            assert replica.get_tuple(config) is None
+            assert list(replica.list(config)) == []
+        else:
+            assert await replica.aget_tuple(config) is None
+            assert [t async for t in replica.alist(config)] == []
+    with make_saver("postgres") as far:
+        assert far.get_tuple(config) is None
