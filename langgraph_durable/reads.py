@@ -44,7 +44,7 @@ from langgraph.checkpoint.base import CheckpointTuple, PendingWrite
 from .codec import RecordCodec, assemble_tuple, version_key
 from .concurrency import maybe_await, run_all
 from .deltas import MSGPACK_TAG, DeltaMemo, Last, Piece, whole_payload
-from .errors import CorruptCheckpoint, DurableError, TierUnavailable
+from .errors import CorruptCheckpoint, DurableError, TierUnavailable, UndecodableRecord
 from .guard import overlap
 from .integrity import CorruptionEvent, Incident, IntegrityPolicy, Unusable
 from .ledger import LedgerEntry, newest_entry
@@ -170,6 +170,9 @@ class TierReader:
         good: tuple[Tier, Found] | None = None
         lacking: list[Tier] = []
         bad: list[Incident] = []
+        # An intact copy this reader cannot decode is neither served nor
+        # damage; another tier's copy may decode (`UndecodableRecord`).
+        undecodable: UndecodableRecord | None = None
         # Farthest first: with equal verifying copies, the system of record's.
         for tier, row in reversed(copies):
             if row is None:
@@ -182,8 +185,14 @@ class TierReader:
                     Incident(tier, "checkpoint", thread_id, ns, f"checkpoint {cid}", exc.reason, row.envelope, row=row)
                 )
                 continue
+            except UndecodableRecord as exc:
+                undecodable = undecodable or exc
+                continue
             if good is None:
                 good = (tier, (row, checkpoint, metadata))
+        if good is None and undecodable is not None:
+            incidents.extend(bad)
+            raise undecodable
         if good is None:
             if bad:
                 keep = self._identical(bad)
@@ -366,6 +375,7 @@ class TierReader:
         missing = list(dict.fromkeys(keys))
         lacking: list[Tier] = []
         bad: dict[BlobKey, list[Incident]] = defaultdict(list)
+        undecodable: dict[BlobKey, UndecodableRecord] = {}
         for tier in self.tiers:
             if not missing:
                 break
@@ -382,6 +392,8 @@ class TierReader:
                 except BadRecord as exc:
                     label = f"channel {key[0]} @ {key[1]}"
                     bad[key].append(Incident(tier, "blob", thread_id, ns, label, exc.reason, brow.envelope, row=brow))
+                except UndecodableRecord as exc:
+                    undecodable.setdefault(key, exc)  # intact: another tier's copy may decode
             fix = [t for t in lacking if t not in copied_later]
             fix += [i.tier for key in rows if key in found for i in bad.get(key, []) if i.tier is not tier]
             if good:
@@ -395,6 +407,9 @@ class TierReader:
             else:
                 self._identical(key_incidents)
             incidents.extend(key_incidents)
+        for key, exc in undecodable.items():
+            if key not in found:
+                raise exc
         return found
 
     def writes(
@@ -431,6 +446,7 @@ class TierReader:
         for key, held in holders.items():
             good: tuple[Tier, WriteRow, PendingWrite] | None = None
             bad: list[Incident] = []
+            undecodable: UndecodableRecord | None = None
             for tier, w in held:
                 try:
                     decoded = self.codec.decode_write(w)
@@ -438,8 +454,14 @@ class TierReader:
                     label = f"write {w.task_id}/{w.idx} of checkpoint {w.checkpoint_id}"
                     bad.append(Incident(tier, "write", thread_id, ns, label, exc.reason, w.envelope, row=w))
                     continue
+                except UndecodableRecord as exc:
+                    undecodable = undecodable or exc  # intact: another tier's copy may decode
+                    continue
                 if good is None:
                     good = (tier, w, decoded)
+            if good is None and undecodable is not None:
+                incidents.extend(bad)
+                raise undecodable
             if good is None:
                 self._identical(bad)
                 for incident in bad:

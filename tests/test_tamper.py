@@ -357,8 +357,8 @@ def _one_checkpoint(saver: DurableSaver) -> Any:
     )
 
 
-def _plant_os_system(saver: DurableSaver, marker: Path) -> None:
-    """Replace thread t's channel value in Redis and Postgres with an unsigned
+def _plant_os_system(saver: DurableSaver, marker: Path, *, postgres: bool = True) -> None:
+    """Replace thread t's channel value in Redis (and Postgres) with an unsigned
     record (its plain checksum verifies) that would call os.system."""
     payload = ormsgpack.packb(
         ormsgpack.Ext(EXT_CONSTRUCTOR_SINGLE_ARG, ormsgpack.packb(("os", "system", f"touch {marker}")))
@@ -367,8 +367,9 @@ def _plant_os_system(saver: DurableSaver, marker: Path) -> None:
     r = _redis()
     r.hset(f"{saver.redis_key_prefix}:{{t}}:blob", f"{SEP}v{SEP}1", envelope)
     r.close()
-    with _pg(saver) as conn:
-        conn.execute("UPDATE lgd_blobs SET record = %s WHERE thread_id = 't'", (envelope,))
+    if postgres:
+        with _pg(saver) as conn:
+            conn.execute("UPDATE lgd_blobs SET record = %s WHERE thread_id = 't'", (envelope,))
 
 
 def test_a_planted_record_never_executes_code_without_a_signing_key(make_saver: Any, tmp_path: Path) -> None:
@@ -383,6 +384,27 @@ def test_a_planted_record_never_executes_code_without_a_signing_key(make_saver: 
             saver.get_tuple(config)
         with make_saver("redis+postgres", permissive_decoding=True) as permissive, pytest.raises(CorruptCheckpoint):
             permissive.get_tuple(config)  # only records that verify unsigned are decoded permissively
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("face", ["sync", "async"])
+async def test_an_undecodable_copy_in_one_tier_is_read_around(make_saver: Any, tmp_path: Path, face: str) -> None:
+    """In a store written unsigned, a record planted in Redis alone verifies
+    but does not decode strictly: the read takes Postgres's copy, which does,
+    instead of failing, and nothing is built from the planted one."""
+    marker = tmp_path / "pwned"
+    with make_saver("redis+postgres") as saver:
+        saver._store_key = False  # how such a store was written
+        config = _one_checkpoint(saver)
+    _plant_os_system(saver, marker, postgres=False)
+    saver = make_saver("redis+postgres")
+    if face == "sync":
+        with saver:
+            value = saver.get_tuple(config).checkpoint["channel_values"]["v"]
+    else:
+        async with saver:
+            value = (await saver.aget_tuple(config)).checkpoint["channel_values"]["v"]
+    assert value == "real"
     assert not marker.exists()
 
 
