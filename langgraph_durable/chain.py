@@ -265,7 +265,8 @@ class TierChain:
         The local file alone (a saver or command given only ``sqlite=``)
         uses the copy of the key it holds, if any: it never creates one."""
         authority = self.shared[-1] if self.shared else None
-        text = authority.read_meta(STORE_KEY_META) if authority in up and authority is not None else None
+        far = authority.read_meta(STORE_KEY_META) if authority in up and authority is not None else None
+        text = far
         if text is None and self.local is not None and self.local in up:
             text = self.local.read_meta(STORE_KEY_META)
         if authority is None and text is None:
@@ -290,6 +291,11 @@ class TierChain:
             if recorded - {"unsigned"} or self.read_only:
                 return  # sealed with a key of the user's (the key check says so), or only looking
             text = authority.create_meta(STORE_KEY_META, base64.b64encode(os.urandom(32)).decode())
+        elif far is None and authority in up and authority is not None and not self.read_only:
+            # The system of record lost the key this replica keeps a copy of
+            # (a Redis that evicted or was flushed): put it back, before a new
+            # replica finds none and creates another one.
+            text = authority.create_meta(STORE_KEY_META, text)
         key = base64.b64decode(text)
         self.codec.ring.adopt(key, unsigned_too="unsigned" in recorded)
         if self.local is not None and self.local in up and not self.read_only:

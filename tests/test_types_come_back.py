@@ -301,3 +301,26 @@ async def test_an_encrypted_store_on_the_async_face(make_saver: Any, tiers: str)
     async with make_saver(tiers, serde=encrypted()) as app:
         state = await typed_state.build().compile(checkpointer=app).aget_state({"configurable": {"thread_id": "t"}})
         assert_typed(state.values)
+
+
+def test_a_store_key_the_system_of_record_lost_is_put_back(make_saver: Any) -> None:
+    """Redis as the system of record (no Postgres) loses its meta hash (evicted,
+    flushed): a replica with the local copy of the key puts it back, so a new
+    replica seals and reads with the same key rather than creating another."""
+    from langgraph_durable.tiers.base import KEYS_META
+
+    with make_saver("sqlite+redis") as first:
+        run_to_interrupt(first, "t")
+        key = first._codec.key
+        far = first._sync_chain().shared[-1]
+        far.write_meta(STORE_KEY_META, None)
+        far.write_meta(KEYS_META, None)
+    with make_saver("sqlite+redis") as again:  # the same local file: it keeps a copy
+        again.setup()
+        assert again._codec.key == key
+    with make_saver("sqlite+redis", sqlite_name="new.sqlite") as fresh:
+        fresh.setup()
+        assert fresh._codec.key == key
+        assert_typed(
+            typed_state.build().compile(checkpointer=fresh).get_state({"configurable": {"thread_id": "t"}}).values
+        )
