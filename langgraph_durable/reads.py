@@ -407,9 +407,9 @@ class TierReader:
             else:
                 self._identical(key_incidents)
             incidents.extend(key_incidents)
-        for key, exc in undecodable.items():
+        for key, refused in undecodable.items():
             if key not in found:
-                raise exc
+                raise refused
         return found
 
     def writes(

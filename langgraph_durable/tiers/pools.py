@@ -78,38 +78,44 @@ class AsyncConnectionPool(_AsyncConnectionPool):
 
 class Watch:
     """One call on one connection, watched by `Watchdog`: `fired` once the
-    call outlived its time and the connection's socket was shut down."""
+    call outlived its time and the connection's socket was shut down.
 
-    __slots__ = ("conn", "deadline", "done", "fired", "lock")
+    The socket is duplicated when the watch is armed and the duplicate is
+    what gets shut down: libpq may close its own descriptor meanwhile (a
+    connection the server dropped), and that number may then be reused by
+    another connection of the process, which a late `fire` must not touch.
+    The duplicate keeps the very socket of this call, whatever the number."""
+
+    __slots__ = ("deadline", "done", "fired", "lock", "sock")
 
     def __init__(self, conn: Any, deadline: float) -> None:
-        self.conn = conn
         self.deadline = deadline
         self.done = False
         self.fired = False
         self.lock = threading.Lock()
+        self.sock: socket.socket | None = None
+        with contextlib.suppress(Exception):  # closed already: nothing will block on it
+            self.sock = socket.socket(fileno=os.dup(conn.pgconn.socket))
 
     def end(self) -> None:
         """The call is over: the watchdog leaves the connection alone."""
         with self.lock:
             self.done = True
+            if self.sock is not None:
+                self.sock.close()  # the duplicate only; libpq's descriptor stays open
+                self.sock = None
 
     def fire(self) -> None:
         with self.lock:
-            if self.done:
+            if self.done or self.sock is None:
                 return  # ended meanwhile: the connection is healthy, maybe back in the pool
             self.fired = True
-            try:
-                fd = self.conn.pgconn.socket
-            except Exception:  # closed already: nothing blocks on it
-                return
-            # libpq owns the descriptor; shut the socket down through a
-            # duplicate. A cancel request would not reach a server that
-            # stopped reading, and a blocked call waits on a socket that
-            # still acks at TCP level; shutdown makes its read return at
-            # once (end of file) and the call raise.
-            with contextlib.suppress(OSError), socket.socket(fileno=os.dup(fd)) as dup:
-                dup.shutdown(socket.SHUT_RDWR)
+            # A cancel request would not reach a server that stopped reading,
+            # and a blocked call waits on a socket that still acks at TCP
+            # level; shutdown makes its read return at once (end of file) and
+            # the call raise.
+            with contextlib.suppress(OSError):
+                self.sock.shutdown(socket.SHUT_RDWR)
 
 
 class Watchdog:
