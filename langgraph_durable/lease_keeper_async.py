@@ -61,6 +61,9 @@ from .validation import RUNTIME_KEY
 
 logger = logging.getLogger("langgraph_durable")
 
+# Locks that serialize a thread's lease moves (`_moving`), chosen by thread id.
+MOVE_LOCK_STRIPES = 64
+
 
 class AsyncLeaseKeeper:
     """Takes, checks and gives back the writer leases of one saver's threads."""
@@ -73,9 +76,11 @@ class AsyncLeaseKeeper:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._to_release: set[Lease] = set()
         self._releasing: set[asyncio.Task[bool]] = set()
-        # One lease move at a time: a run's concurrent writes (a step's
-        # put_writes and the previous put) meet the same outage together.
-        self._moving = ALock()
+        # One lease move at a time per thread: a run's concurrent writes (a
+        # step's put_writes and the previous put) meet the same outage
+        # together. Striped, so runs of other threads do not wait behind one
+        # thread's move (each may wait out a tier's timeout during an outage).
+        self._moving = [ALock() for _ in range(MOVE_LOCK_STRIPES)]
         ensure_deferred_worker()
 
     # -- runs -----------------------------------------------------------------------
@@ -265,7 +270,7 @@ class AsyncLeaseKeeper:
                     raise
                 # The lease's tier went down under the run: move the lease to
                 # the next tier up (nothing was written) and carry on.
-                async with self._moving:
+                async with self._moving[hash(thread_id) % MOVE_LOCK_STRIPES]:
                     old = self.book.held(thread_id)
                     if old is not None and old.tier != fence.tier and of_run:
                         # Another write of this run moved it meanwhile.
