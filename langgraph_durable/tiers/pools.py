@@ -78,44 +78,44 @@ class AsyncConnectionPool(_AsyncConnectionPool):
 
 class Watch:
     """One call on one connection, watched by `Watchdog`: `fired` once the
-    call outlived its time and the connection's socket was shut down.
+    call outlived its time and the connection's socket was shut down."""
 
-    The socket is duplicated when the watch is armed and the duplicate is
-    what gets shut down: libpq may close its own descriptor meanwhile (a
-    connection the server dropped), and that number may then be reused by
-    another connection of the process, which a late `fire` must not touch.
-    The duplicate keeps the very socket of this call, whatever the number."""
-
-    __slots__ = ("deadline", "done", "fired", "lock", "sock")
+    __slots__ = ("conn", "deadline", "done", "fd", "fired", "lock")
 
     def __init__(self, conn: Any, deadline: float) -> None:
+        self.conn = conn
         self.deadline = deadline
         self.done = False
         self.fired = False
         self.lock = threading.Lock()
-        self.sock: socket.socket | None = None
+        # The descriptor of the call's socket, as it was when the call began.
+        self.fd = -1
         with contextlib.suppress(Exception):  # closed already: nothing will block on it
-            self.sock = socket.socket(fileno=os.dup(conn.pgconn.socket))
+            self.fd = conn.pgconn.socket
 
     def end(self) -> None:
         """The call is over: the watchdog leaves the connection alone."""
         with self.lock:
             self.done = True
-            if self.sock is not None:
-                self.sock.close()  # the duplicate only; libpq's descriptor stays open
-                self.sock = None
 
     def fire(self) -> None:
         with self.lock:
-            if self.done or self.sock is None:
+            if self.done or self.fd < 0:
                 return  # ended meanwhile: the connection is healthy, maybe back in the pool
+            try:
+                still = self.conn.pgconn.socket == self.fd and not self.conn.closed
+            except Exception:  # libpq closed it: nothing blocks on it any more
+                return
+            if not still:
+                return  # its descriptor is not this call's socket any more
             self.fired = True
-            # A cancel request would not reach a server that stopped reading,
-            # and a blocked call waits on a socket that still acks at TCP
-            # level; shutdown makes its read return at once (end of file) and
-            # the call raise.
-            with contextlib.suppress(OSError):
-                self.sock.shutdown(socket.SHUT_RDWR)
+            # libpq owns the descriptor; shut the socket down through a
+            # duplicate. A cancel request would not reach a server that
+            # stopped reading, and a blocked call waits on a socket that
+            # still acks at TCP level; shutdown makes its read return at
+            # once (end of file) and the call raise.
+            with contextlib.suppress(OSError), socket.socket(fileno=os.dup(self.fd)) as dup:
+                dup.shutdown(socket.SHUT_RDWR)
 
 
 class Watchdog:
@@ -128,6 +128,9 @@ class Watchdog:
         self._heap: list[tuple[float, int, Watch]] = []
         self._seq = itertools.count()
         self._thread: threading.Thread | None = None
+        # When the thread wakes next (None: when notified): an arm with a
+        # later deadline need not wake it, so a call costs no thread switch.
+        self._wakes_at: float | None = None
 
     def arm(self, conn: Any, seconds: float) -> Watch:
         watch = Watch(conn, time.monotonic() + seconds)
@@ -136,12 +139,11 @@ class Watchdog:
             # on top here, so the heap holds about the calls in flight.
             while self._heap and self._heap[0][2].done:
                 heapq.heappop(self._heap)
-            first = not self._heap or watch.deadline < self._heap[0][0]
             heapq.heappush(self._heap, (watch.deadline, next(self._seq), watch))
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="langgraph-durable-watchdog", daemon=True)
                 self._thread.start()
-            elif first:
+            elif self._wakes_at is None or watch.deadline < self._wakes_at:
                 self._cond.notify()
         return watch
 
@@ -155,7 +157,9 @@ class Watchdog:
                     if not watch.done:
                         due.append(watch)
                 if not due:
-                    self._cond.wait(self._heap[0][0] - now if self._heap else None)
+                    self._wakes_at = self._heap[0][0] if self._heap else None
+                    self._cond.wait(self._wakes_at - now if self._wakes_at is not None else None)
+                    self._wakes_at = now  # awake: the next arm need not notify until it sleeps again
             for watch in due:
                 watch.fire()
 
