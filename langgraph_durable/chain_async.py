@@ -263,16 +263,22 @@ class AsyncTierChain:
         The local file alone (a saver or command given only ``sqlite=``)
         uses the copy of the key it holds, if any: it never creates one."""
         authority = self.shared[-1] if self.shared else None
+        # The fingerprints first, then the key: a saver records a key's
+        # fingerprint only after it created or read that key, so a
+        # fingerprint seen here means the key is readable below. Read the
+        # other way round, a replica starting together with the one that
+        # creates the key could find no key, then its fingerprint, and take
+        # the store for one sealed with a key of the user's.
+        recorded: set[str] = set()
+        for tier in up:
+            value = await tier.read_meta(KEYS_META)
+            recorded.update(value.split(",") if value else ())
         far = await authority.read_meta(STORE_KEY_META) if authority in up and authority is not None else None
         text = far
         if text is None and self.local is not None and self.local in up:
             text = await self.local.read_meta(STORE_KEY_META)
         if authority is None and text is None:
             return  # SQLite alone, never shared: its own disk, unsigned as ever
-        recorded: set[str] = set()
-        for tier in up:
-            value = await tier.read_meta(KEYS_META)
-            recorded.update(value.split(",") if value else ())
         if not self.store_key:
             if text is not None and key_fingerprint(base64.b64decode(text)) in recorded:
                 self.codec.ring.accept(base64.b64decode(text))

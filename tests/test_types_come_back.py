@@ -324,3 +324,29 @@ def test_a_store_key_the_system_of_record_lost_is_put_back(make_saver: Any) -> N
         assert_typed(
             typed_state.build().compile(checkpointer=fresh).get_state({"configurable": {"thread_id": "t"}}).values
         )
+
+
+def test_replicas_starting_together_on_a_new_store_agree_on_one_key(make_saver: Any) -> None:
+    """Two replicas set up a new store at once: B is paused right after its
+    first read of Postgres' store-wide settings while A sets the store up
+    (creates the key, records its fingerprint). B then reads A's key; it does
+    not take the store for one sealed with a key of the user's (which it did
+    when it read the key before the fingerprints)."""
+    with make_saver("sqlite+redis+postgres", sqlite_name="a.sqlite") as a:
+        with make_saver("sqlite+redis+postgres", sqlite_name="b.sqlite") as b:
+            far = b._sync_chain().raw_shared[-1]
+            assert far.name == "postgres"
+            read_meta = far.read_meta
+            paused: list[str] = []
+
+            def read_then_let_a_in(key: str) -> Any:
+                value = read_meta(key)
+                if not paused:
+                    paused.append(key)
+                    a.setup()  # the other replica, in between B's reads
+                return value
+
+            far.read_meta = read_then_let_a_in
+            b.setup()
+            assert paused
+            assert a._codec.key and b._codec.key == a._codec.key
