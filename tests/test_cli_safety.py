@@ -73,13 +73,13 @@ def test_an_encrypted_store_through_every_read_command(
 ) -> None:
     sqlite = str(tmp_path / "local.sqlite") if "sqlite" in tiers else None
     redis = REDIS_URL if "redis" in tiers else None
-    with DurableSaver(
-        sqlite=sqlite,
-        redis=redis,
-        redis_key_prefix=redis_prefix,
-        postgres=postgres_url,
-        serde=typed_state.encrypted_serde(),
-    ) as app:
+    app_options: dict[str, Any] = {
+        "sqlite": sqlite,
+        "redis": redis,
+        "redis_key_prefix": redis_prefix,
+        "postgres": postgres_url,
+    }
+    with DurableSaver(**app_options, serde=typed_state.encrypted_serde()) as app:
         graph = typed_state.build().compile(checkpointer=app)
         graph.invoke({"log": []}, {"configurable": {"thread_id": "t"}})
         checkpoints = len(list(app.list({"configurable": {"thread_id": "t"}})))
@@ -105,13 +105,7 @@ def test_an_encrypted_store_through_every_read_command(
         if command == ["show", "t"]:
             assert doc["channel_values"]["item"] == {"id": "i1", "qty": 2}
     assert snapshot(postgres_url, redis_prefix if redis else None, sqlite) == before
-    with DurableSaver(
-        sqlite=sqlite,
-        redis=redis,
-        redis_key_prefix=redis_prefix,
-        postgres=postgres_url,
-        serde=typed_state.encrypted_serde(),
-    ) as app:
+    with DurableSaver(**app_options, serde=typed_state.encrypted_serde()) as app:
         assert app.quarantined() == []
         values = typed_state.build().compile(checkpointer=app).get_state({"configurable": {"thread_id": "t"}}).values
         assert values["order"] == typed_state.EXPECTED["order"]

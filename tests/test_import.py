@@ -54,14 +54,17 @@ def old_file(tmp_path: Path) -> Path:
     return path
 
 
-@pytest.fixture
-def new_file(tmp_path: Path) -> Path:
-    """A SqliteSaver file with today's format, made by running the graphs."""
-    path = tmp_path / "stock.sqlite"
+def populated_file(path: Path) -> Path:
+    """A SqliteSaver file at `path` with today's format, made by running the graphs."""
     conn = sqlite3.connect(path, check_same_thread=False)
     maker.populate(SqliteSaver(conn))
     conn.close()
     return path
+
+
+@pytest.fixture
+def new_file(tmp_path: Path) -> Path:
+    return populated_file(tmp_path / "stock.sqlite")
 
 
 def _stock_sqlite(path: Path) -> SqliteSaver:

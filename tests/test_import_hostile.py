@@ -31,7 +31,7 @@ from langgraph_durable import ConfigError, ImportConflict, cli
 from langgraph_durable.importing import ImportReport
 
 from . import hostile_payloads as hostile
-from .test_import import maker
+from .test_import import _stock_sqlite, maker, populated_file
 
 ESCAPE_THREAD = "esc\x1b[2Jape"
 
@@ -71,17 +71,23 @@ def _snapshot(saver: Any, thread_id: str) -> list[Any]:
     ]
 
 
+def _newest_root(conn: sqlite3.Connection, thread: str) -> tuple[str, Any]:
+    """The id and unpacked record of a SqliteSaver thread's newest root checkpoint."""
+    cid, blob = conn.execute(
+        "SELECT checkpoint_id, checkpoint FROM checkpoints WHERE thread_id = ? AND checkpoint_ns = '' "
+        "ORDER BY checkpoint_id DESC LIMIT 1",
+        (thread,),
+    ).fetchone()
+    return cid, hostile.unpacked(blob)
+
+
 def _plant_sqlite(clean: Path, hostile_path: Path, marker: Path, *, only_extensions: bool = False) -> dict[str, Any]:
     """A copy of `clean` with hostile rows; returns what was planted where.
     `only_extensions`: only the two msgpack extensions (no pickle, no odd ids)."""
     shutil.copy(clean, hostile_path)
     conn = sqlite3.connect(hostile_path)
     # The newest root checkpoint of "finished": a state value that runs a shell command.
-    cid, blob = conn.execute(
-        "SELECT checkpoint_id, checkpoint FROM checkpoints WHERE thread_id = 'finished' AND checkpoint_ns = '' "
-        "ORDER BY checkpoint_id DESC LIMIT 1"
-    ).fetchone()
-    checkpoint = hostile.unpacked(blob)
+    cid, checkpoint = _newest_root(conn, "finished")
     checkpoint["channel_values"]["n"] = hostile.runs_shell(f"touch {marker}")
     conn.execute(
         "UPDATE checkpoints SET checkpoint = ? WHERE thread_id = 'finished' AND checkpoint_ns = '' AND checkpoint_id = ?",
@@ -213,11 +219,7 @@ def test_allow_names_a_type_the_import_may_build(clean_file: Path, tmp_path: Pat
     path = tmp_path / "own-type.sqlite"
     shutil.copy(clean_file, path)
     conn = sqlite3.connect(path)
-    cid, blob = conn.execute(
-        "SELECT checkpoint_id, checkpoint FROM checkpoints WHERE thread_id = 'resumed' AND checkpoint_ns = '' "
-        "ORDER BY checkpoint_id DESC LIMIT 1"
-    ).fetchone()
-    checkpoint = hostile.unpacked(blob)
+    cid, checkpoint = _newest_root(conn, "resumed")
     checkpoint["channel_values"]["extra"] = hostile.calls_record("allowed")
     conn.execute("UPDATE checkpoints SET checkpoint = ? WHERE checkpoint_id = ?", (hostile.packed(checkpoint), cid))
     conn.commit()
@@ -319,33 +321,25 @@ async def test_a_hostile_postgres_database_through_the_async_face(
 @pytest.fixture
 def other_file(tmp_path: Path) -> Path:
     """The same thread ids as `clean_file`, another history (other checkpoint ids)."""
-    path = tmp_path / "other.sqlite"
-    conn = sqlite3.connect(path, check_same_thread=False)
-    maker.populate(SqliteSaver(conn))
-    conn.close()
-    return path
-
-
-def _stock(path: Path) -> SqliteSaver:
-    return SqliteSaver(sqlite3.connect(path, check_same_thread=False))
+    return populated_file(tmp_path / "other.sqlite")
 
 
 def test_a_second_history_for_the_same_threads_is_refused_unless_asked(
     clean_file: Path, other_file: Path, make_saver: Any
 ) -> None:
     with make_saver("sqlite") as saver:
-        assert saver.import_from(_stock(clean_file)).checkpoints == 30
-        again = saver.import_from(_stock(clean_file))  # the same history: fine
+        assert saver.import_from(_stock_sqlite(clean_file)).checkpoints == 30
+        again = saver.import_from(_stock_sqlite(clean_file))  # the same history: fine
         assert again.ok and again.skipped == 30
         with pytest.raises(ImportConflict, match="thread_prefix") as caught:
-            saver.import_from(_stock(other_file))
+            saver.import_from(_stock_sqlite(other_file))
         assert sorted(caught.value.threads) == ["finished", "interrupted", "resumed"]
         assert isinstance(caught.value, ConfigError)
         assert sum(1 for _ in saver.list(None)) == 30  # nothing written
-        renamed = saver.import_from(_stock(other_file), thread_prefix="old-")
+        renamed = saver.import_from(_stock_sqlite(other_file), thread_prefix="old-")
         assert renamed.ok and renamed.checkpoints == 30
-        assert _snapshot(saver, "old-resumed")[0][3] == _snapshot(_stock(other_file), "resumed")[0][3]
-        merged = saver.import_from(_stock(other_file), merge=True)
+        assert _snapshot(saver, "old-resumed")[0][3] == _snapshot(_stock_sqlite(other_file), "resumed")[0][3]
+        merged = saver.import_from(_stock_sqlite(other_file), merge=True)
         assert merged.ok and merged.checkpoints == 30
         assert sum(1 for _ in saver.list(None)) == 90
 
@@ -387,7 +381,7 @@ def test_verification_reports_a_copy_the_application_cannot_read(clean_file: Pat
     from langgraph_durable.importer import Importer
     from langgraph_durable.importing import sync_tables
 
-    source = _stock(clean_file)
+    source = _stock_sqlite(clean_file)
     with make_saver("sqlite") as saver:
         leases = saver._sync_leases()
         report = Importer(
@@ -410,7 +404,7 @@ def test_a_thread_deleted_then_imported_again_reports_what_the_application_reads
     """After delete_thread, importing the thread again must either read back
     as its source or say that it does not: the report is ok only if
     get_tuple serves the source's latest checkpoint."""
-    source = _stock(clean_file)
+    source = _stock_sqlite(clean_file)
     with make_saver("sqlite+redis") as saver:
         saver.import_from(source)
         saver.delete_thread("finished")

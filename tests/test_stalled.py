@@ -137,22 +137,6 @@ def test_postgres_stalled_mid_run_redis_acknowledges(
 
 
 @pytest.mark.parametrize("face", ["sync", "async"])
-def test_postgres_alone_stalled_mid_run_fails_with_tier_unavailable(
-    tmp_path: Path, postgres_proxy: tuple[TcpProxy, str], face: str
-) -> None:
-    """No other shared tier: the run fails with `TierUnavailable` naming
-    Postgres, instead of hanging."""
-    proxy, proxied = postgres_proxy
-    saver = _saver(tmp_path, postgres=proxied)
-    assert _returns(_graph(saver), "warm", face)["n"] == STEPS
-    out = _returns(_graph(saver, proxy), "stalled", face)
-    assert isinstance(out, TierUnavailable), repr(out)
-    assert out.tier == "postgres"
-    proxy.cut()
-    saver.close()
-
-
-@pytest.mark.parametrize("face", ["sync", "async"])
 def test_redis_stalled_mid_run_postgres_acknowledges(
     tmp_path: Path, redis_proxy: TcpProxy, postgres_url: str, redis_prefix: str, face: str
 ) -> None:
@@ -169,15 +153,23 @@ def test_redis_stalled_mid_run_postgres_acknowledges(
 
 
 @pytest.mark.parametrize("face", ["sync", "async"])
-def test_redis_alone_stalled_mid_run_fails_with_tier_unavailable(
-    tmp_path: Path, redis_proxy: TcpProxy, redis_prefix: str, face: str
+@pytest.mark.parametrize("alone", ["postgres", "redis"])
+def test_one_shared_tier_alone_stalled_mid_run_fails_with_tier_unavailable(
+    request: pytest.FixtureRequest, tmp_path: Path, redis_prefix: str, alone: str, face: str
 ) -> None:
-    saver = _saver(tmp_path, redis=_proxied_redis(redis_proxy), redis_key_prefix=redis_prefix)
+    """No other shared tier: the run fails with `TierUnavailable` naming the
+    stalled tier, instead of hanging."""
+    if alone == "postgres":
+        proxy, proxied = request.getfixturevalue("postgres_proxy")
+        saver = _saver(tmp_path, postgres=proxied)
+    else:
+        proxy = request.getfixturevalue("redis_proxy")
+        saver = _saver(tmp_path, redis=_proxied_redis(proxy), redis_key_prefix=redis_prefix)
     assert _returns(_graph(saver), "warm", face)["n"] == STEPS
-    out = _returns(_graph(saver, redis_proxy), "stalled", face)
+    out = _returns(_graph(saver, proxy), "stalled", face)
     assert isinstance(out, TierUnavailable), repr(out)
-    assert out.tier == "redis"
-    redis_proxy.cut()
+    assert out.tier == alone
+    proxy.cut()
     saver.close()
 
 
