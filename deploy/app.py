@@ -8,12 +8,14 @@ then new runs follow, forever. Kill the container at any point and start it
 again: the thread goes on where it was.
 
 On SIGTERM (``docker compose stop``, a pod being deleted) the handler of
-`drain_on_sigterm` ships to Redis / Postgres what they are still owed, for
-up to ``DRAIN_TIMEOUT_S`` seconds, then the process exits with status 143;
-leaving the ``with`` block closes the saver (which drains again, for up to
-the saver's ``drain_timeout``, only if something is still owed). The grace
-periods in docker-compose.yml and kubernetes/statefulset.yaml are sized
-from these two numbers.
+`drain_on_sigterm` starts shipping to Redis / Postgres what they are still
+owed, for up to ``DRAIN_TIMEOUT_S`` seconds, and the process stops with
+status 143; leaving the ``with`` block closes the saver, which waits for that
+drain, then drains again, for up to the saver's ``drain_timeout``, only if
+something is still owed. A process that has not exited 10 s after the drain
+ended (``exit_grace``) is ended then. The grace periods in
+docker-compose.yml and kubernetes/statefulset.yaml are sized from these
+numbers.
 
 The file ``AGENT_HEARTBEAT`` is touched after every step: the container's
 probes look at its age instead of connecting to the tiers.
@@ -34,8 +36,8 @@ from langgraph.graph import END, START, StateGraph
 from langgraph_durable import DurableError, DurableSaver
 from langgraph_durable.shutdown import drain_on_sigterm
 
-# Seconds the SIGTERM handler keeps shipping the backlog. Keep it, plus the
-# saver's drain_timeout (10 s by default), below the container's grace period.
+# Seconds the SIGTERM drain keeps shipping the backlog. Keep it, plus
+# drain_on_sigterm's exit_grace (10 s by default), below the container's grace period.
 DRAIN_TIMEOUT_S = 20.0
 
 THREAD_ID = os.environ.get("AGENT_THREAD_ID") or socket.gethostname()

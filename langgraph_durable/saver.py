@@ -583,6 +583,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
             )
             self._sweeper.start()
         self._lock = threading.Lock()
+        self._drains: list[threading.Event] = []  # drains under way (_drain_pending): close waits
         self._sync: TierChain | None = None
         self._async: AsyncTierChain | None = None
         self._async_loop: asyncio.AbstractEventLoop | None = None
@@ -847,6 +848,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         if self._origin is not None:  # a with_allowlist clone: its origin owns the connections
             self._origin.close()
             return
+        self._wait_for_drains()
         self._drain_at_close()
         self._stop_hand_offs()
         self._close_sync()
@@ -881,6 +883,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         if self._origin is not None:
             await self._origin.aclose()
             return
+        await asyncio.to_thread(self._wait_for_drains)
         await asyncio.to_thread(self._drain_at_close)
         await asyncio.to_thread(self._stop_hand_offs)
         if self._async is not None and self._async_loop is asyncio.get_running_loop():
@@ -969,6 +972,24 @@ class DurableSaver(BaseCheckpointSaver[str]):
         seconds passed (None: one pass). Returns what is still owed. A SIGTERM
         handler calls this (`langgraph_durable.shutdown`)."""
         return self._replicator.drain(timeout)
+
+    def _drain_pending(self) -> threading.Event:
+        """A drain is about to start elsewhere (a signal's, `shutdown.py`):
+        `close` / `aclose` wait until the returned event is set before they
+        close the tiers. Takes no lock: a signal handler calls it, and it
+        may have interrupted a holder of one (list.append is atomic)."""
+        done = threading.Event()
+        (self._origin or self)._drains.append(done)
+        return done
+
+    def _wait_for_drains(self) -> None:
+        """Let a drain announced by `_drain_pending` end (it bounds itself)."""
+        while True:
+            try:
+                done = self._drains.pop()
+            except IndexError:
+                return
+            done.wait()
 
     async def adrain(self, timeout: float | None = None) -> Lag:
         """Async `drain` (it runs in a worker thread)."""

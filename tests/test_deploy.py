@@ -429,9 +429,13 @@ def test_app_drains_on_sigterm_and_a_restart_goes_on(tmp_path: Path) -> None:
         log = tmp_path / f"app{attempt}.log"
         with log.open("wb") as out:
             proc = subprocess.Popen([sys.executable, str(APP)], env=env, stdout=out, stderr=subprocess.STDOUT)
-            _wait_for(log, expect, proc)
-            proc.send_signal(signal.SIGTERM)
-            assert proc.wait(timeout=60) == 128 + signal.SIGTERM, log.read_text()
+            try:
+                _wait_for(log, expect, proc)
+                proc.send_signal(signal.SIGTERM)
+                assert proc.wait(timeout=60) == 128 + signal.SIGTERM, log.read_text()
+            finally:
+                proc.kill()  # a no-op once it exited; a failed test leaves no process behind
+                proc.wait()
         assert "signal 15: the shared tiers are caught up" in log.read_text()
     # The second process went on with the thread instead of starting it over.
     second = (tmp_path / "app2.log").read_text()
