@@ -347,6 +347,11 @@ def open_saver(args: argparse.Namespace, **options: Any) -> DurableSaver:
     """The saver the tier flags and the environment name, set up (an
     unreachable tier fails here, before any output)."""
     saver = demo.saver_from_args(args, **options)
+    if saver.read_only:
+        # The read commands show values and never write them back: a class
+        # of the application this process cannot import is shown as its
+        # stored data, as LangGraph would hand it back.
+        saver._codec.plain_when_unbuildable = True
     try:
         saver.setup()
     except BaseException:

@@ -27,6 +27,7 @@ from langgraph.checkpoint.base import (
     PendingWrite,
     get_serializable_checkpoint_metadata,
 )
+from langgraph.checkpoint.serde import jsonplus as _jsonplus
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.checkpoint.serde.event_hooks import register_serde_event_listener
@@ -268,6 +269,73 @@ def _on_serde_event(event: Any) -> None:
 register_serde_event_listener(_on_serde_event)
 
 
+# And here what LangGraph could not rebuild although it was allowed: a class
+# that cannot be imported in this process (renamed, moved, a module this
+# process lacks) or that refused the stored arguments. LangGraph then hands
+# back the stored data instead (`_reconstruction_fallback`, and for pydantic
+# models the field dict) with at most one log line per type and process.
+# Two hooks see it, both idle outside `RecordCodec._loads`: the fallback
+# function, and every msgpack ext hook LangGraph's decoder runs (nested
+# values included), which it finds as `ormsgpack` in its module.
+_UNBUILT: ContextVar[list[str] | None] = ContextVar("langgraph_durable_unbuilt_types", default=None)
+_PYDANTIC_EXTS = (_jsonplus.EXT_PYDANTIC_V1, _jsonplus.EXT_PYDANTIC_V2)
+
+
+def _ext_type_name(real: Any, data: bytes) -> str:
+    """``module.Name`` that a constructor/pydantic ext payload names."""
+    try:
+        tup = real.unpackb(data, ext_hook=lambda code, data: None, option=real.OPT_NON_STR_KEYS)
+        return f"{tup[0]}.{tup[1]}"
+    except Exception:
+        return "a stored object"
+
+
+class _WatchedMsgpack:
+    """Stands in for `ormsgpack` inside LangGraph's jsonplus module: the same
+    functions, except that while a record is being decoded (`_UNBUILT` set)
+    each ext hook is watched for a pydantic model handed back as its dict."""
+
+    def __init__(self, real: Any) -> None:
+        self._real = real
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+    def unpackb(self, data: Any, *args: Any, ext_hook: Any = None, **kwargs: Any) -> Any:
+        unbuilt = _UNBUILT.get()
+        if ext_hook is None or unbuilt is None:
+            return self._real.unpackb(data, *args, ext_hook=ext_hook, **kwargs)
+        real, blocked = self._real, _BLOCKED.get()
+
+        def watched(code: int, payload: bytes) -> Any:
+            seen = len(blocked) if blocked is not None else 0
+            value = ext_hook(code, payload)
+            # A model is never exactly a dict; blocked types are reported apart.
+            if code in _PYDANTIC_EXTS and type(value) is dict and (blocked is None or len(blocked) == seen):
+                unbuilt.append(_ext_type_name(real, payload))
+            return value
+
+        return self._real.unpackb(data, *args, ext_hook=watched, **kwargs)
+
+
+_langgraph_fallback = _jsonplus._reconstruction_fallback
+
+
+def _reconstruction_fallback(tup: Any, exc: Exception) -> Any:
+    unbuilt = _UNBUILT.get()
+    if unbuilt is not None:
+        try:
+            unbuilt.append(f"{tup[0]}.{tup[1]} ({type(exc).__name__}: {exc})")
+        except Exception:
+            unbuilt.append(f"a stored object ({type(exc).__name__}: {exc})")
+    return _langgraph_fallback(tup, exc)
+
+
+if not isinstance(_jsonplus.ormsgpack, _WatchedMsgpack):  # a reload of this module
+    _jsonplus.ormsgpack = _WatchedMsgpack(_jsonplus.ormsgpack)  # type: ignore[assignment]
+    _jsonplus._reconstruction_fallback = _reconstruction_fallback
+
+
 def _label(context: str) -> str:
     """A record's key as an operator reads it (`records.*_context` joined by NULs)."""
     kind, _, rest = context.partition("\x00")
@@ -296,6 +364,10 @@ class RecordCodec:
         self.ring = KeyRing(signing_keys)
         self.max_record_bytes = max_record_bytes
         self.strict = strict
+        # Hand back plain data where LangGraph does (a class this process
+        # cannot import) instead of raising: for the command line's read
+        # commands, which show values and never write them back.
+        self.plain_when_unbuildable = False
         self.loader: SerializerProtocol = serde
         self.strict_loader: SerializerProtocol | None = None
         if strict:
@@ -515,7 +587,9 @@ class RecordCodec:
         error too, where LangGraph alone would hand back its plain data."""
         loader = self.strict_loader if unsigned and self.strict_loader is not None else self.loader
         blocked: list[str] = []
+        unbuilt: list[str] = []
         token = _BLOCKED.set(blocked)
+        token_unbuilt = _UNBUILT.set(None if self.plain_when_unbuildable else unbuilt)
         try:
             value = loader.loads_typed((tag, payload))
         except Exception as exc:  # any decoder failure: the serializer is not the writer's
@@ -528,7 +602,19 @@ class RecordCodec:
                 type_tag=tag,
             ) from exc
         finally:
+            _UNBUILT.reset(token_unbuilt)
             _BLOCKED.reset(token)
+        if unbuilt:
+            names = "; ".join(dict.fromkeys(unbuilt))
+            raise UndecodableRecord(
+                f"{_label(context)} is intact but holds values this process cannot rebuild: {names}. LangGraph "
+                "would hand back their stored data as plain dicts or lists. Make each class importable here "
+                "under the module and name it was stored with: install or import the application's package in "
+                "this process, and keep an alias at the old path for a class that was renamed or moved.",
+                key=context,
+                type_tag=tag,
+                unbuildable=[name.split(" (")[0] for name in dict.fromkeys(unbuilt)],
+            )
         if blocked:
             names = ", ".join(dict.fromkeys(blocked))
             if unsigned and loader is self.strict_loader:

@@ -86,19 +86,31 @@ class UndecodableRecord(DurableError):
     """A record is intact (its checksum or signature verifies) but this
     reader cannot turn it back into the value that was stored: it was written
     with another serializer (an `EncryptedSerializer` whose key this reader
-    lacks, pickle), or it holds a type the reader's msgpack allowlist blocks.
+    lacks, pickle), or it holds a type the reader's msgpack allowlist blocks,
+    or a class this process cannot import or construct (renamed, moved, a
+    package this process lacks).
 
     This is the reader's configuration, not damage: nothing is quarantined,
     withdrawn or repaired, and the value is never replaced by a plain dict.
     `type_tag` is the serializer's tag of the record; `blocked` names the
-    ``module.Class`` types the allowlist refused, if that was the cause.
+    ``module.Class`` types the allowlist refused, if that was the cause, and
+    `unbuildable` those this process could not import or construct.
     """
 
-    def __init__(self, message: str, *, key: str, type_tag: str, blocked: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        key: str,
+        type_tag: str,
+        blocked: list[str] | None = None,
+        unbuildable: list[str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.key = key
         self.type_tag = type_tag
         self.blocked = blocked or []
+        self.unbuildable = unbuildable or []
 
 
 class ResumeRejected(DurableError):

@@ -8,6 +8,7 @@ record fails verification and verified records decode with the app's serde.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -277,6 +278,53 @@ def test_a_type_the_allowlist_blocks_is_an_error_not_a_dict(make_saver: Any) -> 
     with make_saver("sqlite+postgres", sqlite_name="new.sqlite") as new:
         state = typed_state.build().compile(checkpointer=new).get_state({"configurable": {"thread_id": "t"}})
         assert_typed(state.values)
+
+
+@pytest.mark.parametrize("tiers", CONFIGS)
+@pytest.mark.parametrize("key", [None, "k" * 32], ids=["no-key", "key"])
+def test_a_class_this_process_cannot_import_is_an_error_not_a_dict(
+    make_saver: Any, monkeypatch: pytest.MonkeyPatch, postgres_url: str, tiers: str, key: str | None
+) -> None:
+    """A class renamed or moved since the state was stored (or a package the
+    reading process lacks): LangGraph hands back the stored data as a dict,
+    PostgresSaver included; this saver raises, naming the class, and moves
+    nothing. With the class back, the state reads whole."""
+    with make_saver(tiers, signing_key=key) as saver:
+        run_to_interrupt(saver, "t")
+    with PostgresSaver.from_conn_string(postgres_url) as stock:
+        stock.setup()
+        run_to_interrupt(stock, "stock")  # type: ignore[arg-type]
+        monkeypatch.delattr(typed_state, "Order")  # renamed in a later version of the app
+        stock_values = stock.get_tuple({"configurable": {"thread_id": "stock"}})
+        assert stock_values is not None
+        assert type(stock_values.checkpoint["channel_values"]["order"]) is dict  # what LangGraph does
+    fresh = "local.sqlite" if tiers == "sqlite" else "fresh.sqlite"  # a new replica, where there are shared tiers
+    with make_saver(tiers, signing_key=key, sqlite_name=fresh) as reader:
+        with pytest.raises(UndecodableRecord, match=r"cannot rebuild: tests\.typed_state\.Order") as exc:
+            reader.get_tuple({"configurable": {"thread_id": "t"}})
+        assert exc.value.unbuildable == ["tests.typed_state.Order"]
+        assert "keep an alias at the old path" in str(exc.value)
+        assert quarantined(reader) == []
+    monkeypatch.undo()
+    with make_saver(tiers, signing_key=key, sqlite_name=fresh) as reader:
+        state = typed_state.build().compile(checkpointer=reader).get_state({"configurable": {"thread_id": "t"}})
+        assert_typed(state.values)
+
+
+def test_the_cli_shows_a_class_it_cannot_import_as_its_data(
+    make_saver: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The read commands only show values: a class of the application that
+    the command line's process cannot import is shown as its stored data."""
+    from langgraph_durable import cli
+
+    with make_saver("sqlite") as saver:
+        run_to_interrupt(saver, "t")
+        path = saver.sqlite_path
+    monkeypatch.delattr(typed_state, "Order")
+    assert cli.main(["show", "t", "--sqlite", str(path), "--json"]) == cli.EXIT_OK
+    shown = json.loads(capsys.readouterr().out)["channel_values"]["order"]
+    assert shown == {"id": "o1", "items": [{"id": "i1", "qty": 2}, {"id": "i2", "qty": 5}], "color": "blue"}
 
 
 def test_bad_record_is_still_damage() -> None:
