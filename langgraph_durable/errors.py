@@ -62,11 +62,14 @@ class TierUnavailable(DurableError, ConnectionError):
 
     `tier` names it. When a write fails this way the saver has removed the
     partial checkpoint from the tiers that did accept it, so a retry is safe.
+    `skipped`: the tier was not called at all, its circuit breaker being
+    open after earlier failures.
     """
 
-    def __init__(self, message: str, *, tier: str) -> None:
+    def __init__(self, message: str, *, tier: str, skipped: bool = False) -> None:
         super().__init__(message)
         self.tier = tier
+        self.skipped = skipped
 
 
 class CorruptCheckpoint(DurableError):

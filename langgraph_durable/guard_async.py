@@ -94,6 +94,7 @@ class AsyncGuardedTier:
             raise TierUnavailable(
                 f"{self.name} tier skipped: it is down ({stats.last_error}); next try in {stats.retry_in_s or 0:.1f} s",
                 tier=self.name,
+                skipped=True,
             )
         return await self._timed(what, run, timeout, admit=what != "setup", args=args)
 

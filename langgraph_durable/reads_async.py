@@ -33,6 +33,7 @@ import contextlib
 import functools
 import logging
 import threading
+import time
 from collections import OrderedDict, defaultdict
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, NoReturn, cast
@@ -43,7 +44,7 @@ from .codec import RecordCodec, assemble_tuple, version_key
 from .concurrency import amaybe_await, arun_all
 from .deltas import MSGPACK_TAG, DeltaMemo, Last, Piece, whole_payload
 from .errors import CorruptCheckpoint, DurableError, TierUnavailable, UndecodableRecord
-from .guard_async import overlap
+from .guard_async import AsyncGuardedTier, overlap
 from .integrity import CorruptionEvent, Incident, IntegrityPolicy, Unusable
 from .ledger import LedgerEntry, newest_entry
 from .records import BadRecord, BlobRow, CheckpointRow, WriteRow, metadata_matches, row_fields, with_verified_metadata
@@ -109,6 +110,8 @@ class AsyncTierReader:
             if isinstance(result, BaseException):
                 raise result
             out.append((tier, result))
+        if not out:
+            out = await _probe_skipped(self.tiers, results, what, call)
         if not out:
             assert down is not None
             raise down
@@ -1125,6 +1128,9 @@ async def _each_of(
         if len(out) < len(tiers):
             logger.warning("degraded read: %s from %s only", what, ", ".join(t.name for t, _ in out))
         return out
+    probed = await _probe_skipped(tiers, results, what, call)
+    if probed:
+        return probed
     down = next(r for r in results if isinstance(r, TierUnavailable))
     for tier in fallback:
         if tier in tiers:
@@ -1136,6 +1142,33 @@ async def _each_of(
         logger.warning("degraded read: %s answered by %s (%s)", what, tier.name, down)
         return [(tier, result)]
     raise down
+
+
+async def _probe_skipped(
+    tiers: Sequence[AsyncTier], results: Sequence[Any], what: str, call: Callable[[AsyncTier], Any]
+) -> list[tuple[AsyncTier, Any]]:
+    """No tier answered `call`: before the read fails, try it once on each
+    tier its circuit breaker skipped, as an early half-open probe
+    (`Breaker.allow_early`: once per outage, as writes do in
+    `AsyncTierChain._half_open`). A tier that came back while its breaker
+    still waits out its backoff (Redis restarted, then Postgres dropped)
+    thus answers the read, and its breaker closes. A tier that failed in
+    this very call is not tried again."""
+    out: list[tuple[AsyncTier, Any]] = []
+    for tier, result in zip(tiers, results):
+        breaker = getattr(tier, "breaker", None)
+        if not (isinstance(result, TierUnavailable) and result.skipped) or breaker is None:
+            continue
+        if not breaker.allow_early(time.monotonic()):
+            continue  # its early probe was spent in this outage
+        guard = cast(AsyncGuardedTier, tier)
+        try:
+            answer = await guard.probe(functools.partial(call, guard.tier))
+        except TierUnavailable:
+            continue
+        logger.warning("%s tier answered %s as a probe while no other tier answered", tier.name, what)
+        out.append((tier, answer))
+    return out
 
 
 def _reasons(incidents: Sequence[Incident]) -> list[str]:
