@@ -17,6 +17,7 @@ import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import psycopg
 import pytest
@@ -321,22 +322,53 @@ class _Runtime:
 
 
 def test_owed_records_survive_a_restart(
-    tmp_path: Path, postgres_proxy: tuple[TcpProxy, str], postgres_url: str
+    tmp_path: Path, postgres_proxy: tuple[TcpProxy, str], postgres_url: str, redis_prefix: str
 ) -> None:
+    """Postgres is cut off: a run Redis acknowledges leaves its records owed
+    to Postgres in the local journal; a run with no shared tier at all is
+    refused and owes nothing. close() cannot drain (Postgres is still cut
+    off), so what is owed is still in the journal at the next start, whose
+    setup() ships it: a saver on Postgres alone then reads the run whole."""
+    from tests.conftest import REDIS_URL
+
     proxy, proxied = postgres_proxy
-    saver = _saver(tmp_path, postgres=proxied, drain_timeout=0.5)
-    graph = loop_graph(STEPS).compile(checkpointer=saver)
-    _run(graph, "before", "sync")
-    proxy.cut()
-    saver._breakers["postgres"].failed(time.monotonic(), "test: cut")  # skip the first timeout
-    with pytest.raises(TierUnavailable):
-        _run(graph, "owed", "sync")  # no shared tier at all: not acknowledged
-    saver.close()  # drains for 0.5 s: Postgres is still cut off
-    proxy.restore()
-    restarted = _saver(tmp_path, postgres=proxied)
-    restarted.setup()  # ships what the journal still owes
-    assert restarted.lag().caught_up
-    restarted.close()
+    redis_port = urlsplit(REDIS_URL).port or 6379
+    with TcpProxy(urlsplit(REDIS_URL).hostname or "127.0.0.1", redis_port) as redis_proxy:
+        redis_url = REDIS_URL.replace(f":{redis_port}", f":{redis_proxy.port}")
+        shared = {"redis": redis_url, "redis_key_prefix": redis_prefix, "postgres": proxied}
+        saver = _saver(tmp_path, drain_timeout=0.5, **shared)
+        graph = loop_graph(STEPS).compile(checkpointer=saver)
+        _run(graph, "before", "sync")
+        assert saver.drain(10).caught_up
+        proxy.cut()
+        saver._breakers["postgres"].failed(time.monotonic(), "test: cut")  # skip the first timeout
+        assert _run(graph, "owed", "sync")["n"] == STEPS  # Redis acknowledges it
+        owed = saver.lag()
+        assert owed.records > 0 and owed.by_tier["postgres"] > 0, owed
+        assert _postgres_ids(postgres_url, "owed") == set()
+        redis_proxy.cut()
+        saver._breakers["redis"].failed(time.monotonic(), "test: cut")
+        with pytest.raises(TierUnavailable):
+            _run(graph, "refused", "sync")  # no shared tier at all: not acknowledged
+        assert saver.lag().by_tier == owed.by_tier  # the refused run owes nothing
+        saver.close()  # drains for 0.5 s: both are still cut off
+        with sqlite3.connect(tmp_path / "local.sqlite") as conn:
+            assert conn.execute("SELECT count(*) FROM lgd_journal").fetchone()[0] > 0
+        local = _sqlite_ids(tmp_path / "local.sqlite", "owed")
+        assert len(local) == STEPS + 2  # input, one per step, end
+        redis_proxy.restore()
+        proxy.restore()
+        restarted = _saver(tmp_path, **shared)
+        restarted.setup()  # ships what the journal still owes
+        assert restarted.lag().caught_up
+        restarted.close()
+    assert _postgres_ids(postgres_url, "owed") == local
+    assert _postgres_ids(postgres_url, "refused") == set()
+    with _saver(tmp_path, None, postgres=postgres_url) as far:  # Postgres alone reads the run whole
+        assert _latest_n(far, "owed") == STEPS
+        assert {
+            t.config["configurable"]["checkpoint_id"] for t in far.list({"configurable": {"thread_id": "owed"}})
+        } == local
 
 
 def test_close_drains_what_is_owed(
