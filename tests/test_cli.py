@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import io
 import json
 import os
@@ -21,7 +22,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
+import redis as redis_lib
 
 from langgraph_durable import DurableSaver, LedgerEntry, __version__, cli
 from langgraph_durable.errors import ConfigError
@@ -489,17 +492,70 @@ def test_import_from_a_sqlite_saver_file_then_again(
     assert code == cli.EXIT_CANNOT_RUN and "not a SqliteSaver file" in err
 
 
+_TABLES = {  # each stored record's key, per table
+    "lgd_checkpoints": "thread_id, checkpoint_ns, checkpoint_id",
+    "lgd_blobs": "thread_id, checkpoint_ns, channel, version",
+    "lgd_writes": "thread_id, checkpoint_ns, checkpoint_id, task_id, idx",
+}
+
+
+def _stored(flags: list[str]) -> dict[str, Any]:
+    """The key of every checkpoint, channel value and pending write each tier
+    of the store holds, read from the tiers themselves, not through a saver."""
+    opt = dict(zip(flags[::2], flags[1::2], strict=True))
+    out: dict[str, Any] = {}
+    with contextlib.closing(sqlite3.connect(opt["--sqlite"])) as conn:
+        out["sqlite"] = {t: sorted(conn.execute(f"SELECT {cols} FROM {t}")) for t, cols in _TABLES.items()}
+    with psycopg.connect(opt["--postgres"]) as pg:
+        out["postgres"] = {t: sorted(pg.execute(f"SELECT {cols} FROM {t}").fetchall()) for t, cols in _TABLES.items()}
+    client = redis_lib.Redis.from_url(opt["--redis"])
+    try:
+        records: dict[str, list[bytes]] = {}
+        for key in client.scan_iter(match=f"{opt['--redis-key-prefix']}:{{*}}:*"):
+            part = key.decode().split("}:", 1)[1]
+            if part in ("cp", "blob") or part.startswith("w:"):
+                records[key.decode()] = sorted(client.hkeys(key))
+            elif part.startswith("ids:"):
+                records[key.decode()] = sorted(client.zrange(key, 0, -1))
+        out["redis"] = records
+    finally:
+        client.close()
+    return out
+
+
+def _checkpoint_ids(stored: dict[str, Any], thread: str) -> dict[str, set[str]]:
+    """Per tier, the ids of the thread's checkpoints in `_stored`."""
+    ids = {tier: {r[2] for r in stored[tier]["lgd_checkpoints"] if r[0] == thread} for tier in ("sqlite", "postgres")}
+    ids["redis"] = {
+        f.decode().split("\x00")[1]
+        for key, fields in stored["redis"].items()
+        if key.endswith(f"{{{thread}}}:cp")
+        for f in fields
+    }
+    return ids
+
+
 def test_prune_dry_run_then_for_real(capsys: pytest.CaptureFixture[str], store: list[str]) -> None:
+    code, before = run_json(capsys, "history", "loop", *store)
+    assert code == 0 and len(before["checkpoints"]) > 1
+    stored = _stored(store)
+    every = {c["checkpoint_id"] for c in before["checkpoints"]}
+    assert _checkpoint_ids(stored, "loop") == {"sqlite": every, "postgres": every, "redis": every}
     code, doc = run_json(capsys, "prune", "--keep-last", "1", "--dry-run", *store)
     report = doc["report"]
     assert code == 0 and report["dry_run"] and report["threads"] == 4 and report["checkpoints_deleted"] > 0
     assert report["left_alone"] == ["asks"]  # an unconfirmed action
-    code, before = run_json(capsys, "history", "loop", *store)
+    # A dry run changes nothing, in any tier.
+    assert _stored(store) == stored
+    code, again = run_json(capsys, "history", "loop", *store)
+    assert code == 0 and again == before
     code, out, err = run(capsys, "prune", "--keep-last", "1", "--thread", "loop", *store)
     assert code == 0, err
     assert "checkpoint(s) deleted" in out and "would be" not in out
     code, after = run_json(capsys, "history", "loop", *store)
-    assert [c["checkpoint_id"] for c in after["checkpoints"]] == [before["checkpoints"][0]["checkpoint_id"]]
+    newest = before["checkpoints"][0]["checkpoint_id"]
+    assert [c["checkpoint_id"] for c in after["checkpoints"]] == [newest]
+    assert _checkpoint_ids(_stored(store), "loop") == {"sqlite": {newest}, "postgres": {newest}, "redis": {newest}}
     code, out, err = run(capsys, "prune", *store)
     assert code == cli.EXIT_USAGE and "--keep-last" in err
     with pytest.raises(SystemExit) as usage:
