@@ -155,18 +155,44 @@ async def test_idle_threads_go_and_threads_with_unconfirmed_actions_stay(make_sa
         assert await replica.aget_tuple({"configurable": {"thread_id": "idle"}}) is None
 
 
-def test_keep_for_uses_the_checkpoint_time(make_saver: Any) -> None:
-    with make_saver("sqlite") as saver:
+@pytest.mark.parametrize("tiers", ["sqlite", "sqlite+redis+postgres"])
+def test_keep_for_uses_the_checkpoint_time(tiers: str, make_saver: Any) -> None:
+    """keep_for keeps the checkpoints written (their own "ts") less than that
+    long before the sweep's clock. The clock is given (now=), so nothing
+    sleeps and a slow machine changes nothing."""
+    cfg = {"configurable": {"thread_id": "t"}}
+    with make_saver(tiers) as saver:
         graph = loop_graph(5).compile(checkpointer=saver)
-        cfg = {"configurable": {"thread_id": "t"}}
         graph.invoke({"messages": [], "n": 0}, cfg)
-        time.sleep(1.0)
+        first = _ids(saver, "t")
         graph.invoke({"messages": ["again"], "n": 0}, cfg)
         everything = _ids(saver, "t")
-        report = saver.apply_retention(RetentionPolicy(keep_for=0.8))
-        kept = _ids(saver, "t")
-        assert 0 < len(kept) < len(everything) and report.checkpoints_deleted == len(everything) - len(kept)
-        assert kept == everything[: len(kept)]  # the newest ones
+        second = everything[: len(everything) - len(first)]
+        assert second and everything[len(second) :] == first
+        written = {
+            t.config["configurable"]["checkpoint_id"]: datetime.fromisoformat(t.checkpoint["ts"]).timestamp()
+            for t in saver.list(cfg)
+        }
+        assert max(written[c] for c in first) < min(written[c] for c in second)
+        # Written before `between`: the first run's checkpoints; after it: the second's.
+        between = (max(written[c] for c in first) + min(written[c] for c in second)) / 2
+        policy = RetentionPolicy(keep_for=DAY)
+        # Half a day after the oldest was written, every checkpoint is young.
+        early = saver.apply_retention(policy, now=min(written.values()) + DAY / 2)
+        assert early.checkpoints_deleted == 0 and _ids(saver, "t") == everything
+        # A day after `between`: the first run's are older than a day, the second's not.
+        dry = saver.apply_retention(policy, dry_run=True, now=between + DAY)
+        assert dry.checkpoints_deleted == len(first) and _ids(saver, "t") == everything
+        report = saver.apply_retention(policy, now=between + DAY)
+        assert report.checkpoints_deleted == len(first) and report.checkpoints_kept == len(second)
+        assert _ids(saver, "t") == second  # the newest ones
+        # Two days after the newest was written, only the newest is kept (always).
+        late = saver.apply_retention(policy, now=max(written.values()) + 2 * DAY)
+        assert late.checkpoints_deleted == len(second) - 1
+        assert _ids(saver, "t") == everything[:1]
+    if tiers != "sqlite":
+        with make_saver(tiers, sqlite_name="other.sqlite") as replica:  # another replica sees the same
+            assert _ids(replica, "t") == everything[:1]
 
 
 def test_a_background_sweep_keeps_storage_flat(make_saver: Any) -> None:
