@@ -23,13 +23,23 @@ request within `HEAR_S`. While it cannot (the connection dropped, the server
 is down, a pooler that does not pass notifications on, such as PgBouncer in
 transaction mode), the saver keeps no lease after a run (`LeaseBook.deaf`)
 and gives back those it kept.
+
+A server that stalls (it keeps the connection open and answers nothing)
+holds no call of the listener for ever: connecting is bounded by the
+tier's connect timeout, each statement on its Postgres connection by the
+watchdog (`pools.watched`), TCP keepalives see a peer that vanished, a wait
+for messages ends every `_SLICE_S`, and the probe notices that nothing
+comes back. `stop` shuts the listening connection's socket down, so a call
+still waiting on it returns at once and the thread ends.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import secrets
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -39,6 +49,8 @@ import psycopg
 from psycopg import sql
 
 from .lease import Lease, LeaseBook, read_hand_off
+from .tiers.pools import watched
+from .tiers.postgres import _KEEPALIVES
 
 logger = logging.getLogger("langgraph_durable")
 
@@ -64,15 +76,33 @@ class Ears(Protocol):
     def close(self) -> None: ...
 
 
-class PostgresEars:
-    """LISTEN on a connection of its own (autocommit, so a NOTIFY is sent at once)."""
+def _shut_down(fd: int) -> None:
+    """Shut down the socket `fd` (its owner's descriptor stays open): a call
+    waiting on it returns at once. The descriptor may be gone already."""
+    if fd < 0:
+        return
+    with contextlib.suppress(OSError), socket.socket(fileno=os.dup(fd)) as dup:
+        dup.shutdown(socket.SHUT_RDWR)
 
-    def __init__(self, url: str, connect_timeout: float, channel: str) -> None:
+
+class PostgresEars:
+    """LISTEN on a connection of its own (autocommit, so a NOTIFY is sent at
+    once), with TCP keepalives. The LISTEN is bounded by `call_timeout`
+    (None: `connect_timeout`), past which its socket is shut down."""
+
+    def __init__(self, url: str, connect_timeout: float, channel: str, *, call_timeout: float | None = None) -> None:
+        bound = connect_timeout if call_timeout is None else call_timeout
         self.conn = psycopg.connect(
-            url, autocommit=True, connect_timeout=max(1, int(connect_timeout)), application_name="lgd-hand-off"
+            url,
+            autocommit=True,
+            connect_timeout=max(1, int(connect_timeout)),
+            application_name="lgd-hand-off",
+            **_KEEPALIVES,
+            tcp_user_timeout=int(1000 * max(bound, connect_timeout)),
         )
         try:
-            self.conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+            with watched(self.conn, bound):
+                self.conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
         except BaseException:
             self.conn.close()
             raise
@@ -82,6 +112,11 @@ class PostgresEars:
         if left > 0:
             for notify in self.conn.notifies(timeout=left):
                 yield notify.payload
+
+    def interrupt(self) -> None:
+        """(Another thread.) Make a call waiting on the connection return."""
+        with contextlib.suppress(Exception):  # closed already: nothing waits on it
+            _shut_down(self.conn.pgconn.socket)
 
     def close(self) -> None:
         self.conn.close()
@@ -107,6 +142,11 @@ class RedisEars:
             if message is not None and message.get("type") == "message":
                 data = message["data"]
                 yield data.decode() if isinstance(data, bytes) else str(data)
+
+    def interrupt(self) -> None:
+        """(Another thread.) Make a call waiting on the connection return."""
+        with contextlib.suppress(Exception):  # not connected, or closed already
+            _shut_down(self.pubsub.connection._sock.fileno())
 
     def close(self) -> None:
         self.pubsub.close()
@@ -143,6 +183,7 @@ class HandOffListener:
         self._thread: threading.Thread | None = None
         self._pid = 0
         self._stop = threading.Event()
+        self._ears_now: Ears | None = None  # the listening connection, for `stop` to interrupt
         self._first_try = threading.Event()
         self._failing = False  # logged once per outage
         self.hand_offs = 0  # leases given back on request
@@ -166,11 +207,19 @@ class HandOffListener:
     def stop(self, timeout: float = 5.0) -> None:
         """Stop listening and close the connection. From now on no lease is
         kept after a run; those kept stay in the book for the saver's
-        `close` to give back."""
+        `close` to give back. A call of the listener's still waiting on its
+        connection (a server that stalls) is cut short; one still
+        connecting ends within the connect timeout, and this waits for the
+        thread `timeout` seconds at most."""
         self.book.stop_hearing()
         with self._lock:
             self._stop.set()
             thread = self._thread if self._pid == os.getpid() else None
+            ears = self._ears_now if thread is not None else None
+        if ears is not None:
+            interrupt = getattr(ears, "interrupt", None)
+            if interrupt is not None:
+                interrupt()
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
 
@@ -184,6 +233,11 @@ class HandOffListener:
             ears: Ears | None = None
             try:
                 ears = self._ears()
+                with self._lock:
+                    self._ears_now = ears
+                    stopped = self._stop.is_set()
+                if stopped:  # `stop` came while this connected: it could not interrupt it
+                    break
                 self._prove(ears)
                 if self._failing:
                     logger.warning("lease hand-offs: listening again on %s", self.where)
@@ -213,6 +267,8 @@ class HandOffListener:
                     for lease in self.book.deaf():
                         self._give_back(lease)
                 if ears is not None:
+                    with self._lock:
+                        self._ears_now = None
                     try:
                         ears.close()
                     except Exception as exc:

@@ -12,10 +12,12 @@ counters, never the time.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import socket
 import threading
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -244,6 +246,171 @@ def test_redis_back_behind_its_open_breaker_takes_the_run_when_postgres_drops(
         assert saver._breakers["redis"].state == "closed"
         assert saver._breakers["postgres"].state == "open"
         saver.close()
+
+
+# -- the calls no call timeout holds: setup, whole-store scans, the hand-off listener ---
+
+LONG = 4.0  # the tests' `long_call_timeout` (60 s and more by default)
+
+
+class StallsOn(TcpProxy):
+    """A `TcpProxy` that stalls once a client sends `marker` (the text of a
+    statement or command, which it does not forward): a server that
+    accepted the connection, answered until then and stops answering just
+    when that call is made."""
+
+    def __init__(self, target_host: str, target_port: int, marker: bytes) -> None:
+        self.marker = marker
+        self.hit = threading.Event()
+        super().__init__(target_host, target_port)
+
+    def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                if self.marker in data:
+                    self.hit.set()
+                    self.stall()
+                while self._stalled and not self._closed:
+                    time.sleep(0.02)
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+
+
+@contextlib.contextmanager
+def _stalls_on(url: str, marker: bytes) -> Iterator[tuple[StallsOn, str]]:
+    """A `StallsOn` proxy in front of the server of `url`, and `url` through it."""
+    parts = urlsplit(url)
+    host, port = parts.hostname or "127.0.0.1", parts.port or 0
+    with StallsOn(host, port, marker) as proxy:
+        yield proxy, url.replace(f"{host}:{port}", f"127.0.0.1:{proxy.port}")
+
+
+def _outcome(call: Callable[[], Any], what: str) -> Any:
+    """`call()`'s outcome (what it returned or raised), called on a thread;
+    fails if it has not returned after `JOIN_S`."""
+    outcome: list[Any] = []
+
+    def run() -> None:
+        try:
+            outcome.append(call())
+        except BaseException as exc:  # the outcome under test
+            outcome.append(exc)
+
+    worker = threading.Thread(target=run, daemon=True)  # left behind if it hangs
+    worker.start()
+    worker.join(JOIN_S)
+    assert not worker.is_alive(), f"{what} did not return within {JOIN_S} s: a stalled tier hangs it"
+    return outcome[0]
+
+
+def _on_face(saver: DurableSaver, face: str, call: str) -> Callable[[], Any]:
+    """`saver.<call>()` on `face` (``a<call>`` inside `asyncio.run`), with its
+    Postgres tier's `long_call_timeout` cut to `LONG`, so a test does not
+    wait the default's minute."""
+
+    def shorten(chain: Any) -> None:
+        for tier in chain.raw_shared:
+            if tier.name == "postgres":
+                tier.long_call_timeout = LONG
+
+    def sync() -> Any:
+        shorten(saver._sync_chain())
+        return getattr(saver, call)()
+
+    async def in_loop() -> Any:
+        shorten(saver._async_chain())
+        return await getattr(saver, "a" + call)()
+
+    return sync if face == "sync" else lambda: asyncio.run(in_loop())
+
+
+@pytest.mark.parametrize("face", ["sync", "async"])
+def test_postgres_stalled_in_setups_migration_raises_tier_unavailable(
+    tmp_path: Path, postgres_url: str, face: str
+) -> None:
+    """Postgres accepts the connection, answers the connection test, then
+    stops answering at the migration's advisory lock (as a replica hung
+    holding it would look): `setup` is bounded by `long_call_timeout` (it
+    had no bound on either face: the lock may legitimately be waited for)
+    and raises `TierUnavailable` saying what to check."""
+    with _stalls_on(postgres_url, b"pg_advisory_xact_lock") as (proxy, proxied):
+        saver = _saver(tmp_path, postgres=proxied, connect_timeout=5)
+        out = _outcome(_on_face(saver, face, "setup"), f"the {face} setup")
+        assert proxy.hit.is_set()
+        assert isinstance(out, TierUnavailable), repr(out)
+        assert out.tier == "postgres"
+        assert "setup" in str(out) and "migration lock" in str(out), str(out)
+        proxy.cut()
+        saver.close()
+
+
+@pytest.mark.parametrize("face", ["sync", "async"])
+def test_redis_stalled_in_setup_raises_tier_unavailable(tmp_path: Path, redis_prefix: str, face: str) -> None:
+    """Redis answers, then stops answering in `setup`'s key layout check:
+    each of setup's commands is bounded by the socket timeout
+    (`call_timeout`), so setup raises `TierUnavailable` (the same check as
+    for Postgres; Redis's own timeouts already bounded it)."""
+    with _stalls_on(REDIS_URL, b"key_layout") as (proxy, proxied):
+        saver = _saver(tmp_path, redis=proxied, redis_key_prefix=redis_prefix, connect_timeout=5)
+        out = _outcome(_on_face(saver, face, "setup"), f"the {face} setup")
+        assert proxy.hit.is_set()
+        assert isinstance(out, TierUnavailable), repr(out)
+        assert out.tier == "redis"
+        proxy.cut()
+        saver.close()
+
+
+@pytest.mark.parametrize("face", ["sync", "async"])
+def test_postgres_stalled_in_a_whole_store_scan_raises_tier_unavailable(
+    tmp_path: Path, postgres_url: str, face: str
+) -> None:
+    """`verify()` of every thread lists the threads in one scan, which
+    `call_timeout` does not bound (nor `thread_records`, `prune`, the
+    deletes, the quarantine's list): Postgres stalling just then no longer
+    holds it for ever, on either face; it raises `TierUnavailable`."""
+    with _stalls_on(postgres_url, b"UNION SELECT thread_id") as (proxy, proxied):
+        saver = _saver(tmp_path, postgres=proxied, connect_timeout=5)
+        assert _returns(_graph(saver), "warm", face)["n"] == STEPS
+        out = _outcome(_on_face(saver, face, "verify"), f"the {face} verify")
+        assert proxy.hit.is_set()
+        assert isinstance(out, TierUnavailable), repr(out)
+        assert out.tier == "postgres"
+        proxy.cut()
+        saver.close()
+
+
+@pytest.mark.parametrize("tier", ["postgres", "redis"])
+def test_hand_off_listener_stalled_ends_and_close_returns(
+    request: pytest.FixtureRequest, tmp_path: Path, redis_prefix: str, tier: str
+) -> None:
+    """The hand-off listener's server (``lease_linger``) stops answering as
+    it starts listening (LISTEN / SUBSCRIBE sent, nothing comes back): the
+    listener does not hang there (the LISTEN had no bound at all), `close()`
+    returns, and the listener's thread ends instead of staying behind on
+    a connection that never answers."""
+    if tier == "postgres":
+        url, marker = request.getfixturevalue("postgres_url"), b"LISTEN"
+    else:
+        url, marker = REDIS_URL, b"SUBSCRIBE"
+    with _stalls_on(url, marker) as (proxy, proxied):
+        urls = {"postgres": proxied} if tier == "postgres" else {"redis": proxied, "redis_key_prefix": redis_prefix}
+        saver = _saver(tmp_path, connect_timeout=5, lease_linger=30.0, **urls)
+        out = _outcome(saver.setup, "setup")  # waits a moment for the listener's first try only
+        assert not isinstance(out, BaseException), _why(out)
+        assert proxy.hit.is_set()
+        listener = saver._hand_offs
+        assert listener is not None and listener._thread is not None
+        thread = listener._thread
+        out = _outcome(saver.close, "close()")
+        assert not isinstance(out, BaseException), _why(out)
+        thread.join(JOIN_S)
+        assert not thread.is_alive(), "the hand-off listener hangs on its stalled connection"
+        proxy.cut()
 
 
 # -- the early probe's decisions (no servers) ---------------------------------------------

@@ -45,7 +45,7 @@ from .base import (
     redact,
     unavailable_on,
 )
-from .pools import AsyncConnectionPool
+from .pools import LONG_CALL_FACTOR, LONG_CALL_TIMEOUT_S, AsyncConnectionPool, long_call_timeout, watched
 
 DEFAULT_POOL_SIZE = 10
 DEFAULT_CONNECT_TIMEOUT_S = 5.0
@@ -220,9 +220,13 @@ class AsyncPostgresTier:
     (`pools.ConnectionPool.watch`: past it the connection's socket is shut
     down, the call raises `TierUnavailable` and the connection is
     discarded). The calls that walk a whole thread or every thread
-    (`setup`, `thread_ids`, `thread_records`, `list_quarantine`, `prune`,
-    `delete_thread`, `delete_for_runs`) are not bounded by it, as in the
-    tier guard. None: unbounded.
+    (`thread_ids`, `thread_records`, `list_quarantine`, `prune`,
+    `delete_thread`, `delete_for_runs`) and `setup`'s migration, which may
+    wait for another replica's migration lock, are not bounded by it, as in
+    the tier guard: they get `long_call_timeout` (`pools.long_call_timeout`:
+    six call timeouts, at least `pools.LONG_CALL_TIMEOUT_S`, 60 s), on both
+    faces, past which the connection's socket is shut down and they raise
+    `TierUnavailable` too. None: unbounded (both).
     """
 
     name = "postgres"
@@ -240,6 +244,8 @@ class AsyncPostgresTier:
         self.where = redact(url)
         self.connect_timeout = connect_timeout
         self.call_timeout = call_timeout
+        # The bound of the calls `call_timeout` does not hold (see the class).
+        self.long_call_timeout = long_call_timeout(call_timeout)
         self.pool_size = pool_size
         self.prepared_statements = prepared_statements
         self._failed_at = 0.0  # when a call last met a connection error
@@ -275,29 +281,35 @@ class AsyncPostgresTier:
         )
 
     @contextlib.asynccontextmanager
-    async def _connection(self, timed: bool = True) -> AsyncIterator[Any]:
+    async def _connection(self, timed: bool = True, doing: str = "") -> AsyncIterator[Any]:
         """A pooled connection, stamped with when it went back to the pool
         (`_check`). Not a pool ``reset`` callback: with one, psycopg_pool
         returns connections from a background task, one hop more per call.
 
         `timed`: the calls made on it are bounded by `call_timeout` (the
-        sync face's watchdog, `pools.ConnectionPool.watch`); a call that
-        outlives it raises `TierUnavailable` and its connection is closed,
-        so the pool discards it rather than hand it out again. Waiting for
-        a pooled connection is bounded by `call_timeout` too (and always by
+        sync face's watchdog, `pools.ConnectionPool.watch`; the async face
+        is bounded by its tier guard); a call that outlives it raises
+        `TierUnavailable` and its connection is closed, so the pool
+        discards it rather than hand it out again. Waiting for a pooled
+        connection is bounded by `call_timeout` too (and always by
         `connect_timeout`): a pool whose connections all went to a stalled
-        server does not hold the call for the connect timeout."""
+        server does not hold the call for the connect timeout. Untimed
+        calls are bounded the same way, on both faces, by
+        `long_call_timeout`; `doing` says what such a call was doing, for
+        its error."""
         wait = self.connect_timeout
         if timed and self.call_timeout is not None:
             wait = min(wait, self.call_timeout)
         async with self.pool.connection(timeout=wait) as conn:
             watch = None
             try:
-                with self.pool.watch(conn, self.call_timeout if timed else None) as watch:
+                with (
+                    self.pool.watch(conn, self.call_timeout) if timed else watched(conn, self.long_call_timeout)
+                ) as watch:
                     yield conn
             except psycopg.OperationalError as exc:
                 if watch is not None and watch.fired:
-                    raise self._stalled(exc) from exc
+                    raise (self._stalled(exc) if timed else self._stalled_long(exc, doing)) from exc
                 raise
             finally:
                 if watch is not None and watch.fired:
@@ -312,6 +324,23 @@ class AsyncPostgresTier:
             tier="postgres",
         )
 
+    def _stalled_long(self, exc: BaseException, doing: str) -> TierUnavailable:
+        """A call `call_timeout` does not hold outlived `long_call_timeout`."""
+        return TierUnavailable(
+            f"postgres tier at {self.where} did not finish {doing or 'a scan'} within {self.long_call_timeout} s "
+            f"(the bound of setup and whole-store calls: {LONG_CALL_FACTOR} call timeouts, at least "
+            f"{LONG_CALL_TIMEOUT_S:g} s; {type(exc).__name__}: "
+            f"{' '.join(str(exc).split())}): the server or the network to it stalls"
+            + (
+                ", or another replica holds the migration lock (pg_advisory_xact_lock) that long. Check the "
+                "server's load and the network, and pg_stat_activity for a session stuck in a migration"
+                if doing == "setup"
+                else ". Check the server's load and the network"
+            )
+            + "; its connection was dropped.",
+            tier="postgres",
+        )
+
     async def _check(self, conn: Any) -> None:
         """Test a pooled connection before it is handed out, unless it was
         in use a moment ago and nothing says it broke since: no call failed,
@@ -323,9 +352,11 @@ class AsyncPostgresTier:
             or time.monotonic() - returned >= CHECK_IDLE_S
             or select.select([conn.fileno()], [], [], 0)[0]
         ):
-            # The test query waits on the server too: bounded like a call (a
-            # stalled one fails the check, and the pool discards the connection).
-            with self.pool.watch(conn, self.call_timeout):
+            # The test query waits on the server too: bounded like a call, on
+            # both faces (it also comes before the calls the tier guard does
+            # not bound): a stalled one fails the check, and the pool discards
+            # the connection.
+            with watched(conn, self.call_timeout):
                 await AsyncConnectionPool.check_connection(conn)
 
     def _new_pool(self) -> AsyncConnectionPool:
@@ -420,7 +451,7 @@ class AsyncPostgresTier:
     async def setup(self) -> None:
         await self._open()
         with self._unreachable():
-            async with self._connection(timed=False) as conn, conn.transaction():
+            async with self._connection(timed=False, doing="setup") as conn, conn.transaction():
                 await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
                 await conn.execute("CREATE TABLE IF NOT EXISTS lgd_migrations (v integer PRIMARY KEY)")
                 cur = await conn.execute("SELECT coalesce(max(v), 0) FROM lgd_migrations")
@@ -712,7 +743,7 @@ class AsyncPostgresTier:
 
     async def delete_thread(self, thread_id: str) -> None:
         with self._unreachable():
-            async with self._connection(timed=False) as conn, conn.transaction():
+            async with self._connection(timed=False, doing="deleting a thread") as conn, conn.transaction():
                 for table in ("lgd_checkpoints", "lgd_blobs", "lgd_writes", "lgd_quarantine", "lgd_ledger"):
                     await conn.execute(f"DELETE FROM {table} WHERE thread_id = %s", (thread_id,))
 
@@ -729,7 +760,7 @@ class AsyncPostgresTier:
             "(SELECT * FROM unnest(%s::text[], %s::text[], %s::text[]))"
         )
         with self._unreachable():
-            async with self._connection(timed=False) as conn, conn.transaction():
+            async with self._connection(timed=False, doing="deleting runs") as conn, conn.transaction():
                 await conn.execute(
                     f"DELETE FROM lgd_writes w USING lgd_checkpoints c WHERE {doomed} "
                     "AND w.thread_id = c.thread_id AND w.checkpoint_ns = c.checkpoint_ns "
@@ -913,7 +944,7 @@ class AsyncPostgresTier:
         kept_ns = [ns for ns, _ in keep]
         kept_ids = [cid for _, cid in keep]
         with self._unreachable():
-            async with self._connection(timed=False) as conn, conn.transaction():
+            async with self._connection(timed=False, doing="pruning a thread") as conn, conn.transaction():
                 for table in ("lgd_checkpoints", "lgd_writes"):
                     await conn.execute(
                         f"DELETE FROM {table} WHERE thread_id = %s AND (checkpoint_ns, checkpoint_id) NOT IN "
