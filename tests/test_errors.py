@@ -23,8 +23,27 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_config, generate_metadata
 from langgraph.graph import END, START, StateGraph
 
-from langgraph_durable import ConfigError, DurableError, DurableSaver, SerializationError, TierUnavailable, cli
+from langgraph_durable import (
+    ConfigError,
+    DurableError,
+    DurableSaver,
+    RetentionPolicy,
+    SerializationError,
+    TierUnavailable,
+    cli,
+)
 from langgraph_durable.replicator import Replicator
+from langgraph_durable.saver import (
+    ENV_LEASE_LINGER,
+    ENV_OLD_SIGNING_KEYS,
+    ENV_POSTGRES_PREPARED_STATEMENTS,
+    ENV_POSTGRES_URL,
+    ENV_REDIS_TTL,
+    ENV_REDIS_URL,
+    ENV_SERDE,
+    ENV_SIGNING_KEY,
+    ENV_WRITE,
+)
 from langgraph_durable.tiers.base import redact
 
 from .conftest import CONFIGS, REDIS_URL
@@ -91,6 +110,159 @@ def test_unserializable_pending_write_writes_nothing(make_saver: Any) -> None:
 def test_bad_configuration_is_a_config_error(kwargs: dict[str, Any], needle: str) -> None:
     with pytest.raises(ConfigError, match=needle):
         DurableSaver(**{"sqlite": ":memory:", **kwargs})
+
+
+KEY = "k" * 32  # a signing key long enough
+ENV_NOT_NAMED = "the message names the keyword argument (or nothing), not the environment variable that holds the value"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "needles"),
+    [
+        ({"write": "everywhere"}, ["write=", "'everywhere'", "'shared', 'all', 'local'"]),
+        ({"write": "SHARED"}, ["write=", "'SHARED'", "'shared', 'all', 'local'"]),
+        ({"write": None}, ["write=", "None", "'shared', 'all', 'local'"]),
+        ({"write": "local"}, ['write="local"', "redis= or postgres="]),  # write-behind with no shared tier
+        ({"signing_key": KEY, "signing_keys": [KEY]}, ["signing_key=", "signing_keys=", "not both"]),
+        ({"signing_key": KEY, "signing_keys": []}, ["signing_key=", "signing_keys=", "not both"]),
+        ({"signing_keys": []}, ["signing_keys=", "at least one key"]),
+        pytest.param(
+            {"signing_keys": KEY},
+            ["signing_keys=", "list"],
+            marks=pytest.mark.xfail(
+                strict=True,
+                raises=AssertionError,
+                reason="a str passed as signing_keys= is split into 1-character keys: the error says "
+                "'a signing key must be at least 16 bytes' about a 32-character key, never that a list is wanted",
+            ),
+        ),
+        ({"retention": {"keep_last": 3}}, ["retention=", "RetentionPolicy", "'keep_last': 3"]),
+        ({"retention": RetentionPolicy}, ["retention=", "langgraph_durable.RetentionPolicy"]),
+        ({"retention": 30, "retention_every": 60}, ["retention=", "RetentionPolicy", "30"]),
+    ],
+)
+def test_constructor_errors_say_how_to_fix_them_and_create_nothing(
+    tmp_path: Any, kwargs: dict[str, Any], needles: list[str]
+) -> None:
+    """A bad argument is a ConfigError naming it and what it takes, raised
+    before the local SQLite file (or its folder) exists."""
+
+    def ours() -> set[threading.Thread]:
+        return {
+            t
+            for t in threading.enumerate()
+            if t.name in ("langgraph-durable-retention", "langgraph-durable-replicator")
+        }
+
+    folder = tmp_path / "store"
+    before = ours()
+    with pytest.raises(ConfigError) as info:
+        DurableSaver(sqlite=str(folder / "local.sqlite"), **kwargs)
+    message = str(info.value)
+    for needle in needles:
+        assert needle in message, (needle, message)
+    assert list(tmp_path.iterdir()) == []
+    assert ours() - before == set()  # no retention sweeper or replicator left running
+
+
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in list(os.environ):
+        if name.startswith("LANGGRAPH_DURABLE_") and not name.startswith("LANGGRAPH_DURABLE_TEST_"):
+            monkeypatch.delenv(name)
+
+
+_SHARED = {ENV_REDIS_URL: "redis://127.0.0.1:1/0", ENV_POSTGRES_URL: "postgresql://u@127.0.0.1:1/db"}
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "hint", "others"),
+    [
+        (ENV_REDIS_TTL, "soon", "number of seconds", _SHARED),
+        (ENV_REDIS_TTL, "1h", "number of seconds", _SHARED),
+        (ENV_LEASE_LINGER, "soon", "number of seconds", {}),
+        (ENV_POSTGRES_PREPARED_STATEMENTS, "sometimes", "true or false", _SHARED),
+        (ENV_SERDE, "json", "MODULE:ATTR", {}),
+        (ENV_SERDE, "no_such_module_here:serde", "cannot import", {}),
+        pytest.param(
+            ENV_REDIS_TTL,
+            "nan",
+            "number of seconds",
+            _SHARED,
+            marks=pytest.mark.xfail(
+                strict=True,
+                raises=pytest.fail.Exception,
+                reason="float('nan') parses and 'nan <= 0' is False: redis_ttl=nan is accepted, no error",
+            ),
+        ),
+        pytest.param(
+            ENV_REDIS_TTL,
+            "-5",
+            "above 0",
+            _SHARED,
+            marks=pytest.mark.xfail(strict=True, raises=AssertionError, reason=ENV_NOT_NAMED),
+        ),
+        pytest.param(
+            ENV_LEASE_LINGER,
+            "-1",
+            "0 or more",
+            {},
+            marks=pytest.mark.xfail(strict=True, raises=AssertionError, reason=ENV_NOT_NAMED),
+        ),
+        pytest.param(
+            ENV_WRITE,
+            "fast",
+            "'shared', 'all', 'local'",
+            {},
+            marks=pytest.mark.xfail(strict=True, raises=AssertionError, reason=ENV_NOT_NAMED),
+        ),
+        pytest.param(
+            ENV_SIGNING_KEY,
+            "too-short",
+            "16 bytes",
+            {},
+            marks=pytest.mark.xfail(strict=True, raises=AssertionError, reason=ENV_NOT_NAMED),
+        ),
+        pytest.param(
+            ENV_OLD_SIGNING_KEYS,
+            "too-short",
+            "16 bytes",
+            {ENV_SIGNING_KEY: KEY},
+            marks=pytest.mark.xfail(strict=True, raises=AssertionError, reason=ENV_NOT_NAMED),
+        ),
+        pytest.param(
+            ENV_REDIS_URL,
+            "http://127.0.0.1:6379",
+            "redis://",
+            {},
+            marks=pytest.mark.xfail(strict=True, raises=AssertionError, reason=ENV_NOT_NAMED),
+        ),
+        pytest.param(
+            ENV_POSTGRES_URL,
+            "mysql://127.0.0.1/db",
+            "postgresql://",
+            {},
+            marks=pytest.mark.xfail(strict=True, raises=AssertionError, reason=ENV_NOT_NAMED),
+        ),
+    ],
+)
+def test_from_env_a_malformed_value_names_its_variable_and_creates_nothing(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any, name: str, value: str, hint: str, others: dict[str, str]
+) -> None:
+    """The person who set the variable learns which one is wrong and what it
+    takes; no SQLite file appears at the default path (relative to the
+    working directory)."""
+    _clean_env(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    for key, val in {**others, name: value}.items():
+        monkeypatch.setenv(key, val)
+    with pytest.raises(ConfigError) as info:
+        DurableSaver.from_env()
+    message = str(info.value)
+    assert hint in message, message  # what the variable takes
+    assert name in message, message  # which variable
+    if "SIGNING_KEY" in name:
+        assert value not in message  # a key, even a bad one, is never shown
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_missing_thread_id(make_saver: Any) -> None:
