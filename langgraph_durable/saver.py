@@ -347,8 +347,9 @@ class DurableSaver(BaseCheckpointSaver[str]):
             so the call raises and the connection is dropped. The tier is
             then skipped by its breaker; the run goes on with another shared
             tier, or fails with `TierUnavailable` if none answers. Calls that
-            walk a whole thread or every thread (setup, verify, repair,
-            prune, delete) are not bounded by it. None: no limit.
+            may take long on a healthy server (setup's migration, and those
+            that walk a whole thread or every thread: verify, repair, prune,
+            delete) get six times as long, and at least 60 s. None: no limit.
         drain_timeout: seconds ``close()`` / ``aclose()`` keep shipping what
             the shared tiers are owed before they give up (it stays in the
             local journal and is shipped at the next start). 0: close at once.
