@@ -1551,7 +1551,9 @@ class DurableSaver(BaseCheckpointSaver[str]):
         hand-off channel of the tier where leases are kept."""
         tier = self._hand_off_tier()
         if isinstance(tier, PostgresTier):
-            return PostgresEars(tier.url, tier.connect_timeout, hand_off_channel(self._leases.holder))
+            return PostgresEars(
+                tier.url, tier.connect_timeout, hand_off_channel(self._leases.holder), call_timeout=self.call_timeout
+            )
         redis = cast(RedisTier, tier)
         redis.setup()  # connects; finds out whether it is a cluster
         return RedisEars(redis.client, redis.prefix + hand_off_channel(self._leases.holder))
