@@ -8,6 +8,7 @@ import contextlib
 import contextvars
 import copy
 import logging
+import math
 import os
 import random
 import threading
@@ -116,10 +117,27 @@ RUN_SHIPS_ITS_OWN_S = 1.0
 DEFAULT_RETENTION_RATE = 20.0
 
 
+# The keyword arguments `DurableSaver.from_env` fills from the environment,
+# and the variables they come from (for its errors).
+_ENV_OF_KEYWORD = {
+    "redis": ENV_REDIS_URL,
+    "postgres": ENV_POSTGRES_URL,
+    "write": ENV_WRITE,
+    "redis_key_prefix": ENV_REDIS_KEY_PREFIX,
+    "redis_ttl": ENV_REDIS_TTL,
+    "lease_linger": ENV_LEASE_LINGER,
+}
+
+
 def _signing_keys(signing_key: bytes | str | None, signing_keys: Sequence[bytes | str | None] | None) -> list[bytes]:
     """The accepted keys, sealing key first; b"" stands for unsigned."""
     if signing_key is not None and signing_keys is not None:
         raise ConfigError("pass signing_key= or signing_keys=[new, old, ...], not both.")
+    if isinstance(signing_keys, (str, bytes)):
+        raise ConfigError(
+            "signing_keys= takes a list of keys, the one that seals new records first: signing_keys=[new, old]; "
+            "for one key, pass signing_key= instead."
+        )
     given = list(signing_keys) if signing_keys is not None else [signing_key]
     if not given:
         raise ConfigError("signing_keys= needs at least one key (the one that seals new records) first.")
@@ -501,7 +519,11 @@ class DurableSaver(BaseCheckpointSaver[str]):
         self.redis_key_prefix = redis_key_prefix
         self.redis_cluster = redis_cluster
         if redis_ttl is not None and (
-            not isinstance(redis_ttl, (int, float)) or redis_ttl <= 0 or redis is None or postgres is None
+            isinstance(redis_ttl, bool)
+            or not isinstance(redis_ttl, (int, float))
+            or not 0 < redis_ttl < math.inf  # NaN fails this too
+            or redis is None
+            or postgres is None
         ):
             raise ConfigError(
                 "redis_ttl= lets idle threads leave Redis, to be served from Postgres: it needs redis= and "
@@ -670,9 +692,23 @@ class DurableSaver(BaseCheckpointSaver[str]):
             kwargs["serde"] = serde_from_spec(env[ENV_SERDE], what=ENV_SERDE)
         if env.get(ENV_SIGNING_KEY) or env.get(ENV_OLD_SIGNING_KEYS):
             old = [k.strip() for k in env.get(ENV_OLD_SIGNING_KEYS, "").split(",") if k.strip()]
+            # Checked here, one variable at a time, so the error names it (never the key).
+            for name, key in [(ENV_SIGNING_KEY, env.get(ENV_SIGNING_KEY))] + [(ENV_OLD_SIGNING_KEYS, k) for k in old]:
+                try:
+                    _signing_keys(None if key == "unsigned" else key or None, None)
+                except ConfigError as exc:
+                    raise ConfigError(f"{name}: {exc}") from None
             kwargs["signing_keys"] = [env.get(ENV_SIGNING_KEY) or None] + [None if k == "unsigned" else k for k in old]
         kwargs.update(options)
-        return cls(**kwargs)
+        try:
+            return cls(**kwargs)
+        except ConfigError as exc:
+            # Name the variable a value came from, where the message names its keyword.
+            message = str(exc)
+            for keyword, name in _ENV_OF_KEYWORD.items():
+                if keyword in kwargs and keyword not in options and message.startswith((f"{keyword}=", f"{keyword} ")):
+                    raise ConfigError(f"{name}: {message}") from exc
+            raise
 
     @property
     def tier_names(self) -> list[str]:

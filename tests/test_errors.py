@@ -113,7 +113,6 @@ def test_bad_configuration_is_a_config_error(kwargs: dict[str, Any], needle: str
 
 
 KEY = "k" * 32  # a signing key long enough
-ENV_NOT_NAMED = "the message names the keyword argument (or nothing), not the environment variable that holds the value"
 
 
 @pytest.mark.parametrize(
@@ -129,12 +128,6 @@ ENV_NOT_NAMED = "the message names the keyword argument (or nothing), not the en
         pytest.param(
             {"signing_keys": KEY},
             ["signing_keys=", "list"],
-            marks=pytest.mark.xfail(
-                strict=True,
-                raises=AssertionError,
-                reason="a str passed as signing_keys= is split into 1-character keys: the error says "
-                "'a signing key must be at least 16 bytes' about a 32-character key, never that a list is wanted",
-            ),
         ),
         ({"retention": {"keep_last": 3}}, ["retention=", "RetentionPolicy", "'keep_last': 3"]),
         ({"retention": RetentionPolicy}, ["retention=", "langgraph_durable.RetentionPolicy"]),
@@ -188,60 +181,48 @@ _SHARED = {ENV_REDIS_URL: "redis://127.0.0.1:1/0", ENV_POSTGRES_URL: "postgresql
             "nan",
             "number of seconds",
             _SHARED,
-            marks=pytest.mark.xfail(
-                strict=True,
-                raises=pytest.fail.Exception,
-                reason="float('nan') parses and 'nan <= 0' is False: redis_ttl=nan is accepted, no error",
-            ),
         ),
         pytest.param(
             ENV_REDIS_TTL,
             "-5",
             "above 0",
             _SHARED,
-            marks=pytest.mark.xfail(strict=True, raises=AssertionError, reason=ENV_NOT_NAMED),
         ),
         pytest.param(
             ENV_LEASE_LINGER,
             "-1",
             "0 or more",
             {},
-            marks=pytest.mark.xfail(strict=True, raises=AssertionError, reason=ENV_NOT_NAMED),
         ),
         pytest.param(
             ENV_WRITE,
             "fast",
             "'shared', 'all', 'local'",
             {},
-            marks=pytest.mark.xfail(strict=True, raises=AssertionError, reason=ENV_NOT_NAMED),
         ),
         pytest.param(
             ENV_SIGNING_KEY,
             "too-short",
             "16 bytes",
             {},
-            marks=pytest.mark.xfail(strict=True, raises=AssertionError, reason=ENV_NOT_NAMED),
         ),
         pytest.param(
             ENV_OLD_SIGNING_KEYS,
             "too-short",
             "16 bytes",
             {ENV_SIGNING_KEY: KEY},
-            marks=pytest.mark.xfail(strict=True, raises=AssertionError, reason=ENV_NOT_NAMED),
         ),
         pytest.param(
             ENV_REDIS_URL,
             "http://127.0.0.1:6379",
             "redis://",
             {},
-            marks=pytest.mark.xfail(strict=True, raises=AssertionError, reason=ENV_NOT_NAMED),
         ),
         pytest.param(
             ENV_POSTGRES_URL,
             "mysql://127.0.0.1/db",
             "postgresql://",
             {},
-            marks=pytest.mark.xfail(strict=True, raises=AssertionError, reason=ENV_NOT_NAMED),
         ),
     ],
 )
