@@ -1006,8 +1006,10 @@ class DurableSaver(BaseCheckpointSaver[str]):
 
     def drain(self, timeout: float | None = None) -> Lag:
         """Ship what the shared tiers are owed, until nothing is or `timeout`
-        seconds passed (None: one pass). Returns what is still owed. A SIGTERM
-        handler calls this (`langgraph_durable.shutdown`)."""
+        seconds passed (None: one pass). Returns what is still owed. The
+        drain on SIGTERM calls this on a thread of its own
+        (`langgraph_durable.shutdown`); call it from a thread, never from a
+        signal handler, which may have interrupted one of this saver's calls."""
         return self._replicator.drain(timeout)
 
     def _drain_pending(self) -> threading.Event:

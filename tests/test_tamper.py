@@ -9,6 +9,7 @@ Records are planted, damaged, deleted and replayed directly in the stores
 
 from __future__ import annotations
 
+import asyncio
 import operator
 import sqlite3
 import time
@@ -320,7 +321,19 @@ def test_a_confirmed_action_lost_or_rolled_back_in_postgres_alone_never_runs_aga
     assert record is not None and bytes(record[0]) != intent
 
 
-def test_postgres_restored_from_an_older_backup_is_detected_and_repaired(make_saver: Any) -> None:
+def _on(face: str, saver: DurableSaver, method: str, *args: Any) -> Any:
+    """`saver.method(*args)` on the sync face, or ``saver.a<method>`` on the async one."""
+    if face == "sync":
+        return getattr(saver, method)(*args)
+
+    async def call() -> Any:
+        return await getattr(saver, f"a{method}")(*args)
+
+    return asyncio.run(call())
+
+
+@pytest.mark.parametrize("face", ["sync", "async"])
+def test_postgres_restored_from_an_older_backup_is_detected_and_repaired(make_saver: Any, face: str) -> None:
     tables = ("lgd_checkpoints", "lgd_blobs", "lgd_writes", "lgd_ledger")
     with make_saver(ALL) as saver:
         graph = loop_graph(2).compile(checkpointer=saver)
@@ -335,12 +348,12 @@ def test_postgres_restored_from_an_older_backup_is_detected_and_repaired(make_sa
             conn.execute(f"DELETE FROM {t}")
             conn.execute(f"INSERT INTO {t} SELECT * FROM backup_{t}")
     with make_saver(ALL) as saver:
-        report = saver.verify()
+        report = _on(face, saver, "verify")
         assert report.missing and {m.tier for m in report.missing} == {"postgres"}
         state = loop_graph(5).compile(checkpointer=saver).get_state(_cfg("t"))
         assert state.values["n"] == 5 and state.config["configurable"]["checkpoint_id"] == newest
-        assert saver.repair().missing
-        assert not saver.verify().missing
+        assert _on(face, saver, "repair").missing
+        assert not _on(face, saver, "verify").missing
     with make_saver("postgres") as postgres_only:  # the system of record is whole again
         assert postgres_only.get_tuple(_cfg("t")).checkpoint["id"] == newest
 
@@ -467,7 +480,10 @@ def test_state_types_round_trip_through_with_allowlist_in_strict_mode(make_saver
 # -- quarantine is reversible ------------------------------------------------------------
 
 
-def test_a_withdrawn_checkpoint_comes_back_from_quarantine(make_saver: Any, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("face", ["cli", "async"])
+def test_a_withdrawn_checkpoint_comes_back_from_quarantine(
+    make_saver: Any, capsys: pytest.CaptureFixture[str], face: str
+) -> None:
     with make_saver(ALL) as saver:
         configs = _chain(saver, "t", 2)
     newest = configs[-1]["configurable"]["checkpoint_id"]
@@ -488,25 +504,38 @@ def test_a_withdrawn_checkpoint_comes_back_from_quarantine(make_saver: Any, caps
     # The operator finds the value in a backup and puts it back in one tier...
     with _pg(saver) as conn:
         conn.execute("INSERT INTO lgd_blobs VALUES ('t', '', 'v', '2', %s)", (original,))
-    flags = [
-        "--sqlite", saver.sqlite_path, "--redis", REDIS_URL, "--redis-key-prefix", saver.redis_key_prefix,
-        "--postgres", saver.postgres_url,
-    ]  # fmt: skip
-    assert cli.main(["quarantine", "list", "--thread", "t", *flags]) == 0
-    assert "6 quarantined record(s)" in capsys.readouterr().out
     # ...and restores the withdrawn checkpoint (the bad blob copies are kept
     # out: an intact copy is in place where it matters).
-    assert cli.main(["quarantine", "restore", "--all", "--thread", "t", *flags]) == 0
-    assert "restored" in capsys.readouterr().out
+    if face == "cli":
+        flags = [
+            "--sqlite", saver.sqlite_path, "--redis", REDIS_URL, "--redis-key-prefix", saver.redis_key_prefix,
+            "--postgres", saver.postgres_url,
+        ]  # fmt: skip
+        assert cli.main(["quarantine", "list", "--thread", "t", *flags]) == 0
+        assert "6 quarantined record(s)" in capsys.readouterr().out
+        assert cli.main(["quarantine", "restore", "--all", "--thread", "t", *flags]) == 0
+        assert "restored" in capsys.readouterr().out
+    else:
+
+        async def restore() -> tuple[list[Any], list[Any]]:
+            async with make_saver(ALL) as saver:
+                found = await saver.aquarantined("t")
+                assert len(found) == 6
+                return await saver.arestore_quarantined(found)
+
+        restored, kept_out = asyncio.run(restore())
+        assert {(q.tier, q.kind) for q in restored} >= {(t, "checkpoint") for t in ("sqlite", "redis", "postgres")}
+        assert restored and len(restored) + len(kept_out) == 6
     with make_saver(ALL) as saver:
         tup = saver.get_tuple(_cfg("t"))
         assert tup.checkpoint["id"] == newest and tup.checkpoint["channel_values"] == {"v": "value 1"}
         assert saver.verify("t").bad == []
 
 
-def test_restore_refuses_unknown_ids(make_saver: Any) -> None:
+@pytest.mark.parametrize("face", ["sync", "async"])
+def test_restore_refuses_unknown_ids(make_saver: Any, face: str) -> None:
     with make_saver("sqlite") as saver, pytest.raises(ConfigError, match="no quarantined record 'sqlite:999'"):
-        saver.restore_quarantined(["sqlite:999"])
+        _on(face, saver, "restore_quarantined", ["sqlite:999"])
 
 
 STRICT_SCRIPT = """
