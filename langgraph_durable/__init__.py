@@ -1,8 +1,6 @@
 """langgraph-durable: a tiered, checksummed LangGraph checkpoint saver."""
 
-from importlib.metadata import PackageNotFoundError
-from importlib.metadata import version as _version
-
+from ._version import __version__
 from .errors import (
     ConfigError,
     CorruptCheckpoint,
@@ -33,11 +31,6 @@ from .validation import (
     reject,
     rewind,
 )
-
-try:
-    __version__ = _version("langgraph-durable")
-except PackageNotFoundError:  # imported from a source tree that was never installed
-    __version__ = "0+unknown"
 
 __all__ = [
     "__version__",
