@@ -169,7 +169,8 @@ def test_a_write_that_would_wait_for_another_connection_goes_to_the_worker(tmp_p
         with write_lock_held(path) as release:
             started = time.monotonic()
             assert tier.run_now(lambda: tier.write_checkpoint(*_row("c0")), writes=True) == (False, None)
-            assert time.monotonic() - started < 1.0
+            # Not the busy timeout (5 s): well under it, however busy the machine.
+            assert time.monotonic() - started < 2.5
             with tier._lock:
                 assert tier._connect().execute("PRAGMA busy_timeout").fetchone()[0] == 5000
 
