@@ -86,6 +86,17 @@ def postgres_proxy(postgres_url: str) -> Iterator[tuple[Any, str]]:
 
 
 @pytest.fixture
+def redis_proxy() -> Iterator[tuple[Any, str]]:
+    """A TCP proxy in front of the test Redis and its URL through it."""
+    from tests.proxy import TcpProxy
+
+    parts = urlsplit(REDIS_URL)
+    host, port = parts.hostname or "127.0.0.1", parts.port or 6379
+    with TcpProxy(host, port) as proxy:
+        yield proxy, REDIS_URL.replace(f"{host}:{port}", f"127.0.0.1:{proxy.port}")
+
+
+@pytest.fixture
 def redis_prefix() -> Iterator[str]:
     """A key prefix no other test uses; its keys are deleted afterwards."""
     prefix = f"lgd_test_{uuid.uuid4().hex[:16]}"

@@ -16,10 +16,8 @@ import logging
 import sqlite3
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import pytest
 
@@ -38,7 +36,7 @@ from langgraph_durable.metrics import (
 )
 from langgraph_durable.tiers.base import Head
 
-from .conftest import REDIS_URL, SaverFactory
+from .conftest import SaverFactory
 from .graphs import loop_graph
 from .proxy import TcpProxy
 from .tamper import BLOB, Rec, flip, sqlite_store
@@ -282,14 +280,6 @@ async def test_an_unknown_thread_misses_in_every_tier(make_saver: SaverFactory, 
             assert (head.calls, head.misses, head.hit_rate) == (1, 1, 0.0), tier
     finally:
         await face.close(saver)
-
-
-@pytest.fixture
-def redis_proxy() -> Iterator[tuple[TcpProxy, str]]:
-    parts = urlsplit(REDIS_URL)
-    host, port = parts.hostname or "127.0.0.1", parts.port or 6379
-    with TcpProxy(host, port) as proxy:
-        yield proxy, REDIS_URL.replace(f"{host}:{port}", f"127.0.0.1:{proxy.port}")
 
 
 @pytest.mark.redis

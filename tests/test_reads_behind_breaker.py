@@ -5,26 +5,15 @@ half-open probe, before the read gives up (writes do the same)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from typing import Any
-from urllib.parse import urlsplit
 
 import pytest
 
 from langgraph_durable import DurableSaver, TierUnavailable
-from tests.conftest import REDIS_URL
 from tests.graphs import loop_graph
 from tests.proxy import TcpProxy
 
 KEY = "k" * 32  # a signing key of the test's: no store key to fetch from a tier that is down
-
-
-@pytest.fixture
-def redis_proxy() -> Iterator[tuple[TcpProxy, str]]:
-    parts = urlsplit(REDIS_URL)
-    host, port = parts.hostname or "127.0.0.1", parts.port or 6379
-    with TcpProxy(host, port) as proxy:
-        yield proxy, REDIS_URL.replace(f"{host}:{port}", f"127.0.0.1:{proxy.port}")
 
 
 class Reader:
