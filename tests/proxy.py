@@ -60,6 +60,7 @@ class TcpProxy:
     def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
         try:
             while data := src.recv(65536):
+                self._seen(data)
                 while self._stalled and not self._closed:
                     time.sleep(0.02)
                 dst.sendall(data)
@@ -69,6 +70,9 @@ class TcpProxy:
             for s in (src, dst):
                 with contextlib.suppress(OSError):
                     s.shutdown(socket.SHUT_RDWR)
+
+    def _seen(self, data: bytes) -> None:
+        """What one side sent, before it is forwarded (a subclass may stall here)."""
 
     def cut(self) -> None:
         self._up = False

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 import threading
 import time
 import traceback
@@ -68,22 +67,13 @@ def _returns(graph: Any, thread: str, face: str) -> Any:
     """The run's outcome (its final state, or the exception it raised),
     run on a thread; fails if it has not returned after `JOIN_S`."""
     config = {"configurable": {"thread_id": thread}}
-    outcome: list[Any] = []
 
-    def run() -> None:
-        try:
-            if face == "sync":
-                outcome.append(graph.invoke({"messages": [], "n": 0}, config))
-            else:
-                outcome.append(asyncio.run(graph.ainvoke({"messages": [], "n": 0}, config)))
-        except BaseException as exc:  # the outcome under test
-            outcome.append(exc)
+    def run() -> Any:
+        if face == "sync":
+            return graph.invoke({"messages": [], "n": 0}, config)
+        return asyncio.run(graph.ainvoke({"messages": [], "n": 0}, config))
 
-    worker = threading.Thread(target=run, daemon=True)  # left behind if it hangs
-    worker.start()
-    worker.join(JOIN_S)
-    assert not worker.is_alive(), f"the {face} run did not return within {JOIN_S} s: a stalled tier hangs it"
-    return outcome[0]
+    return _outcome(run, f"the {face} run")
 
 
 def _why(exc: BaseException) -> str:
@@ -264,21 +254,10 @@ class StallsOn(TcpProxy):
         self.hit = threading.Event()
         super().__init__(target_host, target_port)
 
-    def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
-        try:
-            while data := src.recv(65536):
-                if self.marker in data:
-                    self.hit.set()
-                    self.stall()
-                while self._stalled and not self._closed:
-                    time.sleep(0.02)
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for s in (src, dst):
-                with contextlib.suppress(OSError):
-                    s.shutdown(socket.SHUT_RDWR)
+    def _seen(self, data: bytes) -> None:
+        if self.marker in data:
+            self.hit.set()
+            self.stall()
 
 
 @contextlib.contextmanager
@@ -288,6 +267,16 @@ def _stalls_on(url: str, marker: bytes) -> Iterator[tuple[StallsOn, str]]:
     host, port = parts.hostname or "127.0.0.1", parts.port or 0
     with StallsOn(host, port, marker) as proxy:
         yield proxy, url.replace(f"{host}:{port}", f"127.0.0.1:{proxy.port}")
+
+
+def _raised_unavailable(proxy: StallsOn, out: Any, tier: str, saver: DurableSaver) -> None:
+    """The call met the stall and raised `TierUnavailable` naming `tier`;
+    then the proxy is cut and the saver closed."""
+    assert proxy.hit.is_set()
+    assert isinstance(out, TierUnavailable), repr(out)
+    assert out.tier == tier
+    proxy.cut()
+    saver.close()
 
 
 def _outcome(call: Callable[[], Any], what: str) -> Any:
@@ -341,12 +330,8 @@ def test_postgres_stalled_in_setups_migration_raises_tier_unavailable(
     with _stalls_on(postgres_url, b"pg_advisory_xact_lock") as (proxy, proxied):
         saver = _saver(tmp_path, postgres=proxied, connect_timeout=5)
         out = _outcome(_on_face(saver, face, "setup"), f"the {face} setup")
-        assert proxy.hit.is_set()
-        assert isinstance(out, TierUnavailable), repr(out)
-        assert out.tier == "postgres"
         assert "setup" in str(out) and "migration lock" in str(out), str(out)
-        proxy.cut()
-        saver.close()
+        _raised_unavailable(proxy, out, "postgres", saver)
 
 
 @pytest.mark.parametrize("face", ["sync", "async"])
@@ -358,11 +343,7 @@ def test_redis_stalled_in_setup_raises_tier_unavailable(tmp_path: Path, redis_pr
     with _stalls_on(REDIS_URL, b"key_layout") as (proxy, proxied):
         saver = _saver(tmp_path, redis=proxied, redis_key_prefix=redis_prefix, connect_timeout=5)
         out = _outcome(_on_face(saver, face, "setup"), f"the {face} setup")
-        assert proxy.hit.is_set()
-        assert isinstance(out, TierUnavailable), repr(out)
-        assert out.tier == "redis"
-        proxy.cut()
-        saver.close()
+        _raised_unavailable(proxy, out, "redis", saver)
 
 
 @pytest.mark.parametrize("face", ["sync", "async"])
@@ -377,11 +358,7 @@ def test_postgres_stalled_in_a_whole_store_scan_raises_tier_unavailable(
         saver = _saver(tmp_path, postgres=proxied, connect_timeout=5)
         assert _returns(_graph(saver), "warm", face)["n"] == STEPS
         out = _outcome(_on_face(saver, face, "verify"), f"the {face} verify")
-        assert proxy.hit.is_set()
-        assert isinstance(out, TierUnavailable), repr(out)
-        assert out.tier == "postgres"
-        proxy.cut()
-        saver.close()
+        _raised_unavailable(proxy, out, "postgres", saver)
 
 
 @pytest.mark.parametrize("tier", ["postgres", "redis"])
