@@ -39,6 +39,10 @@ FILES = {
 NAMES = {
     "AsyncTierChain": "TierChain",
     "AsyncTier": "Tier",
+    "AsyncRecords": "Records",
+    "AsyncQuarantine": "Quarantine",
+    "AsyncLedgerStore": "LedgerStore",
+    "AsyncLeases": "Leases",
     "AsyncTierReader": "TierReader",
     "AsyncScanner": "Scanner",
     "AsyncMaintenance": "Maintenance",

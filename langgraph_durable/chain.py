@@ -58,6 +58,7 @@ from .reads import TierReader
 from .records import BlobRow, CheckpointRow, WriteRow, key_fingerprint
 from .resume import ResumeGate
 from .retention import RetentionPolicy, RetentionReport
+from .roles import Roles
 from .scan import Scanner
 from .tiers.base import KEYS_META, STORE_KEY_META, QuarantinedRecord, key_mismatch_message
 from .tiers.protocol import Tier
@@ -110,19 +111,20 @@ class TierChain:
                 'write="local" (write-behind) needs a local tier (sqlite=) and a shared one (redis= or postgres=).'
             )
         self.write = write
-        # Whether the replicator ships a run's writes to a shared tier: to
-        # all of them with write-behind; with ``write="shared"``, a local
-        # journal and two shared tiers, to the one without the lease (a write
-        # is acknowledged once the lease's tier and the journal hold it).
-        self.ships_behind = write == "local" or (write == "shared" and local is not None and len(shared) > 1)
         self.breakers = breakers or Breakers()
         self.metrics = metrics  # every tier call is reported to it (guard.py)
         # The tiers as the rooms see them: behind their breakers (guard.py).
+        # Ordered by role (roles.py), not by the order they were passed in.
+        raw = Roles.of(([local] if local is not None else []) + list(shared))
         self.raw_local = local
-        self.raw_shared = list(shared)
+        self.raw_shared = list(raw.shared)
         self.local = cast(SqliteTier, self._guard(local)) if local is not None else None
-        self.shared: list[Tier] = [self._guard(t, call_timeout) for t in shared]
-        self.tiers: list[Tier] = ([self.local] if self.local is not None else []) + self.shared
+        self.roles: Roles[Tier] = Roles(self.local, tuple(self._guard(t, call_timeout) for t in raw.shared))
+        self.shared: list[Tier] = list(self.roles.shared)
+        self.tiers: list[Tier] = list(self.roles.tiers)
+        # Whether the replicator, not the step, ships a run's writes to a
+        # shared tier (`Roles.ships_behind`).
+        self.ships_behind = self.roles.ships_behind(write)
         self.codec = codec
         # Seal every record with the store's own key, kept in the system of
         # record, when the user gave none (`_adopt_store_key`).
@@ -264,7 +266,7 @@ class TierChain:
 
         The local file alone (a saver or command given only ``sqlite=``)
         uses the copy of the key it holds, if any: it never creates one."""
-        authority = self.shared[-1] if self.shared else None
+        authority = self.roles.authority
         # The fingerprints first, then the key: a saver records a key's
         # fingerprint only after it created or read that key, so a
         # fingerprint seen here means the key is readable below. Read the
@@ -471,19 +473,19 @@ class TierChain:
                 self.own.forget(gone)
 
     def tier_named(self, name: str) -> Tier:
-        return next((t for t in self.tiers if t.name == name), self.tiers[-1])
+        return self.roles.named(name)
 
     def lease_tier(self) -> Tier:
         """Where a new writer lease is taken: the most authoritative tier
         whose breaker lets calls through (Postgres, else Redis, else SQLite).
         With every shared tier down, write-behind keeps its leases locally."""
         now = time.monotonic()
-        for tier in reversed(self.shared):
+        for tier in self.roles.lease_candidates():
             if self.breakers[tier.name].available(now):
                 return tier
         if self.write == "local" and self.local is not None:
             return self.local
-        return self.tiers[-1]
+        return self.roles.last_resort
 
     def _write_behind(
         self, fence: Fence | None, local: Callable[[Owed, Fence | None], Any], *, keep: Callable[[int], None]
@@ -635,7 +637,7 @@ class TierChain:
         lease_keeper); it leaves out the tiers that just failed it."""
         answered: list[Tier] = []
         skipped = self._skipped(self.shared) & set(names)
-        for tier in reversed(self.shared):
+        for tier in self.roles.lease_candidates():
             guard = cast(GuardedTier, tier)
             if tier.name not in skipped or not guard.breaker.allow_early(time.monotonic()):
                 continue
@@ -719,13 +721,13 @@ class TierChain:
     # -- reads ----------------------------------------------------------------------
 
     def _authority(self, what: str, call: Callable[[Tier], Any]) -> Any:
-        """Ask the farthest reachable tier; nearer ones answer only when it is down."""
+        """Ask the authority; nearer tiers answer only when it is down."""
         return (self._authority_tier(what, call))[1]
 
     def _authority_tier(self, what: str, call: Callable[[Tier], Any]) -> tuple[Tier, Any]:
         """`_authority`, also naming the tier that answered."""
         last: TierUnavailable | None = None
-        for i, tier in enumerate(reversed(self.tiers)):
+        for i, tier in enumerate(self.roles.by_authority()):
             try:
                 result = call(tier)
             except TierUnavailable as exc:

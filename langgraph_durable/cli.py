@@ -31,21 +31,18 @@ from . import __version__, browse, demo, importing, ledger
 from .errors import DurableError, printable
 from .retention import RetentionPolicy
 from .saver import (
-    DEFAULT_SQLITE_PATH,
     ENV_LEASE_LINGER,
     ENV_OLD_SIGNING_KEYS,
     ENV_POSTGRES_PREPARED_STATEMENTS,
-    ENV_POSTGRES_URL,
     ENV_REDIS_KEY_PREFIX,
     ENV_REDIS_TTL,
-    ENV_REDIS_URL,
     ENV_SERDE,
     ENV_SIGNING_KEY,
-    ENV_SQLITE,
     ENV_WRITE,
     DurableSaver,
 )
 from .tiers.redis_async import DEFAULT_KEY_PREFIX
+from .tiers.registry import DEFAULT_SQLITE_PATH, KINDS, POSTGRES, REDIS, SQLITE
 
 # Exit status, documented in --help.
 EXIT_OK = 0
@@ -66,12 +63,12 @@ EXIT_CODES_HELP = f"""exit status:
   {EXIT_INTERRUPTED:<4} interrupted (Ctrl-C)"""
 
 ENVIRONMENT_HELP = f"""environment (the tier flags override it; a flag given as '' switches its tier off):
-  {ENV_SQLITE:<36} local SQLite file, ':memory:', or '' for none
+  {SQLITE.env:<36} {SQLITE.what}
   {"":<36} (default {DEFAULT_SQLITE_PATH})
-  {ENV_REDIS_URL:<36} redis:// URL of the Redis tier
+  {REDIS.env:<36} {REDIS.what}
   {ENV_REDIS_KEY_PREFIX:<36} prefix of the saver's Redis keys (default {DEFAULT_KEY_PREFIX!r})
   {ENV_REDIS_TTL:<36} seconds after which an idle thread leaves Redis
-  {ENV_POSTGRES_URL:<36} postgresql:// URL of the Postgres tier
+  {POSTGRES.env:<36} {POSTGRES.what}
   {ENV_POSTGRES_PREPARED_STATEMENTS:<36} false behind PgBouncer in transaction mode
   {ENV_SIGNING_KEY:<36} the key that signs every record (HMAC); it must be
   {"":<36} the key the store was written with
@@ -312,21 +309,15 @@ def tier_flags(p: argparse.ArgumentParser) -> None:
         f"default: the environment (`langgraph-durable --help` lists it, and {ENV_SIGNING_KEY} for signed "
         "stores); '' switches a tier off",
     )
-    g.add_argument(
-        "--sqlite",
-        metavar="PATH",
-        default=None,
-        help=f"local SQLite file, ':memory:', or '' for none (default ${ENV_SQLITE}, else {DEFAULT_SQLITE_PATH})",
-    )
-    g.add_argument(
-        "--redis", metavar="URL", default=None, help=f"redis:// URL, or '' for no Redis tier (default ${ENV_REDIS_URL})"
-    )
-    g.add_argument(
-        "--postgres",
-        metavar="URL",
-        default=None,
-        help=f"postgresql:// URL, or '' for no Postgres tier (default ${ENV_POSTGRES_URL})",
-    )
+    for kind in KINDS:
+        default = f"${kind.env}, else {DEFAULT_SQLITE_PATH}" if kind is SQLITE else f"${kind.env}"
+        off = "" if kind is SQLITE else ", or '' for none"
+        g.add_argument(
+            kind.flag,
+            metavar="URL" if kind.schemes else "PATH",
+            default=None,
+            help=f"{kind.what}{off} (default {default})",
+        )
     g.add_argument(
         "--serde",
         metavar="MODULE:ATTR",

@@ -179,7 +179,12 @@ class AsyncLeaseKeeper:
         # that reaches it takes its leases: one taken in another tier during
         # an outage is not seen there once it is over.
         # And only while another replica can ask for it (`handoff.py`).
-        if self.chain.own is not None and self.chain.shared and tier is self.chain.shared[-1] and self.book.may_keep():
+        if (
+            self.chain.own is not None
+            and self.chain.shared
+            and tier is self.chain.roles.authority
+            and self.book.may_keep()
+        ):
             asked = time.monotonic()  # the tier's expiry is at least this much later
             if not await tier.keep_lease(lease.thread_id, lease.holder, lease.token, linger):
                 return  # not kept: the lease is no longer this run's, nothing to give back

@@ -50,6 +50,7 @@ from .guard import GuardedTier, overlap
 from .integrity import CorruptionEvent, Incident, IntegrityPolicy, Unusable
 from .ledger import LedgerEntry, newest_entry
 from .records import BadRecord, BlobRow, CheckpointRow, WriteRow, metadata_matches, row_fields, with_verified_metadata
+from .roles import Roles
 from .tiers.base import Head, pack_fields
 from .tiers.protocol import Tier
 
@@ -74,7 +75,8 @@ class TierReader:
         deltas: DeltaMemo | None = None,
         owed: Callable[[str, str, str], bool] | None = None,
     ) -> None:
-        self.tiers = list(tiers)
+        self.roles: Roles[Tier] = Roles.of(tiers)
+        self.tiers = list(self.roles.tiers)
         self.codec = codec
         self.policy = policy
         # Only looking (the CLI's read commands): bad copies are reported,
@@ -94,8 +96,8 @@ class TierReader:
         # The local cache alone, for reads that need no other tier
         # (`local_list`); it repairs nothing (there is no other tier).
         self._local_only: TierReader | None = None
-        if len(self.tiers) > 1 and self.tiers[0].name == "sqlite":
-            self._local_only = TierReader(self.tiers[:1], codec, policy, deltas)
+        if self.roles.cache is not None:
+            self._local_only = TierReader([self.roles.cache], codec, policy, deltas)
 
     # -- asking every reachable tier ------------------------------------------------
 
@@ -206,14 +208,14 @@ class TierReader:
                 raise unusable
             return None
         source, found = good
-        local = self.tiers[0] if len(self.tiers) > 1 and self.tiers[0].name == "sqlite" else None
+        local = self.roles.cache
         only_local = local is not None and all(row is None for t, row in copies if t is not local)
         if only_local and local is not None and lacking and self._deleted(thread_id, ns, cid, lacking):
             # Deleted through another replica: this cached copy is stale, not
             # something the shared tiers lost. It goes too.
             self._repair([local], lambda t: t.delete_checkpoint(thread_id, ns, cid))
             return None
-        far = self.tiers[-1]
+        far = self.roles.last_resort
         if not only_local and far is not local and far in lacking and self._deleted(thread_id, ns, cid, [far]):
             # The system of record lacks it and recorded its deletion, and this
             # saver's journal does not owe it: a shared tier that still holds
@@ -746,7 +748,7 @@ class TierReader:
         if candidates and all(h.checkpoint_id == candidates[0] for _, h in heads):
             # Every reachable tier holds it: no marker can call it deleted.
             return self.serve(thread_id, ns, candidates[0], incidents, heads)
-        local = self.tiers[0] if len(self.tiers) > 1 and self.tiers[0].name == "sqlite" else None
+        local = self.roles.cache
         if candidates and local is not None:
             behind = self._only_local_behind(local, heads, candidates[0])
             if behind is not None:
@@ -825,8 +827,8 @@ class TierReader:
         that checkpoint as its head, those pending writes, every record intact.
         None otherwise (also on a bad copy): the caller then reads as usual,
         across the tiers, where bad copies are reported and repaired."""
-        local = self.tiers[0]
-        if local.name != "sqlite":
+        local = self.roles.cache
+        if local is None:
             return None
         try:
             head = local.head(thread_id, ns)
@@ -871,7 +873,7 @@ class TierReader:
         reader = self._local_only
         if reader is None:
             return None
-        local = reader.tiers[0]
+        local = reader.roles.last_resort  # its only tier
         try:
             rows, writes = local.list_page(thread_id, ns, before_id, limit)
             found: list[Found] = []
@@ -985,7 +987,7 @@ class TierReader:
         that lost a checkpoint does not hide it. The local cache of one
         replica may hold what another pruned, so it answers only when it is
         the only tier (or no shared tier is reachable)."""
-        shared = self.tiers[1:] if len(self.tiers) > 1 and self.tiers[0].name == "sqlite" else self.tiers
+        shared = list(self.roles.shared) if self.roles.cache is not None else self.tiers
         # What the shared tiers are still owed, asked *before* them: a record
         # shipped in between is then in their answer, never in neither.
         owed = self._owed_rows(thread_id, ns, cid, before_id, filter, limit) if shared is not self.tiers else []
@@ -1013,8 +1015,8 @@ class TierReader:
         local journal, owed to them), so that each checkpoint's writes are
         still the union of every reachable tier's; otherwise None, and
         `writes` asks as it always did."""
-        local = self.tiers[0] if len(self.tiers) > 1 and self.tiers[0].name == "sqlite" else None
-        shared = self.tiers[1:] if local is not None else self.tiers
+        local = self.roles.cache
+        shared = list(self.roles.shared) if local is not None else self.tiers
         owed = self._owed_rows(thread_id, ns, None, before_id, None, limit) if local is not None else []
         answers = _each_of(
             shared, self.tiers, "checkpoint list", lambda t: t.list_page(thread_id, ns, before_id, limit)
@@ -1050,7 +1052,7 @@ class TierReader:
         or while they were down): this replica's own writes, listed before
         they are shipped. Only the newest `limit` local rows can be among the
         newest `limit` of the union, so no more are read."""
-        local: Any = self.tiers[0]
+        local: Any = self.roles.cache
         try:
             owed = {
                 (e.thread_id, e.checkpoint_ns, e.checkpoint_id)

@@ -62,6 +62,7 @@ from .metrics import MetricsHook, MetricsSink
 from .read_cache import ReadCache
 from .replicator import WRITE_BEHIND_GAP_S, Replicator
 from .retention import RetentionPolicy, RetentionReport
+from .roles import Roles, ships_behind
 from .sweeper import RetentionSweeper
 from .tiers.base import QuarantinedRecord, redact
 from .tiers.postgres import PostgresTier
@@ -69,21 +70,22 @@ from .tiers.postgres_async import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_POOL_SIZE, 
 from .tiers.redis import RedisTier
 from .tiers.redis_async import DEFAULT_KEY_PREFIX, AsyncRedisTier
 from .tiers.redis_async import check_url as check_redis_url
+from .tiers.registry import DEFAULT_SQLITE_PATH, KINDS, POSTGRES, REDIS, SQLITE
 from .tiers.sqlite import DEFAULT_BUSY_TIMEOUT_S, AsyncSqliteTier, SqliteTier
 from .validation import RUNTIME_KEY, VERSION_KEY, ValidationHook, Validator, is_resume_of_a_run
 
 logger = logging.getLogger("langgraph_durable")
 
-DEFAULT_SQLITE_PATH = ".langgraph_durable/checkpoints.sqlite"
 
 # The runtime of a run whose explicit-checkpoint get_tuple was just validated.
 _PROBE_EXPECTED: contextvars.ContextVar[object | None] = contextvars.ContextVar(
     "langgraph_durable_probe_expected", default=None
 )
 
-ENV_SQLITE = "LANGGRAPH_DURABLE_SQLITE"
-ENV_REDIS_URL = "LANGGRAPH_DURABLE_REDIS_URL"
-ENV_POSTGRES_URL = "LANGGRAPH_DURABLE_POSTGRES_URL"
+# The tiers' own variables come from their kinds (tiers/registry.py).
+ENV_SQLITE = SQLITE.env
+ENV_REDIS_URL = REDIS.env
+ENV_POSTGRES_URL = POSTGRES.env
 ENV_SIGNING_KEY = "LANGGRAPH_DURABLE_SIGNING_KEY"
 ENV_SERDE = "LANGGRAPH_DURABLE_SERDE"  # module:attr of the serializer (from_env only)
 ENV_WRITE = "LANGGRAPH_DURABLE_WRITE"
@@ -102,8 +104,6 @@ ENV_OLD_SIGNING_KEYS = "LANGGRAPH_DURABLE_OLD_SIGNING_KEYS"
 # "false" behind a pooler in transaction mode (PgBouncer): see postgres_prepared_statements.
 ENV_POSTGRES_PREPARED_STATEMENTS = "LANGGRAPH_DURABLE_POSTGRES_PREPARED_STATEMENTS"
 
-_REDIS_SCHEMES = ("redis://", "rediss://", "unix://", "redis+sentinel://")
-_POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 _UNSET: Any = object()
 # How long close() keeps shipping what the shared tiers are owed.
 DEFAULT_DRAIN_TIMEOUT_S = 10.0
@@ -120,8 +120,7 @@ DEFAULT_RETENTION_RATE = 20.0
 # The keyword arguments `DurableSaver.from_env` fills from the environment,
 # and the variables they come from (for its errors).
 _ENV_OF_KEYWORD = {
-    "redis": ENV_REDIS_URL,
-    "postgres": ENV_POSTGRES_URL,
+    **{kind.keyword: kind.env for kind in KINDS if kind.schemes},
     "write": ENV_WRITE,
     "redis_key_prefix": ENV_REDIS_KEY_PREFIX,
     "redis_ttl": ENV_REDIS_TTL,
@@ -172,16 +171,6 @@ def _resolve(
                 "list them with `langgraph-durable quarantine list` or saver.quarantined()."
             )
     return out
-
-
-def _check_url(kind: str, url: str, schemes: tuple[str, ...]) -> str:
-    if not isinstance(url, str) or not url.startswith(schemes):
-        shown = redact(url) if isinstance(url, str) else type(url).__name__
-        raise ConfigError(
-            f"{kind}= got {shown!r}, which is not a {kind} URL: it must start with "
-            f"{' or '.join(schemes)} (for example {schemes[0]}127.0.0.1/...)."
-        )
-    return url
 
 
 def _env_flag(name: str, value: str) -> bool:
@@ -502,10 +491,10 @@ class DurableSaver(BaseCheckpointSaver[str]):
         if sqlite is not None and not isinstance(sqlite, (str, os.PathLike)):
             raise ConfigError(f"sqlite= must be a file path, ':memory:' or None, not {type(sqlite).__name__}.")
         if redis is not None:
-            _check_url("redis", redis, _REDIS_SCHEMES)
+            REDIS.check(redis)
             check_redis_url(redis, redis_cluster)
         if postgres is not None:
-            _check_url("postgres", postgres, _POSTGRES_SCHEMES)
+            POSTGRES.check(postgres)
         if postgres_pool_size < 1:
             raise ConfigError(f"postgres_pool_size must be at least 1, got {postgres_pool_size}.")
         if not isinstance(postgres_prepared_statements, bool):
@@ -584,13 +573,11 @@ class DurableSaver(BaseCheckpointSaver[str]):
         local = self._local is not None
         self._read_cache = ReadCache(self.serde, budget.read_cache) if local and budget.read_cache else None
         # A pass at most every WRITE_BEHIND_GAP_S when the replicator ships
-        # every write of a run (AsyncTierChain.ships_behind): batches, not one
+        # every write of a run (`roles.ships_behind`): batches, not one
         # record per kick.
-        ships_behind = write == "local" or (
-            write == "shared" and bool(self.sqlite_path) and redis is not None and postgres is not None
-        )
+        behind = ships_behind(write, bool(self.sqlite_path), (redis is not None) + (postgres is not None))
         self._replicator = Replicator(
-            self._replicate, lambda: self._sync_chain().lag(), gap=WRITE_BEHIND_GAP_S if ships_behind else 0.0
+            self._replicate, lambda: self._sync_chain().lag(), gap=WRITE_BEHIND_GAP_S if behind else 0.0
         )
         if retention is not None and not isinstance(retention, RetentionPolicy):
             raise ConfigError(f"retention= must be a langgraph_durable.RetentionPolicy, not {retention!r}.")
@@ -662,12 +649,8 @@ class DurableSaver(BaseCheckpointSaver[str]):
         ``LANGGRAPH_DURABLE_SIGNING_KEY`` (plus ``LANGGRAPH_DURABLE_OLD_SIGNING_KEYS``,
         comma-separated, during a key rotation). Keyword options override them."""
         env = os.environ
-        sqlite = env.get(ENV_SQLITE, DEFAULT_SQLITE_PATH) or None
-        kwargs: dict[str, Any] = {
-            "sqlite": sqlite,
-            "redis": env.get(ENV_REDIS_URL) or None,
-            "postgres": env.get(ENV_POSTGRES_URL) or None,
-        }
+        kwargs: dict[str, Any] = {kind.keyword: env.get(kind.env) or None for kind in KINDS}
+        kwargs[SQLITE.keyword] = env.get(SQLITE.env, DEFAULT_SQLITE_PATH) or None
         if env.get(ENV_WRITE):
             kwargs["write"] = env[ENV_WRITE]
         if env.get(ENV_REDIS_KEY_PREFIX):
@@ -713,11 +696,8 @@ class DurableSaver(BaseCheckpointSaver[str]):
     @property
     def tier_names(self) -> list[str]:
         """The configured tiers, nearest first."""
-        return [
-            name
-            for name, on in (("sqlite", self.sqlite_path), ("redis", self.redis_url), ("postgres", self.postgres_url))
-            if on
-        ]
+        on = {SQLITE: self.sqlite_path, REDIS: self.redis_url, POSTGRES: self.postgres_url}
+        return [kind.keyword for kind in KINDS if on[kind]]
 
     def _shared_tiers(self, redis_tier: type[Any], postgres_tier: type[Any]) -> list[Any]:
         shared: list[Any] = []
@@ -1579,10 +1559,10 @@ class DurableSaver(BaseCheckpointSaver[str]):
 
     def _hand_off_tier(self) -> Any:
         """The sync tier where leases are kept after runs: Postgres if
-        configured, else Redis (the last shared tier, `AsyncLeaseKeeper._give_back`)."""
+        configured, else Redis (the authority, `AsyncLeaseKeeper._give_back`)."""
         chain = self._sync_chain()
         chain.ensure_setup()
-        return chain.raw_shared[-1]
+        return Roles.of(chain.raw_shared).authority
 
     def _hand_off_ears(self) -> Ears:
         """(The hand-off listener's thread.) A connection of its own on the

@@ -27,6 +27,7 @@ from .errors import ConfigError, UndecodableRecord
 from .integrity import BadCopy, ScanReport, record_identity, record_label
 from .ledger import newest_entry
 from .records import BadRecord, BlobRow, CheckpointRow, ledger_context, row_fields, with_verified_metadata
+from .roles import Roles
 from .tiers.base import KEYS_META, QuarantinedRecord, pack_fields
 from .tiers.protocol_async import AsyncTier
 
@@ -37,8 +38,9 @@ class AsyncScanner:
     """Verifies (and repairs) every copy of every record of a thread."""
 
     def __init__(self, tiers: Sequence[AsyncTier], codec: RecordCodec) -> None:
-        self.tiers = list(tiers)
-        self.shared = [t for t in self.tiers if t.name != "sqlite"]
+        roles: Roles[AsyncTier] = Roles.of(tiers)
+        self.tiers = list(roles.tiers)
+        self.shared = list(roles.shared)
         self.codec = codec
 
     async def scan(
@@ -289,7 +291,7 @@ class AsyncScanner:
                 if current == envelope:
                     continue
                 damaged = [copy for b, copy in bad if b is tier]
-                if current is None and tier.name == "sqlite":
+                if current is None and tier not in self.shared:
                     continue  # the local cache need not hold it
                 if not damaged and current != chosen and tier in self.shared:
                     # A tier that lost the entry, or holds an older state of

@@ -33,6 +33,7 @@ from ..backlog import DEFAULT_CALL_TIMEOUT_S
 from ..errors import ConfigError, DurableError, TierUnavailable
 from ..lease import HAND_OFF_MAX_MESSAGE, Fence, Lease, hand_off_channel, hand_off_message, lease_lost
 from ..records import BlobRow, CheckpointRow, Row, WriteRow
+from ..roles import Role
 from .base import (
     BlobKey,
     Head,
@@ -230,6 +231,7 @@ class AsyncPostgresTier:
     """
 
     name = "postgres"
+    role = Role.RECORD
 
     def __init__(
         self,

@@ -1,10 +1,13 @@
 # WARNING: generated from tiers/protocol_async.py by langgraph_durable/_codegen.py. DO NOT EDIT.
 # Edit the async source and run `python -m langgraph_durable._codegen`.
-"""The surface every tier implements: a typing.Protocol the rooms use.
+"""What the rooms call on a tier, split by capability.
 
-This file is the async source. ``protocol.py`` (the sync `Tier`) is
-generated from it by ``langgraph_durable/_codegen.py``; edit this one and
-regenerate. Each tier module checks statically that it conforms.
+A tier implements the capabilities its role needs (`roles.Role`): records
+and settings (`Records`), the quarantine (`Quarantine`), the
+side-effect ledger (`LedgerStore`) and writer leases (`Leases`).
+The local, hot and record roles need all four (`Tier`); a tier for
+another role can implement fewer. Each tier module checks statically that
+it conforms. ``protocol.py`` (the sync faces) is generated from this file.
 """
 
 from __future__ import annotations
@@ -14,15 +17,18 @@ from typing import Any, Protocol
 
 from ..lease import Fence, Lease
 from ..records import BlobRow, CheckpointRow, Row, WriteRow
+from ..roles import Role
 from .base import BlobKey, Head, QuarantinedRecord, ThreadRecords
 
 
-class Tier(Protocol):
-    """What the rooms call on a tier. Redis and Postgres implement it (their
-    sync twins implement the generated `Tier`); the SQLite tier implements the
-    sync `Tier`, and its async face runs those same methods on a worker thread."""
+class Records(Protocol):
+    """Checkpoints, their blobs and pending writes, deletion marks and
+    store-wide settings: what every tier holds."""
 
-    name: str
+    @property
+    def name(self) -> str: ...
+    @property
+    def role(self) -> Role: ...
 
     def setup(self) -> None: ...
     def close(self) -> None: ...
@@ -80,16 +86,17 @@ class Tier(Protocol):
         """Newest first. `filter` may be applied loosely (the chain re-checks
         it exactly); `limit` is only passed when there is no filter."""
 
-    def quarantine(
-        self, thread_id: str, ns: str, kind: str, key: str, reason: str, envelope: bytes, fields: bytes = b""
-    ) -> None:
-        """Keep a copy (and its row's `fields`, to restore it) out of every read path."""
+    def thread_ids(self) -> list[str]: ...
+    def thread_records(self, thread_id: str) -> ThreadRecords: ...
+    def delete_thread(self, thread_id: str) -> None: ...
+    def delete_for_runs(self, run_ids: Sequence[str], retain: Sequence[tuple[str, str, str]] = ()) -> None:
+        """Delete these runs' checkpoints and writes, except (thread, ns, id) in `retain`."""
 
-    def remove_copy(self, kind: str, row: Row) -> None:
-        """Delete this exact copy from the live table (not another one under its key)."""
+    def delete_checkpoint(self, thread_id: str, ns: str, checkpoint_id: str) -> None: ...
+    def prune(self, thread_id: str, keep: set[tuple[str, str]], keep_blobs: set[tuple[str, str, str]]) -> None:
+        """Delete the thread's checkpoints and writes except `keep` (ns, id),
+        and its blobs except `keep_blobs` (ns, channel, version)."""
 
-    def list_quarantine(self, thread_id: str | None) -> list[QuarantinedRecord]: ...
-    def drop_quarantined(self, ids: Sequence[str]) -> None: ...
     def read_meta(self, key: str) -> str | None: ...
     def write_meta(self, key: str, value: str | None) -> None: ...
     def create_meta(self, key: str, value: str) -> str:
@@ -105,7 +112,25 @@ class Tier(Protocol):
     def mark_deleted(self, thread_id: str, marker: str | None) -> None:
         """Record that the thread's checkpoints up to `marker` were deleted (None clears it)."""
 
-    def thread_ids(self) -> list[str]: ...
+
+class Quarantine(Protocol):
+    """Copies that failed verification, kept out of every read path."""
+
+    def quarantine(
+        self, thread_id: str, ns: str, kind: str, key: str, reason: str, envelope: bytes, fields: bytes = b""
+    ) -> None:
+        """Keep a copy (and its row's `fields`, to restore it) out of every read path."""
+
+    def remove_copy(self, kind: str, row: Row) -> None:
+        """Delete this exact copy from the live table (not another one under its key)."""
+
+    def list_quarantine(self, thread_id: str | None) -> list[QuarantinedRecord]: ...
+    def drop_quarantined(self, ids: Sequence[str]) -> None: ...
+
+
+class LedgerStore(Protocol):
+    """The side-effect ledger (ledger.py): one sealed entry per key and thread."""
+
     def write_ledger(self, thread_id: str, key: str, envelope: bytes) -> None:
         """Store (replace) one ledger entry."""
 
@@ -113,17 +138,11 @@ class Tier(Protocol):
         """Replace one ledger entry only if it still holds `old` (None: only if absent)."""
 
     def read_ledger(self, thread_id: str) -> dict[str, bytes]: ...
-    def thread_records(self, thread_id: str) -> ThreadRecords: ...
-    def delete_thread(self, thread_id: str) -> None: ...
-    def delete_for_runs(self, run_ids: Sequence[str], retain: Sequence[tuple[str, str, str]] = ()) -> None:
-        """Delete these runs' checkpoints and writes, except (thread, ns, id) in `retain`."""
 
-    def delete_checkpoint(self, thread_id: str, ns: str, checkpoint_id: str) -> None: ...
-    def prune(self, thread_id: str, keep: set[tuple[str, str]], keep_blobs: set[tuple[str, str, str]]) -> None:
-        """Delete the thread's checkpoints and writes except `keep` (ns, id),
-        and its blobs except `keep_blobs` (ns, channel, version)."""
 
-    # -- writer leases (lease.py); used on the most authoritative tier only --
+class Leases(Protocol):
+    """Writer leases (lease.py): taken on the most authoritative tier that
+    answers (`roles.Roles.lease_candidates`)."""
 
     def read_lease(self, thread_id: str) -> tuple[Lease | None, float]:
         """The thread's lease record (None if it never had one) and the
@@ -151,3 +170,10 @@ class Tier(Protocol):
         a message on `holder`'s own channel (`lease.hand_off_channel`),
         heard by its listener. Nothing is stored; nothing happens if no one
         hears."""
+
+
+class Tier(Records, Quarantine, LedgerStore, Leases, Protocol):
+    """Everything: what a tier in the local, hot or record role implements.
+    Redis and Postgres implement it (their sync twins implement the
+    generated `Tier`); the SQLite tier implements the sync `Tier`, and its
+    async face runs those same methods on a worker thread."""

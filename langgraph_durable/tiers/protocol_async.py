@@ -1,8 +1,11 @@
-"""The surface every tier implements: a typing.Protocol the rooms use.
+"""What the rooms call on a tier, split by capability.
 
-This file is the async source. ``protocol.py`` (the sync `Tier`) is
-generated from it by ``langgraph_durable/_codegen.py``; edit this one and
-regenerate. Each tier module checks statically that it conforms.
+A tier implements the capabilities its role needs (`roles.Role`): records
+and settings (`AsyncRecords`), the quarantine (`AsyncQuarantine`), the
+side-effect ledger (`AsyncLedgerStore`) and writer leases (`AsyncLeases`).
+The local, hot and record roles need all four (`AsyncTier`); a tier for
+another role can implement fewer. Each tier module checks statically that
+it conforms. ``protocol.py`` (the sync faces) is generated from this file.
 """
 
 from __future__ import annotations
@@ -12,15 +15,18 @@ from typing import Any, Protocol
 
 from ..lease import Fence, Lease
 from ..records import BlobRow, CheckpointRow, Row, WriteRow
+from ..roles import Role
 from .base import BlobKey, Head, QuarantinedRecord, ThreadRecords
 
 
-class AsyncTier(Protocol):
-    """What the rooms call on a tier. Redis and Postgres implement it (their
-    sync twins implement the generated `Tier`); the SQLite tier implements the
-    sync `Tier`, and its async face runs those same methods on a worker thread."""
+class AsyncRecords(Protocol):
+    """Checkpoints, their blobs and pending writes, deletion marks and
+    store-wide settings: what every tier holds."""
 
-    name: str
+    @property
+    def name(self) -> str: ...
+    @property
+    def role(self) -> Role: ...
 
     async def setup(self) -> None: ...
     async def close(self) -> None: ...
@@ -78,16 +84,17 @@ class AsyncTier(Protocol):
         """Newest first. `filter` may be applied loosely (the chain re-checks
         it exactly); `limit` is only passed when there is no filter."""
 
-    async def quarantine(
-        self, thread_id: str, ns: str, kind: str, key: str, reason: str, envelope: bytes, fields: bytes = b""
-    ) -> None:
-        """Keep a copy (and its row's `fields`, to restore it) out of every read path."""
+    async def thread_ids(self) -> list[str]: ...
+    async def thread_records(self, thread_id: str) -> ThreadRecords: ...
+    async def delete_thread(self, thread_id: str) -> None: ...
+    async def delete_for_runs(self, run_ids: Sequence[str], retain: Sequence[tuple[str, str, str]] = ()) -> None:
+        """Delete these runs' checkpoints and writes, except (thread, ns, id) in `retain`."""
 
-    async def remove_copy(self, kind: str, row: Row) -> None:
-        """Delete this exact copy from the live table (not another one under its key)."""
+    async def delete_checkpoint(self, thread_id: str, ns: str, checkpoint_id: str) -> None: ...
+    async def prune(self, thread_id: str, keep: set[tuple[str, str]], keep_blobs: set[tuple[str, str, str]]) -> None:
+        """Delete the thread's checkpoints and writes except `keep` (ns, id),
+        and its blobs except `keep_blobs` (ns, channel, version)."""
 
-    async def list_quarantine(self, thread_id: str | None) -> list[QuarantinedRecord]: ...
-    async def drop_quarantined(self, ids: Sequence[str]) -> None: ...
     async def read_meta(self, key: str) -> str | None: ...
     async def write_meta(self, key: str, value: str | None) -> None: ...
     async def create_meta(self, key: str, value: str) -> str:
@@ -103,7 +110,25 @@ class AsyncTier(Protocol):
     async def mark_deleted(self, thread_id: str, marker: str | None) -> None:
         """Record that the thread's checkpoints up to `marker` were deleted (None clears it)."""
 
-    async def thread_ids(self) -> list[str]: ...
+
+class AsyncQuarantine(Protocol):
+    """Copies that failed verification, kept out of every read path."""
+
+    async def quarantine(
+        self, thread_id: str, ns: str, kind: str, key: str, reason: str, envelope: bytes, fields: bytes = b""
+    ) -> None:
+        """Keep a copy (and its row's `fields`, to restore it) out of every read path."""
+
+    async def remove_copy(self, kind: str, row: Row) -> None:
+        """Delete this exact copy from the live table (not another one under its key)."""
+
+    async def list_quarantine(self, thread_id: str | None) -> list[QuarantinedRecord]: ...
+    async def drop_quarantined(self, ids: Sequence[str]) -> None: ...
+
+
+class AsyncLedgerStore(Protocol):
+    """The side-effect ledger (ledger.py): one sealed entry per key and thread."""
+
     async def write_ledger(self, thread_id: str, key: str, envelope: bytes) -> None:
         """Store (replace) one ledger entry."""
 
@@ -111,17 +136,11 @@ class AsyncTier(Protocol):
         """Replace one ledger entry only if it still holds `old` (None: only if absent)."""
 
     async def read_ledger(self, thread_id: str) -> dict[str, bytes]: ...
-    async def thread_records(self, thread_id: str) -> ThreadRecords: ...
-    async def delete_thread(self, thread_id: str) -> None: ...
-    async def delete_for_runs(self, run_ids: Sequence[str], retain: Sequence[tuple[str, str, str]] = ()) -> None:
-        """Delete these runs' checkpoints and writes, except (thread, ns, id) in `retain`."""
 
-    async def delete_checkpoint(self, thread_id: str, ns: str, checkpoint_id: str) -> None: ...
-    async def prune(self, thread_id: str, keep: set[tuple[str, str]], keep_blobs: set[tuple[str, str, str]]) -> None:
-        """Delete the thread's checkpoints and writes except `keep` (ns, id),
-        and its blobs except `keep_blobs` (ns, channel, version)."""
 
-    # -- writer leases (lease.py); used on the most authoritative tier only --
+class AsyncLeases(Protocol):
+    """Writer leases (lease.py): taken on the most authoritative tier that
+    answers (`roles.Roles.lease_candidates`)."""
 
     async def read_lease(self, thread_id: str) -> tuple[Lease | None, float]:
         """The thread's lease record (None if it never had one) and the
@@ -149,3 +168,10 @@ class AsyncTier(Protocol):
         a message on `holder`'s own channel (`lease.hand_off_channel`),
         heard by its listener. Nothing is stored; nothing happens if no one
         hears."""
+
+
+class AsyncTier(AsyncRecords, AsyncQuarantine, AsyncLedgerStore, AsyncLeases, Protocol):
+    """Everything: what a tier in the local, hot or record role implements.
+    Redis and Postgres implement it (their sync twins implement the
+    generated `Tier`); the SQLite tier implements the sync `Tier`, and its
+    async face runs those same methods on a worker thread."""

@@ -111,6 +111,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from ..errors import ConfigError, TierUnavailable
 from ..lease import Fence, Lease, hand_off_channel, hand_off_message, lease_lost
 from ..records import BlobRow, CheckpointRow, Row, WriteRow, metadata_matches
+from ..roles import Role
 from .base import BlobKey, Head, QuarantinedRecord, ThreadRecords, _fields, close_redis, redact
 
 DEFAULT_KEY_PREFIX = "langgraph_durable"
@@ -406,6 +407,7 @@ class RedisTier:
     down); `connect_timeout` (default: `socket_timeout`) bounds connecting."""
 
     name = "redis"
+    role = Role.HOT
 
     def __init__(
         self,

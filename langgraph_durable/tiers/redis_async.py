@@ -109,6 +109,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from ..errors import ConfigError, TierUnavailable
 from ..lease import Fence, Lease, hand_off_channel, hand_off_message, lease_lost
 from ..records import BlobRow, CheckpointRow, Row, WriteRow, metadata_matches
+from ..roles import Role
 from .base import BlobKey, Head, QuarantinedRecord, ThreadRecords, _fields, aclose_redis, redact
 
 DEFAULT_KEY_PREFIX = "langgraph_durable"
@@ -404,6 +405,7 @@ class AsyncRedisTier:
     down); `connect_timeout` (default: `socket_timeout`) bounds connecting."""
 
     name = "redis"
+    role = Role.HOT
 
     def __init__(
         self,

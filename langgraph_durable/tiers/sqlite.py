@@ -29,6 +29,7 @@ from ..backlog import JournalEntry, Owed, decode_fence, encode_fence
 from ..errors import ConfigError, TierUnavailable
 from ..lease import Fence, Lease, lease_lost
 from ..records import BlobRow, CheckpointRow, Row, WriteRow, metadata_matches
+from ..roles import Role
 from .base import (
     BlobKey,
     Head,
@@ -189,6 +190,7 @@ class SqliteTier:
     """Local SQLite storage. Thread-safe; every method is atomic."""
 
     name = "sqlite"
+    role = Role.LOCAL
 
     def __init__(
         self,
@@ -1138,6 +1140,7 @@ class AsyncSqliteTier:
     """
 
     name = "sqlite"
+    role = Role.LOCAL
 
     def __init__(self, tier: SqliteTier) -> None:
         self.tier = tier
