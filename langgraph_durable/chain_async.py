@@ -37,6 +37,7 @@ from .breaker import Breakers
 from .carried import SeenVersions, never_written
 from .codec import DEFAULT_MAX_ID_BYTES, RecordCodec, check_checkpoint_id, check_key_part, thread_id_of, thread_of
 from .concurrency import ALock, amaybe_await, arun_all
+from .decisions import acknowledged_behind, worth_probing, write_fails, write_order
 from .deltas import DeltaMemo
 from .errors import ConfigError, DurableError, TierUnavailable
 from .guard_async import AsyncGuardedTier, overlap
@@ -516,34 +517,43 @@ class AsyncTierChain:
         owe: Callable[[Sequence[str]], None],
         keep: Callable[[int], None],
     ) -> bool:
-        """Write to the lease's tier first (fenced), then to the local tier
-        with a journal entry naming the shared tiers still to write, then to
-        those at once (a run's write with `ships_behind`: the replicator does).
-        The shared tiers that fail stay owed (journal, or
-        memory without a local tier) and are caught up later, unless the
-        write must fail: ``write="all"`` and one failed, or no shared tier
-        took it. A failing `put` is withdrawn from every tier that took it."""
+        """Carry out a write in the order `decisions.write_order` gives: the
+        lease's tier first (fenced), then the local tier with a journal entry
+        naming the shared tiers still to write, then those at once (unless
+        `decisions.acknowledged_behind`: the replicator ships them). The
+        shared tiers that fail stay owed (journal, or memory without a local
+        tier) and are caught up later, unless the write must fail
+        (`decisions.write_fails`); a failing `put` is withdrawn from every
+        tier that took it. The lambdas are the I/O: `first` writes to a tier,
+        `local` to the local tier with its journal entry, `withdraw` takes a
+        failed checkpoint back out, `owe` records what the memory backlog
+        owes, `keep` keeps the records in the outbox under the entry's seq."""
+        order = write_order(self.roles, fence.tier if fence is not None else None)
         fenced: list[AsyncTier] = []
-        if fence is not None:
+        if order.first is not None:
             # Reads take the union of what every tier holds and repair the
             # gaps, so a write the fence refuses (`LeaseLost`) must reach no
             # tier at all: the lease's tier goes first, alone.
-            tier = self.tier_named(fence.tier)
-            await first(tier, fence)
-            fenced.append(tier)
-        rest = [t for t in self.shared if t not in fenced]
+            await first(order.first, fence)
+            fenced.append(order.first)
+        rest = list(order.rest)
         seq = None
         local_took = False
-        if self.local is not None and self.local not in fenced:
+        if order.journal:
             try:
-                seq = await local(Owed(tuple(t.name for t in rest), acked=bool(fenced)) if rest else None)
+                seq = await local(Owed(order.owed(), acked=bool(fenced)) if rest else None)
                 local_took = True
             except TierUnavailable as exc:
                 if self.write == "all" or not self.shared:
                     await self._withdraw(withdraw, fenced)
                     raise
                 self._local_failed(exc, "the shared tiers carry on")
-        if fence is not None and fence.behind and seq is not None and self.ships_behind:
+        if acknowledged_behind(
+            fenced=fence is not None,
+            behind=fence is not None and fence.behind,
+            journaled=seq is not None,
+            ships_behind=self.ships_behind,
+        ):
             # The lease's tier took it, fenced, and the local journal owes it
             # to the rest: acknowledged ("shared": the journal and one shared
             # tier). A run's end ships what its thread owes before its lease
@@ -551,6 +561,7 @@ class AsyncTierChain:
             # run still going wrote a while ago (DurableSaver._replicate), in
             # one transaction per thread and tier, from the outbox (`keep`),
             # not read back from the local file.
+            assert seq is not None
             keep(seq)
             self.kick()
             return True
@@ -558,15 +569,10 @@ class AsyncTierChain:
         results = await arun_all([functools.partial(first, t, None) for t in rest], overlap=overlap(rest))
         took = fenced + [t for t, r in zip(rest, results) if not isinstance(r, BaseException)]
         failed = [(t, r) for t, r in zip(rest, results) if isinstance(r, BaseException)]
-        if failed and self.write != "all" and not [t for t in took if t is not self.local]:
+        if worth_probing(self.write, failed=bool(failed), took_shared=any(t is not self.local for t in took)):
             probed, failed = await self._half_open(failed, skipped, lambda t: first(t, None))
             took += probed
-        must_fail = bool(failed) and (
-            self.write == "all"
-            or not [t for t in took if t is not self.local]
-            or any(not isinstance(r, TierUnavailable) for _, r in failed)
-        )
-        if must_fail:
+        if write_fails(self.write, took_shared=any(t is not self.local for t in took), errors=[r for _, r in failed]):
             # Take a checkpoint back out of every tier that accepted it, so no
             # tier serves a checkpoint the caller was told failed. Blobs stay:
             # they are immutable and unreachable without the checkpoint.

@@ -42,6 +42,7 @@ from langgraph.checkpoint.base import CheckpointTuple, PendingWrite
 
 from .codec import RecordCodec, assemble_tuple, version_key
 from .concurrency import amaybe_await, arun_all
+from .decisions import Bad, Intact, Undecodable, Verdict, choose_copy, fall_back, latest_attempts
 from .deltas import MSGPACK_TAG, DeltaMemo, Last, Piece, whole_payload
 from .errors import CorruptCheckpoint, DurableError, TierUnavailable, UndecodableRecord
 from .guard_async import AsyncGuardedTier, overlap
@@ -132,6 +133,18 @@ class AsyncTierReader:
             except DurableError as exc:
                 logger.warning("read-repair into %s failed: %s", tier.name, exc)
 
+    def _verdict(self, row: CheckpointRow | None) -> Verdict[Found]:
+        """One copy of a checkpoint record, checked and decoded (`choose_copy`)."""
+        if row is None:
+            return None
+        try:
+            checkpoint, metadata = self.codec.decode_checkpoint(row)
+        except BadRecord as exc:
+            return Bad(exc)
+        except UndecodableRecord as exc:
+            return Undecodable(exc)
+        return Intact((row, checkpoint, metadata))
+
     @staticmethod
     def _identical(bad: Sequence[Incident]) -> bool:
         """Two or more tiers hold the very same bad bytes for a record, and no
@@ -170,32 +183,20 @@ class AsyncTierReader:
         it after (`serve`, `list_tuples`)."""
         if copies is None:
             copies = await self._each("checkpoint", lambda t: t.read_checkpoint(thread_id, ns, cid))
-        good: tuple[AsyncTier, Found] | None = None
-        lacking: list[AsyncTier] = []
+        verdicts: list[tuple[AsyncTier, Verdict[Found]]] = [(t, self._verdict(row)) for t, row in copies]
+        choice = choose_copy(verdicts)
+        good, lacking = choice.served, choice.lacking
+        rows_of = {id(t): row for t, row in copies}
         bad: list[Incident] = []
-        # An intact copy this reader cannot decode is neither served nor
-        # damage; another tier's copy may decode (`UndecodableRecord`).
-        undecodable: UndecodableRecord | None = None
-        # Farthest first: with equal verifying copies, the system of record's.
-        for tier, row in reversed(copies):
-            if row is None:
-                lacking.append(tier)
-                continue
-            try:
-                checkpoint, metadata = self.codec.decode_checkpoint(row)
-            except BadRecord as exc:
-                bad.append(
-                    Incident(tier, "checkpoint", thread_id, ns, f"checkpoint {cid}", exc.reason, row.envelope, row=row)
-                )
-                continue
-            except UndecodableRecord as exc:
-                undecodable = undecodable or exc
-                continue
-            if good is None:
-                good = (tier, (row, checkpoint, metadata))
-        if good is None and undecodable is not None:
+        for tier, error in choice.bad:
+            row = rows_of[id(tier)]
+            assert row is not None and isinstance(error, BadRecord)
+            bad.append(
+                Incident(tier, "checkpoint", thread_id, ns, f"checkpoint {cid}", error.reason, row.envelope, row=row)
+            )
+        if good is None and choice.undecodable is not None:
             incidents.extend(bad)
-            raise undecodable
+            raise choice.undecodable
         if good is None:
             if bad:
                 keep = self._identical(bad)
@@ -597,7 +598,14 @@ class AsyncTierReader:
     async def _fall_back(self, unusable: Unusable, incidents: list[Incident], *, missing: bool = False) -> str:
         """Withdraw an unusable checkpoint and name the one to try instead."""
         key = f"{unusable.thread_id}/{unusable.ns}/{unusable.checkpoint_id}"
-        if self.policy.raise_on_loss and not missing:
+        plan = fall_back(
+            unusable.checkpoint_id,
+            unusable.parent_id,
+            raise_on_loss=self.policy.raise_on_loss,
+            missing=missing,
+            keep=unusable.keep,
+        )
+        if plan.raise_corrupt:
             reasons = _reasons(incidents)
             for incident in incidents:
                 # Left in place: every later read must refuse just the same
@@ -612,10 +620,10 @@ class AsyncTierReader:
                 key=key,
                 reasons=reasons,
             )
-        previous = unusable.parent_id
-        if previous is None or previous >= unusable.checkpoint_id:
+        previous = plan.next
+        if plan.ask_older:
             previous = await self._older(unusable.thread_id, unusable.ns, unusable.checkpoint_id)
-        if not missing and not unusable.keep:
+        if plan.withdraw:
             await self._withdraw(unusable)
         if previous is None:
             await self._no_ancestor(key, incidents)
@@ -742,15 +750,16 @@ class AsyncTierReader:
         checkpoint, those answers are all the read needs, and its channel
         values (immutable) come from the nearest tier that holds them."""
         heads = await self._each("latest checkpoint", lambda t: t.head(thread_id, ns))
-        candidates = sorted({h.checkpoint_id for _, h in heads if h.checkpoint_id}, reverse=True)
-        if candidates and all(h.checkpoint_id == candidates[0] for _, h in heads):
-            # Every reachable tier holds it: no marker can call it deleted.
-            return await self.serve(thread_id, ns, candidates[0], incidents, heads)
+        ids = [h.checkpoint_id for _, h in heads]
+        newest = max((i for i in ids if i), default=None)
         local = self.roles.cache
-        if candidates and local is not None:
-            behind = self._only_local_behind(local, heads, candidates[0])
-            if behind is not None:
-                return await self.serve(thread_id, ns, candidates[0], incidents, behind)
+        behind = self._only_local_behind(local, heads, newest) if local is not None and newest else None
+        attempts = latest_attempts(heads, ids, local, behind)
+        if attempts and attempts[0].heads is not None:
+            # Every reachable tier holds it (no marker can call it deleted),
+            # or only the local cache is behind.
+            return await self.serve(thread_id, ns, attempts[0].checkpoint_id, incidents, attempts[0].heads)
+        candidates = [a.checkpoint_id for a in attempts]
         for cid in candidates:
             # `checkpoint` tells a copy only this replica's cache still has
             # (lost by the shared tiers, or deleted through another replica)
