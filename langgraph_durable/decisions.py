@@ -25,6 +25,13 @@ The read path:
    tiers to repair;
 3. `fall_back`: a checkpoint that cannot be read intact either raises, or is
    withdrawn and its newest intact ancestor tried instead.
+
+The resume path (a run's first read, `resume_async.py`):
+
+1. unconfirmed non-resumable actions in the ledger reject the run;
+2. `resume_step`: what the validators' first decision on a candidate
+   checkpoint means: resume from it, rewind to an earlier one (read, then
+   validated in turn) or reject.
 """
 
 from __future__ import annotations
@@ -33,8 +40,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Generic, Literal, TypeVar
 
-from .errors import TierUnavailable
+from .errors import ConfigError, TierUnavailable
 from .roles import HasRole, Roles
+from .validation import Reject, Rewind
 
 T = TypeVar("T", bound=HasRole)
 H = TypeVar("H")
@@ -212,3 +220,33 @@ def fall_back(checkpoint_id: str, parent_id: str | None, *, raise_on_loss: bool,
         next=parent_id if usable_parent else None,
         ask_older=not usable_parent,
     )
+
+
+# -- resumes ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ResumeStep:
+    """`resume` from the candidate; `rewind` to checkpoint `target` (resume
+    from there if it can be read, else reject with `reason` and "no earlier
+    checkpoint"); or `reject` with `reason`."""
+
+    kind: Literal["resume", "rewind", "reject"]
+    reason: str = ""
+    target: str | None = None
+
+
+def resume_step(candidate_id: str, parent_id: str | None, decision: object, validator: str) -> ResumeStep:
+    """What a validator's decision on checkpoint `candidate_id` (whose parent
+    is `parent_id`) means. A rewind goes only back in time: to the checkpoint
+    it names, else the parent; one with nowhere earlier to go rejects."""
+    if decision is None:
+        return ResumeStep("resume")
+    if isinstance(decision, Rewind):
+        target = decision.checkpoint_id if decision.checkpoint_id is not None else parent_id
+        if target is not None and target < candidate_id:
+            return ResumeStep("rewind", decision.reason, target)
+        return ResumeStep("reject", f"{decision.reason}; and no earlier checkpoint to rewind to")
+    if isinstance(decision, Reject):
+        return ResumeStep("reject", decision.reason)
+    raise ConfigError(f"validator {validator} returned {decision!r}: return None, rewind(...) or reject(...).")

@@ -5,7 +5,8 @@
 Before a graph resumes a thread, unconfirmed non-resumable actions reject
 the run, and the validators decide: resume, rewind to an earlier checkpoint
 (resumed from a fresh fork of it), or reject with a reason. Decisions are
-plain values (`validation.py`); this room only applies them.
+plain values (`validation.py`), and what each means is decided in
+`decisions.resume_step`; this room reads, forks and reports.
 
 This file is the async source. ``resume.py`` is generated from it by
 ``langgraph_durable/_codegen.py``; edit this one and regenerate.
@@ -22,9 +23,10 @@ from langgraph.checkpoint.base import CheckpointMetadata, CheckpointTuple, copy_
 from langgraph.checkpoint.base.id import uuid6
 
 from .concurrency import maybe_await
-from .errors import ConfigError, ResumeRejected
+from .decisions import resume_step
+from .errors import ResumeRejected
 from .ledger import unconfirmed_message
-from .validation import Reject, Rewind, ValidationHook, ValidationOutcome, make_context, validator_name
+from .validation import Reject, ValidationHook, ValidationOutcome, make_context, validator_name
 
 logger = logging.getLogger("langgraph_durable")
 
@@ -82,32 +84,27 @@ class ResumeGate:
                 decisions.append((name, decision))
                 if decision is not None:
                     break
-            if decision is None:
+            step = resume_step(candidate.checkpoint["id"], _parent_id(candidate), decision, name)
+            if step.kind == "resume":
                 if candidate is not tup:
                     candidate = self._fork(candidate, requested)
                 outcome(candidate.checkpoint["id"])
                 return candidate
-            if isinstance(decision, Rewind):
-                target = decision.checkpoint_id
-                if target is None and candidate.parent_config is not None:
-                    target = candidate.parent_config["configurable"]["checkpoint_id"]
-                previous = None
-                if target is not None and target < candidate.checkpoint["id"]:
-                    previous = self.get(
-                        {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": target}}
-                    )
+            reason = step.reason
+            if step.kind == "rewind":
+                previous = self.get(
+                    {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": step.target}}
+                )
                 if previous is not None:
-                    logger.info("validator %s rewinds thread %r: %s", name, thread_id, decision.reason)
+                    logger.info("validator %s rewinds thread %r: %s", name, thread_id, step.reason)
                     candidate = previous
                     continue
-                decision = Reject(f"{decision.reason}; and no earlier checkpoint to rewind to")
-            if not isinstance(decision, Reject):
-                raise ConfigError(f"validator {name} returned {decision!r}: return None, rewind(...) or reject(...).")
+                reason = f"{step.reason}; and no earlier checkpoint to rewind to"
             outcome(None)
             raise ResumeRejected(
                 f"resuming thread {thread_id!r} from checkpoint {candidate.checkpoint['id']} was rejected by "
-                f"{name}: {decision.reason}",
-                reason=decision.reason,
+                f"{name}: {reason}",
+                reason=reason,
                 checkpoint_id=candidate.checkpoint["id"],
                 checkpoint=candidate,
                 validator=name,
@@ -131,3 +128,7 @@ class ResumeGate:
             checkpoint["id"],
         )
         return CheckpointTuple(stored, checkpoint, metadata, target.config, [])
+
+
+def _parent_id(tup: CheckpointTuple) -> str | None:
+    return tup.parent_config["configurable"]["checkpoint_id"] if tup.parent_config is not None else None

@@ -18,12 +18,14 @@ from langgraph_durable.decisions import (
     choose_copy,
     fall_back,
     latest_attempts,
+    resume_step,
     worth_probing,
     write_fails,
     write_order,
 )
-from langgraph_durable.errors import LeaseLost, TierUnavailable
+from langgraph_durable.errors import ConfigError, LeaseLost, TierUnavailable
 from langgraph_durable.roles import Role, Roles
+from langgraph_durable.validation import reject, rewind
 
 
 @dataclass(frozen=True)
@@ -168,3 +170,27 @@ def test_a_missing_or_kept_checkpoint_is_never_withdrawn(missing: bool, keep: bo
     assert fall_back("0002", "0003", raise_on_loss=False, missing=missing, keep=keep).ask_older
     # Missing everywhere (named by a parent pointer) is passed even when raising.
     assert fall_back("0002", "0001", raise_on_loss=True, missing=missing, keep=keep).raise_corrupt is (not missing)
+
+
+@given(
+    st.sampled_from(["0001", "0002", "0003"]),
+    st.one_of(st.none(), st.sampled_from(["0001", "0002", "0003"])),
+    st.one_of(
+        st.none(),
+        st.builds(reject, st.just("gone")),
+        st.builds(rewind, st.just("stale"), to=st.one_of(st.none(), st.sampled_from(["0001", "0002", "0003"]))),
+    ),
+)
+def test_a_resume_goes_back_in_time_or_nowhere(candidate: str, parent: str | None, decision: object) -> None:
+    step = resume_step(candidate, parent, decision, "v")
+    if decision is None:
+        assert step.kind == "resume"
+    elif step.kind == "rewind":
+        assert step.target is not None and step.target < candidate
+    else:
+        assert step.kind == "reject" and step.reason
+
+
+def test_a_validator_returning_something_else_is_a_configuration_error() -> None:
+    with pytest.raises(ConfigError, match="return None, rewind"):
+        resume_step("0002", "0001", True, "my_validator")
