@@ -24,7 +24,7 @@ import math
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, date, datetime
+from datetime import date, datetime
 from datetime import time as dt_time
 from decimal import Decimal
 from pathlib import PurePath
@@ -34,6 +34,8 @@ from uuid import UUID
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointTuple
 from langgraph.checkpoint.serde.types import INTERRUPT
+
+from .retention import age_seconds
 
 if TYPE_CHECKING:
     from .saver import DurableSaver
@@ -157,19 +159,6 @@ def summary(tup: CheckpointTuple) -> CheckpointSummary:
         pending_writes=len(tup.pending_writes or []),
         interrupts=_interrupts(tup.pending_writes or []),
     )
-
-
-def age_seconds(ts: str | None, now: float | None = None) -> float | None:
-    """Seconds since a checkpoint's ISO timestamp (None if it has none)."""
-    if not ts:
-        return None
-    try:
-        stamp = datetime.fromisoformat(ts)
-    except ValueError:
-        return None
-    if stamp.tzinfo is None:
-        stamp = stamp.replace(tzinfo=UTC)
-    return max(0.0, (time.time() if now is None else now) - stamp.timestamp())
 
 
 def _size(saver: DurableSaver, tuples: Iterable[CheckpointTuple]) -> int:

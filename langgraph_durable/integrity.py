@@ -14,10 +14,7 @@ import inspect
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol
-
-if TYPE_CHECKING:
-    from .metrics import MetricsSink
+from typing import Any, Literal, Protocol
 
 logger = logging.getLogger("langgraph_durable")
 
@@ -107,11 +104,19 @@ class Unusable(Exception):
         self.keep = False  # served around, but not withdrawn (see Incident.keep)
 
 
+class CorruptionSink(Protocol):
+    """What the policy needs of the saver's metrics (`metrics.MetricsSink`):
+    somewhere to send each event. Named here so this room does not import
+    the metrics room, which imports it."""
+
+    def corruption(self, event: CorruptionEvent) -> None: ...
+
+
 class IntegrityPolicy:
     """The `on_corruption` setting plus the running count of events; each
     event also goes to the saver's metrics hooks (`metrics.CorruptCopy`)."""
 
-    def __init__(self, on_corruption: OnCorruption = "fallback", *, metrics: MetricsSink | None = None) -> None:
+    def __init__(self, on_corruption: OnCorruption = "fallback", *, metrics: CorruptionSink | None = None) -> None:
         if on_corruption not in ("fallback", "raise") and not callable(on_corruption):
             from .errors import ConfigError
 

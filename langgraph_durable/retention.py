@@ -36,11 +36,11 @@ before.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, cast
-
-from .browse import age_seconds
 
 DELTA_COUNTERS_KEY = "counters_since_delta_snapshot"
 # How many ancestors a walk asks facts for at once: fewer round trips to the
@@ -330,3 +330,16 @@ class RetentionReport:
             "checkpoints_kept": self.checkpoints_kept,
             "left_alone": list(self.left_alone),
         }
+
+
+def age_seconds(ts: str | None, now: float | None = None) -> float | None:
+    """Seconds since a checkpoint's ISO timestamp (None if it has none)."""
+    if not ts:
+        return None
+    try:
+        stamp = datetime.fromisoformat(ts)
+    except ValueError:
+        return None
+    if stamp.tzinfo is None:
+        stamp = stamp.replace(tzinfo=UTC)
+    return max(0.0, (time.time() if now is None else now) - stamp.timestamp())
