@@ -29,8 +29,7 @@ from rich.table import Table
 
 from . import __version__, browse, demo, importing, ledger
 from .errors import DurableError, printable
-from .retention import RetentionPolicy
-from .saver import (
+from .options import (
     ENV_LEASE_LINGER,
     ENV_OLD_SIGNING_KEYS,
     ENV_POSTGRES_PREPARED_STATEMENTS,
@@ -39,8 +38,9 @@ from .saver import (
     ENV_SERDE,
     ENV_SIGNING_KEY,
     ENV_WRITE,
-    DurableSaver,
 )
+from .retention import RetentionPolicy
+from .saver import DurableSaver
 from .tiers.redis_async import DEFAULT_KEY_PREFIX
 from .tiers.registry import DEFAULT_SQLITE_PATH, KINDS, POSTGRES, REDIS, SQLITE
 

@@ -8,7 +8,6 @@ import contextlib
 import contextvars
 import copy
 import logging
-import math
 import os
 import random
 import threading
@@ -29,12 +28,12 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from . import importing
-from .backlog import DEFAULT_CALL_TIMEOUT_S, WRITE_MODES, JournalEntry, Lag, MemoryBacklog, WriteMode
+from .backlog import DEFAULT_CALL_TIMEOUT_S, JournalEntry, Lag, MemoryBacklog, WriteMode
 from .breaker import Breakers
 from .carried import SeenVersions
 from .chain import TierChain
 from .chain_async import AsyncTierChain
-from .codec import DEFAULT_MAX_RECORD_BYTES, RecordCodec, serde_from_spec, thread_id_of
+from .codec import DEFAULT_MAX_RECORD_BYTES, RecordCodec, thread_id_of
 from .concurrency import wait_deferred
 from .deltas import DEFAULT_SNAPSHOT_EVERY, DeltaMemo
 from .errors import ConfigError
@@ -59,6 +58,46 @@ from .lease_keeper_async import AsyncLeaseKeeper
 from .ledger import LedgerEntry, damaged_entry, operator_answer
 from .memory_budget import DEFAULT_MEMORY_BUDGET, MemoryBudget
 from .metrics import MetricsHook, MetricsSink
+
+# The variables, defined with the options, are also importable from here.
+from .options import (
+    ENV_LEASE_LINGER as ENV_LEASE_LINGER,
+)
+from .options import (
+    ENV_OLD_SIGNING_KEYS as ENV_OLD_SIGNING_KEYS,
+)
+from .options import (
+    ENV_POSTGRES_PREPARED_STATEMENTS as ENV_POSTGRES_PREPARED_STATEMENTS,
+)
+from .options import (
+    ENV_POSTGRES_URL as ENV_POSTGRES_URL,
+)
+from .options import (
+    ENV_REDIS_KEY_PREFIX as ENV_REDIS_KEY_PREFIX,
+)
+from .options import (
+    ENV_REDIS_TTL as ENV_REDIS_TTL,
+)
+from .options import (
+    ENV_REDIS_URL as ENV_REDIS_URL,
+)
+from .options import (
+    ENV_SERDE as ENV_SERDE,
+)
+from .options import (
+    ENV_SIGNING_KEY as ENV_SIGNING_KEY,
+)
+from .options import (
+    ENV_SQLITE as ENV_SQLITE,
+)
+from .options import (
+    ENV_WRITE as ENV_WRITE,
+)
+from .options import (
+    Options,
+    env_options,
+    naming_the_variable,
+)
 from .read_cache import ReadCache
 from .replicator import WRITE_BEHIND_GAP_S, Replicator
 from .retention import RetentionPolicy, RetentionReport
@@ -69,7 +108,6 @@ from .tiers.postgres import PostgresTier
 from .tiers.postgres_async import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_POOL_SIZE, AsyncPostgresTier
 from .tiers.redis import RedisTier
 from .tiers.redis_async import DEFAULT_KEY_PREFIX, AsyncRedisTier
-from .tiers.redis_async import check_url as check_redis_url
 from .tiers.registry import DEFAULT_SQLITE_PATH, KINDS, POSTGRES, REDIS, SQLITE
 from .tiers.sqlite import DEFAULT_BUSY_TIMEOUT_S, AsyncSqliteTier, SqliteTier
 from .validation import RUNTIME_KEY, VERSION_KEY, ValidationHook, Validator, is_resume_of_a_run
@@ -82,28 +120,9 @@ _PROBE_EXPECTED: contextvars.ContextVar[object | None] = contextvars.ContextVar(
     "langgraph_durable_probe_expected", default=None
 )
 
-# The tiers' own variables come from their kinds (tiers/registry.py).
-ENV_SQLITE = SQLITE.env
-ENV_REDIS_URL = REDIS.env
-ENV_POSTGRES_URL = POSTGRES.env
-ENV_SIGNING_KEY = "LANGGRAPH_DURABLE_SIGNING_KEY"
-ENV_SERDE = "LANGGRAPH_DURABLE_SERDE"  # module:attr of the serializer (from_env only)
-ENV_WRITE = "LANGGRAPH_DURABLE_WRITE"
-# Several deployments (or a server and its tests) sharing one Redis database.
-ENV_REDIS_KEY_PREFIX = "LANGGRAPH_DURABLE_REDIS_KEY_PREFIX"
-# Seconds after which an idle thread leaves Redis (redis_ttl).
-ENV_REDIS_TTL = "LANGGRAPH_DURABLE_REDIS_TTL"
 # How long `setup` waits for the hand-off listener to hear its channel
 # (handoff.py): until then, runs give their leases back as without linger.
 HAND_OFF_START_WAIT_S = 3.0
-# Seconds a run's lease is kept after it ends (lease_linger).
-ENV_LEASE_LINGER = "LANGGRAPH_DURABLE_LEASE_LINGER"
-# Comma-separated keys still accepted for verification (rotation); the word
-# "unsigned" accepts records without a key.
-ENV_OLD_SIGNING_KEYS = "LANGGRAPH_DURABLE_OLD_SIGNING_KEYS"
-# "false" behind a pooler in transaction mode (PgBouncer): see postgres_prepared_statements.
-ENV_POSTGRES_PREPARED_STATEMENTS = "LANGGRAPH_DURABLE_POSTGRES_PREPARED_STATEMENTS"
-
 _UNSET: Any = object()
 # How long close() keeps shipping what the shared tiers are owed.
 DEFAULT_DRAIN_TIMEOUT_S = 10.0
@@ -115,41 +134,6 @@ DEFERRED_WAIT_S = 5.0
 RUN_SHIPS_ITS_OWN_S = 1.0
 # Threads a background retention sweep visits per second, at most.
 DEFAULT_RETENTION_RATE = 20.0
-
-
-# The keyword arguments `DurableSaver.from_env` fills from the environment,
-# and the variables they come from (for its errors).
-_ENV_OF_KEYWORD = {
-    **{kind.keyword: kind.env for kind in KINDS if kind.schemes},
-    "write": ENV_WRITE,
-    "redis_key_prefix": ENV_REDIS_KEY_PREFIX,
-    "redis_ttl": ENV_REDIS_TTL,
-    "lease_linger": ENV_LEASE_LINGER,
-}
-
-
-def _signing_keys(signing_key: bytes | str | None, signing_keys: Sequence[bytes | str | None] | None) -> list[bytes]:
-    """The accepted keys, sealing key first; b"" stands for unsigned."""
-    if signing_key is not None and signing_keys is not None:
-        raise ConfigError("pass signing_key= or signing_keys=[new, old, ...], not both.")
-    if isinstance(signing_keys, (str, bytes)):
-        raise ConfigError(
-            "signing_keys= takes a list of keys, the one that seals new records first: signing_keys=[new, old]; "
-            "for one key, pass signing_key= instead."
-        )
-    given = list(signing_keys) if signing_keys is not None else [signing_key]
-    if not given:
-        raise ConfigError("signing_keys= needs at least one key (the one that seals new records) first.")
-    keys: list[bytes] = []
-    for k in given:
-        key = k.encode() if isinstance(k, str) else (k or b"")
-        if not isinstance(key, bytes):
-            raise ConfigError(f"a signing key must be bytes, str or None, not {type(k).__name__}.")
-        if key and len(key) < 16:
-            raise ConfigError("a signing key must be at least 16 bytes; use 32 random bytes (secrets.token_bytes(32)).")
-        if key not in keys:
-            keys.append(key)
-    return keys
 
 
 def _resolve(
@@ -171,15 +155,6 @@ def _resolve(
                 "list them with `langgraph-durable quarantine list` or saver.quarantined()."
             )
     return out
-
-
-def _env_flag(name: str, value: str) -> bool:
-    word = value.strip().lower()
-    if word in ("1", "true", "yes", "on"):
-        return True
-    if word in ("0", "false", "no", "off"):
-        return False
-    raise ConfigError(f"{name} must be true or false (or 1/0, yes/no, on/off), got {value!r}.")
 
 
 async def _close_at_loop_shutdown(chain: AsyncTierChain) -> None:
@@ -455,89 +430,59 @@ class DurableSaver(BaseCheckpointSaver[str]):
         read_only: bool = False,
     ) -> None:
         super().__init__(serde=serde)
-        if write not in WRITE_MODES:
-            raise ConfigError(
-                f"write= must be one of {', '.join(map(repr, WRITE_MODES))}, got {write!r}: "
-                '"shared" (default) waits for one shared tier, "all" for every tier, "local" for the local journal.'
-            )
-        if write == "local" and (sqlite is None or (redis is None and postgres is None)):
-            raise ConfigError(
-                'write="local" (write-behind) needs a local tier (sqlite=) and a shared one (redis= or postgres=).'
-            )
-        if call_timeout is not None and call_timeout <= 0:
-            raise ConfigError(f"call_timeout must be a positive number of seconds or None, got {call_timeout!r}.")
-        if drain_timeout < 0:
-            raise ConfigError(f"drain_timeout must be 0 or more seconds, got {drain_timeout!r}.")
-        if not isinstance(list_snapshot_every, int) or isinstance(list_snapshot_every, bool) or list_snapshot_every < 0:
-            raise ConfigError(
-                f"list_snapshot_every must be a whole number of versions (1 or 0: store every value whole), "
-                f"got {list_snapshot_every!r}."
-            )
-        if sqlite is None and redis is None and postgres is None:
-            raise ConfigError("DurableSaver needs at least one tier: pass sqlite=, redis= or postgres=.")
-        if local_max_bytes is not None and (
-            not isinstance(local_max_bytes, int) or local_max_bytes < 1 or sqlite is None or (redis or postgres) is None
-        ):
-            raise ConfigError(
-                "local_max_bytes= bounds the local SQLite cache of the shared tiers: it needs sqlite= and redis= "
-                f"or postgres= (alone, the local file is the only copy), and a number of bytes; got {local_max_bytes!r}."
-            )
-        if read_cache_bytes is not None and (
-            not isinstance(read_cache_bytes, int) or isinstance(read_cache_bytes, bool) or read_cache_bytes < 0
-        ):
-            raise ConfigError(
-                f"read_cache_bytes must be a whole number of bytes (0: no read cache), got {read_cache_bytes!r}."
-            )
-        if sqlite is not None and not isinstance(sqlite, (str, os.PathLike)):
-            raise ConfigError(f"sqlite= must be a file path, ':memory:' or None, not {type(sqlite).__name__}.")
-        if redis is not None:
-            REDIS.check(redis)
-            check_redis_url(redis, redis_cluster)
-        if postgres is not None:
-            POSTGRES.check(postgres)
-        if postgres_pool_size < 1:
-            raise ConfigError(f"postgres_pool_size must be at least 1, got {postgres_pool_size}.")
-        if not isinstance(postgres_prepared_statements, bool):
-            raise ConfigError(
-                f"postgres_prepared_statements must be True or False, got {postgres_prepared_statements!r}."
-            )
-        keys = _signing_keys(signing_key, signing_keys)
-        self.sqlite_path = os.fspath(sqlite) if sqlite is not None else None
-        self.redis_url = redis
-        self.postgres_url = postgres
-        self.redis_key_prefix = redis_key_prefix
-        self.redis_cluster = redis_cluster
-        if redis_ttl is not None and (
-            isinstance(redis_ttl, bool)
-            or not isinstance(redis_ttl, (int, float))
-            or not 0 < redis_ttl < math.inf  # NaN fails this too
-            or redis is None
-            or postgres is None
-        ):
-            raise ConfigError(
-                "redis_ttl= lets idle threads leave Redis, to be served from Postgres: it needs redis= and "
-                f"postgres=, and a number of seconds above 0; got {redis_ttl!r}."
-            )
-        self.redis_ttl = redis_ttl
-        self.postgres_pool_size = postgres_pool_size
-        self.postgres_prepared_statements = postgres_prepared_statements
-        self.connect_timeout = connect_timeout
-        if max_record_bytes is not None and max_record_bytes < 1:
-            raise ConfigError(f"max_record_bytes must be positive or None, got {max_record_bytes}.")
+        # Every option checked in one place (options.py), kept by concern.
+        self.options = options = Options.parse(
+            sqlite=sqlite,
+            redis=redis,
+            postgres=postgres,
+            signing_key=signing_key,
+            signing_keys=signing_keys,
+            permissive_decoding=permissive_decoding,
+            redis_key_prefix=redis_key_prefix,
+            redis_cluster=redis_cluster,
+            redis_ttl=redis_ttl,
+            postgres_pool_size=postgres_pool_size,
+            postgres_prepared_statements=postgres_prepared_statements,
+            sqlite_busy_timeout=sqlite_busy_timeout,
+            connect_timeout=connect_timeout,
+            on_corruption=on_corruption,
+            max_record_bytes=max_record_bytes,
+            write=write,
+            call_timeout=call_timeout,
+            drain_timeout=drain_timeout,
+            list_snapshot_every=list_snapshot_every,
+            local_max_bytes=local_max_bytes,
+            read_cache_bytes=read_cache_bytes,
+            memory_budget=memory_budget,
+            retention=retention,
+            retention_every=retention_every,
+            retention_rate=retention_rate,
+            read_only=read_only,
+        )
+        tiers, integrity = options.tiers, options.integrity
+        self.sqlite_path = tiers.sqlite
+        self.redis_url = tiers.redis
+        self.postgres_url = tiers.postgres
+        self.redis_key_prefix = tiers.redis_key_prefix
+        self.redis_cluster = tiers.redis_cluster
+        self.redis_ttl = tiers.redis_ttl
+        self.postgres_pool_size = tiers.postgres_pool_size
+        self.postgres_prepared_statements = tiers.postgres_prepared_statements
+        self.connect_timeout = tiers.connect_timeout
         # Without a signing key anyone who can write to Redis or Postgres can
         # plant a record that verifies; decoding it with LangGraph's default
         # msgpack would import and call whatever it names. A local-only store
         # is as trusted as the process's own disk, so it keeps the default.
-        shared = redis is not None or postgres is not None
-        strict = not keys[0] and shared and not permissive_decoding
-        self._codec = RecordCodec(self.serde, signing_keys=keys, max_record_bytes=max_record_bytes, strict=strict)
+        keys = integrity.signing_keys
+        strict = not keys[0] and tiers.shared and not integrity.permissive_decoding
+        self._codec = RecordCodec(
+            self.serde, signing_keys=keys, max_record_bytes=integrity.max_record_bytes, strict=strict
+        )
         # No key of the user's: seal with the store's own, which setup finds
         # or creates in the system of record, or finds in a local file that
         # was shared before (`AsyncTierChain._adopt_store_key`).
-        self._store_key = not any(keys)
-        if not isinstance(read_only, bool):
-            raise ConfigError(f"read_only must be True or False, got {read_only!r}.")
-        self.read_only = read_only
+        self._store_key = integrity.store_key
+        self.read_only = options.read_only
         # Per-tier metrics (metrics.py): None without hooks, so a tier call costs one `if`.
         self._metrics = MetricsSink.of(metrics, lag=self.lag)
         self._policy = IntegrityPolicy(on_corruption, metrics=self._metrics)
@@ -579,12 +524,6 @@ class DurableSaver(BaseCheckpointSaver[str]):
         self._replicator = Replicator(
             self._replicate, lambda: self._sync_chain().lag(), gap=WRITE_BEHIND_GAP_S if behind else 0.0
         )
-        if retention is not None and not isinstance(retention, RetentionPolicy):
-            raise ConfigError(f"retention= must be a langgraph_durable.RetentionPolicy, not {retention!r}.")
-        if retention_every is not None and (retention is None or retention_every <= 0):
-            raise ConfigError("retention_every= needs retention= (a RetentionPolicy) and a number of seconds above 0.")
-        if retention_rate is not None and retention_rate <= 0:
-            raise ConfigError(f"retention_rate= must be threads per second above 0, or None, not {retention_rate!r}.")
         self.retention = retention
         self._sweeper: RetentionSweeper | None = None
         if retention_every is not None:
@@ -648,50 +587,13 @@ class DurableSaver(BaseCheckpointSaver[str]):
         function returning it), ``LANGGRAPH_DURABLE_WRITE``, ``LANGGRAPH_DURABLE_LEASE_LINGER`` and
         ``LANGGRAPH_DURABLE_SIGNING_KEY`` (plus ``LANGGRAPH_DURABLE_OLD_SIGNING_KEYS``,
         comma-separated, during a key rotation). Keyword options override them."""
-        env = os.environ
-        kwargs: dict[str, Any] = {kind.keyword: env.get(kind.env) or None for kind in KINDS}
-        kwargs[SQLITE.keyword] = env.get(SQLITE.env, DEFAULT_SQLITE_PATH) or None
-        if env.get(ENV_WRITE):
-            kwargs["write"] = env[ENV_WRITE]
-        if env.get(ENV_REDIS_KEY_PREFIX):
-            kwargs["redis_key_prefix"] = env[ENV_REDIS_KEY_PREFIX]
-        if env.get(ENV_REDIS_TTL):
-            try:
-                kwargs["redis_ttl"] = float(env[ENV_REDIS_TTL])
-            except ValueError:
-                raise ConfigError(f"{ENV_REDIS_TTL} must be a number of seconds, got {env[ENV_REDIS_TTL]!r}.") from None
-        if env.get(ENV_LEASE_LINGER):
-            try:
-                kwargs["lease_linger"] = float(env[ENV_LEASE_LINGER])
-            except ValueError:
-                raise ConfigError(
-                    f"{ENV_LEASE_LINGER} must be a number of seconds, got {env[ENV_LEASE_LINGER]!r}."
-                ) from None
-        if env.get(ENV_POSTGRES_PREPARED_STATEMENTS):
-            kwargs["postgres_prepared_statements"] = _env_flag(
-                ENV_POSTGRES_PREPARED_STATEMENTS, env[ENV_POSTGRES_PREPARED_STATEMENTS]
-            )
-        if env.get(ENV_SERDE):
-            kwargs["serde"] = serde_from_spec(env[ENV_SERDE], what=ENV_SERDE)
-        if env.get(ENV_SIGNING_KEY) or env.get(ENV_OLD_SIGNING_KEYS):
-            old = [k.strip() for k in env.get(ENV_OLD_SIGNING_KEYS, "").split(",") if k.strip()]
-            # Checked here, one variable at a time, so the error names it (never the key).
-            for name, key in [(ENV_SIGNING_KEY, env.get(ENV_SIGNING_KEY))] + [(ENV_OLD_SIGNING_KEYS, k) for k in old]:
-                try:
-                    _signing_keys(None if key == "unsigned" else key or None, None)
-                except ConfigError as exc:
-                    raise ConfigError(f"{name}: {exc}") from None
-            kwargs["signing_keys"] = [env.get(ENV_SIGNING_KEY) or None] + [None if k == "unsigned" else k for k in old]
-        kwargs.update(options)
+        from_env = env_options(os.environ, DEFAULT_SQLITE_PATH)
+        kwargs = {**from_env, **options}
         try:
             return cls(**kwargs)
         except ConfigError as exc:
             # Name the variable a value came from, where the message names its keyword.
-            message = str(exc)
-            for keyword, name in _ENV_OF_KEYWORD.items():
-                if keyword in kwargs and keyword not in options and message.startswith((f"{keyword}=", f"{keyword} ")):
-                    raise ConfigError(f"{name}: {message}") from exc
-            raise
+            raise naming_the_variable(exc, from_env, options) from exc
 
     @property
     def tier_names(self) -> list[str]:

@@ -36,3 +36,36 @@ def test_list_before_without_the_configurable_wrapper(make_saver: Any) -> None:
         assert [t.config["configurable"]["checkpoint_id"] for t in saver.list(cfg, before=bare)] == ids[3:]
         wrapped: Any = {"configurable": {"checkpoint_id": ids[2]}}
         assert [t.config["configurable"]["checkpoint_id"] for t in saver.list(cfg, before=wrapped)] == ids[3:]
+
+
+def test_the_options_come_back_grouped_by_concern(tmp_path: Any) -> None:
+    key = b"k" * 32
+    with DurableSaver(sqlite=str(tmp_path / "c.sqlite"), signing_key=key, list_snapshot_every=5) as saver:
+        options = saver.options
+        assert options.tiers.sqlite == str(tmp_path / "c.sqlite")
+        assert not options.tiers.shared
+        assert options.integrity.signing_keys == [key]
+        assert not options.integrity.store_key
+        assert (options.write.mode, options.write.list_snapshot_every) == ("shared", 5)
+        assert options.retention.policy is None
+
+
+def test_the_environment_is_read_in_one_place(monkeypatch: pytest.MonkeyPatch) -> None:
+    from langgraph_durable.options import env_options
+
+    env = {
+        "LANGGRAPH_DURABLE_SQLITE": "",
+        "LANGGRAPH_DURABLE_REDIS_URL": "redis://h:6379/0",
+        "LANGGRAPH_DURABLE_REDIS_TTL": "30",
+        "LANGGRAPH_DURABLE_POSTGRES_PREPARED_STATEMENTS": "off",
+        "LANGGRAPH_DURABLE_OLD_SIGNING_KEYS": "unsigned",
+    }
+    assert env_options(env, "default.sqlite") == {
+        "sqlite": None,
+        "redis": "redis://h:6379/0",
+        "postgres": None,
+        "redis_ttl": 30.0,
+        "postgres_prepared_statements": False,
+        "signing_keys": [None, None],
+    }
+    assert env_options({}, "default.sqlite")["sqlite"] == "default.sqlite"

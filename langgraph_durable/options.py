@@ -1,0 +1,335 @@
+"""The saver's options, grouped by concern, checked in one place and read
+from the environment in one place.
+
+`DurableSaver(...)` keeps its keyword arguments (they are the documented
+API, and `from_urls` passes them through); it hands them to `Options.parse`,
+which checks every one and returns them as typed groups: the tiers and
+their connections, integrity and keys, leases, the write mode, retention,
+and the limits. `env_options` reads the ``LANGGRAPH_DURABLE_*`` variables
+into the same keywords (`DurableSaver.from_env`), and an error about a
+value that came from a variable names the variable.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .backlog import WRITE_MODES, WriteMode
+from .codec import serde_from_spec
+from .errors import ConfigError
+from .integrity import OnCorruption
+from .retention import RetentionPolicy
+from .tiers.redis_async import check_url as check_redis_url
+from .tiers.registry import KINDS, POSTGRES, REDIS, SQLITE
+
+# The tiers' own variables come from their kinds (tiers/registry.py).
+ENV_SQLITE = SQLITE.env
+ENV_REDIS_URL = REDIS.env
+ENV_POSTGRES_URL = POSTGRES.env
+ENV_SIGNING_KEY = "LANGGRAPH_DURABLE_SIGNING_KEY"
+ENV_SERDE = "LANGGRAPH_DURABLE_SERDE"  # module:attr of the serializer (from_env only)
+ENV_WRITE = "LANGGRAPH_DURABLE_WRITE"
+# Several deployments (or a server and its tests) sharing one Redis database.
+ENV_REDIS_KEY_PREFIX = "LANGGRAPH_DURABLE_REDIS_KEY_PREFIX"
+# Seconds after which an idle thread leaves Redis (redis_ttl).
+ENV_REDIS_TTL = "LANGGRAPH_DURABLE_REDIS_TTL"
+# Seconds a run's lease is kept after it ends (lease_linger).
+ENV_LEASE_LINGER = "LANGGRAPH_DURABLE_LEASE_LINGER"
+# Comma-separated keys still accepted for verification (rotation); the word
+# "unsigned" accepts records without a key.
+ENV_OLD_SIGNING_KEYS = "LANGGRAPH_DURABLE_OLD_SIGNING_KEYS"
+# "false" behind a pooler in transaction mode (PgBouncer): see postgres_prepared_statements.
+ENV_POSTGRES_PREPARED_STATEMENTS = "LANGGRAPH_DURABLE_POSTGRES_PREPARED_STATEMENTS"
+
+# The keyword arguments `env_options` fills from the environment, and the
+# variables they come from (for its errors).
+ENV_OF_KEYWORD = {
+    **{kind.keyword: kind.env for kind in KINDS if kind.schemes},
+    "write": ENV_WRITE,
+    "redis_key_prefix": ENV_REDIS_KEY_PREFIX,
+    "redis_ttl": ENV_REDIS_TTL,
+    "lease_linger": ENV_LEASE_LINGER,
+}
+
+
+@dataclass(frozen=True)
+class TierOptions:
+    """Which tiers, and how to reach them."""
+
+    sqlite: str | None
+    redis: str | None
+    postgres: str | None
+    redis_key_prefix: str
+    redis_cluster: bool | None
+    redis_ttl: float | None
+    postgres_pool_size: int
+    postgres_prepared_statements: bool
+    sqlite_busy_timeout: float
+    connect_timeout: float
+    call_timeout: float | None
+    drain_timeout: float
+
+    @property
+    def shared(self) -> bool:
+        """Whether a shared tier (Redis or Postgres) is configured."""
+        return self.redis is not None or self.postgres is not None
+
+
+@dataclass(frozen=True)
+class IntegrityOptions:
+    """Keys, decoding and what a read does with a bad copy."""
+
+    signing_keys: list[bytes]
+    """The accepted keys, the sealing key first; b"" stands for unsigned."""
+    permissive_decoding: bool
+    on_corruption: OnCorruption
+    max_record_bytes: int | None
+
+    @property
+    def store_key(self) -> bool:
+        """No key of the user's: seal with the store's own
+        (`AsyncTierChain._adopt_store_key`)."""
+        return not any(self.signing_keys)
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    """When a write returns, and how lists are stored."""
+
+    mode: WriteMode
+    list_snapshot_every: int
+
+
+@dataclass(frozen=True)
+class RetentionOptions:
+    policy: RetentionPolicy | None
+    every: float | None
+    rate: float | None
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What the saver may hold on disk and in memory."""
+
+    local_max_bytes: int | None
+    read_cache_bytes: int | None
+    memory_budget: int
+
+
+@dataclass(frozen=True)
+class Options:
+    tiers: TierOptions
+    integrity: IntegrityOptions
+    write: WriteOptions
+    retention: RetentionOptions
+    limits: Limits
+    read_only: bool
+
+    @classmethod
+    def parse(
+        cls,
+        *,
+        sqlite: str | os.PathLike[str] | None,
+        redis: str | None,
+        postgres: str | None,
+        signing_key: bytes | str | None,
+        signing_keys: Sequence[bytes | str | None] | None,
+        permissive_decoding: bool,
+        redis_key_prefix: str,
+        redis_cluster: bool | None,
+        redis_ttl: float | None,
+        postgres_pool_size: int,
+        postgres_prepared_statements: bool,
+        sqlite_busy_timeout: float,
+        connect_timeout: float,
+        on_corruption: OnCorruption,
+        max_record_bytes: int | None,
+        write: WriteMode,
+        call_timeout: float | None,
+        drain_timeout: float,
+        list_snapshot_every: int,
+        local_max_bytes: int | None,
+        read_cache_bytes: int | None,
+        memory_budget: int,
+        retention: RetentionPolicy | None,
+        retention_every: float | None,
+        retention_rate: float | None,
+        read_only: bool,
+    ) -> Options:
+        """Every option checked, or the first that is wrong as a
+        `ConfigError` that says what it takes."""
+        if write not in WRITE_MODES:
+            raise ConfigError(
+                f"write= must be one of {', '.join(map(repr, WRITE_MODES))}, got {write!r}: "
+                '"shared" (default) waits for one shared tier, "all" for every tier, "local" for the local journal.'
+            )
+        if write == "local" and (sqlite is None or (redis is None and postgres is None)):
+            raise ConfigError(
+                'write="local" (write-behind) needs a local tier (sqlite=) and a shared one (redis= or postgres=).'
+            )
+        if call_timeout is not None and call_timeout <= 0:
+            raise ConfigError(f"call_timeout must be a positive number of seconds or None, got {call_timeout!r}.")
+        if drain_timeout < 0:
+            raise ConfigError(f"drain_timeout must be 0 or more seconds, got {drain_timeout!r}.")
+        if not isinstance(list_snapshot_every, int) or isinstance(list_snapshot_every, bool) or list_snapshot_every < 0:
+            raise ConfigError(
+                f"list_snapshot_every must be a whole number of versions (1 or 0: store every value whole), "
+                f"got {list_snapshot_every!r}."
+            )
+        if sqlite is None and redis is None and postgres is None:
+            raise ConfigError("DurableSaver needs at least one tier: pass sqlite=, redis= or postgres=.")
+        if local_max_bytes is not None and (
+            not isinstance(local_max_bytes, int) or local_max_bytes < 1 or sqlite is None or (redis or postgres) is None
+        ):
+            raise ConfigError(
+                "local_max_bytes= bounds the local SQLite cache of the shared tiers: it needs sqlite= and redis= "
+                f"or postgres= (alone, the local file is the only copy), and a number of bytes; got {local_max_bytes!r}."
+            )
+        if read_cache_bytes is not None and (
+            not isinstance(read_cache_bytes, int) or isinstance(read_cache_bytes, bool) or read_cache_bytes < 0
+        ):
+            raise ConfigError(
+                f"read_cache_bytes must be a whole number of bytes (0: no read cache), got {read_cache_bytes!r}."
+            )
+        if sqlite is not None and not isinstance(sqlite, (str, os.PathLike)):
+            raise ConfigError(f"sqlite= must be a file path, ':memory:' or None, not {type(sqlite).__name__}.")
+        if redis is not None:
+            REDIS.check(redis)
+            check_redis_url(redis, redis_cluster)
+        if postgres is not None:
+            POSTGRES.check(postgres)
+        if postgres_pool_size < 1:
+            raise ConfigError(f"postgres_pool_size must be at least 1, got {postgres_pool_size}.")
+        if not isinstance(postgres_prepared_statements, bool):
+            raise ConfigError(
+                f"postgres_prepared_statements must be True or False, got {postgres_prepared_statements!r}."
+            )
+        keys = signing_keys_of(signing_key, signing_keys)
+        if redis_ttl is not None and (
+            isinstance(redis_ttl, bool)
+            or not isinstance(redis_ttl, (int, float))
+            or not 0 < redis_ttl < math.inf  # NaN fails this too
+            or redis is None
+            or postgres is None
+        ):
+            raise ConfigError(
+                "redis_ttl= lets idle threads leave Redis, to be served from Postgres: it needs redis= and "
+                f"postgres=, and a number of seconds above 0; got {redis_ttl!r}."
+            )
+        if max_record_bytes is not None and max_record_bytes < 1:
+            raise ConfigError(f"max_record_bytes must be positive or None, got {max_record_bytes}.")
+        if not isinstance(read_only, bool):
+            raise ConfigError(f"read_only must be True or False, got {read_only!r}.")
+        if retention is not None and not isinstance(retention, RetentionPolicy):
+            raise ConfigError(f"retention= must be a langgraph_durable.RetentionPolicy, not {retention!r}.")
+        if retention_every is not None and (retention is None or retention_every <= 0):
+            raise ConfigError("retention_every= needs retention= (a RetentionPolicy) and a number of seconds above 0.")
+        if retention_rate is not None and retention_rate <= 0:
+            raise ConfigError(f"retention_rate= must be threads per second above 0, or None, not {retention_rate!r}.")
+        return cls(
+            tiers=TierOptions(
+                sqlite=os.fspath(sqlite) if sqlite is not None else None,
+                redis=redis,
+                postgres=postgres,
+                redis_key_prefix=redis_key_prefix,
+                redis_cluster=redis_cluster,
+                redis_ttl=redis_ttl,
+                postgres_pool_size=postgres_pool_size,
+                postgres_prepared_statements=postgres_prepared_statements,
+                sqlite_busy_timeout=sqlite_busy_timeout,
+                connect_timeout=connect_timeout,
+                call_timeout=call_timeout,
+                drain_timeout=drain_timeout,
+            ),
+            integrity=IntegrityOptions(keys, permissive_decoding, on_corruption, max_record_bytes),
+            write=WriteOptions(write, list_snapshot_every),
+            retention=RetentionOptions(retention, retention_every, retention_rate),
+            limits=Limits(local_max_bytes, read_cache_bytes, memory_budget),
+            read_only=read_only,
+        )
+
+
+def signing_keys_of(signing_key: bytes | str | None, signing_keys: Sequence[bytes | str | None] | None) -> list[bytes]:
+    """The accepted keys, sealing key first; b"" stands for unsigned."""
+    if signing_key is not None and signing_keys is not None:
+        raise ConfigError("pass signing_key= or signing_keys=[new, old, ...], not both.")
+    if isinstance(signing_keys, (str, bytes)):
+        raise ConfigError(
+            "signing_keys= takes a list of keys, the one that seals new records first: signing_keys=[new, old]; "
+            "for one key, pass signing_key= instead."
+        )
+    given = list(signing_keys) if signing_keys is not None else [signing_key]
+    if not given:
+        raise ConfigError("signing_keys= needs at least one key (the one that seals new records) first.")
+    keys: list[bytes] = []
+    for k in given:
+        key = k.encode() if isinstance(k, str) else (k or b"")
+        if not isinstance(key, bytes):
+            raise ConfigError(f"a signing key must be bytes, str or None, not {type(k).__name__}.")
+        if key and len(key) < 16:
+            raise ConfigError("a signing key must be at least 16 bytes; use 32 random bytes (secrets.token_bytes(32)).")
+        if key not in keys:
+            keys.append(key)
+    return keys
+
+
+def env_flag(name: str, value: str) -> bool:
+    word = value.strip().lower()
+    if word in ("1", "true", "yes", "on"):
+        return True
+    if word in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"{name} must be true or false (or 1/0, yes/no, on/off), got {value!r}.")
+
+
+def _seconds(env: Mapping[str, str], name: str) -> float:
+    try:
+        return float(env[name])
+    except ValueError:
+        raise ConfigError(f"{name} must be a number of seconds, got {env[name]!r}.") from None
+
+
+def env_options(env: Mapping[str, str], default_sqlite: str) -> dict[str, Any]:
+    """The keyword arguments the ``LANGGRAPH_DURABLE_*`` variables in `env`
+    give (`DurableSaver.from_env`), each checked as far as its variable
+    alone can be (the rest is checked with the other options)."""
+    kwargs: dict[str, Any] = {kind.keyword: env.get(kind.env) or None for kind in KINDS}
+    kwargs[SQLITE.keyword] = env.get(SQLITE.env, default_sqlite) or None
+    if env.get(ENV_WRITE):
+        kwargs["write"] = env[ENV_WRITE]
+    if env.get(ENV_REDIS_KEY_PREFIX):
+        kwargs["redis_key_prefix"] = env[ENV_REDIS_KEY_PREFIX]
+    if env.get(ENV_REDIS_TTL):
+        kwargs["redis_ttl"] = _seconds(env, ENV_REDIS_TTL)
+    if env.get(ENV_LEASE_LINGER):
+        kwargs["lease_linger"] = _seconds(env, ENV_LEASE_LINGER)
+    if env.get(ENV_POSTGRES_PREPARED_STATEMENTS):
+        kwargs["postgres_prepared_statements"] = env_flag(
+            ENV_POSTGRES_PREPARED_STATEMENTS, env[ENV_POSTGRES_PREPARED_STATEMENTS]
+        )
+    if env.get(ENV_SERDE):
+        kwargs["serde"] = serde_from_spec(env[ENV_SERDE], what=ENV_SERDE)
+    if env.get(ENV_SIGNING_KEY) or env.get(ENV_OLD_SIGNING_KEYS):
+        old = [k.strip() for k in env.get(ENV_OLD_SIGNING_KEYS, "").split(",") if k.strip()]
+        # Checked here, one variable at a time, so the error names it (never the key).
+        for name, key in [(ENV_SIGNING_KEY, env.get(ENV_SIGNING_KEY))] + [(ENV_OLD_SIGNING_KEYS, k) for k in old]:
+            try:
+                signing_keys_of(None if key == "unsigned" else key or None, None)
+            except ConfigError as exc:
+                raise ConfigError(f"{name}: {exc}") from None
+        kwargs["signing_keys"] = [env.get(ENV_SIGNING_KEY) or None] + [None if k == "unsigned" else k for k in old]
+    return kwargs
+
+
+def naming_the_variable(exc: ConfigError, from_env: Mapping[str, Any], given: Mapping[str, Any]) -> ConfigError:
+    """`exc`, about an option that came from the environment (in `from_env`,
+    not overridden in `given`), with its variable's name in front."""
+    message = str(exc)
+    for keyword, name in ENV_OF_KEYWORD.items():
+        if keyword in from_env and keyword not in given and message.startswith((f"{keyword}=", f"{keyword} ")):
+            return ConfigError(f"{name}: {message}")
+    return exc
