@@ -49,6 +49,7 @@ import psycopg
 from psycopg import sql
 
 from .lease import Lease, LeaseBook, read_hand_off
+from .tasks import BackgroundTask
 from .tiers.pools import watched
 from .tiers.postgres import _KEEPALIVES
 
@@ -156,8 +157,10 @@ class _Deaf(Exception):
     """The listener's own request did not come back in time."""
 
 
-class HandOffListener:
+class HandOffListener(BackgroundTask):
     """The daemon thread that gives back kept leases when asked."""
+
+    thread_name = "langgraph-durable-hand-off"
 
     def __init__(
         self,
@@ -171,6 +174,7 @@ class HandOffListener:
         hear_s: float = HEAR_S,
         retry_s: float = RETRY_S,
     ) -> None:
+        super().__init__()
         self.book = book
         self._ears = ears
         self._ask = ask
@@ -179,10 +183,6 @@ class HandOffListener:
         self.probe_s = probe_s
         self.hear_s = hear_s
         self.retry_s = retry_s
-        self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-        self._pid = 0
-        self._stop = threading.Event()
         self._ears_now: Ears | None = None  # the listening connection, for `stop` to interrupt
         self._first_try = threading.Event()
         self._failing = False  # logged once per outage
@@ -192,17 +192,14 @@ class HandOffListener:
         """Start listening (in a forked child too: a thread does not survive
         the fork); wait up to `wait` seconds for the first attempt to hear
         the channel, whether it did or not."""
+        super().start()
         with self._lock:
-            if self._stop.is_set():
-                return
-            if self._thread is None or self._pid != os.getpid() or not self._thread.is_alive():
-                self._pid = os.getpid()
-                self._first_try = threading.Event()
-                self._thread = threading.Thread(target=self._run, name="langgraph-durable-hand-off", daemon=True)
-                self._thread.start()
             heard = self._first_try
         if wait > 0:
             heard.wait(wait)
+
+    def _starting(self) -> None:
+        self._first_try = threading.Event()
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop listening and close the connection. From now on no lease is
@@ -212,30 +209,28 @@ class HandOffListener:
         connecting ends within the connect timeout, and this waits for the
         thread `timeout` seconds at most."""
         self.book.stop_hearing()
+        super().stop(timeout)
+
+    def _interrupt(self) -> None:
         with self._lock:
-            self._stop.set()
-            thread = self._thread if self._pid == os.getpid() else None
-            ears = self._ears_now if thread is not None else None
-        if ears is not None:
-            interrupt = getattr(ears, "interrupt", None)
-            if interrupt is not None:
-                interrupt()
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout)
+            ears = self._ears_now if self._pid == os.getpid() else None
+        interrupt = getattr(ears, "interrupt", None)
+        if interrupt is not None:
+            interrupt()
 
     def _hear(self, ears: Ears, until: float) -> Iterator[str]:
         """`ears.hear` in short slices, so that `stop` is seen soon."""
-        while not self._stop.is_set() and (now := time.monotonic()) < until:
+        while not self._stopping.is_set() and (now := time.monotonic()) < until:
             yield from ears.hear(min(until, now + _SLICE_S))
 
     def _run(self) -> None:
-        while not self._stop.is_set():
+        while not self._stopping.is_set():
             ears: Ears | None = None
             try:
                 ears = self._ears()
                 with self._lock:
                     self._ears_now = ears
-                    stopped = self._stop.is_set()
+                    stopped = self._stopping.is_set()
                 if stopped:  # `stop` came while this connected: it could not interrupt it
                     break
                 self._prove(ears)
@@ -244,13 +239,13 @@ class HandOffListener:
                     self._failing = False
                 self.book.hearing()
                 self._first_try.set()
-                while not self._stop.is_set():
+                while not self._stopping.is_set():
                     for message in self._hear(ears, time.monotonic() + self.probe_s):
                         self._handle(message)
-                    if not self._stop.is_set():
+                    if not self._stopping.is_set():
                         self._prove(ears)
             except Exception as exc:
-                if not self._stop.is_set() and not self._failing:
+                if not self._stopping.is_set() and not self._failing:
                     logger.warning(
                         "lease hand-offs: not listening on %s (%s: %s); leases are given back when runs end "
                         "until it works again",
@@ -261,7 +256,7 @@ class HandOffListener:
                     self._failing = True
             finally:
                 self._first_try.set()
-                if self._stop.is_set():
+                if self._stopping.is_set():
                     self.book.stop_hearing()  # the saver closes: `close` gives kept leases back
                 else:
                     for lease in self.book.deaf():
@@ -273,7 +268,7 @@ class HandOffListener:
                         ears.close()
                     except Exception as exc:
                         logger.debug("lease hand-offs: closing the listening connection: %s", exc)
-            self._stop.wait(self.retry_s)
+            self._stopping.wait(self.retry_s)
 
     def _prove(self, ears: Ears) -> None:
         """Ask ourselves as another replica would (on another connection:
@@ -286,7 +281,7 @@ class HandOffListener:
             if request is not None and request[1] == probe:
                 return
             self._handle(message)
-        if self._stop.is_set():
+        if self._stopping.is_set():
             return
         raise _Deaf(f"its own request did not come back within {self.hear_s} s")
 

@@ -16,12 +16,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 
 from .backlog import Lag
+from .tasks import BackgroundTask
 
 logger = logging.getLogger("langgraph_durable")
 
@@ -36,8 +36,11 @@ DEFAULT_INTERVAL_S = 0.5
 WRITE_BEHIND_GAP_S = 0.25
 
 
-class Replicator:
+class Replicator(BackgroundTask):
     """Runs `catch_up` in the background while `lag` says something is owed."""
+
+    thread_name = "langgraph-durable-replicator"
+    restartable = True  # a later `kick` starts a new thread
 
     def __init__(
         self,
@@ -47,16 +50,13 @@ class Replicator:
         interval: float = DEFAULT_INTERVAL_S,
         gap: float = 0.0,
     ) -> None:
+        super().__init__()
         self._catch_up = catch_up
         self._lag = lag
         self.interval = interval
         self.gap = gap  # the least time between the starts of two background passes
         self._wake = threading.Event()
         self._urgent = threading.Event()  # a pass is wanted now, gap or not
-        self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._pid = os.getpid()
-        self._start_lock = threading.Lock()
         # One pass at a time, background or drain.
         self._pass_lock = threading.Lock()
         self.passes = 0
@@ -65,15 +65,9 @@ class Replicator:
         """Something is owed: run a pass soon (starting the thread if needed);
         with `now`, without waiting for the `gap` since the last pass (a run
         ended and its thread is handed on once shipped)."""
-        if self._stopping.is_set():
+        if self.stopping:
             return
-        if self._pid != os.getpid():  # a forked child has no replicator thread yet
-            self._thread, self._pid = None, os.getpid()
-        if self._thread is None:
-            with self._start_lock:
-                if self._thread is None and not self._stopping.is_set():
-                    self._thread = threading.Thread(target=self._run, name="langgraph-durable-replicator", daemon=True)
-                    self._thread.start()
+        self.start()  # in a forked child too, which has no replicator thread yet
         if now:
             self._urgent.set()
         self._wake.set()
@@ -135,14 +129,11 @@ class Replicator:
                 return lag
             time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
 
-    def stop(self) -> None:
+    def _interrupt(self) -> None:
+        self._urgent.set()
+        self._wake.set()
+
+    def stop(self, timeout: float = 5.0) -> None:
         """Stop the thread (a later `kick` starts a new one)."""
-        with self._start_lock:
-            self._stopping.set()
-            self._urgent.set()
-            self._wake.set()
-            thread, self._thread = self._thread, None
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout=5)
-        self._stopping.clear()
+        super().stop(timeout)
         self._urgent.clear()

@@ -10,9 +10,10 @@ ends a sweep between two threads.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 from typing import Any
+
+from .tasks import BackgroundTask
 
 logger = logging.getLogger("langgraph_durable")
 
@@ -21,34 +22,25 @@ class _Stopped(Exception):
     pass
 
 
-class RetentionSweeper:
+class RetentionSweeper(BackgroundTask):
     """Calls `sweep(pace)` every `every` seconds on a daemon thread; `pace`
     waits 1/`rate` seconds (between two threads of the store)."""
 
+    thread_name = "langgraph-durable-retention"
+
     def __init__(self, sweep: Callable[[Callable[[], None]], Any], *, every: float, rate: float | None) -> None:
+        super().__init__()
         self.sweep = sweep
         self.every = every
         self.rate = rate
         self.sweeps = 0
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="langgraph-durable-retention", daemon=True)
-            self._thread.start()
-
-    def stop(self, timeout: float = 5.0) -> None:
-        self._stop.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout)
 
     def _pace(self) -> None:
-        if self._stop.wait(1.0 / self.rate if self.rate else 0.0):
+        if self._stopping.wait(1.0 / self.rate if self.rate else 0.0):
             raise _Stopped
 
     def _run(self) -> None:
-        while not self._stop.wait(self.every):
+        while not self._stopping.wait(self.every):
             try:
                 report = self.sweep(self._pace)
             except _Stopped:
