@@ -5,8 +5,8 @@ immutable, so any tier that has a verified copy may serve it; only "which
 checkpoint is latest" and "which writes exist" can go stale, and those are
 asked of the most authoritative reachable tier (the farthest one).
 
-This file is the async source. ``chain.py`` is generated from it by
-``tools/generate_sync.py``; edit this one and regenerate.
+This file is the async source: ``chain.py`` is generated from it by
+``tools/async_to_sync.py``; edit this one and regenerate.
 """
 
 from __future__ import annotations

@@ -1,5 +1,4 @@
-# WARNING: generated from lease_keeper_async.py by langgraph_durable/_codegen.py. DO NOT EDIT.
-# Edit the async source and run `python -m langgraph_durable._codegen`.
+# WARNING: this file is generated from langgraph_durable/lease_keeper_async.py; edit that file and run tools/async_to_sync.py. DO NOT EDIT.
 """Writer leases at work: a run takes its thread's lease, waits while another
 writer has it, fences every write with it, and gives it back.
 
@@ -19,9 +18,6 @@ A run gives its lease back when it ends (`LeaseBook` sees its stream writer
 freed): the sync face at once, in the thread that let go of the run (right
 before ``invoke`` returns, normally), the async face from a task on the
 saver's event loop. The TTL covers whatever is not released that way.
-
-This is the async source; ``lease_keeper.py`` is generated from it by
-``python -m langgraph_durable._codegen``.
 """
 
 from __future__ import annotations
@@ -43,7 +39,7 @@ from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMet
 
 from .chain import TierChain
 from .codec import thread_id_of, thread_of
-from .concurrency import Lock, maybe_await, sleep, defer, ensure_deferred_worker
+from .concurrency import Lock, defer, ensure_deferred_worker, maybe_await, sleep
 from .errors import DurableError, LeaseLost, TierUnavailable
 from .lease import (
     HAND_OFF_POLL_FIRST_S,
@@ -188,6 +184,7 @@ class LeaseKeeper:
             if self.book.keep(lease, asked + linger * LINGER_TRUSTED):
                 return
             # The hand-off listener went deaf meanwhile: give it back after all.
+
         tier.release_lease(lease.thread_id, lease.holder, lease.token)
 
     def hand_off_shipped(self) -> int:
@@ -243,9 +240,7 @@ class LeaseKeeper:
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
     ) -> None:
         self._fenced(
-            config,
-            "put_writes",
-            lambda fence: self.chain.put_writes(config, writes, task_id, task_path, fence=fence),
+            config, "put_writes", lambda fence: self.chain.put_writes(config, writes, task_id, task_path, fence=fence)
         )
 
     def _fenced(self, config: RunnableConfig, what: str, write: Callable[[Fence], Any]) -> Any:
@@ -282,10 +277,7 @@ class LeaseKeeper:
                         if old is None or not self.book.moved(old, moved):
                             self.release_quietly(moved)
                             raise
-                        logger.warning(
-                            "writer lease of thread %r moved from %s to %s (token %s): %s",
-                            thread_id, fence.tier, moved.tier, moved.token, exc,
-                        )  # fmt: skip
+                        logger.warning("writer lease of thread %r moved from %s to %s (token %s): %s", thread_id, fence.tier, moved.tier, moved.token, exc)  # fmt: skip
                 return write(self.book.fence(moved, behind=True))
         # A lease kept after a run (``lease_linger``) stops vouching for the
         # local cache before the one-write lease below replaces it.

@@ -18,8 +18,8 @@ freed): the sync face at once, in the thread that let go of the run (right
 before ``invoke`` returns, normally), the async face from a task on the
 saver's event loop. The TTL covers whatever is not released that way.
 
-This is the async source; ``lease_keeper.py`` is generated from it by
-``python -m langgraph_durable._codegen``.
+This file is the async source: ``lease_keeper.py`` is generated from it by
+``tools/async_to_sync.py``; edit this one and regenerate.
 """
 
 from __future__ import annotations

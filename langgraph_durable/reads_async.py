@@ -23,8 +23,8 @@ deleted to recover: a checkpoint that cannot be assembled intact from any tier
 is *withdrawn* (its copies quarantined, so that "latest" moves back) and the
 newest intact ancestor is served instead.
 
-This file is the async source. ``reads.py`` is generated from it by
-``langgraph_durable/_codegen.py``; edit this one and regenerate.
+This file is the async source: ``reads.py`` is generated from it by
+``tools/async_to_sync.py``; edit this one and regenerate.
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
-# WARNING: generated from resume_async.py by langgraph_durable/_codegen.py. DO NOT EDIT.
-# Edit the async source and run `python -m langgraph_durable._codegen`.
+# WARNING: this file is generated from langgraph_durable/resume_async.py; edit that file and run tools/async_to_sync.py. DO NOT EDIT.
 """Resume validation: the decision a run's first read leads to.
 
 Before a graph resumes a thread, unconfirmed non-resumable actions reject
 the run, and the validators decide: resume, rewind to an earlier checkpoint
 (resumed from a fresh fork of it), or reject with a reason. Decisions are
 plain values (`validation.py`); this room only applies them.
-
-This file is the async source. ``resume.py`` is generated from it by
-``langgraph_durable/_codegen.py``; edit this one and regenerate.
 """
 
 from __future__ import annotations
@@ -40,9 +36,7 @@ class ResumeGate:
         self.get = get
         self.put = put
 
-    def validate(
-        self, tup: CheckpointTuple, validators: Sequence[Any], hook: ValidationHook | None
-    ) -> CheckpointTuple:
+    def validate(self, tup: CheckpointTuple, validators: Sequence[Any], hook: ValidationHook | None) -> CheckpointTuple:
         """The checkpoint a run may resume from, given `tup`, the one it asked
         for: `tup` itself, an earlier one (rewind), or `ResumeRejected`."""
         configurable = tup.config["configurable"]
@@ -59,7 +53,7 @@ class ResumeGate:
             except Exception:  # a hook never breaks a run
                 logger.exception("on_validation hook failed")
 
-        unconfirmed = sorted(k for k, e in (self.ledger(thread_id)).items() if e.escalated())
+        unconfirmed = sorted(k for k, e in self.ledger(thread_id).items() if e.escalated())
         if unconfirmed:
             decisions.append(("unconfirmed_actions", Reject(unconfirmed_message(thread_id, unconfirmed))))
             outcome(None)

@@ -5,8 +5,8 @@ the run, and the validators decide: resume, rewind to an earlier checkpoint
 (resumed from a fresh fork of it), or reject with a reason. Decisions are
 plain values (`validation.py`); this room only applies them.
 
-This file is the async source. ``resume.py`` is generated from it by
-``langgraph_durable/_codegen.py``; edit this one and regenerate.
+This file is the async source: ``resume.py`` is generated from it by
+``tools/async_to_sync.py``; edit this one and regenerate.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
-# WARNING: generated from tiers/protocol_async.py by langgraph_durable/_codegen.py. DO NOT EDIT.
-# Edit the async source and run `python -m langgraph_durable._codegen`.
+# WARNING: this file is generated from langgraph_durable/tiers/protocol_async.py; edit that file and run tools/async_to_sync.py. DO NOT EDIT.
 """The surface every tier implements: a typing.Protocol the rooms use.
 
-This file is the async source. ``protocol.py`` (the sync `Tier`) is
-generated from it by ``langgraph_durable/_codegen.py``; edit this one and
-regenerate. Each tier module checks statically that it conforms.
+Each tier module checks statically that it conforms.
 """
 
 from __future__ import annotations
@@ -25,11 +22,10 @@ class Tier(Protocol):
     name: str
 
     def setup(self) -> None: ...
+
     def close(self) -> None: ...
 
-    def write_checkpoint(
-        self, row: CheckpointRow, blobs: Sequence[BlobRow], *, fence: Fence | None = None
-    ) -> Any:
+    def write_checkpoint(self, row: CheckpointRow, blobs: Sequence[BlobRow], *, fence: Fence | None = None) -> Any:
         """Store a checkpoint and its new blobs atomically (checkpoint upserts).
         With a `fence`, only if the thread's lease still matches it, checked
         and renewed in the same transaction; else `LeaseLost`, nothing stored."""
@@ -54,8 +50,11 @@ class Tier(Protocol):
         everything or nothing."""
 
     def read_checkpoint(self, thread_id: str, ns: str, checkpoint_id: str) -> CheckpointRow | None: ...
+
     def read_blobs(self, thread_id: str, ns: str, keys: Sequence[BlobKey]) -> dict[BlobKey, BlobRow]: ...
+
     def read_writes(self, thread_id: str, ns: str, checkpoint_ids: Sequence[str]) -> list[WriteRow]: ...
+
     def head(self, thread_id: str, ns: str) -> Head:
         """The newest checkpoint of (thread, ns), the thread's deletion
         marker and the newest checkpoint's row and pending writes, in one
@@ -89,9 +88,13 @@ class Tier(Protocol):
         """Delete this exact copy from the live table (not another one under its key)."""
 
     def list_quarantine(self, thread_id: str | None) -> list[QuarantinedRecord]: ...
+
     def drop_quarantined(self, ids: Sequence[str]) -> None: ...
+
     def read_meta(self, key: str) -> str | None: ...
+
     def write_meta(self, key: str, value: str | None) -> None: ...
+
     def create_meta(self, key: str, value: str) -> str:
         """Set a store-wide setting unless one is set; the value that holds."""
         ...
@@ -106,6 +109,7 @@ class Tier(Protocol):
         """Record that the thread's checkpoints up to `marker` were deleted (None clears it)."""
 
     def thread_ids(self) -> list[str]: ...
+
     def write_ledger(self, thread_id: str, key: str, envelope: bytes) -> None:
         """Store (replace) one ledger entry."""
 
@@ -113,12 +117,16 @@ class Tier(Protocol):
         """Replace one ledger entry only if it still holds `old` (None: only if absent)."""
 
     def read_ledger(self, thread_id: str) -> dict[str, bytes]: ...
+
     def thread_records(self, thread_id: str) -> ThreadRecords: ...
+
     def delete_thread(self, thread_id: str) -> None: ...
+
     def delete_for_runs(self, run_ids: Sequence[str], retain: Sequence[tuple[str, str, str]] = ()) -> None:
         """Delete these runs' checkpoints and writes, except (thread, ns, id) in `retain`."""
 
     def delete_checkpoint(self, thread_id: str, ns: str, checkpoint_id: str) -> None: ...
+
     def prune(self, thread_id: str, keep: set[tuple[str, str]], keep_blobs: set[tuple[str, str, str]]) -> None:
         """Delete the thread's checkpoints and writes except `keep` (ns, id),
         and its blobs except `keep_blobs` (ns, channel, version)."""
@@ -129,9 +137,7 @@ class Tier(Protocol):
         """The thread's lease record (None if it never had one) and the
         tier's clock now, in seconds since the epoch."""
 
-    def swap_lease(
-        self, thread_id: str, expected: Lease | None, holder: str, token: int, ttl: float
-    ) -> Lease | None:
+    def swap_lease(self, thread_id: str, expected: Lease | None, holder: str, token: int, ttl: float) -> Lease | None:
         """Atomically replace the lease record, if it still equals `expected`
         (or is still absent), by (`holder`, `token`) expiring `ttl` seconds
         from the tier's now. The new record, or None if it had changed."""

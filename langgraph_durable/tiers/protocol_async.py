@@ -1,8 +1,10 @@
 """The surface every tier implements: a typing.Protocol the rooms use.
 
-This file is the async source. ``protocol.py`` (the sync `Tier`) is
-generated from it by ``langgraph_durable/_codegen.py``; edit this one and
-regenerate. Each tier module checks statically that it conforms.
+Each tier module checks statically that it conforms.
+
+This file is the async source: ``protocol.py`` (the sync `Tier`) is
+generated from it by ``tools/async_to_sync.py``; edit this one and
+regenerate.
 """
 
 from __future__ import annotations
