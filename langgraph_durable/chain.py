@@ -34,7 +34,7 @@ from .backlog import DEFAULT_CALL_TIMEOUT_S, WRITE_MODES, JournalEntry, Lag, Mem
 from .breaker import Breakers
 from .carried import SeenVersions, never_written
 from .codec import DEFAULT_MAX_ID_BYTES, RecordCodec, check_checkpoint_id, check_key_part, thread_id_of, thread_of
-from .concurrency import Lock, maybe_await, run_all
+from .concurrency import Lock, refuse_awaitable, run_all
 from .deltas import DeltaMemo
 from .errors import ConfigError, DurableError, TierUnavailable
 from .guard import GuardedTier, overlap
@@ -1030,7 +1030,7 @@ class TierChain:
             if progress is not None:
                 progress(done, len(thread_ids))
             if pace is not None:
-                maybe_await(pace())
+                refuse_awaitable(pace())
         return report
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:

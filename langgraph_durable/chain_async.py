@@ -36,7 +36,7 @@ from .backlog import DEFAULT_CALL_TIMEOUT_S, WRITE_MODES, JournalEntry, Lag, Mem
 from .breaker import Breakers
 from .carried import SeenVersions, never_written
 from .codec import DEFAULT_MAX_ID_BYTES, RecordCodec, check_checkpoint_id, check_key_part, thread_id_of, thread_of
-from .concurrency import ALock, amaybe_await, arun_all
+from .concurrency import ALock, amaybe_await, arun_all, refuse_awaitable
 from .deltas import DeltaMemo
 from .errors import ConfigError, DurableError, TierUnavailable
 from .guard_async import AsyncGuardedTier, overlap
@@ -1045,7 +1045,10 @@ class AsyncTierChain:
             if progress is not None:
                 progress(done, len(thread_ids))
             if pace is not None:
-                await amaybe_await(pace())
+                if True:  # ASYNC
+                    await amaybe_await(pace())
+                else:
+                    refuse_awaitable(pace())
         return report
 
     async def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:

@@ -39,7 +39,7 @@ from typing import Any, NoReturn, cast
 from langgraph.checkpoint.base import CheckpointTuple, PendingWrite
 
 from .codec import RecordCodec, assemble_tuple, version_key
-from .concurrency import maybe_await, run_all
+from .concurrency import refuse_awaitable, run_all
 from .deltas import MSGPACK_TAG, DeltaMemo, Last, Piece, whole_payload
 from .errors import CorruptCheckpoint, DurableError, TierUnavailable, UndecodableRecord
 from .guard import GuardedTier, overlap
@@ -692,9 +692,8 @@ class TierReader:
                 )
             )
             if pending is not None:
-                # An async on_corruption hook: awaited here; the sync face logs why it cannot.
                 try:
-                    maybe_await(pending)
+                    refuse_awaitable(pending)  # the sync face cannot: it says why (logged)
                 except Exception:  # a hook never breaks a read
                     logger.exception("on_corruption hook failed")
         incidents.clear()

@@ -41,7 +41,7 @@ from typing import Any, NoReturn, cast
 from langgraph.checkpoint.base import CheckpointTuple, PendingWrite
 
 from .codec import RecordCodec, assemble_tuple, version_key
-from .concurrency import amaybe_await, arun_all
+from .concurrency import amaybe_await, arun_all, refuse_awaitable
 from .deltas import MSGPACK_TAG, DeltaMemo, Last, Piece, whole_payload
 from .errors import CorruptCheckpoint, DurableError, TierUnavailable, UndecodableRecord
 from .guard_async import AsyncGuardedTier, overlap
@@ -703,9 +703,11 @@ class AsyncTierReader:
                 )
             )
             if pending is not None:
-                # An async on_corruption hook: awaited here; the sync face logs why it cannot.
                 try:
-                    await amaybe_await(pending)
+                    if True:  # ASYNC
+                        await amaybe_await(pending)  # an async on_corruption hook is awaited
+                    else:
+                        refuse_awaitable(pending)  # the sync face cannot: it says why (logged)
                 except Exception:  # a hook never breaks a read
                     logger.exception("on_corruption hook failed")
         incidents.clear()

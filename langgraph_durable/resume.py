@@ -17,7 +17,7 @@ from typing import Any, cast
 from langgraph.checkpoint.base import CheckpointMetadata, CheckpointTuple, copy_checkpoint
 from langgraph.checkpoint.base.id import uuid6
 
-from .concurrency import maybe_await
+from .concurrency import refuse_awaitable
 from .errors import ConfigError, ResumeRejected
 from .ledger import unconfirmed_message
 from .validation import Reject, Rewind, ValidationHook, ValidationOutcome, make_context, validator_name
@@ -48,8 +48,8 @@ class ResumeGate:
             if hook is None:
                 return
             try:
-                # An async hook is awaited in the async face; the sync face logs why it cannot.
-                maybe_await(hook(ValidationOutcome(thread_id, requested, resumed_from, tuple(decisions))))
+                done = hook(ValidationOutcome(thread_id, requested, resumed_from, tuple(decisions)))
+                refuse_awaitable(done)  # the sync face cannot: it says why (logged)
             except Exception:  # a hook never breaks a run
                 logger.exception("on_validation hook failed")
 
@@ -72,7 +72,8 @@ class ResumeGate:
             name = ""
             for v in validators:
                 name = validator_name(v)
-                decision = maybe_await(v(context))
+                decision = v(context)
+                refuse_awaitable(decision)  # the sync face cannot: it says so
                 decisions.append((name, decision))
                 if decision is not None:
                     break

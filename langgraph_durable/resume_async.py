@@ -19,7 +19,7 @@ from typing import Any, cast
 from langgraph.checkpoint.base import CheckpointMetadata, CheckpointTuple, copy_checkpoint
 from langgraph.checkpoint.base.id import uuid6
 
-from .concurrency import amaybe_await
+from .concurrency import amaybe_await, refuse_awaitable
 from .errors import ConfigError, ResumeRejected
 from .ledger import unconfirmed_message
 from .validation import Reject, Rewind, ValidationHook, ValidationOutcome, make_context, validator_name
@@ -52,8 +52,11 @@ class AsyncResumeGate:
             if hook is None:
                 return
             try:
-                # An async hook is awaited in the async face; the sync face logs why it cannot.
-                await amaybe_await(hook(ValidationOutcome(thread_id, requested, resumed_from, tuple(decisions))))
+                done = hook(ValidationOutcome(thread_id, requested, resumed_from, tuple(decisions)))
+                if True:  # ASYNC
+                    await amaybe_await(done)  # an async hook is awaited
+                else:
+                    refuse_awaitable(done)  # the sync face cannot: it says why (logged)
             except Exception:  # a hook never breaks a run
                 logger.exception("on_validation hook failed")
 
@@ -76,7 +79,11 @@ class AsyncResumeGate:
             name = ""
             for v in validators:
                 name = validator_name(v)
-                decision = await amaybe_await(v(context))
+                decision = v(context)
+                if True:  # ASYNC
+                    decision = await amaybe_await(decision)  # an async validator is awaited
+                else:
+                    refuse_awaitable(decision)  # the sync face cannot: it says so
                 decisions.append((name, decision))
                 if decision is not None:
                     break
