@@ -1,14 +1,10 @@
-# WARNING: generated from chain_async.py by langgraph_durable/_codegen.py. DO NOT EDIT.
-# Edit the async source and run `python -m langgraph_durable._codegen`.
+# WARNING: this file is generated from langgraph_durable/chain_async.py; edit that file and run tools/async_to_sync.py. DO NOT EDIT.
 """The tier chain: every decision about which tier to read, write and repair.
 
 Tiers are ordered nearest first (local SQLite, Redis, Postgres). Records are
 immutable, so any tier that has a verified copy may serve it; only "which
 checkpoint is latest" and "which writes exist" can go stale, and those are
 asked of the most authoritative reachable tier (the farthest one).
-
-This file is the async source. ``chain.py`` is generated from it by
-``tools/generate_sync.py``; edit this one and regenerate.
 """
 
 from __future__ import annotations
@@ -38,17 +34,13 @@ from .backlog import DEFAULT_CALL_TIMEOUT_S, WRITE_MODES, JournalEntry, Lag, Mem
 from .breaker import Breakers
 from .carried import SeenVersions, never_written
 from .codec import DEFAULT_MAX_ID_BYTES, RecordCodec, check_checkpoint_id, check_key_part, thread_id_of, thread_of
-from .concurrency import Lock, maybe_await, run_all
+from .concurrency import Lock, refuse_awaitable, run_all
 from .decisions import acknowledged_behind, worth_probing, write_fails, write_order
 from .deltas import DeltaMemo
 from .errors import ConfigError, DurableError, TierUnavailable
 from .guard import GuardedTier, overlap
 from .health import Counters, Health, TierHealth
-from .integrity import (
-    Incident,
-    IntegrityPolicy,
-    ScanReport,
-)
+from .integrity import Incident, IntegrityPolicy, ScanReport
 from .journal import Journal
 from .lease import Fence, OwnHeads
 from .ledger import LedgerEntry
@@ -163,9 +155,7 @@ class TierChain:
         self._setup_lock = Lock()
 
     def _guard(self, tier: Any, timeout: float | None = None) -> Any:
-        return GuardedTier(
-            tier, self.breakers[tier.name], timeout=timeout, admit=self._admit, metrics=self.metrics
-        )
+        return GuardedTier(tier, self.breakers[tier.name], timeout=timeout, admit=self._admit, metrics=self.metrics)
 
     def with_codec(self, codec: RecordCodec) -> TierChain:
         """This chain decoding with `codec` (a `with_allowlist` clone's): the
@@ -236,7 +226,7 @@ class TierChain:
             return
         self.journal.catch_up()
         self._ready = True
-        if down or not (self.lag()).caught_up:
+        if down or not self.lag().caught_up:
             self.kick()
 
     def _writable(self, what: str) -> None:
@@ -602,10 +592,7 @@ class TierChain:
         return {t.name for t in tiers if t is not self.local and not self.breakers[t.name].available(now)}
 
     def _half_open(
-        self,
-        failed: Sequence[tuple[Tier, BaseException]],
-        skipped: set[str],
-        call: Callable[[Tier], Any],
+        self, failed: Sequence[tuple[Tier, BaseException]], skipped: set[str], call: Callable[[Tier], Any]
     ) -> tuple[list[Tier], list[tuple[Tier, BaseException]]]:
         """No shared tier acknowledged a write: before the run fails, try
         `call` once on each shared tier its breaker skipped (`skipped`), as
@@ -728,7 +715,7 @@ class TierChain:
 
     def _authority(self, what: str, call: Callable[[Tier], Any]) -> Any:
         """Ask the authority; nearer tiers answer only when it is down."""
-        return (self._authority_tier(what, call))[1]
+        return self._authority_tier(what, call)[1]
 
     def _authority_tier(self, what: str, call: Callable[[Tier], Any]) -> tuple[Tier, Any]:
         """`_authority`, also naming the tier that answered."""
@@ -798,9 +785,7 @@ class TierChain:
                 if own:
                     return self.served(own[0])
         if self.cache_all_reads:
-            found = self._kept(
-                ("get", thread_id, ns, cid), _one(lambda: self.reads.get_tuple(thread_id, ns, cid))
-            )
+            found = self._kept(("get", thread_id, ns, cid), _one(lambda: self.reads.get_tuple(thread_id, ns, cid)))
             return self.served(found[0] if found else None)
         return self.served(self.reads.get_tuple(thread_id, ns, cid))
 
@@ -869,7 +854,7 @@ class TierChain:
         # One thread's history, as history views and DeltaChannel reads ask
         # for it, is kept like a get (`read_cache.py`).
         if self.cache_all_reads and thread_id is not None and not filter:
-            key = ("list", thread_id, ns, cid, before_id, limit, tuple(channels) if channels is not None else None)
+            key = "list", thread_id, ns, cid, before_id, limit, tuple(channels) if channels is not None else None
             return self._kept(
                 key, lambda: self.reads.list_tuples(thread_id, ns, cid, before_id, filter, limit, channels)
             )
@@ -961,15 +946,13 @@ class TierChain:
             self.write == "all"
             or (self.shared and not took_shared)
             or any(not isinstance(r, TierUnavailable) for r in failed)
-            or (not self.shared)
+            or not self.shared
         ):
             raise failed[0]
         # A tier that missed it gets it from the next ledger read, which
         # reconciles the tiers and repairs the ones behind (reads.py).
 
-    def validate(
-        self, tup: CheckpointTuple, validators: Sequence[Any], hook: ValidationHook | None
-    ) -> CheckpointTuple:
+    def validate(self, tup: CheckpointTuple, validators: Sequence[Any], hook: ValidationHook | None) -> CheckpointTuple:
         """The checkpoint a run may resume from (`resume.ResumeGate`)."""
         return ResumeGate(self.actions, self.get_tuple, self.put).validate(tup, validators, hook)
 
@@ -1043,7 +1026,7 @@ class TierChain:
         report = RetentionReport(dry_run=dry_run)
         for done, thread_id in enumerate(thread_ids, start=1):
             thread_id = thread_id_of(thread_id, what="apply_retention")
-            unconfirmed = any(e.escalated() for e in (self.actions(thread_id)).values())
+            unconfirmed = any(e.escalated() for e in self.actions(thread_id).values())
             if not dry_run and self.own is not None:
                 self.own.forget(thread_id)
             if not dry_run:
@@ -1055,7 +1038,7 @@ class TierChain:
             if progress is not None:
                 progress(done, len(thread_ids))
             if pace is not None:
-                maybe_await(pace())
+                refuse_awaitable(pace())
         return report
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:

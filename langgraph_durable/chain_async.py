@@ -5,8 +5,8 @@ immutable, so any tier that has a verified copy may serve it; only "which
 checkpoint is latest" and "which writes exist" can go stale, and those are
 asked of the most authoritative reachable tier (the farthest one).
 
-This file is the async source. ``chain.py`` is generated from it by
-``tools/generate_sync.py``; edit this one and regenerate.
+This file is the async source: ``chain.py`` is generated from it by
+``tools/async_to_sync.py``; edit this one and regenerate.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from .backlog import DEFAULT_CALL_TIMEOUT_S, WRITE_MODES, JournalEntry, Lag, Mem
 from .breaker import Breakers
 from .carried import SeenVersions, never_written
 from .codec import DEFAULT_MAX_ID_BYTES, RecordCodec, check_checkpoint_id, check_key_part, thread_id_of, thread_of
-from .concurrency import ALock, amaybe_await, arun_all
+from .concurrency import ALock, amaybe_await, arun_all, refuse_awaitable
 from .decisions import acknowledged_behind, worth_probing, write_fails, write_order
 from .deltas import DeltaMemo
 from .errors import ConfigError, DurableError, TierUnavailable
@@ -1053,7 +1053,10 @@ class AsyncTierChain:
             if progress is not None:
                 progress(done, len(thread_ids))
             if pace is not None:
-                await amaybe_await(pace())
+                if True:  # ASYNC
+                    await amaybe_await(pace())
+                else:
+                    refuse_awaitable(pace())
         return report
 
     async def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:

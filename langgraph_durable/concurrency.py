@@ -56,13 +56,16 @@ def run_all(calls: Sequence[Callable[[], T]], *, overlap: bool = True) -> list[T
     return [first, *(f.result() for f in futures)]
 
 
+# A user's callable (validator, hook, pace) may be sync or async. The async
+# face awaits what an async one returns; the sync face refuses it (the async
+# sources spell the two with an `if True:  # ASYNC` block).
 async def amaybe_await(value: Any) -> Any:
-    """A hook's result, awaited if the hook was async."""
+    """A user callable's result, awaited if the callable was async."""
     return await value if inspect.isawaitable(value) else value
 
 
-def maybe_await(value: Any) -> Any:
-    """The sync face cannot wait for an async hook: say so instead of hanging."""
+def refuse_awaitable(value: object) -> None:
+    """The sync face cannot wait for an async callable: say so instead of hanging."""
     if inspect.isawaitable(value):
         if inspect.iscoroutine(value):
             value.close()
@@ -72,7 +75,6 @@ def maybe_await(value: Any) -> Any:
             "an async validator was called from a sync run (graph.invoke / stream): "
             "use graph.ainvoke / astream, or make the validator a plain function."
         )
-    return value
 
 
 # Waiting in both faces (the async source calls `asleep`; its sync twin `sleep`).

@@ -1,5 +1,4 @@
-# WARNING: generated from guard_async.py by langgraph_durable/_codegen.py. DO NOT EDIT.
-# Edit the async source and run `python -m langgraph_durable._codegen`.
+# WARNING: this file is generated from langgraph_durable/guard_async.py; edit that file and run tools/async_to_sync.py. DO NOT EDIT.
 """A tier behind its circuit breaker (`breaker.py`) and a timeout.
 
 `GuardedTier` stands in for a tier everywhere the chain and its rooms
@@ -16,9 +15,6 @@ and reported as a `metrics.TierCall`; without them the cost is one ``if``.
 
 A tier that was down when the saver started is set up (schema, key check)
 by the first call that reaches it, before that call runs.
-
-This is the async source; ``guard.py`` is generated from it by
-``python -m langgraph_durable._codegen``.
 """
 
 from __future__ import annotations
@@ -126,8 +122,7 @@ class GuardedTier:
             what = "a probe" if op == "probe" else op
             self._failed(f"no answer to {what} within {timeout} s")
             raise TierUnavailable(
-                f"{self.name} tier did not answer {what} within {timeout} s; it is skipped for now",
-                tier=self.name,
+                f"{self.name} tier did not answer {what} within {timeout} s; it is skipped for now", tier=self.name
             ) from exc
         except Exception:
             outcome = "error"

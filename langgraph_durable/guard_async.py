@@ -15,8 +15,8 @@ and reported as a `metrics.TierCall`; without them the cost is one ``if``.
 A tier that was down when the saver started is set up (schema, key check)
 by the first call that reaches it, before that call runs.
 
-This is the async source; ``guard.py`` is generated from it by
-``python -m langgraph_durable._codegen``.
+This file is the async source: ``guard.py`` is generated from it by
+``tools/async_to_sync.py``; edit this one and regenerate.
 """
 
 from __future__ import annotations

@@ -1,5 +1,4 @@
-# WARNING: generated from importer_async.py by langgraph_durable/_codegen.py. DO NOT EDIT.
-# Edit the async source and run `python -m langgraph_durable._codegen`.
+# WARNING: this file is generated from langgraph_durable/importer_async.py; edit that file and run tools/async_to_sync.py. DO NOT EDIT.
 """`DurableSaver.import_from`: copy every thread of another checkpoint saver.
 
 A stock saver's tables (`importing.TableAccess`) are read directly, every
@@ -19,9 +18,6 @@ checkpoint already in the tiers and adds pending writes a copy lacks, so an
 interrupted import is resumed by running it again. Afterwards each checkpoint
 is read back through the saver's own `list`, and the latest through its
 `get_tuple`, and compared with its source (`importing.differences`).
-
-This is the async source; ``importer.py`` is generated from it by
-``python -m langgraph_durable._codegen``.
 """
 
 from __future__ import annotations

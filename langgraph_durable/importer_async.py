@@ -18,8 +18,8 @@ interrupted import is resumed by running it again. Afterwards each checkpoint
 is read back through the saver's own `list`, and the latest through its
 `get_tuple`, and compared with its source (`importing.differences`).
 
-This is the async source; ``importer.py`` is generated from it by
-``python -m langgraph_durable._codegen``.
+This file is the async source: ``importer.py`` is generated from it by
+``tools/async_to_sync.py``; edit this one and regenerate.
 """
 
 from __future__ import annotations

@@ -1,5 +1,4 @@
-# WARNING: generated from journal_async.py by langgraph_durable/_codegen.py. DO NOT EDIT.
-# Edit the async source and run `python -m langgraph_durable._codegen`.
+# WARNING: this file is generated from langgraph_durable/journal_async.py; edit that file and run tools/async_to_sync.py. DO NOT EDIT.
 """Catch-up: shipping to each shared tier what it is owed, in order.
 
 A record is owed to a shared tier that has not acknowledged it (`backlog.py`):
@@ -14,9 +13,6 @@ background replicator (`replicator.py`) and when the saver drains on close.
 Every record read back from the local tier is verified first: a damaged or
 planted local row is quarantined locally and never shipped, and never keeps
 the saver from starting.
-
-This file is the async source. ``journal.py`` is generated from it by
-``langgraph_durable/_codegen.py``; edit this one and regenerate.
 """
 
 from __future__ import annotations
@@ -51,11 +47,7 @@ class Journal:
     shared tiers."""
 
     def __init__(
-        self,
-        local: SqliteTier | None,
-        shared: Sequence[Tier],
-        codec: RecordCodec,
-        memory: MemoryBacklog,
+        self, local: SqliteTier | None, shared: Sequence[Tier], codec: RecordCodec, memory: MemoryBacklog
     ) -> None:
         self.local = local
         self.shared = list(shared)
@@ -84,11 +76,7 @@ class Journal:
         after = 0
         while True:
             try:
-                batch = (
-                    self.local.pending_journal(BATCH, after, thread_id=thread_id)
-                    if self.local is not None
-                    else []
-                )
+                batch = self.local.pending_journal(BATCH, after, thread_id=thread_id) if self.local is not None else []
             except TierUnavailable as exc:  # the local file is unreadable: its entries wait
                 logger.warning("cannot read the local journal (%s); its entries are shipped later", exc)
                 batch = []
@@ -225,10 +213,7 @@ class Journal:
                 # Never acknowledged, and the thread went on without it (another
                 # replica ran it): shipping it now would graft a branch onto a
                 # history that moved on.
-                logger.warning(
-                    "journal entry %s: checkpoint %s of thread %r not shipped: the thread moved on to %s",
-                    entry.seq, entry.checkpoint_id, entry.thread_id, newer,
-                )  # fmt: skip
+                logger.warning("journal entry %s: checkpoint %s of thread %r not shipped: the thread moved on to %s", entry.seq, entry.checkpoint_id, entry.thread_id, newer)  # fmt: skip
                 self._withdraw_local(entry, loaded, f"not shipped: the thread moved on to {newer}")
                 self._drop(entry)
                 return 1
@@ -250,9 +235,7 @@ class Journal:
                 else:
                     self.refused += 1
                     logger.error("journal entry %s of thread %r not shipped: %s", entry.seq, entry.thread_id, exc)
-                    self._withdraw_local(
-                        entry, loaded, "refused at shipping: another writer took the thread over"
-                    )
+                    self._withdraw_local(entry, loaded, "refused at shipping: another writer took the thread over")
                     self._drop(entry)
                     return 1
             except TierUnavailable:
@@ -282,10 +265,7 @@ class Journal:
         try:
             loaded = self._load(entry)
         except BadRecord as exc:
-            logger.error(
-                "journal entry %s (%s %s/%s/%s) was not shipped: %s",
-                entry.seq, entry.kind, entry.thread_id, entry.checkpoint_ns, entry.checkpoint_id, exc.reason,
-            )  # fmt: skip
+            logger.error("journal entry %s (%s %s/%s/%s) was not shipped: %s", entry.seq, entry.kind, entry.thread_id, entry.checkpoint_ns, entry.checkpoint_id, exc.reason)  # fmt: skip
             loaded = None
         if loaded is None:
             self._drop(entry)
@@ -428,9 +408,6 @@ class Journal:
 
     def _quarantine_local(self, kind: str, row: Any, reason: str) -> None:
         assert self.local is not None
-        self.local.quarantine(
-            row.thread_id, row.checkpoint_ns, kind, record_label(kind, row), reason, row.envelope,
-            pack_fields(row_fields(row)),
-        )  # fmt: skip
+        self.local.quarantine(row.thread_id, row.checkpoint_ns, kind, record_label(kind, row), reason, row.envelope, pack_fields(row_fields(row)))  # fmt: skip
         self.local.remove_copy(kind, row)
         logger.error("local %s %s is damaged (%s): quarantined, not shipped", kind, record_label(kind, row), reason)

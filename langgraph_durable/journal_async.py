@@ -13,8 +13,8 @@ Every record read back from the local tier is verified first: a damaged or
 planted local row is quarantined locally and never shipped, and never keeps
 the saver from starting.
 
-This file is the async source. ``journal.py`` is generated from it by
-``langgraph_durable/_codegen.py``; edit this one and regenerate.
+This file is the async source: ``journal.py`` is generated from it by
+``tools/async_to_sync.py``; edit this one and regenerate.
 """
 
 from __future__ import annotations

@@ -1,5 +1,4 @@
-# WARNING: generated from lease_keeper_async.py by langgraph_durable/_codegen.py. DO NOT EDIT.
-# Edit the async source and run `python -m langgraph_durable._codegen`.
+# WARNING: this file is generated from langgraph_durable/lease_keeper_async.py; edit that file and run tools/async_to_sync.py. DO NOT EDIT.
 """Writer leases at work: a run takes its thread's lease, waits while another
 writer has it, fences every write with it, and gives it back.
 
@@ -19,17 +18,12 @@ A run gives its lease back when it ends (`LeaseBook` sees its stream writer
 freed): the sync face at once, in the thread that let go of the run (right
 before ``invoke`` returns, normally), the async face from a task on the
 saver's event loop. The TTL covers whatever is not released that way.
-
-This is the async source; ``lease_keeper.py`` is generated from it by
-``python -m langgraph_durable._codegen``.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
-import inspect
 import logging
 import os
 import socket
@@ -43,7 +37,7 @@ from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMet
 
 from .chain import TierChain
 from .codec import thread_id_of, thread_of
-from .concurrency import Lock, maybe_await, sleep, defer, ensure_deferred_worker
+from .concurrency import Lock, defer, ensure_deferred_worker, sleep
 from .errors import DurableError, LeaseLost, TierUnavailable
 from .lease import (
     HAND_OFF_POLL_FIRST_S,
@@ -73,11 +67,6 @@ class LeaseKeeper:
     def __init__(self, chain: TierChain, book: LeaseBook) -> None:
         self.chain = chain
         self.book = book
-        # The event loop of the runs (async face), the leases of ended runs
-        # it is to release, and the tasks releasing them.
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._to_release: set[Lease] = set()
-        self._releasing: set[asyncio.Task[bool]] = set()
         # One lease move at a time per thread: a run's concurrent writes (a
         # step's put_writes and the previous put) meet the same outage
         # together. Striped, so runs of other threads do not wait behind one
@@ -94,7 +83,6 @@ class LeaseKeeper:
         ``on_busy="wait"``)."""
         thread_id = thread_of(config, what="get_tuple")
         lease = self._acquire(thread_id)
-        self._loop = _running_loop()
         for forgotten in self.book.begin(config["configurable"][RUNTIME_KEY], lease, self._run_ended):
             self.release_quietly(forgotten)
         return lease
@@ -112,34 +100,16 @@ class LeaseKeeper:
         try:
             if sys.is_finalizing():
                 return
-            if inspect.iscoroutinefunction(self._release_at_run_end):
-                # The async face: a task on the runs' event loop.
-                loop = self._loop
-                if loop is not None and not loop.is_closed() and loop.is_running():
-                    self._to_release.add(lease)
-                    loop.call_soon_threadsafe(self._release_on_loop, lease)
-            elif in_gc():
-                # The sync face inside the garbage collector, which may have
-                # interrupted this thread anywhere (even holding a tier's lock).
+            if in_gc():
+                # Inside the garbage collector, which may have interrupted
+                # this thread anywhere (even holding a tier's lock).
                 defer(self._release_at_run_end, lease)
             else:
-                # The sync face, in the thread that let go of the run: done
-                # before ``invoke`` returns to its caller.
+                # In the thread that let go of the run: done before
+                # ``invoke`` returns to its caller.
                 _ = self._release_at_run_end(lease)
         except Exception as exc:  # a weakref callback must not raise
             self._not_released(lease, exc)
-
-    def _release_on_loop(self, lease: Lease) -> None:
-        """(async face, on the event loop) Start the release, unless
-        `release_all` did it; keep its task."""
-        if lease not in self._to_release:
-            return
-        self._to_release.discard(lease)
-        released = self._release_at_run_end(lease)
-        if inspect.isawaitable(released):
-            task = asyncio.ensure_future(released)
-            self._releasing.add(task)
-            task.add_done_callback(self._releasing.discard)
 
     def _release_at_run_end(self, lease: Lease) -> bool:
         """Give back an ended run's lease (if it still has the run's token);
@@ -193,6 +163,7 @@ class LeaseKeeper:
             if self.book.keep(lease, asked + linger * LINGER_TRUSTED):
                 return
             # The hand-off listener went deaf meanwhile: give it back after all.
+
         tier.release_lease(lease.thread_id, lease.holder, lease.token)
 
     def hand_off_shipped(self) -> int:
@@ -248,9 +219,7 @@ class LeaseKeeper:
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
     ) -> None:
         self._fenced(
-            config,
-            "put_writes",
-            lambda fence: self.chain.put_writes(config, writes, task_id, task_path, fence=fence),
+            config, "put_writes", lambda fence: self.chain.put_writes(config, writes, task_id, task_path, fence=fence)
         )
 
     def _fenced(self, config: RunnableConfig, what: str, write: Callable[[Fence], Any]) -> Any:
@@ -287,10 +256,7 @@ class LeaseKeeper:
                         if old is None or not self.book.moved(old, moved):
                             self.release_quietly(moved)
                             raise
-                        logger.warning(
-                            "writer lease of thread %r moved from %s to %s (token %s): %s",
-                            thread_id, fence.tier, moved.tier, moved.token, exc,
-                        )  # fmt: skip
+                        logger.warning("writer lease of thread %r moved from %s to %s (token %s): %s", thread_id, fence.tier, moved.tier, moved.token, exc)  # fmt: skip
                 return write(self.book.fence(moved, behind=True))
         # A lease kept after a run (``lease_linger``) stops vouching for the
         # local cache before the one-write lease below replaces it.
@@ -343,11 +309,6 @@ class LeaseKeeper:
         """Give back every lease this saver holds (on close), also those of
         ended runs not given back yet. A failure is logged: the leases then
         expire by themselves after their TTL."""
-        while self._to_release:
-            self._release_at_run_end(self._to_release.pop())
-        while self._releasing:
-            with contextlib.suppress(Exception, asyncio.CancelledError):
-                maybe_await(self._releasing.pop())
         # Write-behind runs' leases: given back if their threads have shipped
         # (`close` drains first), else left to expire, for the same reason.
         with contextlib.suppress(DurableError):
@@ -437,10 +398,3 @@ class LeaseKeeper:
 
     def _gone(self, holder: str) -> bool:
         return holder_gone(holder, host=socket.gethostname(), pid=os.getpid(), alive=pid_alive)
-
-
-def _running_loop() -> asyncio.AbstractEventLoop | None:
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None

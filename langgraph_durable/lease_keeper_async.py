@@ -18,8 +18,8 @@ freed): the sync face at once, in the thread that let go of the run (right
 before ``invoke`` returns, normally), the async face from a task on the
 saver's event loop. The TTL covers whatever is not released that way.
 
-This is the async source; ``lease_keeper.py`` is generated from it by
-``python -m langgraph_durable._codegen``.
+This file is the async source: ``lease_keeper.py`` is generated from it by
+``tools/async_to_sync.py``; edit this one and regenerate.
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import inspect
 import logging
 import os
 import socket
@@ -41,7 +40,7 @@ from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMet
 
 from .chain_async import AsyncTierChain
 from .codec import thread_id_of, thread_of
-from .concurrency import ALock, amaybe_await, asleep, defer, ensure_deferred_worker
+from .concurrency import ALock, asleep, defer, ensure_deferred_worker
 from .errors import DurableError, LeaseLost, TierUnavailable
 from .lease import (
     HAND_OFF_POLL_FIRST_S,
@@ -71,11 +70,12 @@ class AsyncLeaseKeeper:
     def __init__(self, chain: AsyncTierChain, book: LeaseBook) -> None:
         self.chain = chain
         self.book = book
-        # The event loop of the runs (async face), the leases of ended runs
-        # it is to release, and the tasks releasing them.
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._to_release: set[Lease] = set()
-        self._releasing: set[asyncio.Task[bool]] = set()
+        if True:  # ASYNC
+            # The event loop of the runs, the leases of ended runs it is to
+            # release, and the tasks releasing them.
+            self._loop: asyncio.AbstractEventLoop | None = None
+            self._to_release: set[Lease] = set()
+            self._releasing: set[asyncio.Task[bool]] = set()
         # One lease move at a time per thread: a run's concurrent writes (a
         # step's put_writes and the previous put) meet the same outage
         # together. Striped, so runs of other threads do not wait behind one
@@ -92,7 +92,7 @@ class AsyncLeaseKeeper:
         ``on_busy="wait"``)."""
         thread_id = thread_of(config, what="get_tuple")
         lease = await self._acquire(thread_id)
-        self._loop = _running_loop()
+        self._loop = _running_loop()  # ASYNC ONLY
         for forgotten in self.book.begin(config["configurable"][RUNTIME_KEY], lease, self._run_ended):
             await self.release_quietly(forgotten)
         return lease
@@ -110,34 +110,33 @@ class AsyncLeaseKeeper:
         try:
             if sys.is_finalizing():
                 return
-            if inspect.iscoroutinefunction(self._release_at_run_end):
-                # The async face: a task on the runs' event loop.
+            if True:  # ASYNC
+                # A task on the runs' event loop.
                 loop = self._loop
                 if loop is not None and not loop.is_closed() and loop.is_running():
                     self._to_release.add(lease)
                     loop.call_soon_threadsafe(self._release_on_loop, lease)
-            elif in_gc():
-                # The sync face inside the garbage collector, which may have
-                # interrupted this thread anywhere (even holding a tier's lock).
-                defer(self._release_at_run_end, lease)
             else:
-                # The sync face, in the thread that let go of the run: done
-                # before ``invoke`` returns to its caller.
-                _ = self._release_at_run_end(lease)
+                if in_gc():
+                    # Inside the garbage collector, which may have interrupted
+                    # this thread anywhere (even holding a tier's lock).
+                    defer(self._release_at_run_end, lease)
+                else:
+                    # In the thread that let go of the run: done before
+                    # ``invoke`` returns to its caller.
+                    _ = self._release_at_run_end(lease)
         except Exception as exc:  # a weakref callback must not raise
             self._not_released(lease, exc)
 
-    def _release_on_loop(self, lease: Lease) -> None:
-        """(async face, on the event loop) Start the release, unless
-        `release_all` did it; keep its task."""
+    def _release_on_loop(self, lease: Lease) -> None:  # ASYNC ONLY
+        """(on the event loop) Start the release, unless `release_all` did
+        it; keep its task."""
         if lease not in self._to_release:
             return
         self._to_release.discard(lease)
-        released = self._release_at_run_end(lease)
-        if inspect.isawaitable(released):
-            task = asyncio.ensure_future(released)
-            self._releasing.add(task)
-            task.add_done_callback(self._releasing.discard)
+        task = asyncio.ensure_future(self._release_at_run_end(lease))
+        self._releasing.add(task)
+        task.add_done_callback(self._releasing.discard)
 
     async def _release_at_run_end(self, lease: Lease) -> bool:
         """Give back an ended run's lease (if it still has the run's token);
@@ -341,11 +340,12 @@ class AsyncLeaseKeeper:
         """Give back every lease this saver holds (on close), also those of
         ended runs not given back yet. A failure is logged: the leases then
         expire by themselves after their TTL."""
-        while self._to_release:
-            await self._release_at_run_end(self._to_release.pop())
-        while self._releasing:
-            with contextlib.suppress(Exception, asyncio.CancelledError):
-                await amaybe_await(self._releasing.pop())
+        if True:  # ASYNC
+            while self._to_release:
+                await self._release_at_run_end(self._to_release.pop())
+            while self._releasing:
+                with contextlib.suppress(Exception, asyncio.CancelledError):
+                    await self._releasing.pop()
         # Write-behind runs' leases: given back if their threads have shipped
         # (`close` drains first), else left to expire, for the same reason.
         with contextlib.suppress(DurableError):
@@ -437,7 +437,7 @@ class AsyncLeaseKeeper:
         return holder_gone(holder, host=socket.gethostname(), pid=os.getpid(), alive=pid_alive)
 
 
-def _running_loop() -> asyncio.AbstractEventLoop | None:
+def _running_loop() -> asyncio.AbstractEventLoop | None:  # ASYNC ONLY
     try:
         return asyncio.get_running_loop()
     except RuntimeError:

@@ -1,14 +1,10 @@
-# WARNING: generated from maintenance_async.py by langgraph_durable/_codegen.py. DO NOT EDIT.
-# Edit the async source and run `python -m langgraph_durable._codegen`.
+# WARNING: this file is generated from langgraph_durable/maintenance_async.py; edit that file and run tools/async_to_sync.py. DO NOT EDIT.
 """Whole-thread operations: delete, delete runs, copy, prune.
 
 None of them may remove what a surviving checkpoint still needs: the
 ancestors and writes a LangGraph `DeltaChannel` is rebuilt from (module
 `retention` decides which), and never the newest intact checkpoint any tier
 holds (a tier that lost it does not get to decide what "latest" is).
-
-This file is the async source. ``maintenance.py`` is generated from it by
-``langgraph_durable/_codegen.py``; edit this one and regenerate.
 """
 
 from __future__ import annotations
@@ -26,18 +22,9 @@ from .codec import EMPTY, RecordCodec, thread_id_of, version_key
 from .concurrency import run_all
 from .deltas import DeltaMemo
 from .integrity import Incident, Unusable
-from .reads import TierReader, Found
+from .reads import Found, TierReader
 from .records import BadRecord, BlobRow, CheckpointRow, WriteRow
-from .retention import (
-    Node,
-    ReplayPlanner,
-    Retained,
-    RetentionPolicy,
-    Walk,
-    blobs_of,
-    older_than,
-    waiting_at_interrupt,
-)
+from .retention import Node, ReplayPlanner, Retained, RetentionPolicy, Walk, blobs_of, older_than, waiting_at_interrupt
 from .tiers.protocol import Tier
 
 logger = logging.getLogger("langgraph_durable")
@@ -80,9 +67,7 @@ class Maintenance:
         deleted, the marker stays, and calling it again finishes the job."""
         thread_id = thread_id_of(thread_id, what="delete_thread")
         self.deltas.forget(thread_id)
-        newest = self.reads._each(
-            "delete_thread", lambda t: t.list_checkpoints(thread_id, None, None, None, None, 1)
-        )
+        newest = self.reads._each("delete_thread", lambda t: t.list_checkpoints(thread_id, None, None, None, None, 1))
         heads = self.reads._each("delete_thread", lambda t: t.head(thread_id, ""))
         ids = [rows[0].checkpoint_id for _, rows in newest if rows]
         ids += [h.deleted_through for _, h in heads if h.deleted_through]
@@ -330,9 +315,7 @@ class Maintenance:
             self._everywhere(lambda t: t.prune(thread_id, keep, keep_blobs))
         return Retained(thread_id, kept=len(rows) - len(dropped), deleted=len(dropped))
 
-    def _waiting(
-        self, thread_id: str, ns: str, nodes: dict[str, Node | None], incidents: list[Incident]
-    ) -> set[str]:
+    def _waiting(self, thread_id: str, ns: str, nodes: dict[str, Node | None], incidents: list[Incident]) -> set[str]:
         """Checkpoints left waiting at an `interrupt()`: interrupt writes, no child."""
         parents = {n.parent_id for n in nodes.values() if n is not None}
         leaves = sorted(cid for cid, n in nodes.items() if n is not None and cid not in parents)

@@ -5,8 +5,8 @@ ancestors and writes a LangGraph `DeltaChannel` is rebuilt from (module
 `retention` decides which), and never the newest intact checkpoint any tier
 holds (a tier that lost it does not get to decide what "latest" is).
 
-This file is the async source. ``maintenance.py`` is generated from it by
-``langgraph_durable/_codegen.py``; edit this one and regenerate.
+This file is the async source: ``maintenance.py`` is generated from it by
+``tools/async_to_sync.py``; edit this one and regenerate.
 """
 
 from __future__ import annotations

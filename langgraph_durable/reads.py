@@ -1,5 +1,4 @@
-# WARNING: generated from reads_async.py by langgraph_durable/_codegen.py. DO NOT EDIT.
-# Edit the async source and run `python -m langgraph_durable._codegen`.
+# WARNING: this file is generated from langgraph_durable/reads_async.py; edit that file and run tools/async_to_sync.py. DO NOT EDIT.
 """Reading across the tiers: verify every copy, reconcile, repair, fall back.
 
 Records are immutable, so any tier holding a verified copy may serve one.
@@ -24,9 +23,6 @@ another tier holds an intact copy, replaced by it. Nothing intact is ever
 deleted to recover: a checkpoint that cannot be assembled intact from any tier
 is *withdrawn* (its copies quarantined, so that "latest" moves back) and the
 newest intact ancestor is served instead.
-
-This file is the async source. ``reads.py`` is generated from it by
-``langgraph_durable/_codegen.py``; edit this one and regenerate.
 """
 
 from __future__ import annotations
@@ -43,7 +39,7 @@ from typing import Any, NoReturn, cast
 from langgraph.checkpoint.base import CheckpointTuple, PendingWrite
 
 from .codec import RecordCodec, assemble_tuple, version_key
-from .concurrency import maybe_await, run_all
+from .concurrency import refuse_awaitable, run_all
 from .decisions import Bad, Intact, Undecodable, Verdict, choose_copy, fall_back, latest_attempts
 from .deltas import MSGPACK_TAG, DeltaMemo, Last, Piece, whole_payload
 from .errors import CorruptCheckpoint, DurableError, TierUnavailable, UndecodableRecord
@@ -279,7 +275,7 @@ class TierReader:
             return False
 
         def deleted(tier: Tier) -> bool:
-            marker = (tier.head(thread_id, ns)).deleted_through
+            marker = tier.head(thread_id, ns).deleted_through
             return (marker is not None and cid <= marker) or cid in tier.gone(thread_id, ns, [cid])
 
         try:
@@ -320,9 +316,7 @@ class TierReader:
             needed = {(key[0], v) for key, piece in chained.items() for v in piece.base}
             more = sorted(needed - opened.keys())
             if more:
-                opened.update(
-                    self._open_blobs(thread_id, ns, more, incidents, decode=False, copied_later=copied_later)
-                )
+                opened.update(self._open_blobs(thread_id, ns, more, incidents, decode=False, copied_later=copied_later))
         found: dict[BlobKey, tuple[BlobRow, Any]] = {}
         for key in dict.fromkeys(keys):
             if key not in opened:
@@ -339,7 +333,7 @@ class TierReader:
                     label = f"channel {key[0]} @ {key[1]}"
                     incidents.append(Incident(None, "blob", thread_id, ns, label, exc.reason, b""))
                     continue
-            found[key] = (row, value)
+            found[key] = row, value
         if pieces is not None:
             pieces.update({key: o[0] for key, o in opened.items() if key not in found})
         if opened_out is not None:
@@ -358,7 +352,7 @@ class TierReader:
                 raise BadRecord(f"the record {version} it is rebuilt from is not a list piece")
             if i:
                 chain.append(record[3])
-        snapshot = opened[(channel, piece.base[0])]
+        snapshot = opened[channel, piece.base[0]]
         if isinstance(snapshot[3], Piece):
             raise BadRecord(f"the snapshot {piece.base[0]} it is rebuilt from is itself a piece")
         return self.codec.rebuild_value((snapshot[1], snapshot[2]), [*chain, piece])
@@ -392,7 +386,7 @@ class TierReader:
             good: list[BlobRow] = []
             for key, brow in rows.items():
                 try:
-                    found[key] = (brow, *self.codec.open_blob(brow, decode=decode))
+                    found[key] = brow, *self.codec.open_blob(brow, decode=decode)
                     found_in[key] = tier.name
                     good.append(brow)
                 except BadRecord as exc:
@@ -444,7 +438,7 @@ class TierReader:
         # error) is taken from the system of record when copies differ.
         for tier, rows in reversed(copies):
             for w in rows:
-                holders[(w.checkpoint_id, w.task_id, w.idx)].append((tier, w))
+                holders[w.checkpoint_id, w.task_id, w.idx].append((tier, w))
         reachable = [tier for tier, _ in copies]
         chosen: dict[WriteKey, tuple[WriteRow, PendingWrite]] = {}
         dropped: set[tuple[str, str]] = set()
@@ -464,7 +458,7 @@ class TierReader:
                     undecodable = undecodable or exc  # intact: another tier's copy may decode
                     continue
                 if good is None:
-                    good = (tier, w, decoded)
+                    good = tier, w, decoded
             if good is None and undecodable is not None:
                 incidents.extend(bad)
                 raise undecodable
@@ -475,16 +469,16 @@ class TierReader:
                 dropped.add((key[0], key[1]))
             else:
                 source, w, decoded = good
-                chosen[key] = (w, decoded)
+                chosen[key] = w, decoded
                 for incident in bad:
                     incident.served = f"intact copy from {source.name}"
                 have = {id(t) for t, _ in held}
                 for tier in reachable:
                     if any(i.tier is tier for i in bad):
-                        fix[(tier, True)].append(w)
+                        fix[tier, True].append(w)
                     elif id(tier) not in have:
                         # Insert-or-ignore: never over a write stored meanwhile.
-                        fix[(tier, False)].append(w)
+                        fix[tier, False].append(w)
             incidents.extend(bad)
         for (tier, replace), rows in fix.items():
             self._repair([tier], lambda t: t.write_writes(rows, replace))
@@ -512,7 +506,7 @@ class TierReader:
         checkpoint missing an intact channel value comes back `Unusable`."""
         groups: dict[tuple[str, str], list[Found]] = defaultdict(list)
         for item in found:
-            groups[(item[0].thread_id, item[0].checkpoint_ns)].append(item)
+            groups[item[0].thread_id, item[0].checkpoint_ns].append(item)
         done: dict[tuple[str, str, str], CheckpointTuple | Unusable] = {}
         for (thread_id, ns), items in groups.items():
             versions = [
@@ -535,11 +529,11 @@ class TierReader:
                     unusable = Unusable(thread_id, ns, cid, row.parent_id, what)
                     labels = {f"channel {ch} @ {v}" for ch, v in absent}
                     unusable.keep = any(i.keep for i in incidents if i.kind == "blob" and i.key in labels)
-                    done[(thread_id, ns, cid)] = unusable
+                    done[thread_id, ns, cid] = unusable
                     continue
-                values = {ch: blobs[(ch, version_key(v))][1] for ch, v in wanted.items()}
-                done[(thread_id, ns, cid)] = assemble_tuple(row, cp, md, values, pending.get(cid, []))
-        return [done[(r.thread_id, r.checkpoint_ns, r.checkpoint_id)] for r, _, _ in found]
+                values = {ch: blobs[ch, version_key(v)][1] for ch, v in wanted.items()}
+                done[thread_id, ns, cid] = assemble_tuple(row, cp, md, values, pending.get(cid, []))
+        return [done[r.thread_id, r.checkpoint_ns, r.checkpoint_id] for r, _, _ in found]
 
     # -- serving, and falling back ------------------------------------------------------
 
@@ -578,10 +572,8 @@ class TierReader:
                     continue
                 writes = [(t, h.writes) for t, h in first] if first else None
                 rows: list[BlobRow] = []
-                result = (
-                    self.assemble(
-                        [found], incidents, writes, blob_rows=rows if lacking else None, copied_later=lacking
-                    )
+                result = self.assemble(
+                    [found], incidents, writes, blob_rows=rows if lacking else None, copied_later=lacking
                 )[0]
                 if lacking:
                     self._copy_whole(lacking, found, rows)
@@ -649,19 +641,14 @@ class TierReader:
             except BadRecord:
                 continue  # a damaged copy: an incident of its own
             try:
-                tier.quarantine(
-                    t, ns, "checkpoint", f"checkpoint {cid}", f"withdrawn: {unusable.what}", row.envelope,
-                    pack_fields(row_fields(row)),
-                )  # fmt: skip
+                tier.quarantine(t, ns, "checkpoint", f"checkpoint {cid}", f"withdrawn: {unusable.what}", row.envelope, pack_fields(row_fields(row)))  # fmt: skip
                 tier.remove_copy("checkpoint", row)
             except DurableError as exc:
                 logger.warning("could not withdraw checkpoint %s from %s: %s", cid, tier.name, exc)
 
     def _older(self, thread_id: str, ns: str, checkpoint_id: str) -> str | None:
         """The newest checkpoint before `checkpoint_id` that any tier lists."""
-        answers = self._each(
-            "ancestor", lambda t: t.list_checkpoints(thread_id, ns, None, checkpoint_id, None, 1)
-        )
+        answers = self._each("ancestor", lambda t: t.list_checkpoints(thread_id, ns, None, checkpoint_id, None, 1))
         ids = [rows[0].checkpoint_id for _, rows in answers if rows]
         return max(ids) if ids else None
 
@@ -682,7 +669,7 @@ class TierReader:
         seen: set[tuple[Any, ...]] = set()
         for incident in incidents:
             tier_name = incident.tier.name if incident.tier is not None else "every tier"
-            identity = (tier_name, incident.kind, incident.thread_id, incident.checkpoint_ns, incident.key)
+            identity = tier_name, incident.kind, incident.thread_id, incident.checkpoint_ns, incident.key
             if identity in seen:
                 continue
             seen.add(identity)
@@ -715,9 +702,8 @@ class TierReader:
                 )
             )
             if pending is not None:
-                # An async on_corruption hook: awaited here; the sync face logs why it cannot.
                 try:
-                    maybe_await(pending)
+                    refuse_awaitable(pending)  # the sync face cannot: it says why (logged)
                 except Exception:  # a hook never breaks a read
                     logger.exception("on_corruption hook failed")
         incidents.clear()
@@ -859,7 +845,7 @@ class TierReader:
             self.settle(incidents)
         if any(key not in found for key in keys):
             return None
-        values = {ch: found[(ch, version_key(v))][1] for ch, v in checkpoint["channel_versions"].items()}
+        values = {ch: found[ch, version_key(v)][1] for ch, v in checkpoint["channel_versions"].items()}
         return assemble_tuple(head.row, checkpoint, metadata, values, pending)
 
     def local_list(
@@ -907,7 +893,7 @@ class TierReader:
     def get_tuple(self, thread_id: str, ns: str, cid: str | None) -> CheckpointTuple | None:
         incidents: list[Incident] = []
         try:
-            tup = (self.serve(thread_id, ns, cid, incidents) if cid else self.latest(thread_id, ns, incidents))
+            tup = self.serve(thread_id, ns, cid, incidents) if cid else self.latest(thread_id, ns, incidents)
         finally:
             self.settle(incidents)
         if tup is not None:
@@ -918,7 +904,7 @@ class TierReader:
         """A served checkpoint's parent pointer (immutable): what `stub` needs
         when LangGraph asks for its DeltaChannel history right after."""
         conf = tup.config["configurable"]
-        key = (conf["thread_id"], conf.get("checkpoint_ns", ""), conf["checkpoint_id"])
+        key = conf["thread_id"], conf.get("checkpoint_ns", ""), conf["checkpoint_id"]
         with self._parents_lock:
             self._parents[key] = tup.parent_config
             while len(self._parents) > PARENTS_REMEMBERED:
@@ -953,10 +939,7 @@ class TierReader:
                     # its values (all of them: with `channels`, right away).
                     tiers: list[Tier] = []
                     try:
-                        item = self.checkpoint(
-                            row.thread_id, row.checkpoint_ns, row.checkpoint_id, incidents,
-                            lacking_out=tiers if channels is None else None,
-                        )  # fmt: skip
+                        item = self.checkpoint(row.thread_id, row.checkpoint_ns, row.checkpoint_id, incidents, lacking_out=tiers if channels is None else None)  # fmt: skip
                     except Unusable as exc:
                         self._omit(exc, incidents)
                         continue
@@ -965,9 +948,7 @@ class TierReader:
                 if item is not None and metadata_matches(item[2], filter):
                     found.append(item)
             rows: list[BlobRow] = []
-            assembled = self.assemble(
-                found, incidents, copies, channels=channels, blob_rows=rows if lacking else None
-            )
+            assembled = self.assemble(found, incidents, copies, channels=channels, blob_rows=rows if lacking else None)
             for item, tiers in lacking:
                 self._copy_whole(tiers, item, rows)
             out = []
@@ -1000,10 +981,7 @@ class TierReader:
         # What the shared tiers are still owed, asked *before* them: a record
         # shipped in between is then in their answer, never in neither.
         owed = self._owed_rows(thread_id, ns, cid, before_id, filter, limit) if shared is not self.tiers else []
-        answers = _each_of(
-            shared, self.tiers, "checkpoint list",
-            lambda t: t.list_checkpoints(thread_id, ns, cid, before_id, filter, limit),
-        )  # fmt: skip
+        answers = _each_of(shared, self.tiers, "checkpoint list", lambda t: t.list_checkpoints(thread_id, ns, cid, before_id, filter, limit))  # fmt: skip
         rows: dict[tuple[str, str, str], CheckpointRow] = {}
         for _, tier_rows in answers:
             for row in tier_rows:

@@ -23,8 +23,8 @@ deleted to recover: a checkpoint that cannot be assembled intact from any tier
 is *withdrawn* (its copies quarantined, so that "latest" moves back) and the
 newest intact ancestor is served instead.
 
-This file is the async source. ``reads.py`` is generated from it by
-``langgraph_durable/_codegen.py``; edit this one and regenerate.
+This file is the async source: ``reads.py`` is generated from it by
+``tools/async_to_sync.py``; edit this one and regenerate.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from typing import Any, NoReturn, cast
 from langgraph.checkpoint.base import CheckpointTuple, PendingWrite
 
 from .codec import RecordCodec, assemble_tuple, version_key
-from .concurrency import amaybe_await, arun_all
+from .concurrency import amaybe_await, arun_all, refuse_awaitable
 from .decisions import Bad, Intact, Undecodable, Verdict, choose_copy, fall_back, latest_attempts
 from .deltas import MSGPACK_TAG, DeltaMemo, Last, Piece, whole_payload
 from .errors import CorruptCheckpoint, DurableError, TierUnavailable, UndecodableRecord
@@ -713,9 +713,11 @@ class AsyncTierReader:
                 )
             )
             if pending is not None:
-                # An async on_corruption hook: awaited here; the sync face logs why it cannot.
                 try:
-                    await amaybe_await(pending)
+                    if True:  # ASYNC
+                        await amaybe_await(pending)  # an async on_corruption hook is awaited
+                    else:
+                        refuse_awaitable(pending)  # the sync face cannot: it says why (logged)
                 except Exception:  # a hook never breaks a read
                     logger.exception("on_corruption hook failed")
         incidents.clear()

@@ -1,5 +1,4 @@
-# WARNING: generated from resume_async.py by langgraph_durable/_codegen.py. DO NOT EDIT.
-# Edit the async source and run `python -m langgraph_durable._codegen`.
+# WARNING: this file is generated from langgraph_durable/resume_async.py; edit that file and run tools/async_to_sync.py. DO NOT EDIT.
 """Resume validation: the decision a run's first read leads to.
 
 Before a graph resumes a thread, unconfirmed non-resumable actions reject
@@ -7,9 +6,6 @@ the run, and the validators decide: resume, rewind to an earlier checkpoint
 (resumed from a fresh fork of it), or reject with a reason. Decisions are
 plain values (`validation.py`), and what each means is decided in
 `decisions.resume_step`; this room reads, forks and reports.
-
-This file is the async source. ``resume.py`` is generated from it by
-``langgraph_durable/_codegen.py``; edit this one and regenerate.
 """
 
 from __future__ import annotations
@@ -22,7 +18,7 @@ from typing import Any, cast
 from langgraph.checkpoint.base import CheckpointMetadata, CheckpointTuple, copy_checkpoint
 from langgraph.checkpoint.base.id import uuid6
 
-from .concurrency import maybe_await
+from .concurrency import refuse_awaitable
 from .decisions import resume_step
 from .errors import ResumeRejected
 from .ledger import unconfirmed_message
@@ -42,9 +38,7 @@ class ResumeGate:
         self.get = get
         self.put = put
 
-    def validate(
-        self, tup: CheckpointTuple, validators: Sequence[Any], hook: ValidationHook | None
-    ) -> CheckpointTuple:
+    def validate(self, tup: CheckpointTuple, validators: Sequence[Any], hook: ValidationHook | None) -> CheckpointTuple:
         """The checkpoint a run may resume from, given `tup`, the one it asked
         for: `tup` itself, an earlier one (rewind), or `ResumeRejected`."""
         configurable = tup.config["configurable"]
@@ -56,12 +50,12 @@ class ResumeGate:
             if hook is None:
                 return
             try:
-                # An async hook is awaited in the async face; the sync face logs why it cannot.
-                maybe_await(hook(ValidationOutcome(thread_id, requested, resumed_from, tuple(decisions))))
+                done = hook(ValidationOutcome(thread_id, requested, resumed_from, tuple(decisions)))
+                refuse_awaitable(done)  # the sync face cannot: it says why (logged)
             except Exception:  # a hook never breaks a run
                 logger.exception("on_validation hook failed")
 
-        unconfirmed = sorted(k for k, e in (self.ledger(thread_id)).items() if e.escalated())
+        unconfirmed = sorted(k for k, e in self.ledger(thread_id).items() if e.escalated())
         if unconfirmed:
             decisions.append(("unconfirmed_actions", Reject(unconfirmed_message(thread_id, unconfirmed))))
             outcome(None)
@@ -80,7 +74,8 @@ class ResumeGate:
             name = ""
             for v in validators:
                 name = validator_name(v)
-                decision = maybe_await(v(context))
+                decision = v(context)
+                refuse_awaitable(decision)  # the sync face cannot: it says so
                 decisions.append((name, decision))
                 if decision is not None:
                     break

@@ -6,8 +6,8 @@ the run, and the validators decide: resume, rewind to an earlier checkpoint
 plain values (`validation.py`), and what each means is decided in
 `decisions.resume_step`; this room reads, forks and reports.
 
-This file is the async source. ``resume.py`` is generated from it by
-``langgraph_durable/_codegen.py``; edit this one and regenerate.
+This file is the async source: ``resume.py`` is generated from it by
+``tools/async_to_sync.py``; edit this one and regenerate.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any, cast
 from langgraph.checkpoint.base import CheckpointMetadata, CheckpointTuple, copy_checkpoint
 from langgraph.checkpoint.base.id import uuid6
 
-from .concurrency import amaybe_await
+from .concurrency import amaybe_await, refuse_awaitable
 from .decisions import resume_step
 from .errors import ResumeRejected
 from .ledger import unconfirmed_message
@@ -54,8 +54,11 @@ class AsyncResumeGate:
             if hook is None:
                 return
             try:
-                # An async hook is awaited in the async face; the sync face logs why it cannot.
-                await amaybe_await(hook(ValidationOutcome(thread_id, requested, resumed_from, tuple(decisions))))
+                done = hook(ValidationOutcome(thread_id, requested, resumed_from, tuple(decisions)))
+                if True:  # ASYNC
+                    await amaybe_await(done)  # an async hook is awaited
+                else:
+                    refuse_awaitable(done)  # the sync face cannot: it says why (logged)
             except Exception:  # a hook never breaks a run
                 logger.exception("on_validation hook failed")
 
@@ -78,7 +81,11 @@ class AsyncResumeGate:
             name = ""
             for v in validators:
                 name = validator_name(v)
-                decision = await amaybe_await(v(context))
+                decision = v(context)
+                if True:  # ASYNC
+                    decision = await amaybe_await(decision)  # an async validator is awaited
+                else:
+                    refuse_awaitable(decision)  # the sync face cannot: it says so
                 decisions.append((name, decision))
                 if decision is not None:
                     break

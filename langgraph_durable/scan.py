@@ -1,5 +1,4 @@
-# WARNING: generated from scan_async.py by langgraph_durable/_codegen.py. DO NOT EDIT.
-# Edit the async source and run `python -m langgraph_durable._codegen`.
+# WARNING: this file is generated from langgraph_durable/scan_async.py; edit that file and run tools/async_to_sync.py. DO NOT EDIT.
 """`verify` and `repair`: every copy of every record in every tier.
 
 Reads only check what they touch; a scan checks everything, so it is also
@@ -12,9 +11,6 @@ what only it holds may have been pruned elsewhere, so it is not evidence.)
 `repair` also re-seals intact records that an older signing key sealed, and
 once a whole-store repair leaves nothing unrestorable, records in each tier
 that only the current key is needed from now on.
-
-This file is the async source. ``scan.py`` is generated from it by
-``langgraph_durable/_codegen.py``; edit this one and regenerate.
 """
 
 from __future__ import annotations
@@ -74,9 +70,7 @@ class Scanner:
                 tier.write_meta(KEYS_META, self.codec.fingerprints[0])
         return report
 
-    def restore(
-        self, records: Sequence[QuarantinedRecord]
-    ) -> tuple[list[QuarantinedRecord], list[QuarantinedRecord]]:
+    def restore(self, records: Sequence[QuarantinedRecord]) -> tuple[list[QuarantinedRecord], list[QuarantinedRecord]]:
         """Put quarantined copies back into their tiers' live tables; the next
         read verifies them again. A copy whose slot holds an intact record
         now is not put back over it (it stays quarantined). Returns
@@ -254,7 +248,7 @@ class Scanner:
     def _deleted(self, t: str, ns: str, cid: str) -> bool:
         """Whether a shared tier recorded the checkpoint as deleted."""
         for tier in self.shared:
-            marker = (tier.head(t, ns)).deleted_through
+            marker = tier.head(t, ns).deleted_through
             if (marker is not None and cid <= marker) or cid in tier.gone(t, ns, [cid]):
                 return True
         return False

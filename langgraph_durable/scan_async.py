@@ -11,8 +11,8 @@ what only it holds may have been pruned elsewhere, so it is not evidence.)
 once a whole-store repair leaves nothing unrestorable, records in each tier
 that only the current key is needed from now on.
 
-This file is the async source. ``scan.py`` is generated from it by
-``langgraph_durable/_codegen.py``; edit this one and regenerate.
+This file is the async source: ``scan.py`` is generated from it by
+``tools/async_to_sync.py``; edit this one and regenerate.
 """
 
 from __future__ import annotations

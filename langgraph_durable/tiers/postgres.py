@@ -1,5 +1,4 @@
-# WARNING: generated from tiers/postgres_async.py by langgraph_durable/_codegen.py. DO NOT EDIT.
-# Edit the async source and run `python -m langgraph_durable._codegen`.
+# WARNING: this file is generated from langgraph_durable/tiers/postgres_async.py; edit that file and run tools/async_to_sync.py. DO NOT EDIT.
 """The Postgres tier: the system of record.
 
 Tables are keyed by thread first, so they partition cleanly by thread.
@@ -13,9 +12,6 @@ between transactions (no SET, LISTEN, temporary table, WITH HOLD cursor or
 session advisory lock; the migration lock is ``pg_advisory_xact_lock``, held
 by the transaction that migrates). The one session feature is psycopg's
 server-side prepared statements, off with ``prepared_statements=False``.
-
-This is the async source; ``postgres.py`` is generated from it by
-``python -m langgraph_durable._codegen``.
 """
 
 from __future__ import annotations
@@ -24,7 +20,7 @@ import contextlib
 import json
 import select
 import time
-from collections.abc import Iterator, Generator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -56,8 +52,20 @@ DEFAULT_CONNECT_TIMEOUT_S = 5.0
 _MIGRATION_LOCK = 0x4C4744_5552
 
 # Index = schema version. Append only; never edit a shipped entry.
+# version 0: empty database
+# A quarantined copy keeps the fields of its row (msgpack), so it can be
+# put back; the store's key fingerprint; per-thread writer leases.
+# A thread's newest checkpoints across its namespaces (`list` without
+# checkpoint_ns): read from this index, not sorted from all of them.
+# On a large table, create it first with CREATE INDEX CONCURRENTLY
+# under this name: the migration then finds it.
+# A CREATE INDEX CONCURRENTLY that failed (cancelled, a deadlock, the
+# server restarted) leaves its index INVALID: never used by a query but
+# still kept up to date by every write, and taken by IF NOT EXISTS above
+# for one that exists. Build it again. (Non-concurrently: this holds the
+# table's writes meanwhile, as the migration above would have.)
 MIGRATIONS: list[str] = [
-    "",  # version 0: empty database
+    "",
     """
     CREATE TABLE IF NOT EXISTS lgd_checkpoints (
         thread_id text NOT NULL,
@@ -112,8 +120,6 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (thread_id, key)
     );
     """,
-    # A quarantined copy keeps the fields of its row (msgpack), so it can be
-    # put back; the store's key fingerprint; per-thread writer leases.
     """
     ALTER TABLE lgd_quarantine ADD COLUMN IF NOT EXISTS fields bytea;
     CREATE TABLE IF NOT EXISTS lgd_meta (
@@ -127,18 +133,9 @@ MIGRATIONS: list[str] = [
         expires_at double precision NOT NULL
     );
     """,
-    # A thread's newest checkpoints across its namespaces (`list` without
-    # checkpoint_ns): read from this index, not sorted from all of them.
-    # On a large table, create it first with CREATE INDEX CONCURRENTLY
-    # under this name: the migration then finds it.
     """
     CREATE INDEX IF NOT EXISTS lgd_checkpoints_thread_recent ON lgd_checkpoints (thread_id, checkpoint_id);
     """,
-    # A CREATE INDEX CONCURRENTLY that failed (cancelled, a deadlock, the
-    # server restarted) leaves its index INVALID: never used by a query but
-    # still kept up to date by every write, and taken by IF NOT EXISTS above
-    # for one that exists. Build it again. (Non-concurrently: this holds the
-    # table's writes meanwhile, as the migration above would have.)
     """
     DO $$
     BEGIN
@@ -308,12 +305,14 @@ class PostgresTier:
             watch = None
             try:
                 with (
-                    self.pool.watch(conn, self.call_timeout) if timed else watched(conn, self.long_call_timeout)
-                ) as watch:
+                    self.pool.watch(conn, self.call_timeout)
+                    if timed
+                    else watched(conn, self.long_call_timeout) as watch
+                ):
                     yield conn
             except psycopg.OperationalError as exc:
                 if watch is not None and watch.fired:
-                    raise (self._stalled(exc) if timed else self._stalled_long(exc, doing)) from exc
+                    raise self._stalled(exc) if timed else self._stalled_long(exc, doing) from exc
                 raise
             finally:
                 if watch is not None and watch.fired:
@@ -364,6 +363,11 @@ class PostgresTier:
                 ConnectionPool.check_connection(conn)
 
     def _new_pool(self) -> ConnectionPool:
+        # psycopg prepares a statement on the server once a connection
+        # has run it a few times; None never does, for a pooler that
+        # gives each transaction any server session (see the module).
+        # Hand out no connection the server dropped while it sat in the
+        # pool (a restart, a failover): one idle for a while is tested first.
         return ConnectionPool(
             self.url,
             min_size=1,
@@ -375,13 +379,8 @@ class PostgresTier:
                 "connect_timeout": max(1, int(self.connect_timeout)),
                 **_KEEPALIVES,
                 "tcp_user_timeout": self._tcp_user_timeout_ms(),
-                # psycopg prepares a statement on the server once a connection
-                # has run it a few times; None never does, for a pooler that
-                # gives each transaction any server session (see the module).
                 **({} if self.prepared_statements else {"prepare_threshold": None}),
             },
-            # Hand out no connection the server dropped while it sat in the
-            # pool (a restart, a failover): one idle for a while is tested first.
             check=self._check,
         )
 
@@ -471,9 +470,7 @@ class PostgresTier:
 
     # -- writes ---------------------------------------------------------------------
 
-    def write_checkpoint(
-        self, row: CheckpointRow, blobs: Sequence[BlobRow], *, fence: Fence | None = None
-    ) -> None:
+    def write_checkpoint(self, row: CheckpointRow, blobs: Sequence[BlobRow], *, fence: Fence | None = None) -> None:
         """One statement, so one round trip and atomic without BEGIN/COMMIT:
         the fence check (`_fenced`), the new blobs and the checkpoint."""
         sql = (
@@ -637,16 +634,7 @@ class PostgresTier:
             + "".join(f", w{i} AS ({q.format(ok=ok)})" for i, q in enumerate(inserts))
             + " SELECT count(*) FROM fence"
         )
-        check = (
-            fence.token,
-            fence.ttl,
-            fence.thread_id,
-            fence.holder,
-            fence.late,
-            fence.token,
-            fence.late,
-            fence.token,
-        )
+        check = fence.token, fence.ttl, fence.thread_id, fence.holder, fence.late, fence.token, fence.late, fence.token
         rows = self._fetchall(sql, (*check, *params))
         if not rows[0][0]:
             lease = self._fetchall(
@@ -758,7 +746,7 @@ class PostgresTier:
         if not run_ids:
             return
         kept = sorted(set(retain))
-        params = ([k[0] for k in kept], [k[1] for k in kept], [k[2] for k in kept])
+        params = [k[0] for k in kept], [k[1] for k in kept], [k[2] for k in kept]
         doomed = (
             "c.run_id = ANY(%s) AND (c.thread_id, c.checkpoint_ns, c.checkpoint_id) NOT IN "
             "(SELECT * FROM unnest(%s::text[], %s::text[], %s::text[]))"
@@ -821,17 +809,13 @@ class PostgresTier:
 
     def thread_records(self, thread_id: str) -> ThreadRecords:
         """Every live record of one thread, for `verify` and `repair`."""
-        cps = self._fetchall(
-            f"SELECT {_CP_COLS} FROM lgd_checkpoints WHERE thread_id = %s", (thread_id,), timed=False
-        )
+        cps = self._fetchall(f"SELECT {_CP_COLS} FROM lgd_checkpoints WHERE thread_id = %s", (thread_id,), timed=False)
         blobs = self._fetchall(
             "SELECT thread_id, checkpoint_ns, channel, version, record FROM lgd_blobs WHERE thread_id = %s",
             (thread_id,),
             timed=False,
         )
-        writes = self._fetchall(
-            f"SELECT {_W_COLS} FROM lgd_writes WHERE thread_id = %s", (thread_id,), timed=False
-        )
+        writes = self._fetchall(f"SELECT {_W_COLS} FROM lgd_writes WHERE thread_id = %s", (thread_id,), timed=False)
         return ThreadRecords(
             [_cp(r) for r in cps],
             [BlobRow(r[0], r[1], r[2], r[3], bytes(r[4])) for r in blobs],
@@ -970,11 +954,9 @@ class PostgresTier:
             (thread_id,),
         )
         r = rows[0]
-        return (Lease(thread_id, r[0], r[1], r[2]) if r[0] is not None else None), r[3]
+        return Lease(thread_id, r[0], r[1], r[2]) if r[0] is not None else None, r[3]
 
-    def swap_lease(
-        self, thread_id: str, expected: Lease | None, holder: str, token: int, ttl: float
-    ) -> Lease | None:
+    def swap_lease(self, thread_id: str, expected: Lease | None, holder: str, token: int, ttl: float) -> Lease | None:
         if expected is None:
             rows = self._fetchall(
                 f"INSERT INTO lgd_leases VALUES (%s, %s, %s, {_NOW} + %s) ON CONFLICT (thread_id) DO NOTHING "

@@ -1,5 +1,4 @@
-# WARNING: generated from tiers/protocol_async.py by langgraph_durable/_codegen.py. DO NOT EDIT.
-# Edit the async source and run `python -m langgraph_durable._codegen`.
+# WARNING: this file is generated from langgraph_durable/tiers/protocol_async.py; edit that file and run tools/async_to_sync.py. DO NOT EDIT.
 """What the rooms call on a tier, split by capability.
 
 A tier implements the capabilities its role needs (`roles.Role`): records
@@ -7,7 +6,7 @@ and settings (`Records`), the quarantine (`Quarantine`), the
 side-effect ledger (`LedgerStore`) and writer leases (`Leases`).
 The local, hot and record roles need all four (`Tier`); a tier for
 another role can implement fewer. Each tier module checks statically that
-it conforms. ``protocol.py`` (the sync faces) is generated from this file.
+it conforms.
 """
 
 from __future__ import annotations
@@ -27,15 +26,15 @@ class Records(Protocol):
 
     @property
     def name(self) -> str: ...
+
     @property
     def role(self) -> Role: ...
 
     def setup(self) -> None: ...
+
     def close(self) -> None: ...
 
-    def write_checkpoint(
-        self, row: CheckpointRow, blobs: Sequence[BlobRow], *, fence: Fence | None = None
-    ) -> Any:
+    def write_checkpoint(self, row: CheckpointRow, blobs: Sequence[BlobRow], *, fence: Fence | None = None) -> Any:
         """Store a checkpoint and its new blobs atomically (checkpoint upserts).
         With a `fence`, only if the thread's lease still matches it, checked
         and renewed in the same transaction; else `LeaseLost`, nothing stored."""
@@ -60,8 +59,11 @@ class Records(Protocol):
         everything or nothing."""
 
     def read_checkpoint(self, thread_id: str, ns: str, checkpoint_id: str) -> CheckpointRow | None: ...
+
     def read_blobs(self, thread_id: str, ns: str, keys: Sequence[BlobKey]) -> dict[BlobKey, BlobRow]: ...
+
     def read_writes(self, thread_id: str, ns: str, checkpoint_ids: Sequence[str]) -> list[WriteRow]: ...
+
     def head(self, thread_id: str, ns: str) -> Head:
         """The newest checkpoint of (thread, ns), the thread's deletion
         marker and the newest checkpoint's row and pending writes, in one
@@ -87,18 +89,24 @@ class Records(Protocol):
         it exactly); `limit` is only passed when there is no filter."""
 
     def thread_ids(self) -> list[str]: ...
+
     def thread_records(self, thread_id: str) -> ThreadRecords: ...
+
     def delete_thread(self, thread_id: str) -> None: ...
+
     def delete_for_runs(self, run_ids: Sequence[str], retain: Sequence[tuple[str, str, str]] = ()) -> None:
         """Delete these runs' checkpoints and writes, except (thread, ns, id) in `retain`."""
 
     def delete_checkpoint(self, thread_id: str, ns: str, checkpoint_id: str) -> None: ...
+
     def prune(self, thread_id: str, keep: set[tuple[str, str]], keep_blobs: set[tuple[str, str, str]]) -> None:
         """Delete the thread's checkpoints and writes except `keep` (ns, id),
         and its blobs except `keep_blobs` (ns, channel, version)."""
 
     def read_meta(self, key: str) -> str | None: ...
+
     def write_meta(self, key: str, value: str | None) -> None: ...
+
     def create_meta(self, key: str, value: str) -> str:
         """Set a store-wide setting unless one is set; the value that holds."""
         ...
@@ -125,6 +133,7 @@ class Quarantine(Protocol):
         """Delete this exact copy from the live table (not another one under its key)."""
 
     def list_quarantine(self, thread_id: str | None) -> list[QuarantinedRecord]: ...
+
     def drop_quarantined(self, ids: Sequence[str]) -> None: ...
 
 
@@ -148,9 +157,7 @@ class Leases(Protocol):
         """The thread's lease record (None if it never had one) and the
         tier's clock now, in seconds since the epoch."""
 
-    def swap_lease(
-        self, thread_id: str, expected: Lease | None, holder: str, token: int, ttl: float
-    ) -> Lease | None:
+    def swap_lease(self, thread_id: str, expected: Lease | None, holder: str, token: int, ttl: float) -> Lease | None:
         """Atomically replace the lease record, if it still equals `expected`
         (or is still absent), by (`holder`, `token`) expiring `ttl` seconds
         from the tier's now. The new record, or None if it had changed."""

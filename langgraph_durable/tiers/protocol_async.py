@@ -5,7 +5,11 @@ and settings (`AsyncRecords`), the quarantine (`AsyncQuarantine`), the
 side-effect ledger (`AsyncLedgerStore`) and writer leases (`AsyncLeases`).
 The local, hot and record roles need all four (`AsyncTier`); a tier for
 another role can implement fewer. Each tier module checks statically that
-it conforms. ``protocol.py`` (the sync faces) is generated from this file.
+it conforms.
+
+This file is the async source: ``protocol.py`` (the sync faces) is
+generated from it by ``tools/async_to_sync.py``; edit this one and
+regenerate.
 """
 
 from __future__ import annotations

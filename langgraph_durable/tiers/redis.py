@@ -1,5 +1,4 @@
-# WARNING: generated from tiers/redis_async.py by langgraph_durable/_codegen.py. DO NOT EDIT.
-# Edit the async source and run `python -m langgraph_durable._codegen`.
+# WARNING: this file is generated from langgraph_durable/tiers/redis_async.py; edit that file and run tools/async_to_sync.py. DO NOT EDIT.
 """The Redis tier: the hot tier shared by every replica.
 
 Plain Redis 6+ or Valkey, no modules. Every key of one thread carries the
@@ -70,9 +69,6 @@ Three deployments, one layout:
   (sentinel port 26379 if omitted): the primary is looked up from the
   sentinels and again after a failover (redis-py's `Sentinel`). The
   credentials are the primary's; the sentinels are asked without them.
-
-This is the async source; ``redis.py`` is generated from it by
-``langgraph_durable/_codegen.py``.
 """
 
 from __future__ import annotations
@@ -92,10 +88,8 @@ from urllib.parse import unquote
 
 import ormsgpack
 from redis import Redis
-from redis.cluster import RedisCluster
-from redis.retry import Retry
-from redis.sentinel import Sentinel
 from redis.backoff import ExponentialBackoff
+from redis.cluster import RedisCluster
 from redis.exceptions import (
     ClusterError,
     CrossSlotTransactionError,
@@ -107,6 +101,8 @@ from redis.exceptions import (
 )
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.retry import Retry
+from redis.sentinel import Sentinel
 
 from ..errors import ConfigError, TierUnavailable
 from ..lease import Fence, Lease, hand_off_channel, hand_off_message, lease_lost
@@ -120,16 +116,16 @@ DEFAULT_SOCKET_TIMEOUT_S = 5.0
 KEEP_ALIVE_MEMO = 10_000
 SENTINEL_SCHEME = "redis+sentinel://"
 DEFAULT_SENTINEL_PORT = 26379
-_ERRORS = (RedisConnectionError, RedisTimeoutError, OSError)
+_ERRORS = RedisConnectionError, RedisTimeoutError, OSError
 # How Redis Cluster says that the part of it holding a key is down: CLUSTERDOWN
 # and MASTERDOWN (ClusterError), TRYAGAIN (a slot half moved), a slot map
 # without the slot. A single server never answers these.
-_CLUSTER_ERRORS = (ClusterError, TryAgainError, SlotNotCoveredError)
+_CLUSTER_ERRORS = ClusterError, TryAgainError, SlotNotCoveredError
 # The cluster client reports a slot map it could not build (no node answered,
 # or some slot has no primary) as a bare RedisClusterException; these are the
 # beginnings of those messages. Any other RedisClusterException (keys on two
 # slots in one transaction) is a bug and must not pass for an outage.
-_TOPOLOGY_LOST = ("Redis Cluster cannot be connected", "All slots are not covered")
+_TOPOLOGY_LOST = "Redis Cluster cannot be connected", "All slots are not covered"
 _SEP = "\x00"
 logger = logging.getLogger("langgraph_durable")
 
@@ -430,20 +426,20 @@ class RedisTier:
         self._p = key_part(key_prefix)  # the prefix as it starts every key
         self._layout_checked = False  # `_migrate_layout` ran (or found it done)
         self._io = _Unreachable(self.where)
+        # A pooled connection the server dropped (it restarted) fails on
+        # first use: retry at once on a fresh one, so the first call after
+        # a restart succeeds. Only connection errors: a server that does
+        # not answer in time is given up on at once (its breaker opens),
+        # not waited for again, and redis-py's default backoff (up to
+        # seconds) would hold every call while a server is down. The
+        # cluster client retries the same way, refreshing its slot map.
+        # PING a connection idle this long before using it.
         self._options: dict[str, Any] = {
             "socket_timeout": socket_timeout,
             "socket_connect_timeout": connect_timeout,
             "decode_responses": False,
-            # A pooled connection the server dropped (it restarted) fails on
-            # first use: retry at once on a fresh one, so the first call after
-            # a restart succeeds. Only connection errors: a server that does
-            # not answer in time is given up on at once (its breaker opens),
-            # not waited for again, and redis-py's default backoff (up to
-            # seconds) would hold every call while a server is down. The
-            # cluster client retries the same way, refreshing its slot map.
             "retry": Retry(ExponentialBackoff(cap=0.1, base=0.01), RETRIES),
             "retry_on_error": [RedisConnectionError],
-            # PING a connection idle this long before using it.
             "health_check_interval": HEALTH_CHECK_INTERVAL_S,
         }
         self._sentinel: Any = None
@@ -590,7 +586,7 @@ class RedisTier:
             readings = _old_readings(name[len(self.prefix) + 2 :])
             if not readings:
                 continue  # not a key of this prefix's threads at all
-            kind = (self.client.type(raw)).decode()
+            kind = self.client.type(raw).decode()
             if kind == "none":
                 continue  # moved meanwhile (another replica), or SCAN's repeat of a moved key
             fits = [r for r in readings if _OLD_TYPES[r[1]] == kind]
@@ -626,7 +622,7 @@ class RedisTier:
         c = self.client
         with c.pipeline(transaction=False) as pipe:
             if kind == "hash":
-                for field, value in (c.hgetall(old)).items():
+                for field, value in c.hgetall(old).items():
                     pipe.hsetnx(new, field, value)
             elif kind == "set":
                 members = c.smembers(old)
@@ -726,9 +722,7 @@ class RedisTier:
 
     # -- writes -------------------------------------------------------------------
 
-    def write_checkpoint(
-        self, row: CheckpointRow, blobs: Sequence[BlobRow], *, fence: Fence | None = None
-    ) -> None:
+    def write_checkpoint(self, row: CheckpointRow, blobs: Sequence[BlobRow], *, fence: Fence | None = None) -> None:
         self._transaction(fence, lambda pipe: self._queue_checkpoint(pipe, row, blobs))
         self._keep_alive(row.thread_id)
 
@@ -856,9 +850,7 @@ class RedisTier:
             keys = [self._ids(thread_id, ns), self._k(thread_id, "cp")]
             top = f"({before}" if before is not None else "+"
             with self._io:
-                flat = self._list_script(
-                    keys, [top, -1 if per_key_limit is None else per_key_limit, f"{ns}{_SEP}"]
-                )
+                flat = self._list_script(keys, [top, -1 if per_key_limit is None else per_key_limit, f"{ns}{_SEP}"])
             for cid, data in zip(flat[::2], flat[1::2]):
                 if data is not None:
                     rows.append(self._cp_row(thread_id, ns, cid.decode(), data))
@@ -866,10 +858,7 @@ class RedisTier:
                 rows = [r for r in rows if metadata_matches(_loads(r.metadata_json), filter)]
             return rows[:limit] if limit is not None else rows
         with self._io:
-            if thread_id is not None:
-                threads = [thread_id]
-            else:
-                threads = self._all_threads()
+            threads = [thread_id] if thread_id is not None else self._all_threads()
             for t in threads:
                 if ns is not None:
                     namespaces = [ns]
@@ -885,9 +874,7 @@ class RedisTier:
                         if per_key_limit is None:
                             raw = self.client.zrevrangebylex(self._ids(t, n), top, "-")
                         else:
-                            raw = self.client.zrevrangebylex(
-                                self._ids(t, n), top, "-", start=0, num=per_key_limit
-                            )
+                            raw = self.client.zrevrangebylex(self._ids(t, n), top, "-", start=0, num=per_key_limit)
                         ids = [i.decode() for i in raw]
                     if not ids:
                         continue
@@ -1066,7 +1053,7 @@ class RedisTier:
         with self._io:
             threads = [thread_id] if thread_id is not None else self._all_threads()
             for t in threads:
-                for qid, item in sorted((self.client.hgetall(self._k(t, "quarantined"))).items()):
+                for qid, item in sorted(self.client.hgetall(self._k(t, "quarantined")).items()):
                     ns, kind, key, reason, fields_hex, at, envelope = _unpack(item, 7)
                     try:
                         fields = bytes.fromhex(fields_hex) if isinstance(fields_hex, str) else None
@@ -1277,9 +1264,7 @@ class RedisTier:
                 (holder, token, expires), (sec, usec) = pipe.execute()
         return _lease(thread_id, holder, token, expires), sec + usec / 1e6
 
-    def swap_lease(
-        self, thread_id: str, expected: Lease | None, holder: str, token: int, ttl: float
-    ) -> Lease | None:
+    def swap_lease(self, thread_id: str, expected: Lease | None, holder: str, token: int, ttl: float) -> Lease | None:
         if expected is None:
             want = ["0", "", "", ""]
         else:
@@ -1292,9 +1277,7 @@ class RedisTier:
 
     def keep_lease(self, thread_id: str, holder: str, token: int, ttl: float) -> bool:
         with self._io:
-            kept = self.client.eval(
-                _KEEP_LEASE, 1, self._k(thread_id, "lease"), holder, str(token), repr(float(ttl))
-            )
+            kept = self.client.eval(_KEEP_LEASE, 1, self._k(thread_id, "lease"), holder, str(token), repr(float(ttl)))
         return bool(kept)
 
     def release_lease(self, thread_id: str, holder: str, token: int | None) -> None:
@@ -1412,7 +1395,6 @@ redis.call('HSET', KEYS[1], 'expires_at', '0.000000')
 return 1
 """
 
-
 # Writes of records (`_transaction`), in every deployment: scripts on the
 # keys of one thread, so on one slot. The ops of one write (`_Ops`) are
 # ARGV[FIRST], msgpack, four items an op: the command, the index of its key
@@ -1513,7 +1495,6 @@ redis.call('HDEL', KEYS[1], ARGV[1])
 if KEYS[2] then redis.call('ZREM', KEYS[2], ARGV[3]) end
 return 1
 """
-
 
 if TYPE_CHECKING:
     from .protocol import Tier

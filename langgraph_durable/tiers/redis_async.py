@@ -69,8 +69,8 @@ Three deployments, one layout:
   sentinels and again after a failover (redis-py's `Sentinel`). The
   credentials are the primary's; the sentinels are asked without them.
 
-This is the async source; ``redis.py`` is generated from it by
-``langgraph_durable/_codegen.py``.
+This file is the async source: ``redis.py`` is generated from it by
+``tools/async_to_sync.py``; edit this one and regenerate.
 """
 
 from __future__ import annotations
@@ -864,10 +864,7 @@ class AsyncRedisTier:
                 rows = [r for r in rows if metadata_matches(_loads(r.metadata_json), filter)]
             return rows[:limit] if limit is not None else rows
         with self._io:
-            if thread_id is not None:
-                threads = [thread_id]
-            else:
-                threads = await self._all_threads()
+            threads = [thread_id] if thread_id is not None else await self._all_threads()
             for t in threads:
                 if ns is not None:
                     namespaces = [ns]
