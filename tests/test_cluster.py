@@ -165,10 +165,12 @@ async def test_any_node_url_finds_the_cluster_async(redis_cluster: RedisClusterP
         assert isinstance(tier.client, redis_lib.asyncio.RedisCluster)
 
 
-def _clients_named(cluster: RedisClusterProcesses, name: str) -> int:
-    """Connections named `name` that the cluster's nodes hold, counted by the nodes."""
+def _clients_named(cluster: RedisClusterProcesses, name: str, skip: int | None = None) -> int:
+    """Connections named `name` that the cluster's nodes (but `skip`) hold, counted by the nodes."""
     count = 0
     for port in cluster.ports:
+        if port == skip:
+            continue
         node = redis_lib.Redis(port=port)
         try:
             count += sum(1 for c in node.client_list() if c.get("name") == name)
@@ -195,6 +197,47 @@ async def test_a_closed_cluster_tier_leaves_no_connection_open(
     while _clients_named(redis_cluster, name) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert _clients_named(redis_cluster, name) == 0
+
+
+def assert_nothing_unclosed() -> None:
+    """Collect garbage now: no connection, socket or cluster node that
+    nobody closed is found (each would warn, as a ResourceWarning, in
+    whichever test happened to collect it)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        gc.collect()
+    unclosed = [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)]
+    assert not unclosed, unclosed
+
+
+async def test_a_cluster_tier_closed_after_a_node_failed_closes_every_node(own_cluster: RedisClusterProcesses) -> None:
+    """A command that meets a connection error (its node is down) leaves
+    redis-py's async cluster client marked for re-initialization, and its
+    ``aclose()`` then disconnects nothing (redis-py 8.1): the tier closes
+    every node itself. Else the live nodes keep the connections open, and
+    the garbage collector reports them unclosed in some later test."""
+    prefix = f"lgd_test_{uuid.uuid4().hex[:16]}"
+    name = f"lgd-failed-{uuid.uuid4().hex[:8]}"
+    tier = AsyncRedisTier(f"{own_cluster.url}?client_name={name}", key_prefix=prefix, socket_timeout=1.0)
+    per_primary = _threads_per_primary(own_cluster, 1, "failed")
+    victim = own_cluster.ports[1]
+    try:
+        await tier.setup()
+        for threads in per_primary.values():  # a connection to every primary
+            assert (await tier.head(threads[0], "")).checkpoint_id is None
+        own_cluster.kill(victim)
+        with pytest.raises(TierUnavailable):
+            await tier.head(per_primary[victim][0], "")
+        assert tier.client._initialize, "redis-py re-initializes at once now: this test no longer shows anything"
+        assert _clients_named(own_cluster, name, skip=victim) > 0
+    finally:
+        await tier.close()
+    deadline = time.monotonic() + 5
+    while _clients_named(own_cluster, name, skip=victim) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _clients_named(own_cluster, name, skip=victim) == 0
+    del tier
+    assert_nothing_unclosed()
 
 
 def test_a_cluster_url_with_a_database_number_is_a_config_error(redis_cluster: RedisClusterProcesses) -> None:
@@ -508,14 +551,9 @@ def test_a_primary_killed_mid_run(
                         await saver.aclose()
 
                 results = asyncio.run(runs())
-                # redis-py's async cluster client drops, without closing
-                # them, the connections of a node it replaced during the
-                # failover; collected later, they were reported as
-                # unraisable ResourceWarnings in whichever test ran next.
-                # Collect them here, where they come from.
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore", ResourceWarning)
-                    gc.collect()
+                # Every connection of the run's loop was closed with it (see
+                # test_a_cluster_tier_closed_after_a_node_failed_closes_every_node).
+                assert_nothing_unclosed()
         finally:
             chaos.join()
         assert killed.is_set() and restarted.is_set()

@@ -6,6 +6,7 @@ it never decodes an envelope and makes no decision about other tiers.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import Iterator, Sequence
@@ -182,8 +183,21 @@ def redact(url: str) -> str:
 
 
 async def aclose_redis(client: Any) -> None:
-    """Close an asyncio redis-py client (a cluster client disconnects every node)."""
+    """Close an asyncio redis-py client and, on a cluster, every node it knows.
+
+    redis-py's async `RedisCluster.aclose` (8.1) disconnects the nodes only
+    if the client is initialized. A command that met a connection error (a
+    node went down) marks it for re-initialization, and until a later
+    command re-initializes it, ``aclose()`` does nothing: every node's
+    connections stay open, for the garbage collector to report unclosed.
+    """
     await client.aclose()
+    manager = getattr(client, "nodes_manager", None)
+    if manager is not None:
+        nodes = {id(node): node for node in (*manager.nodes_cache.values(), *manager.startup_nodes.values())}
+        # As aclose: each node's connections, in use or not. One that fails
+        # to close cleanly is dropped all the same (its streams are let go).
+        await asyncio.gather(*(node.disconnect() for node in nodes.values()), return_exceptions=True)
 
 
 def close_redis(client: Any) -> None:

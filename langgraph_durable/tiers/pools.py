@@ -33,6 +33,9 @@ from psycopg_pool import pool_async
 # What tells a worker to stop (psycopg_pool internals, there since 3.1).
 # Without it, the pool keeps psycopg_pool's own worker.
 _STOP_WORKER: Any = getattr(pool_async, "StopWorker", None)
+# The pool's scheduler (psycopg_pool internals; its wake-up event has had
+# `wait_timeout` since 3.2). Without it, the pool keeps psycopg_pool's own.
+_SCHEDULER: Any = getattr(pool_async, "AsyncScheduler", None)
 
 __all__ = ["LONG_CALL_TIMEOUT_S", "AsyncConnectionPool", "ConnectionPool", "long_call_timeout", "watched"]
 
@@ -55,8 +58,22 @@ def long_call_timeout(call_timeout: float | None) -> float | None:
     return max(LONG_CALL_TIMEOUT_S, LONG_CALL_FACTOR * call_timeout)
 
 
+class _WakeUp(asyncio.Event):
+    """The scheduler's wake-up event, whose timed wait never swallows a
+    cancellation (see `AsyncConnectionPool`)."""
+
+    async def wait_timeout(self, timeout: float) -> bool:
+        try:
+            async with asyncio.timeout(timeout):
+                await self.wait()
+        except TimeoutError:
+            return False
+        return True
+
+
 class AsyncConnectionPool(_AsyncConnectionPool):
-    """psycopg_pool's async pool, with worker tasks that end when cancelled.
+    """psycopg_pool's async pool, with worker tasks and a scheduler task that
+    end when cancelled.
 
     psycopg_pool (3.3.3, the newest release) catches `CancelledError` around
     every maintenance task. Its ``_add_connection`` treats a cancelled
@@ -70,7 +87,23 @@ class AsyncConnectionPool(_AsyncConnectionPool):
     ``shutdown_asyncgens``, which comes after that wait. So a run that ended
     while its pool was still opening a connection hung there. This worker
     finishes the task it was given, then ends if it was cancelled meanwhile.
+
+    The scheduler task sleeps on an event with ``asyncio.wait_for`` (its
+    ``wait_timeout``), which on Python 3.11 returns normally, and so loses
+    the cancellation, when the event was set just before the task was
+    cancelled. A failed connect sets it (it schedules the retry): a run that
+    ended as the pool logged "error connecting" left a scheduler that went
+    back to sleep (600 s, and again), and ``asyncio.run`` hung waiting for
+    it, before the pool could be closed. Its event here waits with
+    ``asyncio.timeout``, which lets the cancellation through.
     """
+
+    def _start_workers(self) -> None:
+        # psycopg_pool makes the scheduler in `_open`, just before this.
+        sched = getattr(self, "_sched", None)
+        if _SCHEDULER is not None and isinstance(sched, _SCHEDULER) and hasattr(sched, "_event"):
+            sched._event = _WakeUp()
+        super()._start_workers()
 
     @staticmethod
     def watch(conn: Any, seconds: float | None) -> contextlib.nullcontext[Watch | None]:
