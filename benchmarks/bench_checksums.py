@@ -2,7 +2,7 @@
 """What the record checksums cost, measured side by side in one run.
 
 Every record ``DurableSaver`` stores is serialized once (``serde.dumps_typed``)
-and sealed into an envelope by ``langgraph_durable.records.seal`` (SHA-256 truncated to 128 bits
+and sealed into an envelope by ``langgraph_durable.model.records.seal`` (SHA-256 truncated to 128 bits
 over the record's logical key, type tag and payload; HMAC-SHA256 when a
 signing key is set). Every read verifies it with ``records.open_envelope``.
 
@@ -18,7 +18,7 @@ Two parts, one process, one run:
   and "off".
 
 "Off" is NOT a product option. This script makes it by monkeypatching
-``langgraph_durable.codec.seal`` and ``langgraph_durable.codec.open_envelope``
+``langgraph_durable.model.codec.seal`` and ``langgraph_durable.model.codec.open_envelope``
 inside its own process with stand-ins that keep the envelope's byte layout and
 copies but write a zero digest and skip the digest compare. The patch is set
 only around the "off" saver's calls and removed again.
@@ -68,9 +68,9 @@ from _env import (  # benchmarks/ is on sys.path when run as a script
 )
 from langgraph.checkpoint.base import empty_checkpoint
 
-import langgraph_durable.codec as codec_mod
+import langgraph_durable.model.codec as codec_mod
 from langgraph_durable import DurableSaver
-from langgraph_durable.records import (
+from langgraph_durable.model.records import (
     DIGEST_SIZE,
     FORMAT_VERSION,
     MAGIC,
@@ -185,7 +185,7 @@ class NoHashPatch:
 
     NOT a product option: applied only inside this benchmark process, only
     around the "off" saver's calls, by replacing the names that
-    `langgraph_durable.codec` imported from `.records`.
+    `langgraph_durable.model.codec` imported from `.records`.
     """
 
     def __init__(self) -> None:
@@ -510,7 +510,7 @@ def render_e2e(rows: list[E2E], micro: dict[str, MicroRow]) -> str:
     out = [
         "### End to end: sync `DurableSaver.put` / `get_tuple` (latest), median latency",
         "",
-        "\\* off = benchmark-only monkeypatch of `langgraph_durable.codec.seal` / `open_envelope` "
+        "\\* off = benchmark-only monkeypatch of `langgraph_durable.model.codec.seal` / `open_envelope` "
         "(same envelope bytes, zero digest, no compare); it is **not a product option**.",
         "",
         "| tiers | state | `messages` record | op | n | on (ms) | on + key (ms) | off\\* (ms) "

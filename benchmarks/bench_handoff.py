@@ -8,7 +8,7 @@ replica's first run after A's, from `invoke` to its return) and A's
 side by side in one run, and overwrites `RESULTS_HANDOFF.md`.
 
 With ``lease_linger=30`` A keeps each run's lease, so B finds it busy and
-asks for it (`langgraph_durable.handoff`); without it, A gave it back when its
+asks for it (`langgraph_durable.engine.handoff`); without it, A gave it back when its
 run ended. The stock PostgresSaver (two savers on one database) is the
 reference. Every read is checked against what B wrote. Loopback servers only;
 everything the run creates is removed at the end (also on error, Ctrl-C or

@@ -1,6 +1,7 @@
 """langgraph-durable: a tiered, checksummed LangGraph checkpoint saver."""
 
 from ._version import __version__
+from .engine.importing import ImportConflict, ImportReport
 from .errors import (
     ConfigError,
     CorruptCheckpoint,
@@ -13,7 +14,6 @@ from .errors import (
     TierUnavailable,
     UndecodableRecord,
 )
-from .importing import ImportConflict, ImportReport
 from .integrity import CorruptionEvent, CorruptionHook
 from .ledger import LedgerEntry, action, durable_action
 from .metrics import CorruptCopy, MetricsHook, OpenTelemetryMetrics, TierCall, TierStats

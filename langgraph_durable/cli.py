@@ -27,7 +27,8 @@ from rich.console import Console, JustifyMethod
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from . import __version__, browse, demo, importing, ledger
+from . import __version__, browse, demo, ledger
+from .engine import importing
 from .errors import DurableError, printable
 from .options import (
     ENV_LEASE_LINGER,
@@ -41,7 +42,7 @@ from .options import (
 )
 from .retention import RetentionPolicy
 from .saver import DurableSaver
-from .tiers.redis_async import DEFAULT_KEY_PREFIX
+from .tiers.redis.tier_async import DEFAULT_KEY_PREFIX
 from .tiers.registry import DEFAULT_SQLITE_PATH, KINDS, POSTGRES, REDIS, SQLITE
 
 # Exit status, documented in --help.

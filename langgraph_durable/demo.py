@@ -24,7 +24,7 @@ from typing import Annotated, Any, TextIO, TypedDict
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START, StateGraph
 
-from .codec import serde_from_spec
+from .model.codec import serde_from_spec
 from .saver import DurableSaver
 
 STEP_SECONDS = 0.3

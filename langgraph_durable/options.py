@@ -18,12 +18,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .backlog import WRITE_MODES, WriteMode
-from .codec import serde_from_spec
 from .errors import ConfigError
 from .integrity import OnCorruption
+from .model.backlog import WRITE_MODES, WriteMode
+from .model.codec import serde_from_spec
 from .retention import RetentionPolicy
-from .tiers.redis_async import check_url as check_redis_url
+from .tiers.redis.tier_async import check_url as check_redis_url
 from .tiers.registry import KINDS, POSTGRES, REDIS, SQLITE
 
 # The tiers' own variables come from their kinds (tiers/registry.py).

@@ -27,23 +27,29 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from . import importing
-from .backlog import DEFAULT_CALL_TIMEOUT_S, JournalEntry, Lag, MemoryBacklog, WriteMode
-from .breaker import Breakers
-from .carried import SeenVersions
-from .chain import TierChain
-from .chain_async import AsyncTierChain
-from .codec import DEFAULT_MAX_RECORD_BYTES, RecordCodec, thread_id_of
-from .concurrency import wait_deferred
-from .deltas import DEFAULT_SNAPSHOT_EVERY, DeltaMemo
+from .engine import importing
+from .engine.chain import TierChain
+from .engine.chain_async import AsyncTierChain
+from .engine.concurrency import wait_deferred
+from .engine.handoff import Ears, HandOffListener, PostgresEars, RedisEars
+from .engine.importer import Importer
+from .engine.importer_async import AsyncImporter
+from .engine.importing import ImportReport
+from .engine.lease_keeper import LeaseKeeper
+from .engine.lease_keeper_async import AsyncLeaseKeeper
+from .engine.replicator import WRITE_BEHIND_GAP_S, Replicator
+from .engine.sweeper import RetentionSweeper
 from .errors import ConfigError
-from .handoff import Ears, HandOffListener, PostgresEars, RedisEars
-from .health import Counters, Health
-from .importer import Importer
-from .importer_async import AsyncImporter
-from .importing import ImportReport
 from .integrity import IntegrityPolicy, OnCorruption, ScanReport
-from .lease import (
+from .ledger import LedgerEntry, damaged_entry, operator_answer
+from .metrics import MetricsHook, MetricsSink
+from .model.backlog import DEFAULT_CALL_TIMEOUT_S, JournalEntry, Lag, MemoryBacklog, WriteMode
+from .model.breaker import Breakers
+from .model.carried import SeenVersions
+from .model.codec import DEFAULT_MAX_RECORD_BYTES, RecordCodec, thread_id_of
+from .model.deltas import DEFAULT_SNAPSHOT_EVERY, DeltaMemo
+from .model.health import Counters, Health
+from .model.lease import (
     DEFAULT_LEASE_TTL_S,
     DEFAULT_LEASE_WAIT_S,
     DEFAULT_ON_BUSY,
@@ -53,11 +59,9 @@ from .lease import (
     OwnHeads,
     hand_off_channel,
 )
-from .lease_keeper import LeaseKeeper
-from .lease_keeper_async import AsyncLeaseKeeper
-from .ledger import LedgerEntry, damaged_entry, operator_answer
-from .memory_budget import DEFAULT_MEMORY_BUDGET, MemoryBudget
-from .metrics import MetricsHook, MetricsSink
+from .model.memory_budget import DEFAULT_MEMORY_BUDGET, MemoryBudget
+from .model.read_cache import ReadCache
+from .model.roles import Roles, ships_behind
 
 # The variables, defined with the options, are also importable from here.
 from .options import (
@@ -98,18 +102,14 @@ from .options import (
     env_options,
     naming_the_variable,
 )
-from .read_cache import ReadCache
-from .replicator import WRITE_BEHIND_GAP_S, Replicator
 from .retention import RetentionPolicy, RetentionReport
-from .roles import Roles, ships_behind
-from .sweeper import RetentionSweeper
 from .tiers.base import QuarantinedRecord, redact
-from .tiers.postgres import PostgresTier
-from .tiers.postgres_async import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_POOL_SIZE, AsyncPostgresTier
-from .tiers.redis import RedisTier
-from .tiers.redis_async import DEFAULT_KEY_PREFIX, AsyncRedisTier
+from .tiers.postgres.tier import PostgresTier
+from .tiers.postgres.tier_async import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_POOL_SIZE, AsyncPostgresTier
+from .tiers.redis.tier import RedisTier
+from .tiers.redis.tier_async import DEFAULT_KEY_PREFIX, AsyncRedisTier
 from .tiers.registry import DEFAULT_SQLITE_PATH, KINDS, POSTGRES, REDIS, SQLITE
-from .tiers.sqlite import DEFAULT_BUSY_TIMEOUT_S, AsyncSqliteTier, SqliteTier
+from .tiers.sqlite.tier import DEFAULT_BUSY_TIMEOUT_S, AsyncSqliteTier, SqliteTier
 from .validation import RUNTIME_KEY, VERSION_KEY, ValidationHook, Validator, is_resume_of_a_run
 
 logger = logging.getLogger("langgraph_durable")
@@ -274,7 +274,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         app_version: stamped into every checkpoint's metadata (``app_version``)
             so `validation.pin_version` can tell which version wrote it.
         lease_ttl: seconds a graph run keeps its thread's writer lease after
-            its last write (one writer per thread, see `langgraph_durable.lease`).
+            its last write (one writer per thread, see `langgraph_durable.model.lease`).
             A run takes the lease in the most authoritative tier before it
             reads the thread; each write checks and renews it in the same
             transaction; the run gives it back when it ends (the sync face
@@ -298,7 +298,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
             Another replica that wants to run the thread asks for the
             lease on the lease's tier (Postgres NOTIFY, else Redis PUBLISH)
             and this saver, listening on a connection of its own, gives it
-            back at once (`langgraph_durable.handoff`); while it cannot hear
+            back at once (`langgraph_durable.engine.handoff`); while it cannot hear
             that channel it keeps no lease. A request not heard costs the
             other replica a wait (``on_busy="wait"``) or `ThreadBusy`, never
             a fork. ``delete_thread``, ``copy_thread`` (into the thread),
@@ -339,7 +339,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
             previous one (a message list under ``add_messages`` or
             ``operator.add``) is stored as what it appended, with a whole copy
             at least every this many versions, so a read of it touches at most
-            this many records (`langgraph_durable.deltas`). 1 (or 0) stores
+            this many records (`langgraph_durable.model.deltas`). 1 (or 0) stores
             every value whole, as the stock savers do.
         local_max_bytes: bound the local SQLite file to about this many
             bytes in use: past it, the least recently used threads' local
@@ -350,7 +350,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         read_cache_bytes: reads from the local SQLite file are kept,
             serialized, up to about this many bytes, and served again while
             nothing has been committed to the file, by this process or
-            another (`langgraph_durable.read_cache`). With SQLite alone,
+            another (`langgraph_durable.model.read_cache`). With SQLite alone,
             every ``get_tuple`` and page of ``list``; with shared tiers, only
             a thread's latest state read back under this saver's lease of
             it (see ``lease_linger``). What is served is what was verified
@@ -361,7 +361,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
             the threads it served may hold together (64 MiB by default): the
             lists it stored last, channel versions, its own latest writes
             under each lease, the read cache, records still to ship, kept
-            leases, each with its share (`langgraph_durable.memory_budget`),
+            leases, each with its share (`langgraph_durable.model.memory_budget`),
             least recently used out first. Forgetting only costs speed (a
             miss reads the tiers, a list is stored whole once), so a process
             serving any number of threads stays within it. Records owed to a

@@ -60,11 +60,11 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.types import Send
 
 from langgraph_durable import DurableSaver, ResumeRejected, action, durable_action
-from langgraph_durable.tiers.postgres import PostgresTier
-from langgraph_durable.tiers.postgres_async import AsyncPostgresTier
-from langgraph_durable.tiers.redis import RedisTier
-from langgraph_durable.tiers.redis_async import AsyncRedisTier
-from langgraph_durable.tiers.sqlite import SqliteTier
+from langgraph_durable.tiers.postgres.tier import PostgresTier
+from langgraph_durable.tiers.postgres.tier_async import AsyncPostgresTier
+from langgraph_durable.tiers.redis.tier import RedisTier
+from langgraph_durable.tiers.redis.tier_async import AsyncRedisTier
+from langgraph_durable.tiers.sqlite.tier import SqliteTier
 
 EXIT_DONE = 0
 EXIT_ESCALATED = 3

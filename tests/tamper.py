@@ -3,7 +3,7 @@
 Used by the corruption property tests to read, damage, replace and delete
 stored records exactly where they live: the ``record`` column of the SQLite
 and Postgres tables, the Redis hash fields (see the layout in
-``langgraph_durable/tiers/redis_async.py``). Nothing here imports the
+``langgraph_durable/tiers/redis/tier_async.py``). Nothing here imports the
 package's tier code, so a bug there cannot hide a bug here.
 """
 

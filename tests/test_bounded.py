@@ -12,7 +12,7 @@ import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 
 from langgraph_durable import ConfigError
-from langgraph_durable.tiers.sqlite import EVICT_TO
+from langgraph_durable.tiers.sqlite.tier import EVICT_TO
 from tests.proxy import TcpProxy
 
 from .graphs import loop_graph

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from langgraph_durable.breaker import Breaker
+from langgraph_durable.model.breaker import Breaker
 
 
 class NoJitter(random.Random):
@@ -78,11 +78,11 @@ def test_a_probe_that_the_tier_answers_with_an_error_still_closes_the_breaker(tm
     from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_config, generate_metadata
     from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
-    from langgraph_durable.codec import RecordCodec
+    from langgraph_durable.engine.guard import GuardedTier
     from langgraph_durable.errors import LeaseLost
-    from langgraph_durable.guard import GuardedTier
-    from langgraph_durable.lease import Fence
-    from langgraph_durable.tiers.sqlite import SqliteTier
+    from langgraph_durable.model.codec import RecordCodec
+    from langgraph_durable.model.lease import Fence
+    from langgraph_durable.tiers.sqlite.tier import SqliteTier
 
     tier = SqliteTier(str(tmp_path / "local.sqlite"))
     tier.setup()
@@ -99,7 +99,7 @@ def test_a_probe_that_the_tier_answers_with_an_error_still_closes_the_breaker(tm
 
 
 def test_calls_overlap_only_when_it_saves_more_than_the_thread_hand_offs_cost() -> None:
-    from langgraph_durable.breaker import THREAD_HOP_S, overlap_pays
+    from langgraph_durable.model.breaker import THREAD_HOP_S, overlap_pays
 
     assert overlap_pays([None, 0.0001])  # not measured yet: overlap
     assert overlap_pays([0.0001])  # nothing to overlap with: as it comes

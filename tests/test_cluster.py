@@ -30,10 +30,10 @@ from redis.exceptions import ClusterDownError
 
 import langgraph_durable.saver as saver_module
 from langgraph_durable import ConfigError, DurableSaver, LeaseLost, TierUnavailable
-from langgraph_durable.lease import Fence
-from langgraph_durable.records import BlobRow, CheckpointRow, WriteRow
-from langgraph_durable.tiers.redis import RedisTier
-from langgraph_durable.tiers.redis_async import AsyncRedisTier, SentinelAddress, sentinel_address
+from langgraph_durable.model.lease import Fence
+from langgraph_durable.model.records import BlobRow, CheckpointRow, WriteRow
+from langgraph_durable.tiers.redis.tier import RedisTier
+from langgraph_durable.tiers.redis.tier_async import AsyncRedisTier, SentinelAddress, sentinel_address
 
 from .cluster import RedisClusterProcesses, SentinelProcesses, started
 from .conftest import REDIS_URL, SaverFactory

@@ -11,7 +11,7 @@ which `CorruptionEvent`s it must report, what every tier must hold afterwards
 (repairs, withdrawals, bad copies moved or left in place, the Redis index) and
 which copies it must add to the quarantine. Every read is checked on all four.
 
-The rules (``langgraph_durable/reads_async.py``):
+The rules (``langgraph_durable/engine/reads_async.py``):
 
 * latest: each tier names its newest id (its head: the newest entry of its
   index, a Redis index entry whose hash field is gone included); those ids,
@@ -27,7 +27,7 @@ The rules (``langgraph_durable/reads_async.py``):
   values are insert-or-ignore).
 * channel values: nearest tier first; the tiers nearer than the first intact
   copy are repaired; the bad copies met are reported and quarantined. A
-  growing list stored as a piece (``langgraph_durable/deltas.py``; the
+  growing list stored as a piece (``langgraph_durable/model/deltas.py``; the
   ``log`` channel here appends to itself) also needs every record its piece
   names, read the same way; one with no intact copy anywhere makes the value
   unusable ("missing in every tier" for it, tier none), as if it were bad.

@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from langgraph_durable.decisions import (
+from langgraph_durable.errors import ConfigError, LeaseLost, TierUnavailable
+from langgraph_durable.model.decisions import (
     Bad,
     Intact,
     Undecodable,
@@ -23,8 +24,7 @@ from langgraph_durable.decisions import (
     write_fails,
     write_order,
 )
-from langgraph_durable.errors import ConfigError, LeaseLost, TierUnavailable
-from langgraph_durable.roles import Role, Roles
+from langgraph_durable.model.roles import Role, Roles
 from langgraph_durable.validation import reject, rewind
 
 

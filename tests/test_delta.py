@@ -263,7 +263,7 @@ def test_history_falls_back_to_langgraphs_walk_when_the_chain_is_broken(make_sav
 
 def delta_walk_stops_at(saver: Any, missing: str) -> bool:
     """`delta.walk` over what list() returns names the missing ancestor."""
-    from langgraph_durable import delta
+    from langgraph_durable.model import delta
 
     tuples = list(saver.list(_cfg("broken")))
     latest = max(tuples, key=delta.checkpoint_id)

@@ -1,4 +1,4 @@
-"""Growing lists stored as pieces (`langgraph_durable.deltas`).
+"""Growing lists stored as pieces (`langgraph_durable.model.deltas`).
 
 Pure tests of the decisions first, then real compiled graphs on real tiers:
 every state a thread went through reads back exactly as LangGraph's stock
@@ -24,7 +24,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 
 from langgraph_durable import DurableSaver
-from langgraph_durable.deltas import (
+from langgraph_durable.model.deltas import (
     DELTA_TAG,
     DeltaMemo,
     Last,
@@ -35,7 +35,7 @@ from langgraph_durable.deltas import (
     plan,
     rebuild,
 )
-from langgraph_durable.records import BadRecord, BlobRow
+from langgraph_durable.model.records import BadRecord, BlobRow
 
 from .conftest import CONFIGS, REDIS_URL, SaverFactory
 from .graphs import loop_graph

@@ -24,7 +24,7 @@ import yaml
 
 import langgraph_durable
 from langgraph_durable import DurableSaver
-from langgraph_durable.backlog import WRITE_MODES
+from langgraph_durable.model.backlog import WRITE_MODES
 from langgraph_durable.saver import DEFAULT_DRAIN_TIMEOUT_S, ENV_SQLITE
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"

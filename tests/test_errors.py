@@ -32,7 +32,7 @@ from langgraph_durable import (
     TierUnavailable,
     cli,
 )
-from langgraph_durable.replicator import Replicator
+from langgraph_durable.engine.replicator import Replicator
 from langgraph_durable.saver import (
     ENV_LEASE_LINGER,
     ENV_OLD_SIGNING_KEYS,

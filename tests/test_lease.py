@@ -29,7 +29,7 @@ from langgraph.config import get_config
 from langgraph.graph import END, START, StateGraph
 
 from langgraph_durable import ConfigError, DurableError, DurableSaver, LeaseLost, ThreadBusy, reject
-from langgraph_durable.lease import (
+from langgraph_durable.model.lease import (
     DEFAULT_LEASE_TTL_S,
     DEFAULT_LEASE_WAIT_S,
     BusyWait,

@@ -27,7 +27,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 
 from langgraph_durable import ConfigError, DurableSaver, RetentionPolicy, ThreadBusy
-from langgraph_durable.lease import Lease, LeaseBook, OwnHeads
+from langgraph_durable.model.lease import Lease, LeaseBook, OwnHeads
 
 from .conftest import SaverFactory
 from .graphs import looping

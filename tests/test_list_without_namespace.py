@@ -20,7 +20,7 @@ import pytest
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
 
 from langgraph_durable import DurableSaver
-from langgraph_durable.tiers.postgres_async import MIGRATIONS
+from langgraph_durable.tiers.postgres.tier_async import MIGRATIONS
 
 from .conftest import SaverFactory
 

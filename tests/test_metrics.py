@@ -22,7 +22,6 @@ from typing import Any
 import pytest
 
 from langgraph_durable import ConfigError, DurableSaver
-from langgraph_durable.backlog import Lag
 from langgraph_durable.integrity import CorruptionEvent, served_from
 from langgraph_durable.metrics import (
     READS,
@@ -34,6 +33,7 @@ from langgraph_durable.metrics import (
     is_miss,
     percentile,
 )
+from langgraph_durable.model.backlog import Lag
 from langgraph_durable.tiers.base import Head
 
 from .conftest import SaverFactory
@@ -322,12 +322,12 @@ def test_an_answered_error_is_not_an_outage(tmp_path: Path) -> None:
     from langgraph.checkpoint.base import empty_checkpoint
     from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
-    from langgraph_durable.breaker import Breaker
-    from langgraph_durable.codec import RecordCodec
+    from langgraph_durable.engine.guard import GuardedTier
     from langgraph_durable.errors import LeaseLost
-    from langgraph_durable.guard import GuardedTier
-    from langgraph_durable.lease import Fence
-    from langgraph_durable.tiers.sqlite import SqliteTier
+    from langgraph_durable.model.breaker import Breaker
+    from langgraph_durable.model.codec import RecordCodec
+    from langgraph_durable.model.lease import Fence
+    from langgraph_durable.tiers.sqlite.tier import SqliteTier
 
     tier = SqliteTier(str(tmp_path / "local.sqlite"))
     tier.setup()
@@ -489,7 +489,7 @@ async def test_open_telemetry_instruments(
                 assert put.count == STEPS + 2 and 0 < put.sum < 10
             assert (tier, "head", "miss") in durations
         assert list(durations[("sqlite", "write_checkpoint", "ok")].explicit_bounds)[:2] == [0.00005, 0.0001]
-        backlog = {p.attributes["tier"]: p.value for p in points["langgraph_durable.journal.backlog"]}
+        backlog = {p.attributes["tier"]: p.value for p in points["langgraph_durable.engine.journal.backlog"]}
         assert backlog == {"redis": 0, "postgres": 0}
 
         # Redis goes away: its calls are "unavailable", and it is owed what it missed.
@@ -500,9 +500,9 @@ async def test_open_telemetry_instruments(
             p.attributes["tier"] == "redis" and p.attributes["outcome"] == "unavailable"
             for p in points["langgraph_durable.tier.duration"]
         )
-        backlog = {p.attributes["tier"]: p.value for p in points["langgraph_durable.journal.backlog"]}
+        backlog = {p.attributes["tier"]: p.value for p in points["langgraph_durable.engine.journal.backlog"]}
         assert backlog["redis"] > 0 and backlog["postgres"] == 0
-        (age,) = points["langgraph_durable.journal.backlog_age"]
+        (age,) = points["langgraph_durable.engine.journal.backlog_age"]
         assert age.value >= 0
         proxy.restore()
         saver.health()

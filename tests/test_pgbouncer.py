@@ -26,7 +26,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 
 from langgraph_durable import ConfigError, DurableSaver
 from langgraph_durable.saver import ENV_POSTGRES_PREPARED_STATEMENTS
-from langgraph_durable.tiers.postgres_async import MIGRATIONS
+from langgraph_durable.tiers.postgres.tier_async import MIGRATIONS
 from tests import lease_worker
 from tests import test_lease as lease_tests
 

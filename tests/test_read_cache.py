@@ -24,7 +24,7 @@ from langgraph.checkpoint.base import CheckpointTuple, empty_checkpoint
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from langgraph_durable import ConfigError, DurableSaver
-from langgraph_durable.read_cache import ReadCache
+from langgraph_durable.model.read_cache import ReadCache
 
 from .conftest import SaverFactory
 from .graphs import loop_graph

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from langgraph_durable.records import BadRecord, open_envelope, seal
+from langgraph_durable.model.records import BadRecord, open_envelope, seal
 
 
 @given(payload=st.binary(max_size=512), tag=st.text(min_size=1, max_size=20), context=st.text(max_size=40))

@@ -19,11 +19,11 @@ from typing import Any
 import pytest
 
 from langgraph_durable import DurableSaver
-from langgraph_durable.backlog import JournalEntry, Outbox
-from langgraph_durable.lease_keeper import LeaseKeeper
-from langgraph_durable.lease_keeper_async import AsyncLeaseKeeper
-from langgraph_durable.records import BlobRow, CheckpointRow, WriteRow
-from langgraph_durable.replicator import Replicator
+from langgraph_durable.engine.lease_keeper import LeaseKeeper
+from langgraph_durable.engine.lease_keeper_async import AsyncLeaseKeeper
+from langgraph_durable.engine.replicator import Replicator
+from langgraph_durable.model.backlog import JournalEntry, Outbox
+from langgraph_durable.model.records import BlobRow, CheckpointRow, WriteRow
 from tests.conftest import REDIS_URL
 from tests.graphs import looping
 from tests.proxy import TcpProxy

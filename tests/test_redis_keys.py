@@ -21,9 +21,9 @@ from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
 from langgraph_durable import DurableSaver, RetentionPolicy, cli
-from langgraph_durable.tiers import redis as redis_sync
-from langgraph_durable.tiers import redis_async
-from langgraph_durable.tiers.redis import key_part, parse_key_part
+from langgraph_durable.tiers.redis import tier as redis_sync
+from langgraph_durable.tiers.redis import tier_async as redis_async
+from langgraph_durable.tiers.redis.tier import key_part, parse_key_part
 
 from .cluster import RedisClusterProcesses, started
 from .conftest import REDIS_URL

@@ -12,7 +12,7 @@ import pytest
 
 import langgraph_durable
 from langgraph_durable import ConfigError
-from langgraph_durable.roles import Role, Roles, ships_behind
+from langgraph_durable.model.roles import Role, Roles, ships_behind
 from langgraph_durable.tiers.registry import KINDS, POSTGRES, REDIS, SQLITE, kind_of
 
 
@@ -103,11 +103,11 @@ def test_a_url_of_the_wrong_kind_says_what_one_looks_like() -> None:
 
 
 def test_each_tier_class_declares_the_role_of_its_kind() -> None:
-    from langgraph_durable.tiers.postgres import PostgresTier
-    from langgraph_durable.tiers.postgres_async import AsyncPostgresTier
-    from langgraph_durable.tiers.redis import RedisTier
-    from langgraph_durable.tiers.redis_async import AsyncRedisTier
-    from langgraph_durable.tiers.sqlite import AsyncSqliteTier, SqliteTier
+    from langgraph_durable.tiers.postgres.tier import PostgresTier
+    from langgraph_durable.tiers.postgres.tier_async import AsyncPostgresTier
+    from langgraph_durable.tiers.redis.tier import RedisTier
+    from langgraph_durable.tiers.redis.tier_async import AsyncRedisTier
+    from langgraph_durable.tiers.sqlite.tier import AsyncSqliteTier, SqliteTier
 
     for kind, classes in {
         SQLITE: (SqliteTier, AsyncSqliteTier),
@@ -120,7 +120,14 @@ def test_each_tier_class_declares_the_role_of_its_kind() -> None:
 
 # The rooms that decide which tier does what; each tier module and the
 # registry may of course name its own kind.
-ROOMS = ["chain_async.py", "reads_async.py", "scan_async.py", "journal_async.py", "lease_keeper_async.py", "saver.py"]
+ROOMS = [
+    "engine/chain_async.py",
+    "engine/reads_async.py",
+    "engine/scan_async.py",
+    "engine/journal_async.py",
+    "engine/lease_keeper_async.py",
+    "saver.py",
+]
 
 
 @pytest.mark.parametrize("room", ROOMS)

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from langgraph_durable.lease import Fence
-from langgraph_durable.records import BlobRow, CheckpointRow
-from langgraph_durable.tiers.sqlite import AsyncSqliteTier, SqliteTier
+from langgraph_durable.model.lease import Fence
+from langgraph_durable.model.records import BlobRow, CheckpointRow
+from langgraph_durable.tiers.sqlite.tier import AsyncSqliteTier, SqliteTier
 
 
 def _row(thread: str, cid: str) -> tuple[CheckpointRow, list[BlobRow]]:
@@ -139,7 +139,7 @@ def test_acknowledging_many_journal_entries_at_once_keeps_what_each_still_owes(t
     """`journal_acked_many` (a run's end acknowledges all it shipped in a few
     statements): each entry ends as acknowledging it alone, in order, would
     leave it."""
-    from langgraph_durable.backlog import Owed
+    from langgraph_durable.model.backlog import Owed
 
     tier = SqliteTier(str(tmp_path / "local.sqlite"))
     tier.setup()

@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 from langgraph_durable.errors import TierUnavailable
-from langgraph_durable.records import BlobRow, CheckpointRow
-from langgraph_durable.tiers.sqlite import AsyncSqliteTier, SqliteTier
+from langgraph_durable.model.records import BlobRow, CheckpointRow
+from langgraph_durable.tiers.sqlite.tier import AsyncSqliteTier, SqliteTier
 
 from .conftest import SaverFactory
 from .graphs import looping

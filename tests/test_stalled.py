@@ -398,7 +398,7 @@ def test_an_open_breaker_allows_one_early_probe_per_opening() -> None:
     the backoff has passed (a caller with no other tier left), and others
     while it is out; none once it failed while the tier stays down, and
     again once the breaker closed and reopened."""
-    from langgraph_durable.breaker import Breaker
+    from langgraph_durable.model.breaker import Breaker
 
     b = Breaker("redis", backoff_first=600.0)
     assert not b.allow_early(0.0)  # closed: nothing to probe

@@ -26,7 +26,7 @@ from langgraph.checkpoint.serde.jsonplus import EXT_CONSTRUCTOR_SINGLE_ARG
 from langgraph.graph import END, START, StateGraph
 
 from langgraph_durable import ConfigError, CorruptCheckpoint, DurableSaver, LedgerEntry, UndecodableRecord, action, cli
-from langgraph_durable.records import blob_context, seal
+from langgraph_durable.model.records import blob_context, seal
 
 from .conftest import REDIS_URL
 from .graphs import LoopState, loop_graph

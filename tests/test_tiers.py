@@ -199,7 +199,7 @@ def test_every_redis_key_of_a_thread_is_on_one_cluster_slot(make_saver: Any) -> 
     """What lets one MULTI/EXEC per write work on Redis Cluster."""
     from redis.crc import key_slot
 
-    from langgraph_durable.tiers.redis import parse_key_part
+    from langgraph_durable.tiers.redis.tier import parse_key_part
 
     with make_saver("redis") as saver:
         for thread in ("alpha", "beta:with|separators"):

@@ -21,7 +21,7 @@ from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.types import Command
 
 from langgraph_durable import DurableSaver, UndecodableRecord
-from langgraph_durable.records import BadRecord
+from langgraph_durable.model.records import BadRecord
 from langgraph_durable.tiers.base import STORE_KEY_META
 
 from . import typed_state
@@ -195,7 +195,7 @@ def test_a_planted_unsigned_record_constructs_nothing(make_saver: Any) -> None:
     import ormsgpack
     from langgraph.checkpoint.serde.jsonplus import EXT_CONSTRUCTOR_POS_ARGS
 
-    from langgraph_durable.records import blob_context, seal
+    from langgraph_durable.model.records import blob_context, seal
 
     from .tamper import BLOB, Rec, RedisStore
 

@@ -14,9 +14,9 @@ import pytest
 from langchain_core.runnables import RunnableConfig
 
 from langgraph_durable import DurableSaver, LeaseLost
-from langgraph_durable.lease import Fence
-from langgraph_durable.records import BlobRow, CheckpointRow, WriteRow
-from langgraph_durable.replicator import Replicator
+from langgraph_durable.engine.replicator import Replicator
+from langgraph_durable.model.lease import Fence
+from langgraph_durable.model.records import BlobRow, CheckpointRow, WriteRow
 
 from .graphs import loop_graph, looping
 

@@ -60,18 +60,18 @@ PACKAGE = "langgraph_durable"
 
 # async source -> sync twin, relative to the package
 FILES = {
-    "chain_async.py": "chain.py",
-    "reads_async.py": "reads.py",
-    "scan_async.py": "scan.py",
-    "maintenance_async.py": "maintenance.py",
-    "journal_async.py": "journal.py",
-    "resume_async.py": "resume.py",
-    "lease_keeper_async.py": "lease_keeper.py",
-    "tiers/redis_async.py": "tiers/redis.py",
-    "tiers/postgres_async.py": "tiers/postgres.py",
+    "engine/chain_async.py": "engine/chain.py",
+    "engine/reads_async.py": "engine/reads.py",
+    "engine/scan_async.py": "engine/scan.py",
+    "engine/maintenance_async.py": "engine/maintenance.py",
+    "engine/journal_async.py": "engine/journal.py",
+    "engine/resume_async.py": "engine/resume.py",
+    "engine/lease_keeper_async.py": "engine/lease_keeper.py",
+    "engine/guard_async.py": "engine/guard.py",
+    "engine/importer_async.py": "engine/importer.py",
+    "tiers/redis/tier_async.py": "tiers/redis/tier.py",
+    "tiers/postgres/tier_async.py": "tiers/postgres/tier.py",
     "tiers/protocol_async.py": "tiers/protocol.py",
-    "guard_async.py": "guard.py",
-    "importer_async.py": "importer.py",
 }
 
 # Async spelling -> sync spelling: identifiers, attributes, arguments,
@@ -118,8 +118,7 @@ NAMES = {
     "journal_async": "journal",
     "resume_async": "resume",
     "lease_keeper_async": "lease_keeper",
-    "redis_async": "redis",
-    "postgres_async": "postgres",
+    "tier_async": "tier",
     "protocol_async": "protocol",
 }
 

@@ -17,7 +17,7 @@ from typing import Any
 import ormsgpack
 
 from ..errors import TierUnavailable
-from ..records import BlobRow, CheckpointRow, WriteRow, row_from_fields
+from ..model.records import BlobRow, CheckpointRow, WriteRow, row_from_fields
 
 BlobKey = tuple[str, str]  # (channel, version)
 

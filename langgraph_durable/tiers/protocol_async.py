@@ -17,9 +17,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from ..lease import Fence, Lease
-from ..records import BlobRow, CheckpointRow, Row, WriteRow
-from ..roles import Role
+from ..model.lease import Fence, Lease
+from ..model.records import BlobRow, CheckpointRow, Row, WriteRow
+from ..model.roles import Role
 from .base import BlobKey, Head, QuarantinedRecord, ThreadRecords
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import ConfigError
-from ..roles import Role
+from ..model.roles import Role
 from .base import redact
 
 DEFAULT_SQLITE_PATH = ".langgraph_durable/checkpoints.sqlite"

@@ -1,0 +1,1082 @@
+# WARNING: this file is generated from langgraph_durable/engine/chain_async.py; edit that file and run tools/async_to_sync.py. DO NOT EDIT.
+"""The tier chain: every decision about which tier to read, write and repair.
+
+Tiers are ordered nearest first (local SQLite, Redis, Postgres). Records are
+immutable, so any tier that has a verified copy may serve it; only "which
+checkpoint is latest" and "which writes exist" can go stale, and those are
+asked of the most authoritative reachable tier (the farthest one).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import copy
+import functools
+import logging
+import os
+import time
+from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
+from typing import Any, TypeVar, cast
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    DeltaChannelHistory,
+    PendingWrite,
+)
+
+from ..errors import ConfigError, DurableError, TierUnavailable
+from ..integrity import Incident, IntegrityPolicy, ScanReport
+from ..ledger import LedgerEntry
+from ..metrics import MetricsSink
+from ..model import delta
+from ..model.backlog import (
+    DEFAULT_CALL_TIMEOUT_S,
+    WRITE_MODES,
+    JournalEntry,
+    Lag,
+    MemoryBacklog,
+    Owed,
+    WriteMode,
+    lag_of,
+)
+from ..model.breaker import Breakers
+from ..model.carried import SeenVersions, never_written
+from ..model.codec import (
+    DEFAULT_MAX_ID_BYTES,
+    RecordCodec,
+    check_checkpoint_id,
+    check_key_part,
+    thread_id_of,
+    thread_of,
+)
+from ..model.decisions import acknowledged_behind, worth_probing, write_fails, write_order
+from ..model.deltas import DeltaMemo
+from ..model.health import Counters, Health, TierHealth
+from ..model.lease import Fence, OwnHeads
+from ..model.read_cache import ReadCache
+from ..model.records import BlobRow, CheckpointRow, WriteRow, key_fingerprint
+from ..model.roles import Roles
+from ..retention import RetentionPolicy, RetentionReport
+from ..tiers.base import KEYS_META, STORE_KEY_META, QuarantinedRecord, key_mismatch_message
+from ..tiers.protocol import Tier
+from ..tiers.sqlite.tier import SqliteTier
+from ..validation import ValidationHook
+from .concurrency import Lock, refuse_awaitable, run_all
+from .guard import GuardedTier, overlap
+from .journal import Journal
+from .maintenance import Maintenance
+from .reads import TierReader
+from .resume import ResumeGate
+from .scan import Scanner
+
+logger = logging.getLogger("langgraph_durable")
+
+BlobKey = tuple[str, str]
+Found = tuple[CheckpointRow, dict[str, Any], dict[str, Any]]  # row, checkpoint, metadata
+RowT = TypeVar("RowT", CheckpointRow, BlobRow, WriteRow)
+
+
+def _raise_first(results: Sequence[Any]) -> None:
+    for r in results:
+        if isinstance(r, BaseException):
+            raise r
+
+
+class TierChain:
+    """Reads and writes LangGraph records across an ordered list of tiers."""
+
+    def __init__(
+        self,
+        local: SqliteTier | None,
+        shared: Sequence[Tier],
+        codec: RecordCodec,
+        policy: IntegrityPolicy | None = None,
+        *,
+        write: WriteMode = "shared",
+        breakers: Breakers | None = None,
+        call_timeout: float | None = DEFAULT_CALL_TIMEOUT_S,
+        memory: MemoryBacklog | None = None,
+        kick: Callable[..., None] | None = None,
+        counters: Counters | None = None,
+        deltas: DeltaMemo | None = None,
+        own: OwnHeads | None = None,
+        seen: SeenVersions | None = None,
+        metrics: MetricsSink | None = None,
+        read_cache: ReadCache | None = None,
+        store_key: bool = False,
+        read_only: bool = False,
+    ) -> None:
+        if local is None and not shared:
+            raise ConfigError("at least one tier is needed: pass sqlite=, redis= or postgres=.")
+        if write not in WRITE_MODES:
+            raise ConfigError(f"write= must be one of {', '.join(map(repr, WRITE_MODES))}, got {write!r}.")
+        if write == "local" and (local is None or not shared):
+            raise ConfigError(
+                'write="local" (write-behind) needs a local tier (sqlite=) and a shared one (redis= or postgres=).'
+            )
+        self.write = write
+        self.breakers = breakers or Breakers()
+        self.metrics = metrics  # every tier call is reported to it (guard.py)
+        # The tiers as the rooms see them: behind their breakers (guard.py).
+        # Ordered by role (roles.py), not by the order they were passed in.
+        raw = Roles.of(([local] if local is not None else []) + list(shared))
+        self.raw_local = local
+        self.raw_shared = list(raw.shared)
+        self.local = cast(SqliteTier, self._guard(local)) if local is not None else None
+        self.roles: Roles[Tier] = Roles(self.local, tuple(self._guard(t, call_timeout) for t in raw.shared))
+        self.shared: list[Tier] = list(self.roles.shared)
+        self.tiers: list[Tier] = list(self.roles.tiers)
+        # Whether the replicator, not the step, ships a run's writes to a
+        # shared tier (`Roles.ships_behind`).
+        self.ships_behind = self.roles.ships_behind(write)
+        self.codec = codec
+        # Seal every record with the store's own key, kept in the system of
+        # record, when the user gave none (`_adopt_store_key`).
+        self.store_key = store_key
+        # A chain for looking only (the CLI's read commands): it writes
+        # nothing anywhere, not even a repair or a quarantine.
+        self.read_only = read_only
+        self.policy = policy or IntegrityPolicy()
+        # Not `memory or ...`: an empty backlog is falsy, and both faces must share it.
+        self.memory = memory if memory is not None else MemoryBacklog()
+        self.journal = Journal(self.local, self.shared, codec, self.memory)
+        # kick(): something is owed; kick(now=True): ship it without waiting
+        # for the replicator's gap between passes (a run's hand-off waits).
+        self.kick = kick or (lambda **_: None)
+        self.counters = counters or Counters()
+        self.deltas = deltas
+        # What this saver wrote last under a thread's lease (lease.py): read
+        # back from the local tier alone while it holds the lease.
+        self.own = own if local is not None else None
+        # The versions of the checkpoints stored or served last (carried.py).
+        self.seen = seen or SeenVersions()
+        self.reads = TierReader(self.tiers, codec, self.policy, deltas, self.memory.outbox.holds)
+        self.reads.read_only = read_only
+        self.maintenance = Maintenance(self.tiers, codec, self.reads, deltas)
+        # Reads kept while the local file is unchanged (read_cache.py): every
+        # read with SQLite alone; with a shared tier (which another replica
+        # writes without touching the file) only what this saver reads back
+        # from the local tier under the thread's lease.
+        self.read_cache = read_cache if local is not None else None
+        self.cache_all_reads = not shared
+        self._views: dict[int, TierChain] = {}
+        self._ready = False
+        # First use may come from many tasks (or threads) at once; the pools
+        # must be opened and the schema migrated exactly once.
+        self._setup_lock = Lock()
+
+    def _guard(self, tier: Any, timeout: float | None = None) -> Any:
+        return GuardedTier(tier, self.breakers[tier.name], timeout=timeout, admit=self._admit, metrics=self.metrics)
+
+    def with_codec(self, codec: RecordCodec) -> TierChain:
+        """This chain decoding with `codec` (a `with_allowlist` clone's): the
+        same tiers and connections, another serializer."""
+        if codec is self.codec:
+            return self
+        view = self._views.get(id(codec))
+        if view is None or view.codec is not codec:
+            view = copy.copy(self)
+            view.codec = codec
+            view.journal = Journal(self.local, self.shared, codec, self.memory)
+            view.reads = TierReader(self.tiers, codec, self.policy, self.deltas, self.memory.outbox.holds)
+            view.reads.read_only = self.read_only
+            view.maintenance = Maintenance(self.tiers, codec, view.reads, self.deltas)
+            view.read_cache = None  # kept with the other serializer
+            view._views = {}
+            self._views[id(codec)] = view
+        return view
+
+    # -- lifecycle --------------------------------------------------------------
+
+    def setup(self) -> None:
+        """Create or migrate every tier's schema, then push forward any local
+        journal entry a crash left unacknowledged. Idempotent."""
+        with self._setup_lock:
+            self._setup()
+
+    def ensure_setup(self) -> None:
+        if self._ready:
+            return
+        with self._setup_lock:
+            if not self._ready:
+                self._setup()
+
+    def _setup(self) -> None:
+        """Set up every tier that answers. Unless ``write="all"``, a shared
+        tier that is down is left behind its breaker and set up by the first
+        call that reaches it (`_admit`); the saver starts as long as it can
+        write somewhere it must (a shared tier, or the local one for
+        write-behind); with none, the shared tiers their breakers skipped
+        are tried once first (`probe_skipped`). Then ship what a dead
+        process left owed."""
+        up: list[Tier] = []
+        down: list[TierUnavailable] = []
+        skipped = self._skipped(self.shared)
+        for tier in self.tiers:
+            try:
+                tier.setup()
+            except TierUnavailable as exc:
+                if self.write == "all" or (tier is self.local and not self.shared):
+                    raise
+                down.append(exc)
+                logger.warning("%s tier is down at setup (%s); carrying on without it", tier.name, exc)
+                continue
+            cast(GuardedTier, tier).admitted = True
+            up.append(tier)
+        usable = [t for t in up if t is not self.local] or (up if self.write == "local" or not self.shared else [])
+        if not usable:
+            # Set up (admitted) by the probe, if it answers.
+            usable = self.probe_skipped(skipped)
+            up += usable
+        if not usable:
+            raise down[0]
+        self._adopt_store_key(up)
+        self._check_keys(up)
+        if self.read_only:
+            self._ready = True
+            return
+        self.journal.catch_up()
+        self._ready = True
+        if down or not self.lag().caught_up:
+            self.kick()
+
+    def _writable(self, what: str) -> None:
+        if self.read_only:
+            raise ConfigError(f"{what}: this saver was opened with read_only=True (for looking only); open it without.")
+
+    def _adopt_store_key(self, up: Sequence[Tier]) -> None:
+        """Seal with the store's key: with shared tiers and no signing key
+        of the user's, every record is sealed with one random key that the
+        system of record keeps (the last shared tier: Postgres, else Redis),
+        created by the first saver that finds none. A record planted in a
+        tier by someone who cannot read that key then fails verification, so
+        records that verify are decoded with the application's serde as is
+        and its own types come back as themselves. The local tier keeps a
+        copy, so a restart works while the system of record is down.
+
+        A store that already holds unsigned records keeps accepting them,
+        decoded with the strict allowlist, until `repair` re-seals them (only
+        those that decode strictly, unless ``permissive_decoding``). A
+        store sealed with a key of the user's gets no store key: the key
+        check then says which key it needs.
+
+        A saver given its own key (`signing_key=`) over a store sealed with
+        the store's key still verifies those records, as long as the tiers
+        record that they hold some: turning a key on needs no old key, and
+        `repair` re-seals them with the new one (after which the store key
+        is accepted no more).
+
+        The local file alone (a saver or command given only ``sqlite=``)
+        uses the copy of the key it holds, if any: it never creates one."""
+        authority = self.roles.authority
+        # The fingerprints first, then the key: a saver records a key's
+        # fingerprint only after it created or read that key, so a
+        # fingerprint seen here means the key is readable below. Read the
+        # other way round, a replica starting together with the one that
+        # creates the key could find no key, then its fingerprint, and take
+        # the store for one sealed with a key of the user's.
+        recorded: set[str] = set()
+        for tier in up:
+            value = tier.read_meta(KEYS_META)
+            recorded.update(value.split(",") if value else ())
+        far = authority.read_meta(STORE_KEY_META) if authority in up and authority is not None else None
+        text = far
+        if text is None and self.local is not None and self.local in up:
+            text = self.local.read_meta(STORE_KEY_META)
+        if authority is None and text is None:
+            return  # SQLite alone, never shared: its own disk, unsigned as ever
+        if not self.store_key:
+            if text is not None and key_fingerprint(base64.b64decode(text)) in recorded:
+                self.codec.ring.accept(base64.b64decode(text))
+            return
+        if text is None:
+            assert authority is not None
+            if authority not in up:
+                raise TierUnavailable(
+                    f"this saver seals records with the store's key, which {authority.name} keeps, and "
+                    f"{authority.name} cannot be reached while this replica has no copy of the key yet: "
+                    "start it when the tier is back, or pass signing_key= (the same on every replica).",
+                    tier=authority.name,
+                )
+            if recorded - {"unsigned"} or self.read_only:
+                return  # sealed with a key of the user's (the key check says so), or only looking
+            text = authority.create_meta(STORE_KEY_META, base64.b64encode(os.urandom(32)).decode())
+        elif far is None and authority in up and authority is not None and not self.read_only:
+            # The system of record lost the key this replica keeps a copy of
+            # (a Redis that evicted or was flushed): put it back, before a new
+            # replica finds none and creates another one.
+            text = authority.create_meta(STORE_KEY_META, text)
+        key = base64.b64decode(text)
+        self.codec.ring.adopt(key, unsigned_too="unsigned" in recorded)
+        if self.local is not None and self.local in up and not self.read_only:
+            self.local.create_meta(STORE_KEY_META, text)
+
+    def _admit(self, tier: Tier) -> None:
+        """A tier that was down at setup answers: set it up and check its key
+        before it takes any record."""
+        tier.setup()
+        self._check_keys([tier])
+        logger.warning("%s tier is set up (it was down when the saver started)", tier.name)
+        self.kick()
+
+    def _check_keys(self, tiers: Sequence[Tier]) -> None:
+        """Refuse to run with a signing key that does not match the store.
+
+        Each tier records the fingerprints of the keys its records may be
+        sealed with. A saver with another key would see every record fail its
+        checksum and take it all for corruption; this is a configuration
+        error, found before anything is read or quarantined."""
+        accepted = self.codec.fingerprints
+        stored: list[tuple[Tier, set[str] | None]] = []
+        for tier in tiers:
+            value = tier.read_meta(KEYS_META)
+            stored.append((tier, set(value.split(",")) if value else None))
+        for tier, fingerprints in stored:
+            foreign = sorted((fingerprints or set()) - set(accepted))
+            if foreign:
+                raise ConfigError(key_mismatch_message(tier.name, foreign, accepted))
+        # A tier may hold whatever another holds (read-repair copies records
+        # as they are), and from now on records sealed with our key.
+        union = {accepted[0]}.union(*(f for _, f in stored if f))
+        for tier, fingerprints in stored:
+            if fingerprints != union and not self.read_only:
+                tier.write_meta(KEYS_META, ",".join(sorted(union)))
+
+    def close(self) -> None:
+        # The local tier is shared by both faces; the saver closes it.
+        for tier in self.shared:
+            tier.close()
+
+    # -- writes -------------------------------------------------------------------
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+        *,
+        fence: Fence | None = None,
+    ) -> RunnableConfig:
+        """Store a checkpoint in the tiers the write mode asks for (`WriteMode`).
+
+        With a `fence` (lease.py) the lease's tier is written first, alone,
+        and only if the thread's lease still matches the fence; else it
+        raises `LeaseLost` and no tier has the checkpoint. A checkpoint that
+        fails (`TierUnavailable`: no shared tier took it, or with
+        ``write="all"`` one did not) is withdrawn from every tier that took it."""
+        thread_id = thread_of(config, what="put")
+        ns = config["configurable"].get("checkpoint_ns", "") or ""
+        parent_id = config["configurable"].get("checkpoint_id")
+        versions = checkpoint.get("channel_versions", {})
+        parent = self.seen.get(thread_id, ns, parent_id) if parent_id else None
+        never = never_written(versions, new_versions, parent_id, parent)
+        self._writable("put")
+        # Set up first: the store's key (`_adopt_store_key`) seals the records.
+        # Serialization writes nothing, so a bad value still leaves no record.
+        self.ensure_setup()
+        row, blobs, stored = self.codec.encode_put(config, checkpoint, metadata, new_versions, self.deltas, never)
+        outbox = self.memory.outbox
+        local_took = self._write_behind(
+            fence,
+            lambda owed, f: self._local().write_checkpoint(row, blobs, journal=owed, fence=f),
+            keep=lambda seq: outbox.keep_checkpoint(seq, row, blobs),
+        )
+        if not local_took:
+            local_took = self._write_through(
+                fence,
+                lambda t, f: t.write_checkpoint(row, blobs, fence=f),
+                lambda owed: self._local().write_checkpoint(row, blobs, journal=owed),
+                withdraw=lambda t: t.delete_checkpoint(row.thread_id, row.checkpoint_ns, row.checkpoint_id),
+                owe=lambda names: self.memory.owe_checkpoint(row, blobs, names),
+                keep=lambda seq: outbox.keep_checkpoint(seq, row, blobs),
+            )
+        if self.deltas is not None:
+            self.deltas.remember(stored)  # its lists may now be the base of the next pieces
+        self.seen.note(row.thread_id, row.checkpoint_ns, row.checkpoint_id, versions)
+        self._bounded(row.thread_id, local_took)
+        if self.own is not None:
+            if fence is not None and local_took:
+                self.own.put(row.thread_id, row.checkpoint_ns, fence.token, row.checkpoint_id, time.monotonic())
+            else:
+                self.own.forget(row.thread_id)
+        return {
+            "configurable": {
+                "thread_id": row.thread_id,
+                "checkpoint_ns": row.checkpoint_ns,
+                "checkpoint_id": row.checkpoint_id,
+            }
+        }
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+        *,
+        fence: Fence | None = None,
+    ) -> None:
+        """`fence`: as for `put` (a refused write reaches no tier). No
+        withdrawal on failure, unlike `put`: a task's writes are what it
+        really produced, so the copies that did land may be served (reads take
+        the union of the tiers) and spare the task a rerun; retrying is
+        idempotent."""
+        self._writable("put_writes")
+        if not writes:
+            return
+        self.ensure_setup()  # the store's key seals the rows
+        rows, upsert = self.codec.encode_writes(config, writes, task_id, task_path)
+        outbox = self.memory.outbox
+        local_took = self._write_behind(
+            fence,
+            lambda owed, f: self._local().write_writes(rows, upsert, journal=owed, fence=f),
+            keep=lambda seq: outbox.keep_writes(seq, rows, upsert),
+        )
+        if not local_took:
+            local_took = self._write_through(
+                fence,
+                lambda t, f: t.write_writes(rows, upsert, fence=f),
+                lambda owed: self._local().write_writes(rows, upsert, journal=owed),
+                withdraw=None,
+                owe=lambda names: self.memory.owe_writes(rows, upsert, names),
+                keep=lambda seq: outbox.keep_writes(seq, rows, upsert),
+            )
+        if self.own is not None:
+            first = rows[0]
+            if fence is not None and local_took:
+                keys = {(w.task_id, w.idx) for w in rows}
+                now = time.monotonic()
+                self.own.writes(first.thread_id, first.checkpoint_ns, fence.token, first.checkpoint_id, keys, now)
+            else:
+                self.own.forget(first.thread_id)
+        self._bounded(rows[0].thread_id, local_took)
+
+    def _local(self) -> SqliteTier:
+        assert self.local is not None
+        return self.local
+
+    def _bounded(self, thread_id: str, wrote: bool = False) -> None:
+        """A size-bounded local cache (``local_max_bytes``): note the use of
+        `thread_id` and, after a local write, evict what is past the bound
+        (`SqliteTier.evict`), never a thread this saver is running."""
+        if self.raw_local is None or self.raw_local.max_bytes is None:
+            return
+        self.raw_local.touch(thread_id)
+        if not wrote:
+            return
+        running = (self.own.threads() if self.own is not None else set()) | {thread_id}
+        try:
+            evicted = self._local().evict(running)
+        except TierUnavailable:
+            return  # counted as a local write failure where it matters; the next check tries again
+        for gone in evicted:
+            if self.own is not None:
+                self.own.forget(gone)
+
+    def tier_named(self, name: str) -> Tier:
+        return self.roles.named(name)
+
+    def lease_tier(self) -> Tier:
+        """Where a new writer lease is taken: the most authoritative tier
+        whose breaker lets calls through (Postgres, else Redis, else SQLite).
+        With every shared tier down, write-behind keeps its leases locally."""
+        now = time.monotonic()
+        for tier in self.roles.lease_candidates():
+            if self.breakers[tier.name].available(now):
+                return tier
+        if self.write == "local" and self.local is not None:
+            return self.local
+        return self.roles.last_resort
+
+    def _write_behind(
+        self, fence: Fence | None, local: Callable[[Owed, Fence | None], Any], *, keep: Callable[[int], None]
+    ) -> bool:
+        """``write="local"``: commit to the local journal only (fsynced) and
+        leave the rest to the replicator (`keep`: the records go into the
+        outbox under the entry's seq). False when the write is to go through
+        instead (another mode, or the local disk refused it)."""
+        if self.write != "local" or self.local is None:
+            return False
+        on_local = fence is not None and fence.tier == self.local.name
+        owed = Owed(tuple(t.name for t in self.shared), fence=None if on_local else fence)
+        try:
+            seq = local(owed, fence if on_local else None)
+        except TierUnavailable as exc:
+            self._local_failed(exc, "writing through to the shared tiers instead")
+            return False
+        if seq is not None:
+            keep(seq)
+        self.kick()
+        return True
+
+    def _write_through(
+        self,
+        fence: Fence | None,
+        first: Callable[[Tier, Fence | None], Any],
+        local: Callable[[Owed | None], Any],
+        *,
+        withdraw: Callable[[Tier], Any] | None,
+        owe: Callable[[Sequence[str]], None],
+        keep: Callable[[int], None],
+    ) -> bool:
+        """Carry out a write in the order `decisions.write_order` gives: the
+        lease's tier first (fenced), then the local tier with a journal entry
+        naming the shared tiers still to write, then those at once (unless
+        `decisions.acknowledged_behind`: the replicator ships them). The
+        shared tiers that fail stay owed (journal, or memory without a local
+        tier) and are caught up later, unless the write must fail
+        (`decisions.write_fails`); a failing `put` is withdrawn from every
+        tier that took it. The lambdas are the I/O: `first` writes to a tier,
+        `local` to the local tier with its journal entry, `withdraw` takes a
+        failed checkpoint back out, `owe` records what the memory backlog
+        owes, `keep` keeps the records in the outbox under the entry's seq."""
+        order = write_order(self.roles, fence.tier if fence is not None else None)
+        fenced: list[Tier] = []
+        if order.first is not None:
+            # Reads take the union of what every tier holds and repair the
+            # gaps, so a write the fence refuses (`LeaseLost`) must reach no
+            # tier at all: the lease's tier goes first, alone.
+            first(order.first, fence)
+            fenced.append(order.first)
+        rest = list(order.rest)
+        seq = None
+        local_took = False
+        if order.journal:
+            try:
+                seq = local(Owed(order.owed(), acked=bool(fenced)) if rest else None)
+                local_took = True
+            except TierUnavailable as exc:
+                if self.write == "all" or not self.shared:
+                    self._withdraw(withdraw, fenced)
+                    raise
+                self._local_failed(exc, "the shared tiers carry on")
+        if acknowledged_behind(
+            fenced=fence is not None,
+            behind=fence is not None and fence.behind,
+            journaled=seq is not None,
+            ships_behind=self.ships_behind,
+        ):
+            # The lease's tier took it, fenced, and the local journal owes it
+            # to the rest: acknowledged ("shared": the journal and one shared
+            # tier). A run's end ships what its thread owes before its lease
+            # is given back (lease_keeper), and the replicator what a
+            # run still going wrote a while ago (DurableSaver._replicate), in
+            # one transaction per thread and tier, from the outbox (`keep`),
+            # not read back from the local file.
+            assert seq is not None
+            keep(seq)
+            self.kick()
+            return True
+        skipped = self._skipped(rest)
+        results = run_all([functools.partial(first, t, None) for t in rest], overlap=overlap(rest))
+        took = fenced + [t for t, r in zip(rest, results) if not isinstance(r, BaseException)]
+        failed = [(t, r) for t, r in zip(rest, results) if isinstance(r, BaseException)]
+        if worth_probing(self.write, failed=bool(failed), took_shared=any(t is not self.local for t in took)):
+            probed, failed = self._half_open(failed, skipped, lambda t: first(t, None))
+            took += probed
+        if write_fails(self.write, took_shared=any(t is not self.local for t in took), errors=[r for _, r in failed]):
+            # Take a checkpoint back out of every tier that accepted it, so no
+            # tier serves a checkpoint the caller was told failed. Blobs stay:
+            # they are immutable and unreachable without the checkpoint.
+            self._withdraw(withdraw, ([self.local] if local_took and self.local is not None else []) + took)
+            if seq is not None:
+                if withdraw is not None:
+                    self._local().journal_drop(seq)
+                else:
+                    self._local().journal_acked(seq, [t.name for t in took], everyone=self.journal.names)
+            raise failed[0][1]
+        if seq is not None:
+            # Written by the next local transaction, not one of its own.
+            assert self.raw_local is not None
+            self.raw_local.defer_ack(seq, [t.name for t in took if t in rest], everyone=self.journal.names)
+        elif failed:
+            owe([t.name for t, _ in failed])
+        if failed:
+            self.kick()  # the replicator catches the tier up when it is back
+        return local_took or (self.local is not None and self.local in fenced)
+
+    def _skipped(self, tiers: Sequence[Tier]) -> set[str]:
+        """The names of the shared tiers among `tiers` that their breakers
+        will skip now (taken just before a call to them)."""
+        now = time.monotonic()
+        return {t.name for t in tiers if t is not self.local and not self.breakers[t.name].available(now)}
+
+    def _half_open(
+        self, failed: Sequence[tuple[Tier, BaseException]], skipped: set[str], call: Callable[[Tier], Any]
+    ) -> tuple[list[Tier], list[tuple[Tier, BaseException]]]:
+        """No shared tier acknowledged a write: before the run fails, try
+        `call` once on each shared tier its breaker skipped (`skipped`), as
+        an early half-open probe (`Breaker.allow_early`: once per outage). A
+        tier that came back while its breaker still waits out its backoff
+        (Redis restarted, then Postgres dropped) thus takes the write, and
+        its breaker closes. A tier that failed in this very call is not
+        tried again. Returns the tiers that took it and what still failed."""
+        took: list[Tier] = []
+        still: list[tuple[Tier, BaseException]] = []
+        for tier, error in failed:
+            if tier.name not in skipped or not isinstance(error, TierUnavailable):
+                still.append((tier, error))
+                continue
+            guard = cast(GuardedTier, tier)
+            if not guard.breaker.allow_early(time.monotonic()):
+                still.append((tier, error))  # its early probe was spent in this outage
+                continue
+            try:
+                guard.probe(functools.partial(call, guard.tier))
+            except Exception as exc:  # down still, or it answered and refused (then raised as such)
+                still.append((tier, exc))
+                continue
+            logger.warning("%s tier took a write as a probe while no other shared tier answered", tier.name)
+            took.append(tier)
+        return took, still
+
+    def probe_skipped(self, names: Collection[str]) -> list[Tier]:
+        """Probe each shared tier named in `names` that its breaker skips
+        now, with one cheap read, as an early half-open probe
+        (`Breaker.allow_early`: once per outage); a tier that answers is set
+        up first if it was down at setup. Returns the tiers that answered,
+        their breakers closed. For a caller about to fail because no shared
+        tier answers (setting up, taking a writer lease in
+        lease_keeper); it leaves out the tiers that just failed it."""
+        answered: list[Tier] = []
+        skipped = self._skipped(self.shared) & set(names)
+        for tier in self.roles.lease_candidates():
+            guard = cast(GuardedTier, tier)
+            if tier.name not in skipped or not guard.breaker.allow_early(time.monotonic()):
+                continue
+            try:
+                guard.probe(functools.partial(guard.tier.read_meta, KEYS_META))
+            except TierUnavailable:
+                continue
+            answered.append(guard)
+        return answered
+
+    def _withdraw(self, withdraw: Callable[[Tier], Any] | None, tiers: Sequence[Tier]) -> None:
+        if withdraw is None:
+            return
+        for tier in tiers:
+            try:
+                withdraw(tier)
+            except DurableError as exc:
+                logger.error("could not withdraw a failed checkpoint from %s: %s", tier.name, exc)
+
+    def _local_failed(self, exc: TierUnavailable, then: str) -> None:
+        self.counters.local_write_failed()
+        logger.error("local tier write failed (%s): %s", exc, then)
+
+    # -- outages: catch-up and health ----------------------------------------------------
+
+    def catch_up(
+        self,
+        thread_id: str | None = None,
+        *,
+        between: Callable[[], Any] | None = None,
+        skip: Callable[[JournalEntry], bool] | None = None,
+    ) -> int:
+        """Ship what the shared tiers are owed, by one thread or all
+        (`journal.Journal`; `between`, `skip`: see there)."""
+        self.ensure_setup()
+        return self.journal.catch_up(thread_id, between=between, skip=skip)
+
+    def lag(self) -> Lag:
+        """What the shared tiers are owed: records, per tier, and the oldest's age."""
+        now = time.time()
+        lag = lag_of(self.memory.pending(), self.journal.names, now)
+        if self.local is None:
+            return lag
+        try:
+            count, oldest, by_tier = self.local.journal_lag(self.journal.names)
+        except TierUnavailable:
+            return lag
+        return Lag(
+            records=lag.records + count,
+            seconds=max(lag.seconds, now - oldest if oldest is not None else 0.0),
+            by_tier={n: lag.by_tier[n] + by_tier[n] for n in self.journal.names},
+        )
+
+    def health(self) -> Health:
+        """Probe every tier now (its breaker learns the outcome)."""
+        with contextlib.suppress(TierUnavailable):  # each tier's probe below says which
+            self.ensure_setup()
+        lag = self.lag()
+        report = []
+        for tier in self.tiers:
+            guard = cast(GuardedTier, tier)
+            started = time.monotonic()
+            error = None
+            try:
+                guard.probe(lambda: guard.tier.read_meta(KEYS_META))
+            except TierUnavailable as exc:
+                error = str(exc)
+            latency = (time.monotonic() - started) * 1000
+            report.append(
+                TierHealth(
+                    name=tier.name,
+                    reachable=error is None,
+                    latency_ms=None if error else latency,
+                    breaker=self.breakers[tier.name].stats(time.monotonic()),
+                    owed=lag.by_tier.get(tier.name, 0),
+                    error=error,
+                )
+            )
+        return Health(tiers=report, lag=lag, local_write_failures=self.counters.local_write_failures)
+
+    # -- reads ----------------------------------------------------------------------
+
+    def _authority(self, what: str, call: Callable[[Tier], Any]) -> Any:
+        """Ask the authority; nearer tiers answer only when it is down."""
+        return self._authority_tier(what, call)[1]
+
+    def _authority_tier(self, what: str, call: Callable[[Tier], Any]) -> tuple[Tier, Any]:
+        """`_authority`, also naming the tier that answered."""
+        last: TierUnavailable | None = None
+        for i, tier in enumerate(self.roles.by_authority()):
+            try:
+                result = call(tier)
+            except TierUnavailable as exc:
+                last = exc
+                continue
+            if i:
+                logger.warning("degraded read: %s answered by %s (%s)", what, tier.name, last)
+            return tier, result
+        assert last is not None
+        raise last
+
+    # The reader (reads.py) owns every read; these names stay for the
+    # maintenance code below.
+
+    def _checkpoint(self, thread_id: str, ns: str, cid: str, incidents: list[Incident]) -> Found | None:
+        return self.reads.checkpoint(thread_id, ns, cid, incidents)
+
+    def _blobs(
+        self, thread_id: str, ns: str, keys: Sequence[BlobKey], incidents: list[Incident]
+    ) -> dict[BlobKey, tuple[BlobRow, Any]]:
+        return self.reads.blobs(thread_id, ns, keys, incidents)
+
+    def _writes(
+        self, thread_id: str, ns: str, cids: Sequence[str], incidents: list[Incident]
+    ) -> tuple[dict[str, list[tuple[WriteRow, PendingWrite]]], dict[str, str]]:
+        """Pending writes, and (always empty now: a bad write no longer makes
+        its checkpoint unusable) the checkpoints whose writes were lost."""
+        return self.reads.writes(thread_id, ns, cids, incidents), {}
+
+    def _serve(
+        self, thread_id: str, ns: str, cid: str, incidents: list[Incident], *, latest: bool = False
+    ) -> CheckpointTuple | None:
+        if latest:
+            return self.reads.latest(thread_id, ns, incidents)
+        return self.reads.serve(thread_id, ns, cid, incidents)
+
+    def _settle(self, incidents: list[Incident], default: str = "nothing") -> None:
+        self.reads.settle(incidents, default)
+
+    def get_tuple(
+        self, config: RunnableConfig, *, lease_token: int | None = None, trusted_until: float | None = None
+    ) -> CheckpointTuple | None:
+        """`lease_token`: the token of this saver's lease of the thread, if it
+        holds one; then what it wrote last is read from the local tier alone
+        (`trusted_until`: for a lease kept after its run, until this
+        monotonic time)."""
+        thread_id = thread_of(config, what="get_tuple")
+        configurable = config["configurable"]
+        ns = configurable.get("checkpoint_ns", "") or ""
+        cid = configurable.get("checkpoint_id")
+        self.ensure_setup()
+        self._bounded(thread_id)
+        if not cid and self.own is not None:
+            expected = self.own.current(thread_id, ns, lease_token, time.monotonic(), trusted_until)
+            if expected is not None:
+                # What this saver wrote last under the thread's lease, from the
+                # local tier alone, kept under what the lease says the file
+                # holds: the head and its write keys. None: read as usual.
+                own = self._kept(
+                    ("own", thread_id, ns, *expected), _one(lambda: self.reads.local_latest(thread_id, ns, *expected))
+                )
+                if own:
+                    return self.served(own[0])
+        if self.cache_all_reads:
+            found = self._kept(("get", thread_id, ns, cid), _one(lambda: self.reads.get_tuple(thread_id, ns, cid)))
+            return self.served(found[0] if found else None)
+        return self.served(self.reads.get_tuple(thread_id, ns, cid))
+
+    def _kept(self, key: Hashable, read: Callable[[], Any]) -> list[CheckpointTuple]:
+        """`read()` (a page), kept while the local file is unchanged
+        (`read_cache.py`): under `key` and the file's version, taken before
+        the read. A read that met a bad copy (`TierReader.incident_reads`
+        moved) is not kept, nor one that found nothing (`ReadCache.put`)."""
+        version = self._cached_version()
+        if version is not None and self.read_cache is not None:
+            kept = self.read_cache.get(key, version)
+            if kept is not None:
+                return kept
+        incidents = self.reads.incident_reads
+        page = read()
+        if version is not None and self.read_cache is not None and self.reads.incident_reads == incidents:
+            self.read_cache.put(key, version, page)
+        return page
+
+    def _cached_version(self) -> Any:
+        """The local file's version if reads are cached (`read_cache.py`),
+        taken before the read it stands for; None: read as usual."""
+        if self.read_cache is None or self.local is None:
+            return None
+        try:
+            return self.local.version()
+        except TierUnavailable:
+            return None
+
+    def served(self, tup: CheckpointTuple | None) -> CheckpointTuple | None:
+        """`tup`, noted as served: LangGraph may continue from it (carried.py)."""
+        if tup is not None:
+            c = tup.config["configurable"]
+            self.seen.note(
+                c["thread_id"], c.get("checkpoint_ns", ""), c["checkpoint_id"], tup.checkpoint["channel_versions"]
+            )
+        return tup
+
+    def list_tuples(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+        channels: Sequence[str] | None = None,
+    ) -> list[CheckpointTuple]:
+        """`list`; with `channels`, only those channels' values are read."""
+        configurable = (config or {}).get("configurable") or {}
+        thread_id = configurable.get("thread_id")
+        thread_id = thread_id_of(thread_id, what="list") if thread_id is not None else None
+        ns = configurable.get("checkpoint_ns")  # absent: every namespace
+        if ns:
+            check_key_part(ns, what="list: checkpoint_ns", limit=None)
+        cid = configurable.get("checkpoint_id")
+        # LangGraph's server passes `before` without its "configurable" wrapper.
+        plain: dict[str, Any] = dict(before or {})
+        before_id = cast(str | None, (plain.get("configurable") or plain).get("checkpoint_id"))
+        if cid:
+            check_checkpoint_id(cid, what="list: checkpoint_id")
+        if before_id:
+            check_checkpoint_id(before_id, what="list: before's checkpoint_id")
+        self.ensure_setup()
+        if thread_id is not None:
+            self._bounded(thread_id)
+        # One thread's history, as history views and DeltaChannel reads ask
+        # for it, is kept like a get (`read_cache.py`).
+        if self.cache_all_reads and thread_id is not None and not filter:
+            key = "list", thread_id, ns, cid, before_id, limit, tuple(channels) if channels is not None else None
+            return self._kept(
+                key, lambda: self.reads.list_tuples(thread_id, ns, cid, before_id, filter, limit, channels)
+            )
+        return self.reads.list_tuples(thread_id, ns, cid, before_id, filter, limit, channels)
+
+    def delta_history(
+        self,
+        config: RunnableConfig,
+        channels: Sequence[str],
+        *,
+        lease_token: int | None = None,
+        trusted_until: float | None = None,
+    ) -> Mapping[str, DeltaChannelHistory] | None:
+        """A DeltaChannel's history (`delta.py`): the parent-chain walk over
+        ancestors read a page at a time; None when the chain is not complete
+        in what `list` returns (the caller then walks with `get_tuple`).
+        Under this saver's lease (`lease_token`, `trusted_until`: see
+        `get_tuple`) the ancestors it wrote under that lease come from the
+        local tier alone (`TierReader.local_list`)."""
+        configurable = config.get("configurable") or {}
+        thread_id = thread_of(config, what="get_delta_channel_history")
+        ns = configurable.get("checkpoint_ns", "") or ""
+        mine = (
+            self.own.mine(thread_id, ns, lease_token, time.monotonic(), trusted_until) if self.own is not None else None
+        )
+        target = None
+        if configurable.get("checkpoint_id"):
+            # Only its parent pointer is needed: no values, no writes, no
+            # asking every tier (the record is immutable).
+            self.ensure_setup()
+            target = self.reads.stub(thread_id, ns, str(configurable["checkpoint_id"]))
+        if target is None:
+            target = self.get_tuple(config, lease_token=lease_token, trusted_until=trusted_until)
+        if target is None:
+            return delta.empty(channels)
+        ancestors: dict[str, CheckpointTuple] = {}
+        oldest = delta.checkpoint_id(target)
+        size = delta.FIRST_PAGE
+        while True:
+            found = delta.walk(target, ancestors, channels)
+            if not isinstance(found, str):
+                return found
+            if found >= oldest:  # not where list() looked: gone, or another namespace
+                return None
+            page = None
+            if mine is not None and found in mine:
+                page = self.reads.local_list(thread_id, ns, oldest, size, channels, mine)
+            if not page:
+                mine = None  # past what this saver wrote under the lease: every tier from here
+                page = self.list_tuples(
+                    delta.same_thread(target), before=delta.before(oldest), limit=size, channels=channels
+                )
+            if not page:
+                return None
+            delta.add_page(ancestors, page)
+            oldest = min(delta.checkpoint_id(t) for t in page)
+            size = min(2 * size, delta.MAX_PAGE)
+
+    # -- non-resumable actions and resume validation ----------------------------------
+
+    def actions(self, thread_id: str) -> dict[str, LedgerEntry]:
+        """The thread's action ledger, reconciled across the tiers."""
+        thread_id = thread_id_of(thread_id, what="actions")
+        self.ensure_setup()
+        return self.reads.ledger(thread_id)
+
+    def record_action(self, thread_id: str, entry: LedgerEntry) -> None:
+        """Write one ledger entry to every tier before returning: an intent
+        must be durable before the action runs. Unless ``write="all"``, a
+        shared tier that is down is skipped as long as another took it."""
+        check_key_part(entry.key, what="action key", limit=DEFAULT_MAX_ID_BYTES)
+        self.ensure_setup()  # the store's key seals the entry
+        envelope = self.codec.encode_ledger(thread_id, entry)
+        calls = [functools.partial(t.write_ledger, thread_id, entry.key, envelope) for t in self.tiers]
+        skipped = self._skipped(self.tiers)
+        results = run_all(calls)
+        took_shared = [
+            t for t, r in zip(self.tiers, results) if t is not self.local and not isinstance(r, BaseException)
+        ]
+        if self.shared and not took_shared and self.write != "all":
+            missed = [
+                (t, r) for t, r in zip(self.tiers, results) if isinstance(r, BaseException) and t is not self.local
+            ]
+            probed, _ = self._half_open(missed, skipped, lambda t: t.write_ledger(thread_id, entry.key, envelope))
+            took_shared += probed
+            results = [None if t in probed else r for t, r in zip(self.tiers, results)]
+        failed = [r for r in results if isinstance(r, BaseException)]
+        if failed and (
+            self.write == "all"
+            or (self.shared and not took_shared)
+            or any(not isinstance(r, TierUnavailable) for r in failed)
+            or not self.shared
+        ):
+            raise failed[0]
+        # A tier that missed it gets it from the next ledger read, which
+        # reconciles the tiers and repairs the ones behind (reads.py).
+
+    def validate(self, tup: CheckpointTuple, validators: Sequence[Any], hook: ValidationHook | None) -> CheckpointTuple:
+        """The checkpoint a run may resume from (`resume.ResumeGate`)."""
+        return ResumeGate(self.actions, self.get_tuple, self.put).validate(tup, validators, hook)
+
+    # -- verify / repair ------------------------------------------------------------
+
+    def scan(
+        self, thread_id: str | None, *, repair: bool, progress: Callable[[int, int], None] | None = None
+    ) -> ScanReport:
+        """Verify every copy of every record in every tier (one thread or
+        all), and compare the shared tiers; with `repair`, restore bad and
+        missing copies from intact ones and re-seal old-key records
+        (`scan.Scanner`)."""
+        self.ensure_setup()
+        return Scanner(self.tiers, self.codec).scan(thread_id, repair=repair, progress=progress)
+
+    def restore_quarantined(
+        self, records: Sequence[QuarantinedRecord]
+    ) -> tuple[list[QuarantinedRecord], list[QuarantinedRecord]]:
+        """Put quarantined copies back (`scan.Scanner.restore`)."""
+        self.ensure_setup()
+        return Scanner(self.tiers, self.codec).restore(records)
+
+    # -- maintenance -------------------------------------------------------------------
+
+    def _everywhere(self, call: Callable[[Tier], Any]) -> None:
+        _raise_first(run_all([functools.partial(call, t) for t in self.tiers]))
+
+    def delete_thread(self, thread_id: str) -> None:
+        if self.own is not None:
+            self.own.forget(thread_id)
+        self.seen.forget(thread_id)
+        self.memory.outbox.forget()  # owed records deleted: not shipped from memory either
+        self.ensure_setup()
+        self.maintenance.delete_thread(thread_id)
+
+    def delete_for_runs(self, run_ids: Sequence[str], ask: Callable[[str], Any] | None = None) -> None:
+        """`ask(thread_id)`: see `Maintenance.delete_for_runs`."""
+        if not run_ids:
+            return
+        if self.own is not None:
+            self.own.forget(None)
+        self.memory.outbox.forget()  # see delete_thread
+        self.ensure_setup()
+        self.maintenance.delete_for_runs(run_ids, ask)
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        if self.own is not None:
+            self.own.forget(str(target_thread_id))
+        self.ensure_setup()
+        self.maintenance.copy_thread(source_thread_id, target_thread_id)
+
+    def retain(
+        self,
+        policy: RetentionPolicy,
+        thread_ids: Sequence[str] | None,
+        *,
+        now: float,
+        dry_run: bool,
+        progress: Callable[[int, int], None] | None = None,
+        pace: Callable[[], Any] | None = None,
+        ask: Callable[[str], Any] | None = None,
+    ) -> RetentionReport:
+        """Apply `policy` to these threads (None: every thread any tier
+        holds), one at a time; `pace()` runs after each (a rate limit).
+        `ask(thread_id)` runs before a thread is changed (`Maintenance.retain`)."""
+        self.ensure_setup()
+        if thread_ids is None:
+            listed = run_all([functools.partial(t.thread_ids) for t in self.tiers])
+            _raise_first(listed)
+            thread_ids = sorted({t for ids in cast(list[list[str]], listed) for t in ids})
+        report = RetentionReport(dry_run=dry_run)
+        for done, thread_id in enumerate(thread_ids, start=1):
+            thread_id = thread_id_of(thread_id, what="apply_retention")
+            unconfirmed = any(e.escalated() for e in self.actions(thread_id).values())
+            if not dry_run and self.own is not None:
+                self.own.forget(thread_id)
+            if not dry_run:
+                self.memory.outbox.forget()  # see delete_thread
+            retained = self.maintenance.retain(
+                thread_id, policy, now, unconfirmed=unconfirmed, dry_run=dry_run, ask=ask
+            )
+            report.add(retained, unconfirmed=unconfirmed)
+            if progress is not None:
+                progress(done, len(thread_ids))
+            if pace is not None:
+                refuse_awaitable(pace())
+        return report
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        if strategy not in ("keep_latest", "delete"):
+            raise ConfigError(f"unknown prune strategy {strategy!r}: use 'keep_latest' or 'delete'.")
+        if self.own is not None:
+            for thread_id in thread_ids:
+                self.own.forget(str(thread_id))
+        self.memory.outbox.forget()  # see delete_thread
+        self.ensure_setup()
+        self.maintenance.prune(thread_ids, strategy=strategy)
+
+
+def _one(read: Callable[[], Any]) -> Callable[[], Any]:
+    """`read`, as a page of at most one (what `TierChain._kept` keeps)."""
+
+    def page() -> list[CheckpointTuple]:
+        tup = read()
+        return [tup] if tup is not None else []
+
+    return page
+
+
+def _reasons(incidents: Sequence[Incident]) -> list[str]:
+    return [f"{i.tier.name if i.tier is not None else 'every tier'}: {i.key}: {i.reason}" for i in incidents]

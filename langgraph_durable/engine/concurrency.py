@@ -1,0 +1,142 @@
+"""Running one operation on several tiers at once, in both faces.
+
+The chain's async source calls `arun_all`; its generated sync twin calls
+`run_all`. Both return each call's result or the exception it raised, in
+order, so the caller decides what a partial failure means.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import queue
+import threading
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+# The chain's async source creates an `ALock`; its sync twin a `Lock`.
+ALock = asyncio.Lock
+Lock = threading.Lock
+
+# Shared-tier writes are network waits; a handful of threads overlaps them.
+_POOL = ThreadPoolExecutor(max_workers=8, thread_name_prefix="langgraph-durable-io")
+
+
+async def arun_all(calls: Sequence[Callable[[], Awaitable[T]]], *, overlap: bool = True) -> list[T | BaseException]:
+    # `overlap` is for the sync twin: tasks on one event loop always overlap.
+    if len(calls) == 1:
+        try:
+            return [await calls[0]()]
+        except Exception as exc:  # reported to the caller, who decides
+            return [exc]
+    return await asyncio.gather(*(c() for c in calls), return_exceptions=True)
+
+
+def run_all(calls: Sequence[Callable[[], T]], *, overlap: bool = True) -> list[T | BaseException]:
+    """Each call's result or exception. With `overlap`, the calls run at
+    once (all but the first on worker threads); without, one after another
+    (`breaker.overlap_pays` says which is faster)."""
+
+    def capture(call: Callable[[], T]) -> Any:
+        try:
+            return call()
+        except Exception as exc:  # reported to the caller, who decides
+            return exc
+
+    if len(calls) <= 1 or not overlap:
+        return [capture(c) for c in calls]
+    # The first call runs on this thread; the rest overlap with it.
+    futures = [_POOL.submit(capture, c) for c in calls[1:]]
+    first = capture(calls[0])
+    return [first, *(f.result() for f in futures)]
+
+
+# A user's callable (validator, hook, pace) may be sync or async. The async
+# face awaits what an async one returns; the sync face refuses it (the async
+# sources spell the two with an `if True:  # ASYNC` block).
+async def amaybe_await(value: Any) -> Any:
+    """A user callable's result, awaited if the callable was async."""
+    return await value if inspect.isawaitable(value) else value
+
+
+def refuse_awaitable(value: object) -> None:
+    """The sync face cannot wait for an async callable: say so instead of hanging."""
+    if inspect.isawaitable(value):
+        if inspect.iscoroutine(value):
+            value.close()
+        from ..errors import ConfigError
+
+        raise ConfigError(
+            "an async validator was called from a sync run (graph.invoke / stream): "
+            "use graph.ainvoke / astream, or make the validator a plain function."
+        )
+
+
+# Waiting in both faces (the async source calls `asleep`; its sync twin `sleep`).
+async def asleep(seconds: float) -> None:
+    await asyncio.sleep(seconds)
+
+
+def sleep(seconds: float) -> None:
+    time.sleep(seconds)
+
+
+# A call bounded by a timeout (`TimeoutError`). The sync twin runs the call
+# as it is: the sync drivers bound every call with their socket timeouts.
+async def awith_timeout(call: Callable[[], Awaitable[T]], seconds: float | None) -> T:
+    if seconds is None:
+        return await call()
+    async with asyncio.timeout(seconds):  # no task per call, unlike wait_for
+        return await call()
+
+
+def with_timeout(call: Callable[[], T], seconds: float | None) -> T:
+    return call()
+
+
+# Work handed over from inside the garbage collector (a run's end seen by a
+# weakref callback, lease.py). Such a callback may interrupt any code of its
+# thread, also code holding a lock of `concurrent.futures` (a thread being
+# started by an executor's submit), so it must not submit to an executor:
+# SimpleQueue.put is reentrant, and one worker thread runs what it is given.
+_DEFERRED: queue.SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...]]] = queue.SimpleQueue()
+_deferred_worker: threading.Thread | None = None
+_deferred_lock = threading.Lock()
+
+
+def ensure_deferred_worker() -> None:
+    """Start the worker for `defer` (call it outside the garbage collector)."""
+    global _deferred_worker
+    with _deferred_lock:
+        if _deferred_worker is None or not _deferred_worker.is_alive():
+            _deferred_worker = threading.Thread(target=_run_deferred, name="langgraph-durable-deferred", daemon=True)
+            _deferred_worker.start()
+
+
+def defer(fn: Callable[..., Any], *args: Any) -> None:
+    """Run ``fn(*args)`` soon on the worker thread; safe inside the garbage collector."""
+    _DEFERRED.put((fn, args))
+
+
+def wait_deferred(timeout: float) -> bool:
+    """Wait until what `defer` was given so far has run, for at most
+    `timeout` seconds (a saver closing lets a run's release finish first).
+    True at once on the worker itself, or when there is no worker."""
+    worker = _deferred_worker
+    if worker is None or not worker.is_alive() or threading.current_thread() is worker:
+        return True
+    done = threading.Event()
+    _DEFERRED.put((done.set, ()))
+    return done.wait(timeout)
+
+
+def _run_deferred() -> None:
+    while True:
+        fn, args = _DEFERRED.get()
+        with contextlib.suppress(Exception):  # the callee logs what it could not do
+            fn(*args)

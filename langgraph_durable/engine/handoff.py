@@ -1,0 +1,298 @@
+"""Kept leases given back when asked: the hand-off of ``lease_linger``.
+
+A saver that keeps a thread's lease after a run (``lease_linger``) reads the
+thread from its local cache alone, and every other replica has to wait for
+the lease. So a replica that finds a lease busy asks its holder to give it
+back (`AsyncLeaseKeeper._ask_hand_off`: a Postgres NOTIFY or a Redis PUBLISH
+on the lease's tier, on a channel of the holder's own, `hand_off_channel`).
+`HandOffListener` is the holder's side: a daemon thread listening on that
+channel, on a connection of its own.
+A request for a lease this saver only keeps (its run has ended) first ends
+the trust in the local cache (`LeaseBook.unkeep`), then gives the lease back
+in its tier, and the asking replica, which looks again within milliseconds,
+takes it. A request for a thread this saver is running is not for a kept
+lease and changes nothing: the thread is busy.
+
+Safety does not rest on this channel: nobody takes a lease before it is
+given back or has expired, and the holder trusts its cache only for part of
+the expiry. A request that is not heard only costs the asking replica time:
+it waits, or gets `ThreadBusy`, as without the hand-off. To keep that rare,
+the listener proves the channel end to end: when it starts and every
+`PROBE_S` it asks itself, as another replica would, and must hear the
+request within `HEAR_S`. While it cannot (the connection dropped, the server
+is down, a pooler that does not pass notifications on, such as PgBouncer in
+transaction mode), the saver keeps no lease after a run (`LeaseBook.deaf`)
+and gives back those it kept.
+
+A server that stalls (it keeps the connection open and answers nothing)
+holds no call of the listener for ever: connecting is bounded by the
+tier's connect timeout, each statement on its Postgres connection by the
+watchdog (`pools.watched`), TCP keepalives see a peer that vanished, a wait
+for messages ends every `_SLICE_S`, and the probe notices that nothing
+comes back. `stop` shuts the listening connection's socket down, so a call
+still waiting on it returns at once and the thread ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol
+
+import psycopg
+from psycopg import sql
+
+from ..model.lease import Lease, LeaseBook, read_hand_off
+from ..tiers.pools import watched
+from ..tiers.postgres.tier import _KEEPALIVES
+from .tasks import BackgroundTask
+
+logger = logging.getLogger("langgraph_durable")
+
+# How often the listener proves that it hears its channel, and how long a
+# request may take to come back to it.
+PROBE_S = 2.0
+HEAR_S = 1.0
+# Between attempts to listen again after the channel failed.
+RETRY_S = 1.0
+# The longest the listener waits for a message before looking whether it
+# is to stop.
+_SLICE_S = 0.1
+# What a probe names as its thread: no thread's (a thread id holds no NUL).
+_PROBE = "\x00probe:"
+
+
+class Ears(Protocol):
+    """One tier's hand-off channel, heard on a connection of its own."""
+
+    def hear(self, until: float) -> Iterator[str]:
+        """The messages heard until `until` (monotonic), as they come."""
+
+    def close(self) -> None: ...
+
+
+def _shut_down(fd: int) -> None:
+    """Shut down the socket `fd` (its owner's descriptor stays open): a call
+    waiting on it returns at once. The descriptor may be gone already."""
+    if fd < 0:
+        return
+    with contextlib.suppress(OSError), socket.socket(fileno=os.dup(fd)) as dup:
+        dup.shutdown(socket.SHUT_RDWR)
+
+
+class PostgresEars:
+    """LISTEN on a connection of its own (autocommit, so a NOTIFY is sent at
+    once), with TCP keepalives. The LISTEN is bounded by `call_timeout`
+    (None: `connect_timeout`), past which its socket is shut down."""
+
+    def __init__(self, url: str, connect_timeout: float, channel: str, *, call_timeout: float | None = None) -> None:
+        bound = connect_timeout if call_timeout is None else call_timeout
+        self.conn = psycopg.connect(
+            url,
+            autocommit=True,
+            connect_timeout=max(1, int(connect_timeout)),
+            application_name="lgd-hand-off",
+            **_KEEPALIVES,
+            tcp_user_timeout=int(1000 * max(bound, connect_timeout)),
+        )
+        try:
+            with watched(self.conn, bound):
+                self.conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+        except BaseException:
+            self.conn.close()
+            raise
+
+    def hear(self, until: float) -> Iterator[str]:
+        left = until - time.monotonic()
+        if left > 0:
+            for notify in self.conn.notifies(timeout=left):
+                yield notify.payload
+
+    def interrupt(self) -> None:
+        """(Another thread.) Make a call waiting on the connection return."""
+        with contextlib.suppress(Exception):  # closed already: nothing waits on it
+            _shut_down(self.conn.pgconn.socket)
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+class RedisEars:
+    """SUBSCRIBE on a connection of its own, through the tier's sync client
+    (a server, a Sentinel master or a cluster)."""
+
+    def __init__(self, client: Any, channel: str) -> None:
+        self.client = client
+        self.channel = channel
+        self.pubsub = client.pubsub(ignore_subscribe_messages=True)
+        try:
+            self.pubsub.subscribe(channel)
+        except BaseException:
+            self.pubsub.close()
+            raise
+
+    def hear(self, until: float) -> Iterator[str]:
+        while (left := until - time.monotonic()) > 0:
+            message = self.pubsub.get_message(timeout=left)
+            if message is not None and message.get("type") == "message":
+                data = message["data"]
+                yield data.decode() if isinstance(data, bytes) else str(data)
+
+    def interrupt(self) -> None:
+        """(Another thread.) Make a call waiting on the connection return."""
+        with contextlib.suppress(Exception):  # not connected, or closed already
+            _shut_down(self.pubsub.connection._sock.fileno())
+
+    def close(self) -> None:
+        self.pubsub.close()
+
+
+class _Deaf(Exception):
+    """The listener's own request did not come back in time."""
+
+
+class HandOffListener(BackgroundTask):
+    """The daemon thread that gives back kept leases when asked."""
+
+    thread_name = "langgraph-durable-hand-off"
+
+    def __init__(
+        self,
+        book: LeaseBook,
+        ears: Callable[[], Ears],
+        ask: Callable[[str, str], None],
+        give_back: Callable[[Lease], None],
+        *,
+        where: str,
+        probe_s: float = PROBE_S,
+        hear_s: float = HEAR_S,
+        retry_s: float = RETRY_S,
+    ) -> None:
+        super().__init__()
+        self.book = book
+        self._ears = ears
+        self._ask = ask
+        self._give_back = give_back
+        self.where = where
+        self.probe_s = probe_s
+        self.hear_s = hear_s
+        self.retry_s = retry_s
+        self._ears_now: Ears | None = None  # the listening connection, for `stop` to interrupt
+        self._first_try = threading.Event()
+        self._failing = False  # logged once per outage
+        self.hand_offs = 0  # leases given back on request
+
+    def start(self, wait: float = 0.0) -> None:
+        """Start listening (in a forked child too: a thread does not survive
+        the fork); wait up to `wait` seconds for the first attempt to hear
+        the channel, whether it did or not."""
+        super().start()
+        with self._lock:
+            heard = self._first_try
+        if wait > 0:
+            heard.wait(wait)
+
+    def _starting(self) -> None:
+        self._first_try = threading.Event()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop listening and close the connection. From now on no lease is
+        kept after a run; those kept stay in the book for the saver's
+        `close` to give back. A call of the listener's still waiting on its
+        connection (a server that stalls) is cut short; one still
+        connecting ends within the connect timeout, and this waits for the
+        thread `timeout` seconds at most."""
+        self.book.stop_hearing()
+        super().stop(timeout)
+
+    def _interrupt(self) -> None:
+        with self._lock:
+            ears = self._ears_now if self._pid == os.getpid() else None
+        interrupt = getattr(ears, "interrupt", None)
+        if interrupt is not None:
+            interrupt()
+
+    def _hear(self, ears: Ears, until: float) -> Iterator[str]:
+        """`ears.hear` in short slices, so that `stop` is seen soon."""
+        while not self._stopping.is_set() and (now := time.monotonic()) < until:
+            yield from ears.hear(min(until, now + _SLICE_S))
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            ears: Ears | None = None
+            try:
+                ears = self._ears()
+                with self._lock:
+                    self._ears_now = ears
+                    stopped = self._stopping.is_set()
+                if stopped:  # `stop` came while this connected: it could not interrupt it
+                    break
+                self._prove(ears)
+                if self._failing:
+                    logger.warning("lease hand-offs: listening again on %s", self.where)
+                    self._failing = False
+                self.book.hearing()
+                self._first_try.set()
+                while not self._stopping.is_set():
+                    for message in self._hear(ears, time.monotonic() + self.probe_s):
+                        self._handle(message)
+                    if not self._stopping.is_set():
+                        self._prove(ears)
+            except Exception as exc:
+                if not self._stopping.is_set() and not self._failing:
+                    logger.warning(
+                        "lease hand-offs: not listening on %s (%s: %s); leases are given back when runs end "
+                        "until it works again",
+                        self.where,
+                        type(exc).__name__,
+                        exc,
+                    )
+                    self._failing = True
+            finally:
+                self._first_try.set()
+                if self._stopping.is_set():
+                    self.book.stop_hearing()  # the saver closes: `close` gives kept leases back
+                else:
+                    for lease in self.book.deaf():
+                        self._give_back(lease)
+                if ears is not None:
+                    with self._lock:
+                        self._ears_now = None
+                    try:
+                        ears.close()
+                    except Exception as exc:
+                        logger.debug("lease hand-offs: closing the listening connection: %s", exc)
+            self._stopping.wait(self.retry_s)
+
+    def _prove(self, ears: Ears) -> None:
+        """Ask ourselves as another replica would (on another connection:
+        a pooler may pass a session's own notifications on, and no one
+        else's), and hear it within `hear_s`; handle what else comes."""
+        probe = _PROBE + secrets.token_hex(8)
+        self._ask(probe, self.book.holder)
+        for message in self._hear(ears, time.monotonic() + self.hear_s):
+            request = read_hand_off(message)
+            if request is not None and request[1] == probe:
+                return
+            self._handle(message)
+        if self._stopping.is_set():
+            return
+        raise _Deaf(f"its own request did not come back within {self.hear_s} s")
+
+    def _handle(self, message: str) -> None:
+        request = read_hand_off(message)
+        if request is None:
+            return
+        holder, thread_id = request
+        if holder != self.book.holder:
+            return
+        lease = self.book.unkeep(thread_id)  # the cache is no longer trusted, before the lease goes
+        if lease is not None:
+            self.hand_offs += 1
+            self._give_back(lease)

@@ -1,0 +1,1005 @@
+# WARNING: this file is generated from langgraph_durable/tiers/postgres/tier_async.py; edit that file and run tools/async_to_sync.py. DO NOT EDIT.
+"""The Postgres tier: the system of record.
+
+Tables are keyed by thread first, so they partition cleanly by thread.
+Schema changes go through `MIGRATIONS` (index = version, append only),
+applied under an advisory lock so many replicas can call ``setup()`` at once.
+
+Every statement works behind a pooler in transaction mode (PgBouncer
+``pool_mode = transaction``), which hands each transaction to whichever
+server connection is free: nothing here keeps state in a server session
+between transactions (no SET, LISTEN, temporary table, WITH HOLD cursor or
+session advisory lock; the migration lock is ``pg_advisory_xact_lock``, held
+by the transaction that migrates). The one session feature is psycopg's
+server-side prepared statements, off with ``prepared_statements=False``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import select
+import time
+from collections.abc import Generator, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+from psycopg.rows import TupleRow
+from psycopg.types.json import Jsonb
+
+from ...errors import ConfigError, DurableError, TierUnavailable
+from ...model.backlog import DEFAULT_CALL_TIMEOUT_S
+from ...model.lease import HAND_OFF_MAX_MESSAGE, Fence, Lease, hand_off_channel, hand_off_message, lease_lost
+from ...model.records import BlobRow, CheckpointRow, Row, WriteRow
+from ...model.roles import Role
+from ..base import (
+    BlobKey,
+    Head,
+    QuarantinedRecord,
+    ThreadRecords,
+    _fields,
+    deleted_key,
+    gone_key,
+    live_row_where,
+    redact,
+    unavailable_on,
+)
+from ..pools import LONG_CALL_FACTOR, LONG_CALL_TIMEOUT_S, ConnectionPool, long_call_timeout, watched
+
+DEFAULT_POOL_SIZE = 10
+DEFAULT_CONNECT_TIMEOUT_S = 5.0
+# Any constant; it only has to be the same in every replica.
+_MIGRATION_LOCK = 0x4C4744_5552
+
+# Index = schema version. Append only; never edit a shipped entry.
+# version 0: empty database
+# A quarantined copy keeps the fields of its row (msgpack), so it can be
+# put back; the store's key fingerprint; per-thread writer leases.
+# A thread's newest checkpoints across its namespaces (`list` without
+# checkpoint_ns): read from this index, not sorted from all of them.
+# On a large table, create it first with CREATE INDEX CONCURRENTLY
+# under this name: the migration then finds it.
+# A CREATE INDEX CONCURRENTLY that failed (cancelled, a deadlock, the
+# server restarted) leaves its index INVALID: never used by a query but
+# still kept up to date by every write, and taken by IF NOT EXISTS above
+# for one that exists. Build it again. (Non-concurrently: this holds the
+# table's writes meanwhile, as the migration above would have.)
+MIGRATIONS: list[str] = [
+    "",
+    """
+    CREATE TABLE IF NOT EXISTS lgd_checkpoints (
+        thread_id text NOT NULL,
+        checkpoint_ns text NOT NULL,
+        checkpoint_id text NOT NULL,
+        parent_id text,
+        run_id text,
+        metadata jsonb NOT NULL,
+        record bytea NOT NULL,
+        PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id)
+    );
+    CREATE INDEX IF NOT EXISTS lgd_checkpoints_run ON lgd_checkpoints (run_id)
+        WHERE run_id IS NOT NULL;
+    CREATE TABLE IF NOT EXISTS lgd_blobs (
+        thread_id text NOT NULL,
+        checkpoint_ns text NOT NULL,
+        channel text NOT NULL,
+        version text NOT NULL,
+        record bytea NOT NULL,
+        PRIMARY KEY (thread_id, checkpoint_ns, channel, version)
+    );
+    CREATE TABLE IF NOT EXISTS lgd_writes (
+        thread_id text NOT NULL,
+        checkpoint_ns text NOT NULL,
+        checkpoint_id text NOT NULL,
+        task_id text NOT NULL,
+        idx integer NOT NULL,
+        channel text NOT NULL,
+        task_path text NOT NULL,
+        record bytea NOT NULL,
+        PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
+    );
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS lgd_quarantine (
+        id bigserial PRIMARY KEY,
+        thread_id text NOT NULL,
+        checkpoint_ns text NOT NULL,
+        kind text NOT NULL,
+        key text NOT NULL,
+        reason text NOT NULL,
+        record bytea NOT NULL,
+        detected_at double precision NOT NULL DEFAULT extract(epoch FROM now())
+    );
+    CREATE INDEX IF NOT EXISTS lgd_quarantine_thread ON lgd_quarantine (thread_id);
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS lgd_ledger (
+        thread_id text NOT NULL,
+        key text NOT NULL,
+        record bytea NOT NULL,
+        PRIMARY KEY (thread_id, key)
+    );
+    """,
+    """
+    ALTER TABLE lgd_quarantine ADD COLUMN IF NOT EXISTS fields bytea;
+    CREATE TABLE IF NOT EXISTS lgd_meta (
+        key text PRIMARY KEY,
+        value text NOT NULL
+    );
+    CREATE TABLE IF NOT EXISTS lgd_leases (
+        thread_id text PRIMARY KEY,
+        holder text NOT NULL,
+        token bigint NOT NULL,
+        expires_at double precision NOT NULL
+    );
+    """,
+    """
+    CREATE INDEX IF NOT EXISTS lgd_checkpoints_thread_recent ON lgd_checkpoints (thread_id, checkpoint_id);
+    """,
+    """
+    DO $$
+    BEGIN
+        IF EXISTS (
+            SELECT 1 FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+            WHERE i.indrelid = 'lgd_checkpoints'::regclass
+                AND c.relname = 'lgd_checkpoints_thread_recent' AND NOT i.indisvalid
+        ) THEN
+            DROP INDEX lgd_checkpoints_thread_recent;
+        END IF;
+    END $$;
+    CREATE INDEX IF NOT EXISTS lgd_checkpoints_thread_recent ON lgd_checkpoints (thread_id, checkpoint_id);
+    """,
+]
+
+_CP_COLS = "thread_id, checkpoint_ns, checkpoint_id, parent_id, run_id, metadata::text, record"
+_W_COLS = "thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, task_path, record"
+_ERRORS = (psycopg.OperationalError,)
+_NOW = "extract(epoch FROM clock_timestamp())::double precision"  # the server's clock
+# libpq: notice a peer that vanished without closing (a cut network) within
+# seconds instead of the kernel's two hours. `tcp_user_timeout` (added per
+# tier: `_tcp_user_timeout_ms`) also drops a connection whose sent data goes
+# unacknowledged that long (a partition without resets). Neither sees a
+# server that stalls while its host still acks: the call timeout does
+# (`ConnectionPool.watch` on the sync face, the tier guard's on the async).
+_KEEPALIVES: dict[str, Any] = {"keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2, "keepalives_count": 3}
+# What the server says when it was reached but will not take this URL's
+# user, password or database: a configuration problem, not an outage.
+_CONFIG_FAILURES = (
+    "does not exist",
+    "authentication failed",
+    "no password supplied",
+    "pg_hba.conf",
+    "not permitted to log in",
+    "permission denied",
+)
+# What the server says when psycopg's prepared statements (named _pg3_0,
+# _pg3_1, ... by every connection) meet a server session other than the one
+# they were prepared in: the mark of a pooler in transaction mode between us
+# and the server. Such a session may lack the name, hold another client's
+# statement under it, or one with another number of parameters (a protocol
+# violation, which would otherwise pass for an outage).
+_SESSION_MOVED = (
+    psycopg.errors.DuplicatePreparedStatement,
+    psycopg.errors.InvalidSqlStatementName,
+    psycopg.errors.ProtocolViolation,
+)
+
+
+def _prepared_elsewhere(exc: psycopg.Error) -> bool:
+    return not isinstance(exc, psycopg.errors.ProtocolViolation) or "prepared statement" in str(exc)
+
+
+# A pooled connection returned this recently is handed out without the test
+# query (psycopg_pool's `check_connection`: a round trip of its own, as long
+# as most of our calls) unless something says it broke (`_check`). One idle
+# longer may have been dropped by a server restart or a failover meanwhile.
+CHECK_IDLE_S = 1.0
+
+
+def _cp(r: TupleRow) -> CheckpointRow:
+    return CheckpointRow(r[0], r[1], r[2], r[3], r[4], r[5], bytes(r[6]))
+
+
+def _w(r: TupleRow) -> WriteRow:
+    return WriteRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], bytes(r[7]))
+
+
+class PostgresTier:
+    """Checkpoints in Postgres through a psycopg connection pool.
+
+    ``prepared_statements=False`` keeps psycopg from preparing statements on
+    the server (``prepare_threshold=None``): needed behind a pooler in
+    transaction mode that does not track them. There a call finds its
+    prepared statement missing, or another client's under the same name:
+    it fails with `ConfigError` (or, same name and number of parameters,
+    runs the other statement). Each call then costs the server a parse and
+    a plan.
+
+    `connect_timeout` bounds opening a connection and waiting for a pooled
+    one; `call_timeout` each call on a connection, on the sync face too
+    (`pools.ConnectionPool.watch`: past it the connection's socket is shut
+    down, the call raises `TierUnavailable` and the connection is
+    discarded). The calls that walk a whole thread or every thread
+    (`thread_ids`, `thread_records`, `list_quarantine`, `prune`,
+    `delete_thread`, `delete_for_runs`) and `setup`'s migration, which may
+    wait for another replica's migration lock, are not bounded by it, as in
+    the tier guard: they get `long_call_timeout` (`pools.long_call_timeout`:
+    six call timeouts, at least `pools.LONG_CALL_TIMEOUT_S`, 60 s), on both
+    faces, past which the connection's socket is shut down and they raise
+    `TierUnavailable` too. None: unbounded (both).
+    """
+
+    name = "postgres"
+    role = Role.RECORD
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        pool_size: int = DEFAULT_POOL_SIZE,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
+        call_timeout: float | None = DEFAULT_CALL_TIMEOUT_S,
+        prepared_statements: bool = True,
+    ) -> None:
+        self.url = url
+        self.where = redact(url)
+        self.connect_timeout = connect_timeout
+        self.call_timeout = call_timeout
+        # The bound of the calls `call_timeout` does not hold (see the class).
+        self.long_call_timeout = long_call_timeout(call_timeout)
+        self.pool_size = pool_size
+        self.prepared_statements = prepared_statements
+        self._failed_at = 0.0  # when a call last met a connection error
+        self.pool = self._new_pool()
+        self._opened = False
+
+    @contextlib.contextmanager
+    def _unreachable(self) -> Generator[None, None, None]:
+        """`unavailable_on` for this tier, remembering when a call failed:
+        from then on every pooled connection is tested before use. A
+        prepared statement met in the wrong server session is a
+        `ConfigError` saying how to run behind a transaction pooler."""
+        try:
+            with unavailable_on("postgres", self.where, *_ERRORS):
+                try:
+                    yield
+                except _SESSION_MOVED as exc:
+                    if self.prepared_statements and _prepared_elsewhere(exc):
+                        raise self._pooled_error(exc) from exc
+                    raise
+        except TierUnavailable:
+            self._failed_at = time.monotonic()
+            raise
+
+    def _pooled_error(self, exc: psycopg.Error) -> ConfigError:
+        return ConfigError(
+            f"postgres tier at {self.where}: {' '.join(str(exc).split())}. A connection pooler in transaction "
+            "mode (PgBouncer pool_mode = transaction) is between this saver and the server: it runs each "
+            "transaction in any server session, where the statements psycopg prepared are missing or are another "
+            "client's. Pass postgres_prepared_statements=False to DurableSaver (or set "
+            "LANGGRAPH_DURABLE_POSTGRES_PREPARED_STATEMENTS=false), or make the pooler track prepared statements "
+            "(PgBouncer 1.21+: max_prepared_statements > 0)."
+        )
+
+    @contextlib.contextmanager
+    def _connection(self, timed: bool = True, doing: str = "") -> Iterator[Any]:
+        """A pooled connection, stamped with when it went back to the pool
+        (`_check`). Not a pool ``reset`` callback: with one, psycopg_pool
+        returns connections from a background task, one hop more per call.
+
+        `timed`: the calls made on it are bounded by `call_timeout` (the
+        sync face's watchdog, `pools.ConnectionPool.watch`; the async face
+        is bounded by its tier guard); a call that outlives it raises
+        `TierUnavailable` and its connection is closed, so the pool
+        discards it rather than hand it out again. Waiting for a pooled
+        connection is bounded by `call_timeout` too (and always by
+        `connect_timeout`): a pool whose connections all went to a stalled
+        server does not hold the call for the connect timeout. Untimed
+        calls are bounded the same way, on both faces, by
+        `long_call_timeout`; `doing` says what such a call was doing, for
+        its error."""
+        wait = self.connect_timeout
+        if timed and self.call_timeout is not None:
+            wait = min(wait, self.call_timeout)
+        with self.pool.connection(timeout=wait) as conn:
+            watch = None
+            try:
+                with (
+                    self.pool.watch(conn, self.call_timeout)
+                    if timed
+                    else watched(conn, self.long_call_timeout) as watch
+                ):
+                    yield conn
+            except psycopg.OperationalError as exc:
+                if watch is not None and watch.fired:
+                    raise self._stalled(exc) if timed else self._stalled_long(exc, doing) from exc
+                raise
+            finally:
+                if watch is not None and watch.fired:
+                    conn.close()
+                conn._lgd_returned_at = time.monotonic()  # type: ignore[attr-defined]
+
+    def _stalled(self, exc: BaseException) -> TierUnavailable:
+        return TierUnavailable(
+            f"postgres tier at {self.where} did not answer within call_timeout ({self.call_timeout} s; "
+            f"{type(exc).__name__}: {' '.join(str(exc).split())}): the server or the network to it stalls. "
+            "Its connection was dropped; check the server's load and the network, or raise call_timeout.",
+            tier="postgres",
+        )
+
+    def _stalled_long(self, exc: BaseException, doing: str) -> TierUnavailable:
+        """A call `call_timeout` does not hold outlived `long_call_timeout`."""
+        return TierUnavailable(
+            f"postgres tier at {self.where} did not finish {doing or 'a scan'} within {self.long_call_timeout} s "
+            f"(the bound of setup and whole-store calls: {LONG_CALL_FACTOR} call timeouts, at least "
+            f"{LONG_CALL_TIMEOUT_S:g} s; {type(exc).__name__}: "
+            f"{' '.join(str(exc).split())}): the server or the network to it stalls"
+            + (
+                ", or another replica holds the migration lock (pg_advisory_xact_lock) that long. Check the "
+                "server's load and the network, and pg_stat_activity for a session stuck in a migration"
+                if doing == "setup"
+                else ". Check the server's load and the network"
+            )
+            + "; its connection was dropped.",
+            tier="postgres",
+        )
+
+    def _check(self, conn: Any) -> None:
+        """Test a pooled connection before it is handed out, unless it was
+        in use a moment ago and nothing says it broke since: no call failed,
+        and its socket has nothing to read (a server that closed the
+        connection leaves an end-of-file there, seen without a round trip)."""
+        returned = getattr(conn, "_lgd_returned_at", 0.0)
+        if (
+            returned <= self._failed_at
+            or time.monotonic() - returned >= CHECK_IDLE_S
+            or select.select([conn.fileno()], [], [], 0)[0]
+        ):
+            # The test query waits on the server too: bounded like a call, on
+            # both faces (it also comes before the calls the tier guard does
+            # not bound): a stalled one fails the check, and the pool discards
+            # the connection.
+            with watched(conn, self.call_timeout):
+                ConnectionPool.check_connection(conn)
+
+    def _new_pool(self) -> ConnectionPool:
+        # psycopg prepares a statement on the server once a connection
+        # has run it a few times; None never does, for a pooler that
+        # gives each transaction any server session (see the module).
+        # Hand out no connection the server dropped while it sat in the
+        # pool (a restart, a failover): one idle for a while is tested first.
+        return ConnectionPool(
+            self.url,
+            min_size=1,
+            max_size=self.pool_size,
+            open=False,
+            timeout=self.connect_timeout,
+            kwargs={
+                "autocommit": True,
+                "connect_timeout": max(1, int(self.connect_timeout)),
+                **_KEEPALIVES,
+                "tcp_user_timeout": self._tcp_user_timeout_ms(),
+                **({} if self.prepared_statements else {"prepare_threshold": None}),
+            },
+            check=self._check,
+        )
+
+    def _tcp_user_timeout_ms(self) -> int:
+        """libpq's ``tcp_user_timeout``: a connection whose sent data goes
+        unacknowledged for the call timeout is dropped by the kernel (not
+        before the connect timeout, which bounds the connect itself)."""
+        return int(1000 * max(self.call_timeout or 0.0, self.connect_timeout))
+
+    def _open(self) -> None:
+        """Open the pool, once one direct connection has shown the server
+        answers. psycopg_pool retries a refused connect until its timeout,
+        so a server known down at once (nothing listening) would cost every
+        new process `connect_timeout` here; the direct connection fails at
+        once instead, and the tier's breaker then skips it."""
+        if not self._opened:
+            error = self._connect_error()
+            if error is not None:
+                raise error
+            try:
+                self.pool.open(wait=True, timeout=self.connect_timeout)
+            except psycopg.OperationalError as exc:
+                # A pool that failed to open is closed for good: the next
+                # attempt (the server may be back by then) gets a new one.
+                self.pool.close()
+                self.pool = self._new_pool()
+                raise self._open_error(exc) from exc
+            self._opened = True
+
+    def _open_error(self, pool_error: psycopg.OperationalError) -> DurableError:
+        """Why the pool did not open. The pool only says PoolTimeout ("is the
+        server running?") whatever happened, so one direct connection asks
+        the server (`_connect_error`)."""
+        error = self._connect_error()
+        if error is not None:
+            return error
+        return TierUnavailable(
+            f"postgres tier at {self.where} did not open its connection pool in {self.connect_timeout} s "
+            f"({type(pool_error).__name__}: {pool_error}). Check that the server is running and not overloaded.",
+            tier="postgres",
+        )
+
+    def _connect_error(self) -> DurableError | None:
+        """Try one direct connection (bounded as the pool's are): None if it
+        opened, else why not: a wrong database, role or password is a
+        `ConfigError`, anything else `TierUnavailable`, both with the
+        server's own words."""
+        try:
+            conn = self.pool.connection_class.connect(
+                self.url,
+                autocommit=True,
+                connect_timeout=max(1, int(self.connect_timeout)),
+                **_KEEPALIVES,
+                tcp_user_timeout=self._tcp_user_timeout_ms(),
+            )
+        except psycopg.Error as exc:
+            reason = " ".join(str(exc).split())
+            if isinstance(exc, psycopg.OperationalError) and not any(m in reason for m in _CONFIG_FAILURES):
+                return TierUnavailable(
+                    f"postgres tier at {self.where} is unreachable ({reason}). "
+                    "Check that the server is running and the URL is right.",
+                    tier="postgres",
+                )
+            return ConfigError(
+                f"postgres tier at {self.where} refused the connection ({reason}). Check the user, password "
+                "and database name in postgres=: the database must exist and the user must be allowed to connect."
+            )
+        conn.close()
+        return None
+
+    def setup(self) -> None:
+        self._open()
+        with self._unreachable():
+            with self._connection(timed=False, doing="setup") as conn, conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+                conn.execute("CREATE TABLE IF NOT EXISTS lgd_migrations (v integer PRIMARY KEY)")
+                cur = conn.execute("SELECT coalesce(max(v), 0) FROM lgd_migrations")
+                row = cur.fetchone()
+                current = row[0] if row else 0
+                for version in range(current + 1, len(MIGRATIONS)):
+                    conn.execute(MIGRATIONS[version])
+                    conn.execute("INSERT INTO lgd_migrations (v) VALUES (%s)", (version,))
+
+    def close(self) -> None:
+        self.pool.close()
+        self._opened = False
+
+    # -- writes ---------------------------------------------------------------------
+
+    def write_checkpoint(self, row: CheckpointRow, blobs: Sequence[BlobRow], *, fence: Fence | None = None) -> None:
+        """One statement, so one round trip and atomic without BEGIN/COMMIT:
+        the fence check (`_fenced`), the new blobs and the checkpoint."""
+        sql = (
+            "INSERT INTO lgd_blobs SELECT %s, %s, c, v, r FROM unnest(%s::text[], %s::text[], %s::bytea[]) AS u(c, v, r) "
+            "WHERE {ok} ON CONFLICT DO NOTHING"
+        )
+        cp = (
+            "INSERT INTO lgd_checkpoints SELECT %s, %s, %s, %s, %s, %s::jsonb, %s WHERE {ok} "
+            "ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET "
+            "parent_id = EXCLUDED.parent_id, run_id = EXCLUDED.run_id, "
+            "metadata = EXCLUDED.metadata, record = EXCLUDED.record"
+        )
+        params = (
+            row.thread_id,
+            row.checkpoint_ns,
+            [b.channel for b in blobs],
+            [b.version for b in blobs],
+            [b.envelope for b in blobs],
+            row.thread_id,
+            row.checkpoint_ns,
+            row.checkpoint_id,
+            row.parent_id,
+            row.run_id,
+            row.metadata_json,
+            row.envelope,
+        )
+        self._fenced(fence, [sql, cp], params)
+
+    def write_batch(
+        self,
+        checkpoints: Sequence[tuple[CheckpointRow, Sequence[BlobRow]]],
+        writes: Sequence[WriteRow],
+        *,
+        fence: Fence | None = None,
+    ) -> None:
+        """One statement (see `write_checkpoint`) for all of them."""
+        rows = list({(r.checkpoint_ns, r.checkpoint_id): r for r, _ in checkpoints}.values())
+        blobs = [b for _, bs in checkpoints for b in bs]
+        first = rows[0] if rows else writes[0] if writes else None
+        if first is None:
+            return
+        inserts: list[str] = []
+        params: list[Any] = []
+        if blobs:
+            inserts.append(
+                "INSERT INTO lgd_blobs SELECT %s, n, c, v, r "
+                "FROM unnest(%s::text[], %s::text[], %s::text[], %s::bytea[]) AS u(n, c, v, r) "
+                "WHERE {ok} ON CONFLICT DO NOTHING"
+            )
+            params += [
+                first.thread_id,
+                [b.checkpoint_ns for b in blobs],
+                [b.channel for b in blobs],
+                [b.version for b in blobs],
+                [b.envelope for b in blobs],
+            ]
+        if rows:
+            inserts.append(
+                "INSERT INTO lgd_checkpoints SELECT %s, n, i, p, ru, m::jsonb, r "
+                "FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::bytea[]) "
+                "AS u(n, i, p, ru, m, r) WHERE {ok} "
+                "ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET "
+                "parent_id = EXCLUDED.parent_id, run_id = EXCLUDED.run_id, "
+                "metadata = EXCLUDED.metadata, record = EXCLUDED.record"
+            )
+            params += [
+                first.thread_id,
+                [r.checkpoint_ns for r in rows],
+                [r.checkpoint_id for r in rows],
+                [r.parent_id for r in rows],
+                [r.run_id for r in rows],
+                [r.metadata_json for r in rows],
+                [r.envelope for r in rows],
+            ]
+        if writes:
+            inserts.append(
+                "INSERT INTO lgd_writes SELECT %s, n, ci, t, i, c, p, r FROM unnest("
+                "%s::text[], %s::text[], %s::text[], %s::int[], %s::text[], %s::text[], %s::bytea[]"
+                ") AS u(n, ci, t, i, c, p, r) WHERE {ok} ON CONFLICT DO NOTHING"
+            )
+            params += [
+                first.thread_id,
+                [w.checkpoint_ns for w in writes],
+                [w.checkpoint_id for w in writes],
+                [w.task_id for w in writes],
+                [w.idx for w in writes],
+                [w.channel for w in writes],
+                [w.task_path for w in writes],
+                [w.envelope for w in writes],
+            ]
+        self._fenced(fence, inserts, params)
+
+    def write_blobs(self, blobs: Sequence[BlobRow]) -> None:
+        if not blobs:
+            return
+        with self._unreachable():
+            with self._connection() as conn, conn.transaction(), conn.cursor() as cur:
+                cur.executemany(
+                    "INSERT INTO lgd_blobs VALUES (%s, %s, %s, %s, %s) ON CONFLICT "
+                    "(thread_id, checkpoint_ns, channel, version) DO UPDATE SET record = EXCLUDED.record",
+                    [(b.thread_id, b.checkpoint_ns, b.channel, b.version, b.envelope) for b in blobs],
+                )
+
+    def write_writes(self, rows: Sequence[WriteRow], upsert: bool, *, fence: Fence | None = None) -> None:
+        """One statement (see `write_checkpoint`). A call's writes have
+        distinct (task, idx), so one INSERT may upsert them all."""
+        if not rows:
+            return
+        conflict = (
+            "(thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO UPDATE SET "
+            "channel = EXCLUDED.channel, task_path = EXCLUDED.task_path, record = EXCLUDED.record"
+            if upsert
+            else "DO NOTHING"
+        )
+        sql = (
+            "INSERT INTO lgd_writes SELECT %s, %s, %s, t, i, c, p, r "
+            "FROM unnest(%s::text[], %s::int[], %s::text[], %s::text[], %s::bytea[]) AS u(t, i, c, p, r) "
+            f"WHERE {{ok}} ON CONFLICT {conflict}"
+        )
+        first = rows[0]
+        params = (
+            first.thread_id,
+            first.checkpoint_ns,
+            first.checkpoint_id,
+            [w.task_id for w in rows],
+            [w.idx for w in rows],
+            [w.channel for w in rows],
+            [w.task_path for w in rows],
+            [w.envelope for w in rows],
+        )
+        if any(
+            (w.thread_id, w.checkpoint_ns, w.checkpoint_id)
+            != (first.thread_id, first.checkpoint_ns, first.checkpoint_id)
+            for w in rows
+        ):
+            for w in rows:  # rows of several checkpoints (catch-up, repair): one statement each
+                self.write_writes([w], upsert, fence=fence)
+            return
+        self._fenced(fence, [sql], params)
+
+    def _fenced(self, fence: Fence | None, inserts: Sequence[str], params: Sequence[Any]) -> None:
+        """Run `inserts` (each with an ``{ok}`` slot in its WHERE) as one
+        statement. With a `fence`, the statement first renews the lease if it
+        still matches (its row stays locked until the statement commits, so a
+        takeover waits for the write and then sees the renewed lease), and
+        inserts nothing otherwise: then `LeaseLost`."""
+        if fence is None:
+            parts = [q.format(ok="true") for q in inserts]
+            ctes = ", ".join(f"w{i} AS ({q})" for i, q in enumerate(parts[:-1]))
+            sql = f"WITH {ctes} {parts[-1]}" if ctes else parts[-1]
+            with self._unreachable():
+                with self._connection() as conn:
+                    conn.execute(sql, params)
+            return
+        ok = "EXISTS (SELECT 1 FROM fence)"
+        sql = (
+            "WITH fence AS (UPDATE lgd_leases SET expires_at = "
+            f"CASE WHEN token = %s AND expires_at > 0 THEN {_NOW} + %s ELSE expires_at END "
+            "WHERE thread_id = %s AND holder = %s "
+            "AND ((NOT %s AND token = %s AND expires_at > 0) OR (%s AND token >= %s)) RETURNING token)"
+            + "".join(f", w{i} AS ({q.format(ok=ok)})" for i, q in enumerate(inserts))
+            + " SELECT count(*) FROM fence"
+        )
+        check = fence.token, fence.ttl, fence.thread_id, fence.holder, fence.late, fence.token, fence.late, fence.token
+        rows = self._fetchall(sql, (*check, *params))
+        if not rows[0][0]:
+            lease = self._fetchall(
+                "SELECT holder, token, expires_at FROM lgd_leases WHERE thread_id = %s", (fence.thread_id,)
+            )
+            r = lease[0] if lease else None
+            raise lease_lost(fence, Lease(fence.thread_id, r[0], r[1], r[2]) if r else None, "postgres")
+
+    # -- reads ------------------------------------------------------------------------
+
+    def _fetchall(self, sql: str, params: Sequence[Any], *, timed: bool = True) -> list[TupleRow]:
+        with self._unreachable():
+            with self._connection(timed) as conn:
+                cur = conn.execute(sql, params)
+                return cur.fetchall()
+
+    def read_checkpoint(self, thread_id: str, ns: str, checkpoint_id: str) -> CheckpointRow | None:
+        rows = self._fetchall(
+            f"SELECT {_CP_COLS} FROM lgd_checkpoints WHERE thread_id = %s AND checkpoint_ns = %s AND checkpoint_id = %s",
+            (thread_id, ns, checkpoint_id),
+        )
+        return _cp(rows[0]) if rows else None
+
+    def read_blobs(self, thread_id: str, ns: str, keys: Sequence[BlobKey]) -> dict[BlobKey, BlobRow]:
+        if not keys:
+            return {}
+        rows = self._fetchall(
+            "SELECT channel, version, record FROM lgd_blobs WHERE thread_id = %s AND checkpoint_ns = %s "
+            "AND (channel, version) IN (SELECT * FROM unnest(%s::text[], %s::text[]))",
+            (thread_id, ns, [c for c, _ in keys], [v for _, v in keys]),
+        )
+        return {(r[0], r[1]): BlobRow(thread_id, ns, r[0], r[1], bytes(r[2])) for r in rows}
+
+    def read_writes(self, thread_id: str, ns: str, checkpoint_ids: Sequence[str]) -> list[WriteRow]:
+        if not checkpoint_ids:
+            return []
+        rows = self._fetchall(
+            f"SELECT {_W_COLS} FROM lgd_writes WHERE thread_id = %s AND checkpoint_ns = %s AND checkpoint_id = ANY(%s)",
+            (thread_id, ns, list(checkpoint_ids)),
+        )
+        return [_w(r) for r in rows]
+
+    def list_page(
+        self, thread_id: str, ns: str, before: str | None, limit: int
+    ) -> tuple[list[CheckpointRow], list[WriteRow]]:
+        """`list_checkpoints` and `read_writes` of one page, in one statement."""
+        older = " AND checkpoint_id < %s" if before is not None else ""
+        rows = self._fetchall(
+            f"WITH c AS (SELECT {_CP_COLS} FROM lgd_checkpoints WHERE thread_id = %s AND checkpoint_ns = %s{older} "
+            "ORDER BY checkpoint_id DESC LIMIT %s) "
+            "SELECT c.*, w.task_id, w.idx, w.channel, w.task_path, w.record FROM c LEFT JOIN lgd_writes w "
+            "ON w.thread_id = c.thread_id AND w.checkpoint_ns = c.checkpoint_ns AND w.checkpoint_id = c.checkpoint_id "
+            "ORDER BY c.checkpoint_id DESC",
+            (thread_id, ns, *([before] if before is not None else []), limit),
+        )
+        checkpoints: dict[str, CheckpointRow] = {}
+        writes = []
+        for r in rows:
+            if r[2] not in checkpoints:
+                checkpoints[r[2]] = _cp(r)
+            if r[7] is not None:
+                writes.append(WriteRow(thread_id, ns, r[2], r[7], r[8], r[9], r[10], bytes(r[11])))
+        return list(checkpoints.values()), writes
+
+    def list_checkpoints(
+        self,
+        thread_id: str | None,
+        ns: str | None,
+        checkpoint_id: str | None,
+        before: str | None,
+        filter: dict[str, Any] | None,
+        limit: int | None,
+    ) -> list[CheckpointRow]:
+        wheres: list[str] = []
+        params: list[Any] = []
+        for column, value in (("thread_id", thread_id), ("checkpoint_ns", ns), ("checkpoint_id", checkpoint_id)):
+            if value is not None:
+                wheres.append(f"{column} = %s")
+                params.append(value)
+        if before is not None:
+            wheres.append("checkpoint_id < %s")
+            params.append(before)
+        if filter:
+            # Containment narrows the scan on the server; the chain re-checks
+            # exact equality on the verified record.
+            wheres.append("metadata @> %s")
+            params.append(Jsonb(json.loads(json.dumps(filter, default=str))))
+        sql = f"SELECT {_CP_COLS} FROM lgd_checkpoints"
+        if wheres:
+            sql += " WHERE " + " AND ".join(wheres)
+        sql += " ORDER BY checkpoint_id DESC"
+        if limit is not None and not filter:
+            sql += " LIMIT %s"
+            params.append(limit)
+        return [_cp(r) for r in self._fetchall(sql, params)]
+
+    # -- deletes ----------------------------------------------------------------------
+
+    def delete_thread(self, thread_id: str) -> None:
+        with self._unreachable():
+            with self._connection(timed=False, doing="deleting a thread") as conn, conn.transaction():
+                for table in ("lgd_checkpoints", "lgd_blobs", "lgd_writes", "lgd_quarantine", "lgd_ledger"):
+                    conn.execute(f"DELETE FROM {table} WHERE thread_id = %s", (thread_id,))
+
+    def delete_for_runs(self, run_ids: Sequence[str], retain: Sequence[tuple[str, str, str]] = ()) -> None:
+        """Delete the checkpoints (and their writes) of these runs, except
+        the `retain` ones, (thread, ns, checkpoint id): still needed by a
+        surviving checkpoint's delta channels."""
+        if not run_ids:
+            return
+        kept = sorted(set(retain))
+        params = [k[0] for k in kept], [k[1] for k in kept], [k[2] for k in kept]
+        doomed = (
+            "c.run_id = ANY(%s) AND (c.thread_id, c.checkpoint_ns, c.checkpoint_id) NOT IN "
+            "(SELECT * FROM unnest(%s::text[], %s::text[], %s::text[]))"
+        )
+        with self._unreachable():
+            with self._connection(timed=False, doing="deleting runs") as conn, conn.transaction():
+                conn.execute(
+                    f"DELETE FROM lgd_writes w USING lgd_checkpoints c WHERE {doomed} "
+                    "AND w.thread_id = c.thread_id AND w.checkpoint_ns = c.checkpoint_ns "
+                    "AND w.checkpoint_id = c.checkpoint_id",
+                    (list(run_ids), *params),
+                )
+                conn.execute(f"DELETE FROM lgd_checkpoints c WHERE {doomed}", (list(run_ids), *params))
+
+    def delete_checkpoint(self, thread_id: str, ns: str, checkpoint_id: str) -> None:
+        with self._unreachable():
+            with self._connection() as conn:
+                conn.execute(
+                    "DELETE FROM lgd_checkpoints WHERE thread_id = %s AND checkpoint_ns = %s AND checkpoint_id = %s",
+                    (thread_id, ns, checkpoint_id),
+                )
+
+    def write_ledger(self, thread_id: str, key: str, envelope: bytes) -> None:
+        with self._unreachable():
+            with self._connection() as conn:
+                conn.execute(
+                    "INSERT INTO lgd_ledger VALUES (%s, %s, %s) "
+                    "ON CONFLICT (thread_id, key) DO UPDATE SET record = EXCLUDED.record",
+                    (thread_id, key, envelope),
+                )
+
+    def swap_ledger(self, thread_id: str, key: str, old: bytes | None, new: bytes) -> None:
+        """Replace one ledger entry only if it still holds `old` (None: only
+        if there is none); see `SqliteTier.swap_ledger`."""
+        with self._unreachable():
+            with self._connection() as conn:
+                if old is None:
+                    conn.execute(
+                        "INSERT INTO lgd_ledger VALUES (%s, %s, %s) ON CONFLICT (thread_id, key) DO NOTHING",
+                        (thread_id, key, new),
+                    )
+                else:
+                    conn.execute(
+                        "UPDATE lgd_ledger SET record = %s WHERE thread_id = %s AND key = %s AND record = %s",
+                        (new, thread_id, key, old),
+                    )
+
+    def read_ledger(self, thread_id: str) -> dict[str, bytes]:
+        rows = self._fetchall("SELECT key, record FROM lgd_ledger WHERE thread_id = %s", (thread_id,))
+        return {r[0]: bytes(r[1]) for r in rows}
+
+    def thread_ids(self) -> list[str]:
+        rows = self._fetchall(
+            "SELECT thread_id FROM lgd_checkpoints UNION SELECT thread_id FROM lgd_blobs "
+            "UNION SELECT thread_id FROM lgd_writes ORDER BY 1",
+            (),
+            timed=False,
+        )
+        return [r[0] for r in rows]
+
+    def thread_records(self, thread_id: str) -> ThreadRecords:
+        """Every live record of one thread, for `verify` and `repair`."""
+        cps = self._fetchall(f"SELECT {_CP_COLS} FROM lgd_checkpoints WHERE thread_id = %s", (thread_id,), timed=False)
+        blobs = self._fetchall(
+            "SELECT thread_id, checkpoint_ns, channel, version, record FROM lgd_blobs WHERE thread_id = %s",
+            (thread_id,),
+            timed=False,
+        )
+        writes = self._fetchall(f"SELECT {_W_COLS} FROM lgd_writes WHERE thread_id = %s", (thread_id,), timed=False)
+        return ThreadRecords(
+            [_cp(r) for r in cps],
+            [BlobRow(r[0], r[1], r[2], r[3], bytes(r[4])) for r in blobs],
+            [_w(r) for r in writes],
+        )
+
+    def quarantine(
+        self, thread_id: str, ns: str, kind: str, key: str, reason: str, envelope: bytes, fields: bytes = b""
+    ) -> None:
+        """Keep a copy for forensics and for `restore`, out of every read path."""
+        with self._unreachable():
+            with self._connection() as conn:
+                conn.execute(
+                    "INSERT INTO lgd_quarantine (thread_id, checkpoint_ns, kind, key, reason, record, fields) "
+                    "VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                    (thread_id, ns, kind, key, reason, envelope, fields or None),
+                )
+
+    def remove_copy(self, kind: str, row: Row) -> None:
+        """Delete this exact copy from the live table; a different copy under
+        the same key (one repaired meanwhile) stays."""
+        table, where, params = live_row_where(row, "%s")
+        with self._unreachable():
+            with self._connection() as conn:
+                conn.execute(f"DELETE FROM {table} WHERE {where} AND record = %s", (*params, row.envelope))
+
+    def list_quarantine(self, thread_id: str | None) -> list[QuarantinedRecord]:
+        sql = "SELECT id, thread_id, checkpoint_ns, kind, key, reason, record, detected_at, fields FROM lgd_quarantine"
+        if thread_id is None:
+            rows = self._fetchall(sql + " ORDER BY id", (), timed=False)
+        else:
+            rows = self._fetchall(sql + " WHERE thread_id = %s ORDER BY id", (thread_id,), timed=False)
+        return [
+            QuarantinedRecord("postgres", r[1], r[2], r[3], r[4], r[5], bytes(r[6]), r[7], str(r[0]), _fields(r[8]))
+            for r in rows
+        ]
+
+    def drop_quarantined(self, ids: Sequence[str]) -> None:
+        with self._unreachable():
+            with self._connection() as conn:
+                conn.execute("DELETE FROM lgd_quarantine WHERE id = ANY(%s)", ([int(i) for i in ids],))
+
+    def read_meta(self, key: str) -> str | None:
+        rows = self._fetchall("SELECT value FROM lgd_meta WHERE key = %s", (key,))
+        return rows[0][0] if rows else None
+
+    def write_meta(self, key: str, value: str | None) -> None:
+        """Set (or, with None, remove) one store-wide setting."""
+        with self._unreachable():
+            with self._connection() as conn:
+                if value is None:
+                    conn.execute("DELETE FROM lgd_meta WHERE key = %s", (key,))
+                else:
+                    conn.execute(
+                        "INSERT INTO lgd_meta VALUES (%s, %s) ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+                        (key, value),
+                    )
+
+    def create_meta(self, key: str, value: str) -> str:
+        """Set a store-wide setting unless one is set; the value that holds
+        (two replicas creating it at once agree on the first one's)."""
+        with self._unreachable():
+            with self._connection() as conn:
+                conn.execute("INSERT INTO lgd_meta VALUES (%s, %s) ON CONFLICT (key) DO NOTHING", (key, value))
+                cur = conn.execute("SELECT value FROM lgd_meta WHERE key = %s", (key,))
+                row = cur.fetchone()
+        return str(row[0]) if row else value
+
+    def head(self, thread_id: str, ns: str) -> Head:
+        """The newest checkpoint of (thread, ns), the thread's deletion
+        marker (`mark_deleted`), and the newest checkpoint's row and pending
+        writes, in one statement (one round trip)."""
+        rows = self._fetchall(
+            f"WITH h AS (SELECT {_CP_COLS} FROM lgd_checkpoints WHERE thread_id = %s AND checkpoint_ns = %s "
+            "ORDER BY checkpoint_id DESC LIMIT 1) "
+            "SELECT h.*, (SELECT value FROM lgd_meta WHERE key = %s), "
+            "w.task_id, w.idx, w.channel, w.task_path, w.record "
+            "FROM (SELECT 1) AS one LEFT JOIN h ON true LEFT JOIN lgd_writes w "
+            "ON w.thread_id = h.thread_id AND w.checkpoint_ns = h.checkpoint_ns AND w.checkpoint_id = h.checkpoint_id",
+            (thread_id, ns, deleted_key(thread_id)),
+        )
+        first = rows[0]
+        row = _cp(first) if first[2] is not None else None
+        writes = tuple(
+            WriteRow(thread_id, ns, first[2], r[8], r[9], r[10], r[11], bytes(r[12])) for r in rows if r[8] is not None
+        )
+        return Head(first[2], first[7], row, writes)
+
+    def mark_gone(self, thread_id: str, checkpoints: Sequence[tuple[str, str]]) -> None:
+        """Record that these (ns, checkpoint id) were deleted (`delete_for_runs`)."""
+        if not checkpoints:
+            return
+        with self._unreachable():
+            with self._connection() as conn:
+                conn.execute(
+                    "INSERT INTO lgd_meta SELECT k, '1' FROM unnest(%s::text[]) AS k ON CONFLICT (key) DO NOTHING",
+                    ([gone_key(thread_id, ns, c) for ns, c in checkpoints],),
+                )
+
+    def gone(self, thread_id: str, ns: str, checkpoint_ids: Sequence[str]) -> set[str]:
+        """Which of these checkpoint ids `mark_gone` recorded."""
+        keys = {gone_key(thread_id, ns, c): c for c in checkpoint_ids}
+        if not keys:
+            return set()
+        rows = self._fetchall("SELECT key FROM lgd_meta WHERE key = ANY(%s)", (list(keys),))
+        return {keys[r[0]] for r in rows}
+
+    def mark_deleted(self, thread_id: str, marker: str | None) -> None:
+        """Record that every checkpoint of the thread up to `marker` was
+        deleted (None clears it); see `SqliteTier.mark_deleted`."""
+        self.write_meta(deleted_key(thread_id), marker)
+
+    def prune(self, thread_id: str, keep: set[tuple[str, str]], keep_blobs: set[tuple[str, str, str]]) -> None:
+        kept_ns = [ns for ns, _ in keep]
+        kept_ids = [cid for _, cid in keep]
+        with self._unreachable():
+            with self._connection(timed=False, doing="pruning a thread") as conn, conn.transaction():
+                for table in ("lgd_checkpoints", "lgd_writes"):
+                    conn.execute(
+                        f"DELETE FROM {table} WHERE thread_id = %s AND (checkpoint_ns, checkpoint_id) NOT IN "
+                        "(SELECT * FROM unnest(%s::text[], %s::text[]))",
+                        (thread_id, kept_ns, kept_ids),
+                    )
+                conn.execute(
+                    "DELETE FROM lgd_blobs WHERE thread_id = %s AND (checkpoint_ns, channel, version) NOT IN "
+                    "(SELECT * FROM unnest(%s::text[], %s::text[], %s::text[]))",
+                    (thread_id, [b[0] for b in keep_blobs], [b[1] for b in keep_blobs], [b[2] for b in keep_blobs]),
+                )
+
+    # -- writer leases (lease.py): the server's clock, so replicas' skew does not matter --
+
+    def read_lease(self, thread_id: str) -> tuple[Lease | None, float]:
+        rows = self._fetchall(
+            f"SELECT l.holder, l.token, l.expires_at, {_NOW} FROM (SELECT 1) AS one "
+            "LEFT JOIN lgd_leases l ON l.thread_id = %s",
+            (thread_id,),
+        )
+        r = rows[0]
+        return Lease(thread_id, r[0], r[1], r[2]) if r[0] is not None else None, r[3]
+
+    def swap_lease(self, thread_id: str, expected: Lease | None, holder: str, token: int, ttl: float) -> Lease | None:
+        if expected is None:
+            rows = self._fetchall(
+                f"INSERT INTO lgd_leases VALUES (%s, %s, %s, {_NOW} + %s) ON CONFLICT (thread_id) DO NOTHING "
+                "RETURNING expires_at",
+                (thread_id, holder, token, ttl),
+            )
+        else:
+            rows = self._fetchall(
+                f"UPDATE lgd_leases SET holder = %s, token = %s, expires_at = {_NOW} + %s "
+                "WHERE thread_id = %s AND holder = %s AND token = %s AND expires_at = %s RETURNING expires_at",
+                (holder, token, ttl, thread_id, expected.holder, expected.token, expected.expires_at),
+            )
+        return Lease(thread_id, holder, token, rows[0][0]) if rows else None
+
+    def keep_lease(self, thread_id: str, holder: str, token: int, ttl: float) -> bool:
+        rows = self._fetchall(
+            f"UPDATE lgd_leases SET expires_at = {_NOW} + %s "
+            "WHERE thread_id = %s AND holder = %s AND token = %s AND expires_at > 0 RETURNING expires_at",
+            (ttl, thread_id, holder, token),
+        )
+        return bool(rows)
+
+    def release_lease(self, thread_id: str, holder: str, token: int | None) -> None:
+        with self._unreachable():
+            with self._connection() as conn:
+                conn.execute(
+                    "UPDATE lgd_leases SET expires_at = 0 WHERE thread_id = %s AND holder = %s "
+                    "AND (%s::bigint IS NULL OR token = %s)",
+                    (thread_id, holder, token, token),
+                )
+
+    def ask_hand_off(self, thread_id: str, holder: str) -> None:
+        message = hand_off_message(holder, thread_id)
+        if len(message.encode()) > HAND_OFF_MAX_MESSAGE:
+            return
+        with self._unreachable():
+            with self._connection() as conn:
+                conn.execute("SELECT pg_notify(%s, %s)", (hand_off_channel(holder), message))
+
+
+if TYPE_CHECKING:
+    from ..protocol import Tier
+
+    def _conforms(tier: PostgresTier) -> Tier:
+        """mypy checks here that the class implements the Protocol the rooms use."""
+        return tier
