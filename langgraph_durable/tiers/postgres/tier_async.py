@@ -3,6 +3,7 @@
 Tables are keyed by thread first, so they partition cleanly by thread.
 Schema changes go through `MIGRATIONS` (index = version, append only),
 applied under an advisory lock so many replicas can call ``setup()`` at once.
+The statements live in ``sql.py`` beside it; this module does the I/O.
 
 Every statement works behind a pooler in transaction mode (PgBouncer
 ``pool_mode = transaction``), which hands each transaction to whichever
@@ -47,115 +48,13 @@ from ..base import (
     unavailable_on,
 )
 from ..pools import LONG_CALL_FACTOR, LONG_CALL_TIMEOUT_S, AsyncConnectionPool, long_call_timeout, watched
+from . import sql
+from .sql import MIGRATIONS
 
 DEFAULT_POOL_SIZE = 10
 DEFAULT_CONNECT_TIMEOUT_S = 5.0
-# Any constant; it only has to be the same in every replica.
-_MIGRATION_LOCK = 0x4C4744_5552
 
-# Index = schema version. Append only; never edit a shipped entry.
-MIGRATIONS: list[str] = [
-    "",  # version 0: empty database
-    """
-    CREATE TABLE IF NOT EXISTS lgd_checkpoints (
-        thread_id text NOT NULL,
-        checkpoint_ns text NOT NULL,
-        checkpoint_id text NOT NULL,
-        parent_id text,
-        run_id text,
-        metadata jsonb NOT NULL,
-        record bytea NOT NULL,
-        PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id)
-    );
-    CREATE INDEX IF NOT EXISTS lgd_checkpoints_run ON lgd_checkpoints (run_id)
-        WHERE run_id IS NOT NULL;
-    CREATE TABLE IF NOT EXISTS lgd_blobs (
-        thread_id text NOT NULL,
-        checkpoint_ns text NOT NULL,
-        channel text NOT NULL,
-        version text NOT NULL,
-        record bytea NOT NULL,
-        PRIMARY KEY (thread_id, checkpoint_ns, channel, version)
-    );
-    CREATE TABLE IF NOT EXISTS lgd_writes (
-        thread_id text NOT NULL,
-        checkpoint_ns text NOT NULL,
-        checkpoint_id text NOT NULL,
-        task_id text NOT NULL,
-        idx integer NOT NULL,
-        channel text NOT NULL,
-        task_path text NOT NULL,
-        record bytea NOT NULL,
-        PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
-    );
-    """,
-    """
-    CREATE TABLE IF NOT EXISTS lgd_quarantine (
-        id bigserial PRIMARY KEY,
-        thread_id text NOT NULL,
-        checkpoint_ns text NOT NULL,
-        kind text NOT NULL,
-        key text NOT NULL,
-        reason text NOT NULL,
-        record bytea NOT NULL,
-        detected_at double precision NOT NULL DEFAULT extract(epoch FROM now())
-    );
-    CREATE INDEX IF NOT EXISTS lgd_quarantine_thread ON lgd_quarantine (thread_id);
-    """,
-    """
-    CREATE TABLE IF NOT EXISTS lgd_ledger (
-        thread_id text NOT NULL,
-        key text NOT NULL,
-        record bytea NOT NULL,
-        PRIMARY KEY (thread_id, key)
-    );
-    """,
-    # A quarantined copy keeps the fields of its row (msgpack), so it can be
-    # put back; the store's key fingerprint; per-thread writer leases.
-    """
-    ALTER TABLE lgd_quarantine ADD COLUMN IF NOT EXISTS fields bytea;
-    CREATE TABLE IF NOT EXISTS lgd_meta (
-        key text PRIMARY KEY,
-        value text NOT NULL
-    );
-    CREATE TABLE IF NOT EXISTS lgd_leases (
-        thread_id text PRIMARY KEY,
-        holder text NOT NULL,
-        token bigint NOT NULL,
-        expires_at double precision NOT NULL
-    );
-    """,
-    # A thread's newest checkpoints across its namespaces (`list` without
-    # checkpoint_ns): read from this index, not sorted from all of them.
-    # On a large table, create it first with CREATE INDEX CONCURRENTLY
-    # under this name: the migration then finds it.
-    """
-    CREATE INDEX IF NOT EXISTS lgd_checkpoints_thread_recent ON lgd_checkpoints (thread_id, checkpoint_id);
-    """,
-    # A CREATE INDEX CONCURRENTLY that failed (cancelled, a deadlock, the
-    # server restarted) leaves its index INVALID: never used by a query but
-    # still kept up to date by every write, and taken by IF NOT EXISTS above
-    # for one that exists. Build it again. (Non-concurrently: this holds the
-    # table's writes meanwhile, as the migration above would have.)
-    """
-    DO $$
-    BEGIN
-        IF EXISTS (
-            SELECT 1 FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
-            WHERE i.indrelid = 'lgd_checkpoints'::regclass
-                AND c.relname = 'lgd_checkpoints_thread_recent' AND NOT i.indisvalid
-        ) THEN
-            DROP INDEX lgd_checkpoints_thread_recent;
-        END IF;
-    END $$;
-    CREATE INDEX IF NOT EXISTS lgd_checkpoints_thread_recent ON lgd_checkpoints (thread_id, checkpoint_id);
-    """,
-]
-
-_CP_COLS = "thread_id, checkpoint_ns, checkpoint_id, parent_id, run_id, metadata::text, record"
-_W_COLS = "thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, task_path, record"
 _ERRORS = (psycopg.OperationalError,)
-_NOW = "extract(epoch FROM clock_timestamp())::double precision"  # the server's clock
 # libpq: notice a peer that vanished without closing (a cut network) within
 # seconds instead of the kernel's two hours. `tcp_user_timeout` (added per
 # tier: `_tcp_user_timeout_ms`) also drops a connection whose sent data goes
@@ -454,14 +353,14 @@ class AsyncPostgresTier:
         await self._open()
         with self._unreachable():
             async with self._connection(timed=False, doing="setup") as conn, conn.transaction():
-                await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
-                await conn.execute("CREATE TABLE IF NOT EXISTS lgd_migrations (v integer PRIMARY KEY)")
-                cur = await conn.execute("SELECT coalesce(max(v), 0) FROM lgd_migrations")
+                await conn.execute(sql.LOCK_MIGRATIONS, (sql.MIGRATION_LOCK,))
+                await conn.execute(sql.CREATE_MIGRATIONS_TABLE)
+                cur = await conn.execute(sql.SELECT_SCHEMA_VERSION)
                 row = await cur.fetchone()
                 current = row[0] if row else 0
                 for version in range(current + 1, len(MIGRATIONS)):
                     await conn.execute(MIGRATIONS[version])
-                    await conn.execute("INSERT INTO lgd_migrations (v) VALUES (%s)", (version,))
+                    await conn.execute(sql.INSERT_SCHEMA_VERSION, (version,))
 
     async def close(self) -> None:
         await self.pool.close()
@@ -474,16 +373,6 @@ class AsyncPostgresTier:
     ) -> None:
         """One statement, so one round trip and atomic without BEGIN/COMMIT:
         the fence check (`_fenced`), the new blobs and the checkpoint."""
-        sql = (
-            "INSERT INTO lgd_blobs SELECT %s, %s, c, v, r FROM unnest(%s::text[], %s::text[], %s::bytea[]) AS u(c, v, r) "
-            "WHERE {ok} ON CONFLICT DO NOTHING"
-        )
-        cp = (
-            "INSERT INTO lgd_checkpoints SELECT %s, %s, %s, %s, %s, %s::jsonb, %s WHERE {ok} "
-            "ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET "
-            "parent_id = EXCLUDED.parent_id, run_id = EXCLUDED.run_id, "
-            "metadata = EXCLUDED.metadata, record = EXCLUDED.record"
-        )
         params = (
             row.thread_id,
             row.checkpoint_ns,
@@ -498,7 +387,7 @@ class AsyncPostgresTier:
             row.metadata_json,
             row.envelope,
         )
-        await self._fenced(fence, [sql, cp], params)
+        await self._fenced(fence, [sql.INSERT_CHECKPOINT_BLOBS, sql.UPSERT_CHECKPOINT], params)
 
     async def write_batch(
         self,
@@ -516,11 +405,7 @@ class AsyncPostgresTier:
         inserts: list[str] = []
         params: list[Any] = []
         if blobs:
-            inserts.append(
-                "INSERT INTO lgd_blobs SELECT %s, n, c, v, r "
-                "FROM unnest(%s::text[], %s::text[], %s::text[], %s::bytea[]) AS u(n, c, v, r) "
-                "WHERE {ok} ON CONFLICT DO NOTHING"
-            )
+            inserts.append(sql.INSERT_BATCH_BLOBS)
             params += [
                 first.thread_id,
                 [b.checkpoint_ns for b in blobs],
@@ -529,14 +414,7 @@ class AsyncPostgresTier:
                 [b.envelope for b in blobs],
             ]
         if rows:
-            inserts.append(
-                "INSERT INTO lgd_checkpoints SELECT %s, n, i, p, ru, m::jsonb, r "
-                "FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::bytea[]) "
-                "AS u(n, i, p, ru, m, r) WHERE {ok} "
-                "ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET "
-                "parent_id = EXCLUDED.parent_id, run_id = EXCLUDED.run_id, "
-                "metadata = EXCLUDED.metadata, record = EXCLUDED.record"
-            )
+            inserts.append(sql.UPSERT_BATCH_CHECKPOINTS)
             params += [
                 first.thread_id,
                 [r.checkpoint_ns for r in rows],
@@ -547,11 +425,7 @@ class AsyncPostgresTier:
                 [r.envelope for r in rows],
             ]
         if writes:
-            inserts.append(
-                "INSERT INTO lgd_writes SELECT %s, n, ci, t, i, c, p, r FROM unnest("
-                "%s::text[], %s::text[], %s::text[], %s::int[], %s::text[], %s::text[], %s::bytea[]"
-                ") AS u(n, ci, t, i, c, p, r) WHERE {ok} ON CONFLICT DO NOTHING"
-            )
+            inserts.append(sql.INSERT_BATCH_WRITES)
             params += [
                 first.thread_id,
                 [w.checkpoint_ns for w in writes],
@@ -570,8 +444,7 @@ class AsyncPostgresTier:
         with self._unreachable():
             async with self._connection() as conn, conn.transaction(), conn.cursor() as cur:
                 await cur.executemany(
-                    "INSERT INTO lgd_blobs VALUES (%s, %s, %s, %s, %s) ON CONFLICT "
-                    "(thread_id, checkpoint_ns, channel, version) DO UPDATE SET record = EXCLUDED.record",
+                    sql.UPSERT_BLOB,
                     [(b.thread_id, b.checkpoint_ns, b.channel, b.version, b.envelope) for b in blobs],
                 )
 
@@ -580,17 +453,6 @@ class AsyncPostgresTier:
         distinct (task, idx), so one INSERT may upsert them all."""
         if not rows:
             return
-        conflict = (
-            "(thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO UPDATE SET "
-            "channel = EXCLUDED.channel, task_path = EXCLUDED.task_path, record = EXCLUDED.record"
-            if upsert
-            else "DO NOTHING"
-        )
-        sql = (
-            "INSERT INTO lgd_writes SELECT %s, %s, %s, t, i, c, p, r "
-            "FROM unnest(%s::text[], %s::int[], %s::text[], %s::text[], %s::bytea[]) AS u(t, i, c, p, r) "
-            f"WHERE {{ok}} ON CONFLICT {conflict}"
-        )
         first = rows[0]
         params = (
             first.thread_id,
@@ -610,7 +472,7 @@ class AsyncPostgresTier:
             for w in rows:  # rows of several checkpoints (catch-up, repair): one statement each
                 await self.write_writes([w], upsert, fence=fence)
             return
-        await self._fenced(fence, [sql], params)
+        await self._fenced(fence, [sql.UPSERT_WRITES if upsert else sql.INSERT_WRITES], params)
 
     async def _fenced(self, fence: Fence | None, inserts: Sequence[str], params: Sequence[Any]) -> None:
         """Run `inserts` (each with an ``{ok}`` slot in its WHERE) as one
@@ -619,22 +481,10 @@ class AsyncPostgresTier:
         takeover waits for the write and then sees the renewed lease), and
         inserts nothing otherwise: then `LeaseLost`."""
         if fence is None:
-            parts = [q.format(ok="true") for q in inserts]
-            ctes = ", ".join(f"w{i} AS ({q})" for i, q in enumerate(parts[:-1]))
-            sql = f"WITH {ctes} {parts[-1]}" if ctes else parts[-1]
             with self._unreachable():
                 async with self._connection() as conn:
-                    await conn.execute(sql, params)
+                    await conn.execute(sql.chained(inserts), params)
             return
-        ok = "EXISTS (SELECT 1 FROM fence)"
-        sql = (
-            "WITH fence AS (UPDATE lgd_leases SET expires_at = "
-            f"CASE WHEN token = %s AND expires_at > 0 THEN {_NOW} + %s ELSE expires_at END "
-            "WHERE thread_id = %s AND holder = %s "
-            "AND ((NOT %s AND token = %s AND expires_at > 0) OR (%s AND token >= %s)) RETURNING token)"
-            + "".join(f", w{i} AS ({q.format(ok=ok)})" for i, q in enumerate(inserts))
-            + " SELECT count(*) FROM fence"
-        )
         check = (
             fence.token,
             fence.ttl,
@@ -645,60 +495,42 @@ class AsyncPostgresTier:
             fence.late,
             fence.token,
         )
-        rows = await self._fetchall(sql, (*check, *params))
+        rows = await self._fetchall(sql.fenced(inserts), (*check, *params))
         if not rows[0][0]:
-            lease = await self._fetchall(
-                "SELECT holder, token, expires_at FROM lgd_leases WHERE thread_id = %s", (fence.thread_id,)
-            )
+            lease = await self._fetchall(sql.SELECT_LEASE, (fence.thread_id,))
             r = lease[0] if lease else None
             raise lease_lost(fence, Lease(fence.thread_id, r[0], r[1], r[2]) if r else None, "postgres")
 
     # -- reads ------------------------------------------------------------------------
 
-    async def _fetchall(self, sql: str, params: Sequence[Any], *, timed: bool = True) -> list[TupleRow]:
+    async def _fetchall(self, query: str, params: Sequence[Any], *, timed: bool = True) -> list[TupleRow]:
         with self._unreachable():
             async with self._connection(timed) as conn:
-                cur = await conn.execute(sql, params)
+                cur = await conn.execute(query, params)
                 return await cur.fetchall()
 
     async def read_checkpoint(self, thread_id: str, ns: str, checkpoint_id: str) -> CheckpointRow | None:
-        rows = await self._fetchall(
-            f"SELECT {_CP_COLS} FROM lgd_checkpoints WHERE thread_id = %s AND checkpoint_ns = %s AND checkpoint_id = %s",
-            (thread_id, ns, checkpoint_id),
-        )
+        rows = await self._fetchall(sql.SELECT_CHECKPOINT, (thread_id, ns, checkpoint_id))
         return _cp(rows[0]) if rows else None
 
     async def read_blobs(self, thread_id: str, ns: str, keys: Sequence[BlobKey]) -> dict[BlobKey, BlobRow]:
         if not keys:
             return {}
-        rows = await self._fetchall(
-            "SELECT channel, version, record FROM lgd_blobs WHERE thread_id = %s AND checkpoint_ns = %s "
-            "AND (channel, version) IN (SELECT * FROM unnest(%s::text[], %s::text[]))",
-            (thread_id, ns, [c for c, _ in keys], [v for _, v in keys]),
-        )
+        rows = await self._fetchall(sql.SELECT_BLOBS, (thread_id, ns, [c for c, _ in keys], [v for _, v in keys]))
         return {(r[0], r[1]): BlobRow(thread_id, ns, r[0], r[1], bytes(r[2])) for r in rows}
 
     async def read_writes(self, thread_id: str, ns: str, checkpoint_ids: Sequence[str]) -> list[WriteRow]:
         if not checkpoint_ids:
             return []
-        rows = await self._fetchall(
-            f"SELECT {_W_COLS} FROM lgd_writes WHERE thread_id = %s AND checkpoint_ns = %s AND checkpoint_id = ANY(%s)",
-            (thread_id, ns, list(checkpoint_ids)),
-        )
+        rows = await self._fetchall(sql.SELECT_WRITES, (thread_id, ns, list(checkpoint_ids)))
         return [_w(r) for r in rows]
 
     async def list_page(
         self, thread_id: str, ns: str, before: str | None, limit: int
     ) -> tuple[list[CheckpointRow], list[WriteRow]]:
         """`list_checkpoints` and `read_writes` of one page, in one statement."""
-        older = " AND checkpoint_id < %s" if before is not None else ""
         rows = await self._fetchall(
-            f"WITH c AS (SELECT {_CP_COLS} FROM lgd_checkpoints WHERE thread_id = %s AND checkpoint_ns = %s{older} "
-            "ORDER BY checkpoint_id DESC LIMIT %s) "
-            "SELECT c.*, w.task_id, w.idx, w.channel, w.task_path, w.record FROM c LEFT JOIN lgd_writes w "
-            "ON w.thread_id = c.thread_id AND w.checkpoint_ns = c.checkpoint_ns AND w.checkpoint_id = c.checkpoint_id "
-            "ORDER BY c.checkpoint_id DESC",
-            (thread_id, ns, *([before] if before is not None else []), limit),
+            sql.select_page(before is not None), (thread_id, ns, *([before] if before is not None else []), limit)
         )
         checkpoints: dict[str, CheckpointRow] = {}
         writes = []
@@ -718,36 +550,31 @@ class AsyncPostgresTier:
         filter: dict[str, Any] | None,
         limit: int | None,
     ) -> list[CheckpointRow]:
-        wheres: list[str] = []
-        params: list[Any] = []
-        for column, value in (("thread_id", thread_id), ("checkpoint_ns", ns), ("checkpoint_id", checkpoint_id)):
-            if value is not None:
-                wheres.append(f"{column} = %s")
-                params.append(value)
-        if before is not None:
-            wheres.append("checkpoint_id < %s")
-            params.append(before)
+        params: list[Any] = [v for v in (thread_id, ns, checkpoint_id, before) if v is not None]
         if filter:
             # Containment narrows the scan on the server; the chain re-checks
             # exact equality on the verified record.
-            wheres.append("metadata @> %s")
             params.append(Jsonb(json.loads(json.dumps(filter, default=str))))
-        sql = f"SELECT {_CP_COLS} FROM lgd_checkpoints"
-        if wheres:
-            sql += " WHERE " + " AND ".join(wheres)
-        sql += " ORDER BY checkpoint_id DESC"
-        if limit is not None and not filter:
-            sql += " LIMIT %s"
+        limited = limit is not None and not filter
+        if limited:
             params.append(limit)
-        return [_cp(r) for r in await self._fetchall(sql, params)]
+        query = sql.select_checkpoints(
+            thread_id=thread_id is not None,
+            ns=ns is not None,
+            checkpoint_id=checkpoint_id is not None,
+            before=before is not None,
+            filter=bool(filter),
+            limit=limited,
+        )
+        return [_cp(r) for r in await self._fetchall(query, params)]
 
     # -- deletes ----------------------------------------------------------------------
 
     async def delete_thread(self, thread_id: str) -> None:
         with self._unreachable():
             async with self._connection(timed=False, doing="deleting a thread") as conn, conn.transaction():
-                for table in ("lgd_checkpoints", "lgd_blobs", "lgd_writes", "lgd_quarantine", "lgd_ledger"):
-                    await conn.execute(f"DELETE FROM {table} WHERE thread_id = %s", (thread_id,))
+                for statement in sql.DELETE_THREAD:
+                    await conn.execute(statement, (thread_id,))
 
     async def delete_for_runs(self, run_ids: Sequence[str], retain: Sequence[tuple[str, str, str]] = ()) -> None:
         """Delete the checkpoints (and their writes) of these runs, except
@@ -757,36 +584,20 @@ class AsyncPostgresTier:
             return
         kept = sorted(set(retain))
         params = ([k[0] for k in kept], [k[1] for k in kept], [k[2] for k in kept])
-        doomed = (
-            "c.run_id = ANY(%s) AND (c.thread_id, c.checkpoint_ns, c.checkpoint_id) NOT IN "
-            "(SELECT * FROM unnest(%s::text[], %s::text[], %s::text[]))"
-        )
         with self._unreachable():
             async with self._connection(timed=False, doing="deleting runs") as conn, conn.transaction():
-                await conn.execute(
-                    f"DELETE FROM lgd_writes w USING lgd_checkpoints c WHERE {doomed} "
-                    "AND w.thread_id = c.thread_id AND w.checkpoint_ns = c.checkpoint_ns "
-                    "AND w.checkpoint_id = c.checkpoint_id",
-                    (list(run_ids), *params),
-                )
-                await conn.execute(f"DELETE FROM lgd_checkpoints c WHERE {doomed}", (list(run_ids), *params))
+                await conn.execute(sql.DELETE_RUN_WRITES, (list(run_ids), *params))
+                await conn.execute(sql.DELETE_RUN_CHECKPOINTS, (list(run_ids), *params))
 
     async def delete_checkpoint(self, thread_id: str, ns: str, checkpoint_id: str) -> None:
         with self._unreachable():
             async with self._connection() as conn:
-                await conn.execute(
-                    "DELETE FROM lgd_checkpoints WHERE thread_id = %s AND checkpoint_ns = %s AND checkpoint_id = %s",
-                    (thread_id, ns, checkpoint_id),
-                )
+                await conn.execute(sql.DELETE_CHECKPOINT, (thread_id, ns, checkpoint_id))
 
     async def write_ledger(self, thread_id: str, key: str, envelope: bytes) -> None:
         with self._unreachable():
             async with self._connection() as conn:
-                await conn.execute(
-                    "INSERT INTO lgd_ledger VALUES (%s, %s, %s) "
-                    "ON CONFLICT (thread_id, key) DO UPDATE SET record = EXCLUDED.record",
-                    (thread_id, key, envelope),
-                )
+                await conn.execute(sql.UPSERT_LEDGER, (thread_id, key, envelope))
 
     async def swap_ledger(self, thread_id: str, key: str, old: bytes | None, new: bytes) -> None:
         """Replace one ledger entry only if it still holds `old` (None: only
@@ -794,42 +605,23 @@ class AsyncPostgresTier:
         with self._unreachable():
             async with self._connection() as conn:
                 if old is None:
-                    await conn.execute(
-                        "INSERT INTO lgd_ledger VALUES (%s, %s, %s) ON CONFLICT (thread_id, key) DO NOTHING",
-                        (thread_id, key, new),
-                    )
+                    await conn.execute(sql.INSERT_LEDGER_IF_ABSENT, (thread_id, key, new))
                 else:
-                    await conn.execute(
-                        "UPDATE lgd_ledger SET record = %s WHERE thread_id = %s AND key = %s AND record = %s",
-                        (new, thread_id, key, old),
-                    )
+                    await conn.execute(sql.SWAP_LEDGER, (new, thread_id, key, old))
 
     async def read_ledger(self, thread_id: str) -> dict[str, bytes]:
-        rows = await self._fetchall("SELECT key, record FROM lgd_ledger WHERE thread_id = %s", (thread_id,))
+        rows = await self._fetchall(sql.SELECT_LEDGER, (thread_id,))
         return {r[0]: bytes(r[1]) for r in rows}
 
     async def thread_ids(self) -> list[str]:
-        rows = await self._fetchall(
-            "SELECT thread_id FROM lgd_checkpoints UNION SELECT thread_id FROM lgd_blobs "
-            "UNION SELECT thread_id FROM lgd_writes ORDER BY 1",
-            (),
-            timed=False,
-        )
+        rows = await self._fetchall(sql.SELECT_THREAD_IDS, (), timed=False)
         return [r[0] for r in rows]
 
     async def thread_records(self, thread_id: str) -> ThreadRecords:
         """Every live record of one thread, for `verify` and `repair`."""
-        cps = await self._fetchall(
-            f"SELECT {_CP_COLS} FROM lgd_checkpoints WHERE thread_id = %s", (thread_id,), timed=False
-        )
-        blobs = await self._fetchall(
-            "SELECT thread_id, checkpoint_ns, channel, version, record FROM lgd_blobs WHERE thread_id = %s",
-            (thread_id,),
-            timed=False,
-        )
-        writes = await self._fetchall(
-            f"SELECT {_W_COLS} FROM lgd_writes WHERE thread_id = %s", (thread_id,), timed=False
-        )
+        cps = await self._fetchall(sql.SELECT_THREAD_CHECKPOINTS, (thread_id,), timed=False)
+        blobs = await self._fetchall(sql.SELECT_THREAD_BLOBS, (thread_id,), timed=False)
+        writes = await self._fetchall(sql.SELECT_THREAD_WRITES, (thread_id,), timed=False)
         return ThreadRecords(
             [_cp(r) for r in cps],
             [BlobRow(r[0], r[1], r[2], r[3], bytes(r[4])) for r in blobs],
@@ -842,11 +634,7 @@ class AsyncPostgresTier:
         """Keep a copy for forensics and for `restore`, out of every read path."""
         with self._unreachable():
             async with self._connection() as conn:
-                await conn.execute(
-                    "INSERT INTO lgd_quarantine (thread_id, checkpoint_ns, kind, key, reason, record, fields) "
-                    "VALUES (%s, %s, %s, %s, %s, %s, %s)",
-                    (thread_id, ns, kind, key, reason, envelope, fields or None),
-                )
+                await conn.execute(sql.INSERT_QUARANTINE, (thread_id, ns, kind, key, reason, envelope, fields or None))
 
     async def remove_copy(self, kind: str, row: Row) -> None:
         """Delete this exact copy from the live table; a different copy under
@@ -854,14 +642,13 @@ class AsyncPostgresTier:
         table, where, params = live_row_where(row, "%s")
         with self._unreachable():
             async with self._connection() as conn:
-                await conn.execute(f"DELETE FROM {table} WHERE {where} AND record = %s", (*params, row.envelope))
+                await conn.execute(sql.delete_copy(table, where), (*params, row.envelope))
 
     async def list_quarantine(self, thread_id: str | None) -> list[QuarantinedRecord]:
-        sql = "SELECT id, thread_id, checkpoint_ns, kind, key, reason, record, detected_at, fields FROM lgd_quarantine"
         if thread_id is None:
-            rows = await self._fetchall(sql + " ORDER BY id", (), timed=False)
+            rows = await self._fetchall(sql.SELECT_QUARANTINE, (), timed=False)
         else:
-            rows = await self._fetchall(sql + " WHERE thread_id = %s ORDER BY id", (thread_id,), timed=False)
+            rows = await self._fetchall(sql.SELECT_THREAD_QUARANTINE, (thread_id,), timed=False)
         return [
             QuarantinedRecord("postgres", r[1], r[2], r[3], r[4], r[5], bytes(r[6]), r[7], str(r[0]), _fields(r[8]))
             for r in rows
@@ -870,10 +657,10 @@ class AsyncPostgresTier:
     async def drop_quarantined(self, ids: Sequence[str]) -> None:
         with self._unreachable():
             async with self._connection() as conn:
-                await conn.execute("DELETE FROM lgd_quarantine WHERE id = ANY(%s)", ([int(i) for i in ids],))
+                await conn.execute(sql.DELETE_QUARANTINED, ([int(i) for i in ids],))
 
     async def read_meta(self, key: str) -> str | None:
-        rows = await self._fetchall("SELECT value FROM lgd_meta WHERE key = %s", (key,))
+        rows = await self._fetchall(sql.SELECT_META, (key,))
         return rows[0][0] if rows else None
 
     async def write_meta(self, key: str, value: str | None) -> None:
@@ -881,20 +668,17 @@ class AsyncPostgresTier:
         with self._unreachable():
             async with self._connection() as conn:
                 if value is None:
-                    await conn.execute("DELETE FROM lgd_meta WHERE key = %s", (key,))
+                    await conn.execute(sql.DELETE_META, (key,))
                 else:
-                    await conn.execute(
-                        "INSERT INTO lgd_meta VALUES (%s, %s) ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
-                        (key, value),
-                    )
+                    await conn.execute(sql.UPSERT_META, (key, value))
 
     async def create_meta(self, key: str, value: str) -> str:
         """Set a store-wide setting unless one is set; the value that holds
         (two replicas creating it at once agree on the first one's)."""
         with self._unreachable():
             async with self._connection() as conn:
-                await conn.execute("INSERT INTO lgd_meta VALUES (%s, %s) ON CONFLICT (key) DO NOTHING", (key, value))
-                cur = await conn.execute("SELECT value FROM lgd_meta WHERE key = %s", (key,))
+                await conn.execute(sql.INSERT_META_IF_ABSENT, (key, value))
+                cur = await conn.execute(sql.SELECT_META, (key,))
                 row = await cur.fetchone()
         return str(row[0]) if row else value
 
@@ -902,15 +686,7 @@ class AsyncPostgresTier:
         """The newest checkpoint of (thread, ns), the thread's deletion
         marker (`mark_deleted`), and the newest checkpoint's row and pending
         writes, in one statement (one round trip)."""
-        rows = await self._fetchall(
-            f"WITH h AS (SELECT {_CP_COLS} FROM lgd_checkpoints WHERE thread_id = %s AND checkpoint_ns = %s "
-            "ORDER BY checkpoint_id DESC LIMIT 1) "
-            "SELECT h.*, (SELECT value FROM lgd_meta WHERE key = %s), "
-            "w.task_id, w.idx, w.channel, w.task_path, w.record "
-            "FROM (SELECT 1) AS one LEFT JOIN h ON true LEFT JOIN lgd_writes w "
-            "ON w.thread_id = h.thread_id AND w.checkpoint_ns = h.checkpoint_ns AND w.checkpoint_id = h.checkpoint_id",
-            (thread_id, ns, deleted_key(thread_id)),
-        )
+        rows = await self._fetchall(sql.SELECT_HEAD, (thread_id, ns, deleted_key(thread_id)))
         first = rows[0]
         row = _cp(first) if first[2] is not None else None
         writes = tuple(
@@ -924,17 +700,14 @@ class AsyncPostgresTier:
             return
         with self._unreachable():
             async with self._connection() as conn:
-                await conn.execute(
-                    "INSERT INTO lgd_meta SELECT k, '1' FROM unnest(%s::text[]) AS k ON CONFLICT (key) DO NOTHING",
-                    ([gone_key(thread_id, ns, c) for ns, c in checkpoints],),
-                )
+                await conn.execute(sql.INSERT_GONE, ([gone_key(thread_id, ns, c) for ns, c in checkpoints],))
 
     async def gone(self, thread_id: str, ns: str, checkpoint_ids: Sequence[str]) -> set[str]:
         """Which of these checkpoint ids `mark_gone` recorded."""
         keys = {gone_key(thread_id, ns, c): c for c in checkpoint_ids}
         if not keys:
             return set()
-        rows = await self._fetchall("SELECT key FROM lgd_meta WHERE key = ANY(%s)", (list(keys),))
+        rows = await self._fetchall(sql.SELECT_META_KEYS, (list(keys),))
         return {keys[r[0]] for r in rows}
 
     async def mark_deleted(self, thread_id: str, marker: str | None) -> None:
@@ -947,26 +720,17 @@ class AsyncPostgresTier:
         kept_ids = [cid for _, cid in keep]
         with self._unreachable():
             async with self._connection(timed=False, doing="pruning a thread") as conn, conn.transaction():
-                for table in ("lgd_checkpoints", "lgd_writes"):
-                    await conn.execute(
-                        f"DELETE FROM {table} WHERE thread_id = %s AND (checkpoint_ns, checkpoint_id) NOT IN "
-                        "(SELECT * FROM unnest(%s::text[], %s::text[]))",
-                        (thread_id, kept_ns, kept_ids),
-                    )
+                for statement in sql.PRUNE_CHECKPOINTS_AND_WRITES:
+                    await conn.execute(statement, (thread_id, kept_ns, kept_ids))
                 await conn.execute(
-                    "DELETE FROM lgd_blobs WHERE thread_id = %s AND (checkpoint_ns, channel, version) NOT IN "
-                    "(SELECT * FROM unnest(%s::text[], %s::text[], %s::text[]))",
+                    sql.PRUNE_BLOBS,
                     (thread_id, [b[0] for b in keep_blobs], [b[1] for b in keep_blobs], [b[2] for b in keep_blobs]),
                 )
 
     # -- writer leases (lease.py): the server's clock, so replicas' skew does not matter --
 
     async def read_lease(self, thread_id: str) -> tuple[Lease | None, float]:
-        rows = await self._fetchall(
-            f"SELECT l.holder, l.token, l.expires_at, {_NOW} FROM (SELECT 1) AS one "
-            "LEFT JOIN lgd_leases l ON l.thread_id = %s",
-            (thread_id,),
-        )
+        rows = await self._fetchall(sql.SELECT_LEASE_AND_NOW, (thread_id,))
         r = rows[0]
         return (Lease(thread_id, r[0], r[1], r[2]) if r[0] is not None else None), r[3]
 
@@ -974,35 +738,22 @@ class AsyncPostgresTier:
         self, thread_id: str, expected: Lease | None, holder: str, token: int, ttl: float
     ) -> Lease | None:
         if expected is None:
-            rows = await self._fetchall(
-                f"INSERT INTO lgd_leases VALUES (%s, %s, %s, {_NOW} + %s) ON CONFLICT (thread_id) DO NOTHING "
-                "RETURNING expires_at",
-                (thread_id, holder, token, ttl),
-            )
+            rows = await self._fetchall(sql.INSERT_LEASE, (thread_id, holder, token, ttl))
         else:
             rows = await self._fetchall(
-                f"UPDATE lgd_leases SET holder = %s, token = %s, expires_at = {_NOW} + %s "
-                "WHERE thread_id = %s AND holder = %s AND token = %s AND expires_at = %s RETURNING expires_at",
+                sql.SWAP_LEASE,
                 (holder, token, ttl, thread_id, expected.holder, expected.token, expected.expires_at),
             )
         return Lease(thread_id, holder, token, rows[0][0]) if rows else None
 
     async def keep_lease(self, thread_id: str, holder: str, token: int, ttl: float) -> bool:
-        rows = await self._fetchall(
-            f"UPDATE lgd_leases SET expires_at = {_NOW} + %s "
-            "WHERE thread_id = %s AND holder = %s AND token = %s AND expires_at > 0 RETURNING expires_at",
-            (ttl, thread_id, holder, token),
-        )
+        rows = await self._fetchall(sql.KEEP_LEASE, (ttl, thread_id, holder, token))
         return bool(rows)
 
     async def release_lease(self, thread_id: str, holder: str, token: int | None) -> None:
         with self._unreachable():
             async with self._connection() as conn:
-                await conn.execute(
-                    "UPDATE lgd_leases SET expires_at = 0 WHERE thread_id = %s AND holder = %s "
-                    "AND (%s::bigint IS NULL OR token = %s)",
-                    (thread_id, holder, token, token),
-                )
+                await conn.execute(sql.RELEASE_LEASE, (thread_id, holder, token, token))
 
     async def ask_hand_off(self, thread_id: str, holder: str) -> None:
         message = hand_off_message(holder, thread_id)
@@ -1010,7 +761,7 @@ class AsyncPostgresTier:
             return
         with self._unreachable():
             async with self._connection() as conn:
-                await conn.execute("SELECT pg_notify(%s, %s)", (hand_off_channel(holder), message))
+                await conn.execute(sql.NOTIFY_HAND_OFF, (hand_off_channel(holder), message))
 
 
 if TYPE_CHECKING:

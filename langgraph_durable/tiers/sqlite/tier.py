@@ -6,7 +6,8 @@ anyway, so a pool buys nothing inside one process; across processes WAL
 mode plus a busy timeout and ``BEGIN IMMEDIATE`` (take the write lock up
 front, so two writers never deadlock upgrading a read lock) keep
 ``database is locked`` away. The async face runs these same methods on one
-worker thread, as aiosqlite does, so the SQL is written once.
+worker thread, as aiosqlite does, so the SQL is written once (in
+``sql.py`` beside it; this module does the I/O).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import types
 from collections.abc import Callable, Collection, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
 
 from ...errors import ConfigError, TierUnavailable
 from ...model.backlog import JournalEntry, Owed, decode_fence, encode_fence
@@ -41,110 +42,12 @@ from ..base import (
     live_row_where,
     unavailable_on,
 )
+from . import sql
 
 DEFAULT_BUSY_TIMEOUT_S = 30.0
 
-# Index = schema version. Append only; never edit a shipped entry.
-MIGRATIONS: list[str] = [
-    "",  # version 0: empty database
-    """
-    CREATE TABLE IF NOT EXISTS lgd_checkpoints (
-        thread_id TEXT NOT NULL,
-        checkpoint_ns TEXT NOT NULL,
-        checkpoint_id TEXT NOT NULL,
-        parent_id TEXT,
-        run_id TEXT,
-        metadata TEXT NOT NULL,
-        record BLOB NOT NULL,
-        PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id)
-    ) WITHOUT ROWID;
-    CREATE INDEX IF NOT EXISTS lgd_checkpoints_run ON lgd_checkpoints(run_id)
-        WHERE run_id IS NOT NULL;
-    CREATE TABLE IF NOT EXISTS lgd_blobs (
-        thread_id TEXT NOT NULL,
-        checkpoint_ns TEXT NOT NULL,
-        channel TEXT NOT NULL,
-        version TEXT NOT NULL,
-        record BLOB NOT NULL,
-        PRIMARY KEY (thread_id, checkpoint_ns, channel, version)
-    ) WITHOUT ROWID;
-    CREATE TABLE IF NOT EXISTS lgd_writes (
-        thread_id TEXT NOT NULL,
-        checkpoint_ns TEXT NOT NULL,
-        checkpoint_id TEXT NOT NULL,
-        task_id TEXT NOT NULL,
-        idx INTEGER NOT NULL,
-        channel TEXT NOT NULL,
-        task_path TEXT NOT NULL,
-        record BLOB NOT NULL,
-        PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
-    ) WITHOUT ROWID;
-    CREATE TABLE IF NOT EXISTS lgd_journal (
-        seq INTEGER PRIMARY KEY AUTOINCREMENT,
-        kind TEXT NOT NULL,
-        thread_id TEXT NOT NULL,
-        checkpoint_ns TEXT NOT NULL,
-        checkpoint_id TEXT NOT NULL,
-        task_id TEXT,
-        created_at REAL NOT NULL
-    );
-    """,
-    """
-    CREATE TABLE IF NOT EXISTS lgd_quarantine (
-        id INTEGER PRIMARY KEY AUTOINCREMENT,
-        thread_id TEXT NOT NULL,
-        checkpoint_ns TEXT NOT NULL,
-        kind TEXT NOT NULL,
-        key TEXT NOT NULL,
-        reason TEXT NOT NULL,
-        record BLOB NOT NULL,
-        detected_at REAL NOT NULL
-    );
-    CREATE INDEX IF NOT EXISTS lgd_quarantine_thread ON lgd_quarantine(thread_id);
-    """,
-    """
-    CREATE TABLE IF NOT EXISTS lgd_ledger (
-        thread_id TEXT NOT NULL,
-        key TEXT NOT NULL,
-        record BLOB NOT NULL,
-        PRIMARY KEY (thread_id, key)
-    ) WITHOUT ROWID;
-    """,
-    # A quarantined copy keeps the fields of its row (msgpack), so it can be
-    # put back; the store's key fingerprint; per-thread writer leases.
-    """
-    ALTER TABLE lgd_quarantine ADD COLUMN fields BLOB;
-    CREATE TABLE IF NOT EXISTS lgd_meta (
-        key TEXT PRIMARY KEY,
-        value TEXT NOT NULL
-    ) WITHOUT ROWID;
-    CREATE TABLE IF NOT EXISTS lgd_leases (
-        thread_id TEXT PRIMARY KEY,
-        holder TEXT NOT NULL,
-        token INTEGER NOT NULL,
-        expires_at REAL NOT NULL
-    ) WITHOUT ROWID;
-    """,
-    # A journal entry names the shared tiers that still owe it (NULL: all),
-    # whether one acknowledged it, and a write-behind write's fence.
-    """
-    ALTER TABLE lgd_journal ADD COLUMN owed TEXT;
-    ALTER TABLE lgd_journal ADD COLUMN acked INTEGER NOT NULL DEFAULT 0;
-    ALTER TABLE lgd_journal ADD COLUMN fence TEXT;
-    """,
-    # When each thread was last used, for a size-bounded cache (`evict`).
-    """
-    CREATE TABLE IF NOT EXISTS lgd_thread_use (
-        thread_id TEXT PRIMARY KEY,
-        used_at REAL NOT NULL
-    ) WITHOUT ROWID;
-    """,
-    # A thread's newest checkpoints across its namespaces (`list` without
-    # checkpoint_ns): read from this index, not sorted from all of them.
-    """
-    CREATE INDEX IF NOT EXISTS lgd_checkpoints_thread_recent ON lgd_checkpoints(thread_id, checkpoint_id);
-    """,
-]
+P = ParamSpec("P")
+R = TypeVar("R")
 
 # A size-bounded cache evicts down to this share of its bound, so that it
 # does not evict again at the very next write.
@@ -154,27 +57,19 @@ EVICT_TO = 0.8
 EVICT_CHECK_USES = 32
 EVICT_CHECK_S = 2.0
 
-_CP_COLS = "thread_id, checkpoint_ns, checkpoint_id, parent_id, run_id, metadata, record"
-_W_COLS = "thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, task_path, record"
-# Records are read as bytes whatever type a row holds: a record column that
-# holds text (planted, or damaged by another program) then reads as a bad
-# copy of that one record, instead of making sqlite3 raise for the whole read.
-_RECORD = "CAST(record AS BLOB)"
 # Channel values read by one statement (two parameters each).
 BLOBS_PER_QUERY = 500
-_READ_CP_COLS = _CP_COLS.replace("record", _RECORD)
-_READ_W_COLS = _W_COLS.replace("record", _RECORD)
 
 
 def _in_use(conn: sqlite3.Connection) -> int:
     """Bytes of the database in use: its pages less the free ones."""
-    pages = conn.execute("PRAGMA page_count").fetchone()[0] - conn.execute("PRAGMA freelist_count").fetchone()[0]
-    return int(pages) * int(conn.execute("PRAGMA page_size").fetchone()[0])
+    pages = conn.execute(sql.GET_PAGE_COUNT).fetchone()[0] - conn.execute(sql.GET_FREELIST_COUNT).fetchone()[0]
+    return int(pages) * int(conn.execute(sql.GET_PAGE_SIZE).fetchone()[0])
 
 
 def _text(value: bytes) -> str:
     """Text columns as str even when a row holds bytes that are not UTF-8
-    (see `_RECORD`): such a key no longer matches what it was written as."""
+    (see `sql._RECORD`): such a key no longer matches what it was written as."""
     return value.decode("utf-8", "replace")
 
 
@@ -251,8 +146,8 @@ class SqliteTier:
             # case we guard against); only an OS crash may lose the last ones.
             # FULL (`fsync`, for write-behind, where the local file is the
             # only copy for a while): every commit is on disk when it returns.
-            conn.execute(f"PRAGMA synchronous={'FULL' if self.fsync else 'NORMAL'}")
-            conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout * 1000)}")
+            conn.execute(sql.set_synchronous(self.fsync))
+            conn.execute(sql.set_busy_timeout(self.busy_timeout))
         self._conn = conn
         return conn
 
@@ -261,12 +156,12 @@ class SqliteTier:
         SQLite answers "database is locked" at once, without its busy handler,
         when another connection is using the file (several savers or
         processes opening a new file together), so retry until the busy timeout."""
-        if self.path == ":memory:" or conn.execute("PRAGMA journal_mode").fetchone()[0].lower() == "wal":
+        if self.path == ":memory:" or conn.execute(sql.GET_JOURNAL_MODE).fetchone()[0].lower() == "wal":
             return
         deadline = time.monotonic() + self.busy_timeout
         while True:
             try:
-                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute(sql.ENABLE_WAL)
                 return
             except sqlite3.OperationalError as exc:
                 if "locked" not in str(exc) or time.monotonic() > deadline:
@@ -283,17 +178,17 @@ class SqliteTier:
             try:
                 conn = self._connect()
                 if self._grouped:
-                    conn.execute("SAVEPOINT lgd_write")
+                    conn.execute(sql.SAVEPOINT)
                     try:
                         yield conn
                     except BaseException:
                         if conn.in_transaction:
-                            conn.execute("ROLLBACK TO lgd_write")
-                            conn.execute("RELEASE lgd_write")
+                            conn.execute(sql.ROLLBACK_TO_SAVEPOINT)
+                            conn.execute(sql.RELEASE_SAVEPOINT)
                         raise
-                    conn.execute("RELEASE lgd_write")
+                    conn.execute(sql.RELEASE_SAVEPOINT)
                     return
-                conn.execute("BEGIN IMMEDIATE")
+                conn.execute(sql.BEGIN_IMMEDIATE)
                 with self._acks_lock:
                     acks = list(self._acks)
                 try:
@@ -303,9 +198,9 @@ class SqliteTier:
                 except BaseException:
                     # SQLite rolls back by itself on some errors (SQLITE_FULL).
                     if conn.in_transaction:
-                        conn.execute("ROLLBACK")
+                        conn.execute(sql.ROLLBACK)
                     raise
-                conn.execute("COMMIT")
+                conn.execute(sql.COMMIT)
                 if acks:
                     with self._acks_lock:
                         del self._acks[: len(acks)]
@@ -351,7 +246,7 @@ class SqliteTier:
         with self._lock:
             try:
                 conn = self._conn if self._conn is not None else self._connect()
-                return (self._writes, conn.execute("PRAGMA data_version").fetchone()[0])
+                return (self._writes, conn.execute(sql.GET_DATA_VERSION).fetchone()[0])
             except sqlite3.OperationalError as exc:
                 with unavailable_on("sqlite", self.path, sqlite3.OperationalError):
                     raise exc
@@ -374,7 +269,7 @@ class SqliteTier:
                 return False, None
             if not writes:
                 return True, call()
-            conn.execute("PRAGMA busy_timeout=0")
+            conn.execute(sql.NO_BUSY_WAIT)
             try:
                 return True, call()
             except TierUnavailable as exc:
@@ -383,7 +278,7 @@ class SqliteTier:
                 raise
             finally:
                 with contextlib.suppress(sqlite3.Error):
-                    conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout * 1000)}")
+                    conn.execute(sql.set_busy_timeout(self.busy_timeout))
         finally:
             self._lock.release()
 
@@ -392,12 +287,11 @@ class SqliteTier:
             if self._ready:
                 return
             with self._tx() as conn:
-                current = conn.execute("PRAGMA user_version").fetchone()[0]
-                for version in range(current + 1, len(MIGRATIONS)):
-                    for statement in MIGRATIONS[version].split(";"):
-                        if statement.strip():
-                            conn.execute(statement)
-                    conn.execute(f"PRAGMA user_version={version}")
+                current = conn.execute(sql.GET_USER_VERSION).fetchone()[0]
+                for version in range(current + 1, len(sql.MIGRATIONS)):
+                    for statement in sql.migration(version):
+                        conn.execute(statement)
+                    conn.execute(sql.set_user_version(version))
             self._ready = True
 
     def close(self) -> None:
@@ -415,7 +309,7 @@ class SqliteTier:
     @staticmethod
     def _insert_checkpoint(conn: sqlite3.Connection, row: CheckpointRow, blobs: Sequence[BlobRow]) -> None:
         conn.execute(
-            f"INSERT OR REPLACE INTO lgd_checkpoints ({_CP_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            sql.UPSERT_CHECKPOINT,
             (
                 row.thread_id,
                 row.checkpoint_ns,
@@ -428,7 +322,7 @@ class SqliteTier:
         )
         if blobs:
             conn.executemany(
-                "INSERT OR IGNORE INTO lgd_blobs VALUES (?, ?, ?, ?, ?)",
+                sql.INSERT_BLOB,
                 [(b.thread_id, b.checkpoint_ns, b.channel, b.version, b.envelope) for b in blobs],
             )
 
@@ -463,7 +357,7 @@ class SqliteTier:
             for row, blobs in checkpoints:
                 self._insert_checkpoint(conn, row, blobs)
             conn.executemany(
-                "INSERT OR IGNORE INTO lgd_writes VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                sql.INSERT_WRITE,
                 [
                     (
                         w.thread_id,
@@ -482,18 +376,17 @@ class SqliteTier:
     def write_blobs(self, blobs: Sequence[BlobRow]) -> None:
         with self._tx() as conn:
             conn.executemany(
-                "INSERT OR REPLACE INTO lgd_blobs VALUES (?, ?, ?, ?, ?)",
+                sql.UPSERT_BLOB,
                 [(b.thread_id, b.checkpoint_ns, b.channel, b.version, b.envelope) for b in blobs],
             )
 
     def write_writes(
         self, rows: Sequence[WriteRow], upsert: bool, *, journal: Owed | bool | None = None, fence: Fence | None = None
     ) -> int | None:
-        verb = "INSERT OR REPLACE" if upsert else "INSERT OR IGNORE"
         with self._tx() as conn:
             self._check_fence(conn, fence)
             conn.executemany(
-                f"{verb} INTO lgd_writes VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                sql.UPSERT_WRITE if upsert else sql.INSERT_WRITE,
                 [
                     (
                         w.thread_id,
@@ -551,7 +444,7 @@ class SqliteTier:
     def journal_drop(self, seq: int) -> None:
         """Forget journal entry `seq` (shipped everywhere it can be, or not to be shipped)."""
         with self._tx() as conn:
-            conn.execute("DELETE FROM lgd_journal WHERE seq = ?", (seq,))
+            conn.execute(sql.DELETE_JOURNAL_ENTRY, (seq,))
 
     def pending_journal(
         self, limit: int | None = None, after: int = 0, *, thread_id: str | None = None
@@ -563,34 +456,28 @@ class SqliteTier:
         self.flush_acks()
         with self._read() as conn:
             rows = conn.execute(
-                "SELECT seq, kind, thread_id, checkpoint_ns, checkpoint_id, task_id, owed, acked, fence, created_at "
-                "FROM lgd_journal WHERE seq > ? AND (? IS NULL OR thread_id = ?) ORDER BY seq LIMIT ?",
+                sql.SELECT_PENDING_JOURNAL,
                 (after, thread_id, thread_id, -1 if limit is None else limit),
             ).fetchall()
         return [_entry(r) for r in rows]
 
     def journal_lag(self, shared: Sequence[str]) -> tuple[int, float | None, dict[str, int]]:
         """Entries owed, the oldest's creation time, and entries owed per shared tier."""
-        owes = "(owed IS NULL OR ',' || owed || ',' LIKE '%,' || ? || ',%')"
-        columns = "".join(f", coalesce(sum({owes}), 0)" for _ in shared)
         self.flush_acks()
         with self._read() as conn:
-            row = conn.execute(f"SELECT count(*), min(created_at){columns} FROM lgd_journal", list(shared)).fetchone()
+            row = conn.execute(sql.select_journal_lag(len(shared)), list(shared)).fetchone()
         return int(row[0]), row[1], {name: int(n) for name, n in zip(shared, row[2:])}
 
     def journal_size(self) -> int:
         self.flush_acks()
         with self._read() as conn:
-            return int(conn.execute("SELECT count(*) FROM lgd_journal").fetchone()[0])
+            return int(conn.execute(sql.COUNT_JOURNAL).fetchone()[0])
 
     # -- reads --------------------------------------------------------------
 
     def read_checkpoint(self, thread_id: str, ns: str, checkpoint_id: str) -> CheckpointRow | None:
         with self._read() as conn:
-            row = conn.execute(
-                f"SELECT {_READ_CP_COLS} FROM lgd_checkpoints WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?",
-                (thread_id, ns, checkpoint_id),
-            ).fetchone()
+            row = conn.execute(sql.SELECT_CHECKPOINT, (thread_id, ns, checkpoint_id)).fetchone()
         return _cp(row) if row else None
 
     def read_blobs(self, thread_id: str, ns: str, keys: Sequence[BlobKey]) -> dict[BlobKey, BlobRow]:
@@ -602,13 +489,8 @@ class SqliteTier:
             # parameters is 32766): the primary key's index serves each pair.
             for i in range(0, len(keys), BLOBS_PER_QUERY):
                 part = keys[i : i + BLOBS_PER_QUERY]
-                pairs = ",".join(["(?, ?)"] * len(part))
-                # CROSS JOIN keeps the keys the outer loop: a primary-key
-                # lookup each (a row-value IN would scan the thread's values).
                 rows = conn.execute(
-                    f"WITH k(c, v) AS (VALUES {pairs}) SELECT b.channel, b.version, CAST(b.record AS BLOB) "
-                    "FROM k CROSS JOIN lgd_blobs b ON b.thread_id = ? AND b.checkpoint_ns = ? "
-                    "AND b.channel = k.c AND b.version = k.v",
+                    sql.select_blobs(len(part)),
                     (*(v for key in part for v in key), thread_id, ns),
                 ).fetchall()
                 for channel, version, record in rows:
@@ -618,12 +500,8 @@ class SqliteTier:
     def read_writes(self, thread_id: str, ns: str, checkpoint_ids: Sequence[str]) -> list[WriteRow]:
         if not checkpoint_ids:
             return []
-        marks = ",".join("?" * len(checkpoint_ids))
         with self._read() as conn:
-            rows = conn.execute(
-                f"SELECT {_READ_W_COLS} FROM lgd_writes WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id IN ({marks})",
-                (thread_id, ns, *checkpoint_ids),
-            ).fetchall()
+            rows = conn.execute(sql.select_writes(len(checkpoint_ids)), (thread_id, ns, *checkpoint_ids)).fetchall()
         return [_w(r) for r in rows]
 
     def list_page(
@@ -643,23 +521,17 @@ class SqliteTier:
         filter: dict[str, Any] | None,
         limit: int | None,
     ) -> list[CheckpointRow]:
-        wheres, params = [], []
-        for column, value in (("thread_id", thread_id), ("checkpoint_ns", ns), ("checkpoint_id", checkpoint_id)):
-            if value is not None:
-                wheres.append(f"{column} = ?")
-                params.append(value)
-        if before is not None:
-            wheres.append("checkpoint_id < ?")
-            params.append(before)
-        sql = f"SELECT {_READ_CP_COLS} FROM lgd_checkpoints"
-        if wheres:
-            sql += " WHERE " + " AND ".join(wheres)
-        sql += " ORDER BY checkpoint_id DESC"
-        if limit is not None and not filter:
-            sql += f" LIMIT {int(limit)}"
+        params = [v for v in (thread_id, ns, checkpoint_id, before) if v is not None]
+        query = sql.select_checkpoints(
+            thread_id=thread_id is not None,
+            ns=ns is not None,
+            checkpoint_id=checkpoint_id is not None,
+            before=before is not None,
+            limit=limit if not filter else None,
+        )
         out: list[CheckpointRow] = []
         with self._read() as conn:
-            for r in conn.execute(sql, params):
+            for r in conn.execute(query, params):
                 if filter and not metadata_matches(json.loads(r[5]), filter):
                     continue
                 out.append(_cp(r))
@@ -671,8 +543,8 @@ class SqliteTier:
 
     def delete_thread(self, thread_id: str) -> None:
         with self._tx() as conn:
-            for table in ("lgd_checkpoints", "lgd_blobs", "lgd_writes", "lgd_journal", "lgd_quarantine", "lgd_ledger"):
-                conn.execute(f"DELETE FROM {table} WHERE thread_id = ?", (thread_id,))
+            for statement in sql.DELETE_THREAD:
+                conn.execute(statement, (thread_id,))
 
     def delete_for_runs(self, run_ids: Sequence[str], retain: Sequence[tuple[str, str, str]] = ()) -> None:
         """Delete the checkpoints (and their writes) of these runs, except
@@ -680,32 +552,23 @@ class SqliteTier:
         surviving checkpoint's delta channels."""
         if not run_ids:
             return
-        marks = ",".join("?" * len(run_ids))
         kept = set(retain)
         with self._tx() as conn:
             doomed = [
                 key
-                for key in conn.execute(
-                    f"SELECT thread_id, checkpoint_ns, checkpoint_id FROM lgd_checkpoints WHERE run_id IN ({marks})",
-                    list(run_ids),
-                ).fetchall()
+                for key in conn.execute(sql.select_run_checkpoints(len(run_ids)), list(run_ids)).fetchall()
                 if tuple(key) not in kept
             ]
-            for table in ("lgd_writes", "lgd_checkpoints"):
-                conn.executemany(
-                    f"DELETE FROM {table} WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?", doomed
-                )
+            for statement in (sql.DELETE_CHECKPOINT_WRITES, sql.DELETE_CHECKPOINT):
+                conn.executemany(statement, doomed)
 
     def delete_checkpoint(self, thread_id: str, ns: str, checkpoint_id: str) -> None:
         with self._tx() as conn:
-            conn.execute(
-                "DELETE FROM lgd_checkpoints WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?",
-                (thread_id, ns, checkpoint_id),
-            )
+            conn.execute(sql.DELETE_CHECKPOINT, (thread_id, ns, checkpoint_id))
 
     def write_ledger(self, thread_id: str, key: str, envelope: bytes) -> None:
         with self._tx() as conn:
-            conn.execute("INSERT OR REPLACE INTO lgd_ledger VALUES (?, ?, ?)", (thread_id, key, envelope))
+            conn.execute(sql.UPSERT_LEDGER, (thread_id, key, envelope))
 
     def swap_ledger(self, thread_id: str, key: str, old: bytes | None, new: bytes) -> None:
         """Replace one ledger entry only if it still holds `old` (None: only
@@ -713,40 +576,26 @@ class SqliteTier:
         meanwhile."""
         with self._tx() as conn:
             if old is None:
-                conn.execute("INSERT OR IGNORE INTO lgd_ledger VALUES (?, ?, ?)", (thread_id, key, new))
+                conn.execute(sql.INSERT_LEDGER_IF_ABSENT, (thread_id, key, new))
             else:
-                conn.execute(
-                    "UPDATE lgd_ledger SET record = ? WHERE thread_id = ? AND key = ? AND record = ?",
-                    (new, thread_id, key, old),
-                )
+                conn.execute(sql.SWAP_LEDGER, (new, thread_id, key, old))
 
     def read_ledger(self, thread_id: str) -> dict[str, bytes]:
         with self._read() as conn:
-            rows = conn.execute(f"SELECT key, {_RECORD} FROM lgd_ledger WHERE thread_id = ?", (thread_id,)).fetchall()
+            rows = conn.execute(sql.SELECT_LEDGER, (thread_id,)).fetchall()
         return {r[0]: bytes(r[1]) for r in rows}
 
     def thread_ids(self) -> list[str]:
         with self._read() as conn:
-            rows = conn.execute(
-                "SELECT thread_id FROM lgd_checkpoints UNION SELECT thread_id FROM lgd_blobs "
-                "UNION SELECT thread_id FROM lgd_writes ORDER BY 1"
-            ).fetchall()
+            rows = conn.execute(sql.SELECT_THREAD_IDS).fetchall()
         return [r[0] for r in rows]
 
     def thread_records(self, thread_id: str) -> ThreadRecords:
         """Every live record of one thread, for `verify` and `repair`."""
         with self._read() as conn:
-            cps = conn.execute(
-                f"SELECT {_READ_CP_COLS} FROM lgd_checkpoints WHERE thread_id = ?", (thread_id,)
-            ).fetchall()
-            blobs = conn.execute(
-                f"SELECT thread_id, checkpoint_ns, channel, version, {_RECORD} FROM lgd_blobs WHERE thread_id = ?",
-                (thread_id,),
-            ).fetchall()
-            writes = conn.execute(
-                f"SELECT {_READ_W_COLS} FROM lgd_writes WHERE thread_id = ?",
-                (thread_id,),
-            ).fetchall()
+            cps = conn.execute(sql.SELECT_THREAD_CHECKPOINTS, (thread_id,)).fetchall()
+            blobs = conn.execute(sql.SELECT_THREAD_BLOBS, (thread_id,)).fetchall()
+            writes = conn.execute(sql.SELECT_THREAD_WRITES, (thread_id,)).fetchall()
         return ThreadRecords(
             [_cp(r) for r in cps],
             [BlobRow(r[0], r[1], r[2], r[3], bytes(r[4])) for r in blobs],
@@ -759,8 +608,7 @@ class SqliteTier:
         """Keep a copy for forensics and for `restore`, out of every read path."""
         with self._tx() as conn:
             conn.execute(
-                "INSERT INTO lgd_quarantine (thread_id, checkpoint_ns, kind, key, reason, record, detected_at, fields) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                sql.INSERT_QUARANTINE,
                 (thread_id, ns, kind, key, reason, envelope, time.time(), fields or None),
             )
 
@@ -769,15 +617,14 @@ class SqliteTier:
         the same key (one repaired meanwhile) stays."""
         table, where, params = live_row_where(row, "?")
         with self._tx() as conn:
-            conn.execute(f"DELETE FROM {table} WHERE {where} AND {_RECORD} = ?", (*params, row.envelope))
+            conn.execute(sql.delete_copy(table, where), (*params, row.envelope))
 
     def list_quarantine(self, thread_id: str | None) -> list[QuarantinedRecord]:
-        sql = f"SELECT id, thread_id, checkpoint_ns, kind, key, reason, {_RECORD}, detected_at, fields FROM lgd_quarantine"
         with self._read() as conn:
             if thread_id is None:
-                rows = conn.execute(sql + " ORDER BY id").fetchall()
+                rows = conn.execute(sql.SELECT_QUARANTINE).fetchall()
             else:
-                rows = conn.execute(sql + " WHERE thread_id = ? ORDER BY id", (thread_id,)).fetchall()
+                rows = conn.execute(sql.SELECT_THREAD_QUARANTINE, (thread_id,)).fetchall()
         return [
             QuarantinedRecord("sqlite", r[1], r[2], r[3], r[4], r[5], bytes(r[6]), r[7], str(r[0]), _fields(r[8]))
             for r in rows
@@ -785,26 +632,26 @@ class SqliteTier:
 
     def drop_quarantined(self, ids: Sequence[str]) -> None:
         with self._tx() as conn:
-            conn.executemany("DELETE FROM lgd_quarantine WHERE id = ?", [(int(i),) for i in ids])
+            conn.executemany(sql.DELETE_QUARANTINED, [(int(i),) for i in ids])
 
     def read_meta(self, key: str) -> str | None:
         with self._read() as conn:
-            row = conn.execute("SELECT value FROM lgd_meta WHERE key = ?", (key,)).fetchone()
+            row = conn.execute(sql.SELECT_META, (key,)).fetchone()
         return row[0] if row else None
 
     def write_meta(self, key: str, value: str | None) -> None:
         """Set (or, with None, remove) one store-wide setting."""
         with self._tx() as conn:
             if value is None:
-                conn.execute("DELETE FROM lgd_meta WHERE key = ?", (key,))
+                conn.execute(sql.DELETE_META, (key,))
             else:
-                conn.execute("INSERT OR REPLACE INTO lgd_meta VALUES (?, ?)", (key, value))
+                conn.execute(sql.UPSERT_META, (key, value))
 
     def create_meta(self, key: str, value: str) -> str:
         """Set a store-wide setting unless one is set; the value that holds."""
         with self._tx() as conn:
-            conn.execute("INSERT OR IGNORE INTO lgd_meta VALUES (?, ?)", (key, value))
-            row = conn.execute("SELECT value FROM lgd_meta WHERE key = ?", (key,)).fetchone()
+            conn.execute(sql.INSERT_META_IF_ABSENT, (key, value))
+            row = conn.execute(sql.SELECT_META, (key,)).fetchone()
         return str(row[0])
 
     def head(self, thread_id: str, ns: str) -> Head:
@@ -813,25 +660,18 @@ class SqliteTier:
         writes, in one read."""
         with self._read() as conn:
             # The deletion marker rides along (a thread with no checkpoint asks for it alone).
-            row = conn.execute(
-                f"SELECT {_READ_CP_COLS}, (SELECT value FROM lgd_meta WHERE key = ?) FROM lgd_checkpoints "
-                "WHERE thread_id = ? AND checkpoint_ns = ? ORDER BY checkpoint_id DESC LIMIT 1",
-                (deleted_key(thread_id), thread_id, ns),
-            ).fetchone()
+            row = conn.execute(sql.SELECT_HEAD, (deleted_key(thread_id), thread_id, ns)).fetchone()
             if row is None:
-                marker = conn.execute("SELECT value FROM lgd_meta WHERE key = ?", (deleted_key(thread_id),)).fetchone()
+                marker = conn.execute(sql.SELECT_META, (deleted_key(thread_id),)).fetchone()
                 return Head(None, marker[0] if marker else None, None, ())
-            writes = conn.execute(
-                f"SELECT {_READ_W_COLS} FROM lgd_writes WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?",
-                (thread_id, ns, row[2]),
-            ).fetchall()
+            writes = conn.execute(sql.SELECT_CHECKPOINT_WRITES, (thread_id, ns, row[2])).fetchall()
         return Head(row[2], row[-1], _cp(row), tuple(_w(w) for w in writes))
 
     def mark_gone(self, thread_id: str, checkpoints: Sequence[tuple[str, str]]) -> None:
         """Record that these (ns, checkpoint id) were deleted (`delete_for_runs`)."""
         with self._tx() as conn:
             conn.executemany(
-                "INSERT OR REPLACE INTO lgd_meta VALUES (?, '1')",
+                sql.UPSERT_GONE,
                 [(gone_key(thread_id, ns, c),) for ns, c in checkpoints],
             )
 
@@ -841,9 +681,7 @@ class SqliteTier:
         if not keys:
             return set()
         with self._read() as conn:
-            rows = conn.execute(
-                f"SELECT key FROM lgd_meta WHERE key IN ({','.join('?' * len(keys))})", list(keys)
-            ).fetchall()
+            rows = conn.execute(sql.select_meta_keys(len(keys)), list(keys)).fetchall()
         return {keys[r[0]] for r in rows}
 
     def mark_deleted(self, thread_id: str, marker: str | None) -> None:
@@ -854,20 +692,15 @@ class SqliteTier:
 
     def prune(self, thread_id: str, keep: set[tuple[str, str]], keep_blobs: set[tuple[str, str, str]]) -> None:
         with self._tx() as conn:
-            for table, cols in (
-                ("lgd_checkpoints", "checkpoint_ns, checkpoint_id"),
-                ("lgd_writes", "checkpoint_ns, checkpoint_id"),
+            for select, delete in (
+                (sql.SELECT_THREAD_CHECKPOINT_KEYS, sql.DELETE_CHECKPOINT),
+                (sql.SELECT_THREAD_WRITE_KEYS, sql.DELETE_CHECKPOINT_WRITES),
             ):
-                rows = conn.execute(f"SELECT DISTINCT {cols} FROM {table} WHERE thread_id = ?", (thread_id,)).fetchall()
-                conn.executemany(
-                    f"DELETE FROM {table} WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?",
-                    [(thread_id, ns, cid) for ns, cid in rows if (ns, cid) not in keep],
-                )
-            blobs = conn.execute(
-                "SELECT checkpoint_ns, channel, version FROM lgd_blobs WHERE thread_id = ?", (thread_id,)
-            ).fetchall()
+                rows = conn.execute(select, (thread_id,)).fetchall()
+                conn.executemany(delete, [(thread_id, ns, cid) for ns, cid in rows if (ns, cid) not in keep])
+            blobs = conn.execute(sql.SELECT_THREAD_BLOB_KEYS, (thread_id,)).fetchall()
             conn.executemany(
-                "DELETE FROM lgd_blobs WHERE thread_id = ? AND checkpoint_ns = ? AND channel = ? AND version = ?",
+                sql.DELETE_BLOB,
                 [(thread_id, *b) for b in blobs if tuple(b) not in keep_blobs],
             )
 
@@ -907,23 +740,19 @@ class SqliteTier:
         target = int(self.max_bytes * EVICT_TO)
         evicted: list[str] = []
         with self._tx() as conn:
-            conn.executemany(
-                "INSERT INTO lgd_thread_use VALUES (?, ?) "
-                "ON CONFLICT(thread_id) DO UPDATE SET used_at = MAX(used_at, excluded.used_at)",
-                list(used.items()),
-            )
-            held = {r[0] for r in conn.execute("SELECT DISTINCT thread_id FROM lgd_checkpoints")}
-            held |= {r[0] for r in conn.execute("SELECT DISTINCT thread_id FROM lgd_writes")}
-            owed = {r[0] for r in conn.execute("SELECT DISTINCT thread_id FROM lgd_journal")}
-            last_use = dict(conn.execute("SELECT thread_id, used_at FROM lgd_thread_use").fetchall())
+            conn.executemany(sql.UPSERT_THREAD_USE, list(used.items()))
+            held = {r[0] for r in conn.execute(sql.SELECT_CHECKPOINT_THREADS)}
+            held |= {r[0] for r in conn.execute(sql.SELECT_WRITE_THREADS)}
+            owed = {r[0] for r in conn.execute(sql.SELECT_JOURNAL_THREADS)}
+            last_use = dict(conn.execute(sql.SELECT_THREAD_USE).fetchall())
             candidates = sorted(held - owed - set(protect), key=lambda t: (last_use.get(t, 0.0), t))
             for thread_id in candidates:
                 # The pages a delete empties join the free list at once, inside
                 # the transaction: the size is measured, not estimated.
                 if _in_use(conn) <= target:
                     break
-                for table in ("lgd_checkpoints", "lgd_blobs", "lgd_writes", "lgd_thread_use"):
-                    conn.execute(f"DELETE FROM {table} WHERE thread_id = ?", (thread_id,))
+                for statement in sql.EVICT_THREAD:
+                    conn.execute(statement, (thread_id,))
                 evicted.append(thread_id)
         with self._used_lock:
             for thread_id in evicted:
@@ -939,7 +768,7 @@ class SqliteTier:
         if fence is None:
             return
         renewed = conn.execute(
-            f"UPDATE lgd_leases SET expires_at = {_RENEWED} WHERE thread_id = ? AND holder = ? AND {_FENCE_HOLDS}",
+            sql.RENEW_FENCE,
             (fence.token, time.time() + fence.ttl, fence.thread_id, fence.holder, fence.late, fence.token,
              fence.late, fence.token),
         ).rowcount  # fmt: skip
@@ -955,39 +784,21 @@ class SqliteTier:
             if _lease(conn, thread_id) != expected:
                 return None
             taken = Lease(thread_id, holder, token, time.time() + ttl)
-            conn.execute(
-                "INSERT OR REPLACE INTO lgd_leases VALUES (?, ?, ?, ?)",
-                (thread_id, holder, token, taken.expires_at),
-            )
+            conn.execute(sql.UPSERT_LEASE, (thread_id, holder, token, taken.expires_at))
             return taken
 
     def keep_lease(self, thread_id: str, holder: str, token: int, ttl: float) -> bool:
         with self._tx() as conn:
-            kept = conn.execute(
-                "UPDATE lgd_leases SET expires_at = ? WHERE thread_id = ? AND holder = ? AND token = ? AND expires_at > 0",
-                (time.time() + ttl, thread_id, holder, token),
-            ).rowcount
+            kept = conn.execute(sql.KEEP_LEASE, (time.time() + ttl, thread_id, holder, token)).rowcount
         return bool(kept)
 
     def release_lease(self, thread_id: str, holder: str, token: int | None) -> None:
         with self._tx() as conn:
-            conn.execute(
-                "UPDATE lgd_leases SET expires_at = 0 WHERE thread_id = ? AND holder = ? AND (? IS NULL OR token = ?)",
-                (thread_id, holder, token, token),
-            )
+            conn.execute(sql.RELEASE_LEASE, (thread_id, holder, token, token))
 
     def ask_hand_off(self, thread_id: str, holder: str) -> None:
         """Nothing: a lease is kept after its run (``lease_linger``) only in
         a shared tier, which carries the hand-off requests."""
-
-
-# A fenced write holds if the lease is the fence's holder's: with the fence's
-# token and not released (expires_at 0), or for a write shipped late (write-
-# behind) with that token or a newer one of the same holder: a newer token of
-# another holder (a takeover) refuses it. Params: late, token, late, token.
-# Only the fence's own live lease is renewed (params: token, new expiry).
-_FENCE_HOLDS = "((NOT ? AND token = ? AND expires_at > 0) OR (? AND token >= ?))"
-_RENEWED = "CASE WHEN token = ? AND expires_at > 0 THEN ? ELSE expires_at END"
 
 
 def _entry(r: tuple[Any, ...]) -> JournalEntry:
@@ -1013,8 +824,7 @@ def _ack_many(conn: sqlite3.Connection, acks: Sequence[tuple[int, Sequence[str],
     owed: dict[int, str | None] = {}
     for i in range(0, len(seqs), ACKS_PER_QUERY):
         part = seqs[i : i + ACKS_PER_QUERY]
-        marks = ",".join("?" * len(part))
-        owed.update(conn.execute(f"SELECT seq, owed FROM lgd_journal WHERE seq IN ({marks})", part).fetchall())
+        owed.update(conn.execute(sql.select_journal_owed(len(part)), part).fetchall())
     acked: set[int] = set()
     gone: set[int] = set()
     for seq, tiers, everyone in acks:
@@ -1029,10 +839,10 @@ def _ack_many(conn: sqlite3.Connection, acks: Sequence[tuple[int, Sequence[str],
         else:
             gone.add(seq)
     conn.executemany(
-        "UPDATE lgd_journal SET owed = ?, acked = acked OR ? WHERE seq = ?",
+        sql.UPDATE_JOURNAL_OWED,
         [(owed[seq], 1 if seq in acked else 0, seq) for seq in seqs if seq in owed and seq not in gone],
     )
-    conn.executemany("DELETE FROM lgd_journal WHERE seq = ?", [(seq,) for seq in seqs if seq in gone])
+    conn.executemany(sql.DELETE_JOURNAL_ENTRY, [(seq,) for seq in seqs if seq in gone])
 
 
 def _journal(
@@ -1043,8 +853,7 @@ def _journal(
     acked = 1 if spec is not None and spec.acked else 0
     fence = encode_fence(spec.fence) if spec is not None else None
     cur = conn.execute(
-        "INSERT INTO lgd_journal (kind, thread_id, checkpoint_ns, checkpoint_id, task_id, created_at, owed, acked, fence) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        sql.INSERT_JOURNAL,
         (kind, thread_id, ns, cid, task_id, time.time(), tiers, acked, fence),
     )
     return cur.lastrowid
@@ -1059,7 +868,7 @@ def _busy(exc: BaseException | None) -> bool:
 
 
 def _lease(conn: sqlite3.Connection, thread_id: str) -> Lease | None:
-    row = conn.execute("SELECT holder, token, expires_at FROM lgd_leases WHERE thread_id = ?", (thread_id,)).fetchone()
+    row = conn.execute(sql.SELECT_LEASE, (thread_id,)).fetchone()
     return Lease(thread_id, row[0], int(row[1]), float(row[2])) if row else None
 
 
@@ -1095,20 +904,15 @@ def _create_private(folder: str, path: str) -> bool:
     return True
 
 
-# The writes of a run (`put`, `put_writes`) that `AsyncSqliteTier` commits
-# in groups.
-_GROUPED = frozenset({"write_checkpoint", "write_writes"})
-# Calls of a run's hot path that take tens of microseconds: the async face
-# runs them on the event loop's thread when they can start at once
-# (`SqliteTier.run_now`), since handing one to the worker thread and waking
-# the loop again costs several times that (0.2 ms a write on a busy
-# 2-core machine). Writes only without ``fsync``: with it (write-behind) a
-# commit waits for the disk, so those stay on the worker, which commits the
-# writes waiting in one group.
-_READS_ON_CALLER = frozenset(
-    {"version", "head", "read_checkpoint", "read_blobs", "read_writes", "read_ledger", "read_lease", "gone"}
-)
-_WRITES_ON_CALLER = frozenset({*_GROUPED, "swap_lease", "keep_lease", "release_lease"})
+# The async face (`AsyncSqliteTier`) runs the short calls of a run's hot path,
+# which take tens of microseconds, on the event loop's thread when they can
+# start at once (`SqliteTier.run_now`), since handing one to the worker
+# thread and waking the loop again costs several times that (0.2 ms a write
+# on a busy 2-core machine): the reads of a step's latest state (`_read`) and
+# its writes (`_write`; `_group`: the writes of a run, `put` and
+# `put_writes`, which it otherwise commits in groups). Writes only without
+# ``fsync``: with it (write-behind) a commit waits for the disk, so those
+# stay on the worker, which commits the writes waiting in one group.
 
 
 def _loop_watched() -> bool:
@@ -1125,14 +929,14 @@ class AsyncSqliteTier:
 
     Nothing is re-implemented: ``await tier.read_checkpoint(...)`` calls
     `SqliteTier.read_checkpoint`. The short calls of a run's hot path (a
-    step's writes, the reads of its latest state: `_READS_ON_CALLER`,
-    `_WRITES_ON_CALLER`) run on the event loop's thread when nothing waits
-    for them (`SqliteTier.run_now`: the tier free, SQLite's lock to be had at
-    once), which costs less than the hop; any other call, and one that would
-    wait, goes to the worker, so a busy database never blocks other tasks.
-    So does every call under a host that forbids SQLite on its loop
+    step's writes, the reads of its latest state: `_read`, `_write`,
+    `_group`) run on the event loop's thread when nothing waits for them
+    (`SqliteTier.run_now`: the tier free, SQLite's lock to be had at once),
+    which costs less than the hop; any other call (`_work`), and one that
+    would wait, goes to the worker, so a busy database never blocks other
+    tasks. So does every call under a host that forbids SQLite on its loop
     (`_loop_watched`).
-    The writes of runs (`_GROUPED`) that arrive while the worker is busy wait
+    The writes of runs (`_group`) that arrive while the worker is busy wait
     for it together and are then committed together
     (`SqliteTier.grouped`): many concurrent runs cost one commit and one
     hand-off to the worker per group, not per write, and each write still
@@ -1148,31 +952,210 @@ class AsyncSqliteTier:
         self._waiting: list[tuple[Callable[[], Any], asyncio.AbstractEventLoop, asyncio.Future[Any]]] = []
         self._waiting_lock = threading.Lock()
 
-    def __getattr__(self, method: str) -> Callable[..., Any]:
-        fn = getattr(self.tier, method)
-        writes = method in _WRITES_ON_CALLER
-        now = (method in _READS_ON_CALLER or (writes and not self.tier.fsync)) and not _loop_watched()
-        if method in _GROUPED:
+    # -- how a call runs ------------------------------------------------------
 
-            async def grouped(*args: Any, **kwargs: Any) -> Any:
-                bound = functools.partial(fn, *args, **kwargs)
-                if now and not self._waiting:
-                    ran, result = self.tier.run_now(bound, writes=writes)
-                    if ran:
-                        return result
-                return await self._grouped(bound)
+    def _on_caller(self, writes: bool) -> bool:
+        """Whether a short call may try the caller's thread (see the module)."""
+        return (not writes or not self.tier.fsync) and not _loop_watched()
 
-            return grouped
+    async def _work(self, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
+        """On the worker thread."""
+        return await asyncio.get_running_loop().run_in_executor(self._pool, functools.partial(fn, *args, **kwargs))
 
-        async def call(*args: Any, **kwargs: Any) -> Any:
-            bound = functools.partial(fn, *args, **kwargs)
-            if now:
-                ran, result = self.tier.run_now(bound, writes=writes)
-                if ran:
-                    return result
-            return await asyncio.get_running_loop().run_in_executor(self._pool, bound)
+    async def _short(self, writes: bool, call: Callable[[], R]) -> R:
+        if self._on_caller(writes):
+            ran, result = self.tier.run_now(call, writes=writes)
+            if ran:
+                return cast(R, result)
+        return await asyncio.get_running_loop().run_in_executor(self._pool, call)
 
-        return call
+    async def _read(self, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
+        """A short read: on the caller's thread if it can start at once, else on the worker."""
+        return await self._short(False, functools.partial(fn, *args, **kwargs))
+
+    async def _write(self, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
+        """A short write: as `_read`, without ``fsync``; else on the worker."""
+        return await self._short(True, functools.partial(fn, *args, **kwargs))
+
+    async def _group(self, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
+        """A run's write: as `_write` when no write waits for the worker, else
+        committed with those waiting (`_grouped`)."""
+        call = functools.partial(fn, *args, **kwargs)
+        if self._on_caller(True) and not self._waiting:
+            ran, result = self.tier.run_now(call, writes=True)
+            if ran:
+                return cast(R, result)
+        return cast(R, await self._grouped(call))
+
+    # -- the tier's methods (`SqliteTier`'s), each as it runs ---------------------
+
+    async def setup(self) -> None:
+        return await self._work(self.tier.setup)
+
+    async def version(self) -> tuple[int, int]:
+        return await self._read(self.tier.version)
+
+    async def write_checkpoint(
+        self,
+        row: CheckpointRow,
+        blobs: Sequence[BlobRow],
+        *,
+        journal: Owed | bool | None = None,
+        fence: Fence | None = None,
+    ) -> int | None:
+        return await self._group(self.tier.write_checkpoint, row, blobs, journal=journal, fence=fence)
+
+    async def write_writes(
+        self, rows: Sequence[WriteRow], upsert: bool, *, journal: Owed | bool | None = None, fence: Fence | None = None
+    ) -> int | None:
+        return await self._group(self.tier.write_writes, rows, upsert, journal=journal, fence=fence)
+
+    async def write_batch(
+        self,
+        checkpoints: Sequence[tuple[CheckpointRow, Sequence[BlobRow]]],
+        writes: Sequence[WriteRow],
+        *,
+        fence: Fence | None = None,
+    ) -> None:
+        return await self._work(self.tier.write_batch, checkpoints, writes, fence=fence)
+
+    async def write_blobs(self, blobs: Sequence[BlobRow]) -> None:
+        return await self._work(self.tier.write_blobs, blobs)
+
+    async def journal_acked(self, seq: int | None, tiers: Sequence[str], *, everyone: Sequence[str] = ()) -> None:
+        return await self._work(self.tier.journal_acked, seq, tiers, everyone=everyone)
+
+    async def journal_acked_many(
+        self, acks: Sequence[tuple[int, Sequence[str]]], *, everyone: Sequence[str] = ()
+    ) -> None:
+        return await self._work(self.tier.journal_acked_many, acks, everyone=everyone)
+
+    async def journal_drop(self, seq: int) -> None:
+        return await self._work(self.tier.journal_drop, seq)
+
+    async def pending_journal(
+        self, limit: int | None = None, after: int = 0, *, thread_id: str | None = None
+    ) -> list[JournalEntry]:
+        return await self._work(self.tier.pending_journal, limit, after, thread_id=thread_id)
+
+    async def journal_lag(self, shared: Sequence[str]) -> tuple[int, float | None, dict[str, int]]:
+        return await self._work(self.tier.journal_lag, shared)
+
+    async def journal_size(self) -> int:
+        return await self._work(self.tier.journal_size)
+
+    async def read_checkpoint(self, thread_id: str, ns: str, checkpoint_id: str) -> CheckpointRow | None:
+        return await self._read(self.tier.read_checkpoint, thread_id, ns, checkpoint_id)
+
+    async def read_blobs(self, thread_id: str, ns: str, keys: Sequence[BlobKey]) -> dict[BlobKey, BlobRow]:
+        return await self._read(self.tier.read_blobs, thread_id, ns, keys)
+
+    async def read_writes(self, thread_id: str, ns: str, checkpoint_ids: Sequence[str]) -> list[WriteRow]:
+        return await self._read(self.tier.read_writes, thread_id, ns, checkpoint_ids)
+
+    async def head(self, thread_id: str, ns: str) -> Head:
+        return await self._read(self.tier.head, thread_id, ns)
+
+    async def list_page(
+        self, thread_id: str, ns: str, before: str | None, limit: int
+    ) -> tuple[list[CheckpointRow], list[WriteRow]]:
+        return await self._work(self.tier.list_page, thread_id, ns, before, limit)
+
+    async def list_checkpoints(
+        self,
+        thread_id: str | None,
+        ns: str | None,
+        checkpoint_id: str | None,
+        before: str | None,
+        filter: dict[str, Any] | None,
+        limit: int | None,
+    ) -> list[CheckpointRow]:
+        return await self._work(self.tier.list_checkpoints, thread_id, ns, checkpoint_id, before, filter, limit)
+
+    async def thread_ids(self) -> list[str]:
+        return await self._work(self.tier.thread_ids)
+
+    async def thread_records(self, thread_id: str) -> ThreadRecords:
+        return await self._work(self.tier.thread_records, thread_id)
+
+    async def delete_thread(self, thread_id: str) -> None:
+        return await self._work(self.tier.delete_thread, thread_id)
+
+    async def delete_for_runs(self, run_ids: Sequence[str], retain: Sequence[tuple[str, str, str]] = ()) -> None:
+        return await self._work(self.tier.delete_for_runs, run_ids, retain)
+
+    async def delete_checkpoint(self, thread_id: str, ns: str, checkpoint_id: str) -> None:
+        return await self._work(self.tier.delete_checkpoint, thread_id, ns, checkpoint_id)
+
+    async def prune(self, thread_id: str, keep: set[tuple[str, str]], keep_blobs: set[tuple[str, str, str]]) -> None:
+        return await self._work(self.tier.prune, thread_id, keep, keep_blobs)
+
+    async def read_meta(self, key: str) -> str | None:
+        return await self._work(self.tier.read_meta, key)
+
+    async def write_meta(self, key: str, value: str | None) -> None:
+        return await self._work(self.tier.write_meta, key, value)
+
+    async def create_meta(self, key: str, value: str) -> str:
+        return await self._work(self.tier.create_meta, key, value)
+
+    async def mark_gone(self, thread_id: str, checkpoints: Sequence[tuple[str, str]]) -> None:
+        return await self._work(self.tier.mark_gone, thread_id, checkpoints)
+
+    async def gone(self, thread_id: str, ns: str, checkpoint_ids: Sequence[str]) -> set[str]:
+        return await self._read(self.tier.gone, thread_id, ns, checkpoint_ids)
+
+    async def mark_deleted(self, thread_id: str, marker: str | None) -> None:
+        return await self._work(self.tier.mark_deleted, thread_id, marker)
+
+    async def quarantine(
+        self, thread_id: str, ns: str, kind: str, key: str, reason: str, envelope: bytes, fields: bytes = b""
+    ) -> None:
+        return await self._work(self.tier.quarantine, thread_id, ns, kind, key, reason, envelope, fields)
+
+    async def remove_copy(self, kind: str, row: Row) -> None:
+        return await self._work(self.tier.remove_copy, kind, row)
+
+    async def list_quarantine(self, thread_id: str | None) -> list[QuarantinedRecord]:
+        return await self._work(self.tier.list_quarantine, thread_id)
+
+    async def drop_quarantined(self, ids: Sequence[str]) -> None:
+        return await self._work(self.tier.drop_quarantined, ids)
+
+    async def write_ledger(self, thread_id: str, key: str, envelope: bytes) -> None:
+        return await self._work(self.tier.write_ledger, thread_id, key, envelope)
+
+    async def swap_ledger(self, thread_id: str, key: str, old: bytes | None, new: bytes) -> None:
+        return await self._work(self.tier.swap_ledger, thread_id, key, old, new)
+
+    async def read_ledger(self, thread_id: str) -> dict[str, bytes]:
+        return await self._read(self.tier.read_ledger, thread_id)
+
+    async def read_lease(self, thread_id: str) -> tuple[Lease | None, float]:
+        return await self._read(self.tier.read_lease, thread_id)
+
+    async def swap_lease(
+        self, thread_id: str, expected: Lease | None, holder: str, token: int, ttl: float
+    ) -> Lease | None:
+        return await self._write(self.tier.swap_lease, thread_id, expected, holder, token, ttl)
+
+    async def keep_lease(self, thread_id: str, holder: str, token: int, ttl: float) -> bool:
+        return await self._write(self.tier.keep_lease, thread_id, holder, token, ttl)
+
+    async def release_lease(self, thread_id: str, holder: str, token: int | None) -> None:
+        return await self._write(self.tier.release_lease, thread_id, holder, token)
+
+    async def ask_hand_off(self, thread_id: str, holder: str) -> None:
+        return await self._work(self.tier.ask_hand_off, thread_id, holder)
+
+    async def used_bytes(self) -> int:
+        return await self._work(self.tier.used_bytes)
+
+    async def evict(self, protect: Collection[str] = (), *, force: bool = False) -> list[str]:
+        return await self._work(self.tier.evict, protect, force=force)
+
+    async def flush_acks(self) -> None:
+        return await self._work(self.tier.flush_acks)
 
     async def _grouped(self, call: Callable[[], Any]) -> Any:
         loop = asyncio.get_running_loop()
@@ -1234,7 +1217,12 @@ def _settle(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
 
 if TYPE_CHECKING:
     from ..protocol import Tier
+    from ..protocol_async import AsyncTier
 
     def _conforms(tier: SqliteTier) -> Tier:
         """mypy checks here that the class implements the Protocol the rooms use."""
+        return tier
+
+    def _conforms_async(tier: AsyncSqliteTier) -> AsyncTier:
+        """And that its async face implements the async one."""
         return tier

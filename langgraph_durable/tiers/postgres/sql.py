@@ -1,0 +1,382 @@
+"""The SQL of the Postgres tier (`postgres_async.py`), apart from its I/O.
+
+One constant per statement, the schema as `MIGRATIONS`; statements that
+depend on their arguments (which parts a query has, a table's name) are
+small pure functions returning the text. Placeholders are psycopg's ``%s``.
+Statements with an ``{ok}`` slot in their WHERE are parts of one fenced
+statement: `chained` or `fenced` fills the slot and joins them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+# -- schema -------------------------------------------------------------------
+
+# The migration lock's key. Any constant; it only has to be the same in every replica.
+MIGRATION_LOCK = 0x4C4744_5552
+
+# Index = schema version. Append only; never edit a shipped entry.
+MIGRATIONS: list[str] = [
+    "",  # version 0: empty database
+    """
+    CREATE TABLE IF NOT EXISTS lgd_checkpoints (
+        thread_id text NOT NULL,
+        checkpoint_ns text NOT NULL,
+        checkpoint_id text NOT NULL,
+        parent_id text,
+        run_id text,
+        metadata jsonb NOT NULL,
+        record bytea NOT NULL,
+        PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id)
+    );
+    CREATE INDEX IF NOT EXISTS lgd_checkpoints_run ON lgd_checkpoints (run_id)
+        WHERE run_id IS NOT NULL;
+    CREATE TABLE IF NOT EXISTS lgd_blobs (
+        thread_id text NOT NULL,
+        checkpoint_ns text NOT NULL,
+        channel text NOT NULL,
+        version text NOT NULL,
+        record bytea NOT NULL,
+        PRIMARY KEY (thread_id, checkpoint_ns, channel, version)
+    );
+    CREATE TABLE IF NOT EXISTS lgd_writes (
+        thread_id text NOT NULL,
+        checkpoint_ns text NOT NULL,
+        checkpoint_id text NOT NULL,
+        task_id text NOT NULL,
+        idx integer NOT NULL,
+        channel text NOT NULL,
+        task_path text NOT NULL,
+        record bytea NOT NULL,
+        PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
+    );
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS lgd_quarantine (
+        id bigserial PRIMARY KEY,
+        thread_id text NOT NULL,
+        checkpoint_ns text NOT NULL,
+        kind text NOT NULL,
+        key text NOT NULL,
+        reason text NOT NULL,
+        record bytea NOT NULL,
+        detected_at double precision NOT NULL DEFAULT extract(epoch FROM now())
+    );
+    CREATE INDEX IF NOT EXISTS lgd_quarantine_thread ON lgd_quarantine (thread_id);
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS lgd_ledger (
+        thread_id text NOT NULL,
+        key text NOT NULL,
+        record bytea NOT NULL,
+        PRIMARY KEY (thread_id, key)
+    );
+    """,
+    # A quarantined copy keeps the fields of its row (msgpack), so it can be
+    # put back; the store's key fingerprint; per-thread writer leases.
+    """
+    ALTER TABLE lgd_quarantine ADD COLUMN IF NOT EXISTS fields bytea;
+    CREATE TABLE IF NOT EXISTS lgd_meta (
+        key text PRIMARY KEY,
+        value text NOT NULL
+    );
+    CREATE TABLE IF NOT EXISTS lgd_leases (
+        thread_id text PRIMARY KEY,
+        holder text NOT NULL,
+        token bigint NOT NULL,
+        expires_at double precision NOT NULL
+    );
+    """,
+    # A thread's newest checkpoints across its namespaces (`list` without
+    # checkpoint_ns): read from this index, not sorted from all of them.
+    # On a large table, create it first with CREATE INDEX CONCURRENTLY
+    # under this name: the migration then finds it.
+    """
+    CREATE INDEX IF NOT EXISTS lgd_checkpoints_thread_recent ON lgd_checkpoints (thread_id, checkpoint_id);
+    """,
+    # A CREATE INDEX CONCURRENTLY that failed (cancelled, a deadlock, the
+    # server restarted) leaves its index INVALID: never used by a query but
+    # still kept up to date by every write, and taken by IF NOT EXISTS above
+    # for one that exists. Build it again. (Non-concurrently: this holds the
+    # table's writes meanwhile, as the migration above would have.)
+    """
+    DO $$
+    BEGIN
+        IF EXISTS (
+            SELECT 1 FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+            WHERE i.indrelid = 'lgd_checkpoints'::regclass
+                AND c.relname = 'lgd_checkpoints_thread_recent' AND NOT i.indisvalid
+        ) THEN
+            DROP INDEX lgd_checkpoints_thread_recent;
+        END IF;
+    END $$;
+    CREATE INDEX IF NOT EXISTS lgd_checkpoints_thread_recent ON lgd_checkpoints (thread_id, checkpoint_id);
+    """,
+]
+
+# Taken by the transaction that migrates, so replicas migrate one at a time
+# (transaction-scoped: works behind a pooler in transaction mode).
+LOCK_MIGRATIONS = "SELECT pg_advisory_xact_lock(%s)"
+CREATE_MIGRATIONS_TABLE = "CREATE TABLE IF NOT EXISTS lgd_migrations (v integer PRIMARY KEY)"
+# The schema version applied (0: none).
+SELECT_SCHEMA_VERSION = "SELECT coalesce(max(v), 0) FROM lgd_migrations"
+INSERT_SCHEMA_VERSION = "INSERT INTO lgd_migrations (v) VALUES (%s)"
+
+# -- fragments ----------------------------------------------------------------
+
+_CP_COLS = "thread_id, checkpoint_ns, checkpoint_id, parent_id, run_id, metadata::text, record"
+_W_COLS = "thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, task_path, record"
+_NOW = "extract(epoch FROM clock_timestamp())::double precision"  # the server's clock
+_UPDATE_CHECKPOINT = (
+    "ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET "
+    "parent_id = EXCLUDED.parent_id, run_id = EXCLUDED.run_id, "
+    "metadata = EXCLUDED.metadata, record = EXCLUDED.record"
+)
+
+# -- writes (each with an {ok} slot: see `chained` and `fenced`) ---------------
+
+# The new blobs of one checkpoint (thread, ns; channels, versions, records as arrays).
+INSERT_CHECKPOINT_BLOBS = (
+    "INSERT INTO lgd_blobs SELECT %s, %s, c, v, r FROM unnest(%s::text[], %s::text[], %s::bytea[]) AS u(c, v, r) "
+    "WHERE {ok} ON CONFLICT DO NOTHING"
+)
+UPSERT_CHECKPOINT = (
+    "INSERT INTO lgd_checkpoints SELECT %s, %s, %s, %s, %s, %s::jsonb, %s WHERE {ok} " + _UPDATE_CHECKPOINT
+)
+# Blobs of several checkpoints of one thread (thread; the rest as arrays).
+INSERT_BATCH_BLOBS = (
+    "INSERT INTO lgd_blobs SELECT %s, n, c, v, r "
+    "FROM unnest(%s::text[], %s::text[], %s::text[], %s::bytea[]) AS u(n, c, v, r) "
+    "WHERE {ok} ON CONFLICT DO NOTHING"
+)
+# Several checkpoints of one thread (thread; the rest as arrays).
+UPSERT_BATCH_CHECKPOINTS = (
+    "INSERT INTO lgd_checkpoints SELECT %s, n, i, p, ru, m::jsonb, r "
+    "FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::bytea[]) "
+    "AS u(n, i, p, ru, m, r) WHERE {ok} " + _UPDATE_CHECKPOINT
+)
+# Pending writes of several checkpoints of one thread (thread; the rest as arrays), insert-or-ignore.
+INSERT_BATCH_WRITES = (
+    "INSERT INTO lgd_writes SELECT %s, n, ci, t, i, c, p, r FROM unnest("
+    "%s::text[], %s::text[], %s::text[], %s::int[], %s::text[], %s::text[], %s::bytea[]"
+    ") AS u(n, ci, t, i, c, p, r) WHERE {ok} ON CONFLICT DO NOTHING"
+)
+_CHECKPOINT_WRITES = (
+    "INSERT INTO lgd_writes SELECT %s, %s, %s, t, i, c, p, r "
+    "FROM unnest(%s::text[], %s::int[], %s::text[], %s::text[], %s::bytea[]) AS u(t, i, c, p, r) "
+    "WHERE {ok} ON CONFLICT "
+)
+# Pending writes of one checkpoint (thread, ns, checkpoint id; the rest as arrays), insert-or-ignore.
+INSERT_WRITES = _CHECKPOINT_WRITES + "DO NOTHING"
+# Pending writes of one checkpoint, replacing those under the same (task, idx).
+UPSERT_WRITES = (
+    _CHECKPOINT_WRITES + "(thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO UPDATE SET "
+    "channel = EXCLUDED.channel, task_path = EXCLUDED.task_path, record = EXCLUDED.record"
+)
+# One blob (executemany), replacing any copy under its key (read-repair).
+UPSERT_BLOB = (
+    "INSERT INTO lgd_blobs VALUES (%s, %s, %s, %s, %s) ON CONFLICT "
+    "(thread_id, checkpoint_ns, channel, version) DO UPDATE SET record = EXCLUDED.record"
+)
+
+
+def chained(inserts: Sequence[str]) -> str:
+    """`inserts` (each with an ``{ok}`` slot) as one unfenced statement: all
+    but the last as CTEs."""
+    parts = [q.format(ok="true") for q in inserts]
+    ctes = ", ".join(f"w{i} AS ({q})" for i, q in enumerate(parts[:-1]))
+    return f"WITH {ctes} {parts[-1]}" if ctes else parts[-1]
+
+
+def fenced(inserts: Sequence[str]) -> str:
+    """`inserts` as one statement that first renews the lease if it still
+    matches the fence, inserts nothing otherwise, and returns how many lease
+    rows matched. Params: token, ttl, thread, holder, late, token, late,
+    token, then the inserts'."""
+    ok = "EXISTS (SELECT 1 FROM fence)"
+    return (
+        "WITH fence AS (UPDATE lgd_leases SET expires_at = "
+        f"CASE WHEN token = %s AND expires_at > 0 THEN {_NOW} + %s ELSE expires_at END "
+        "WHERE thread_id = %s AND holder = %s "
+        "AND ((NOT %s AND token = %s AND expires_at > 0) OR (%s AND token >= %s)) RETURNING token)"
+        + "".join(f", w{i} AS ({q.format(ok=ok)})" for i, q in enumerate(inserts))
+        + " SELECT count(*) FROM fence"
+    )
+
+
+# -- reads --------------------------------------------------------------------
+
+SELECT_CHECKPOINT = (
+    f"SELECT {_CP_COLS} FROM lgd_checkpoints WHERE thread_id = %s AND checkpoint_ns = %s AND checkpoint_id = %s"
+)
+# The blobs of (thread, ns) under these (channels, versions) arrays.
+SELECT_BLOBS = (
+    "SELECT channel, version, record FROM lgd_blobs WHERE thread_id = %s AND checkpoint_ns = %s "
+    "AND (channel, version) IN (SELECT * FROM unnest(%s::text[], %s::text[]))"
+)
+# The pending writes of (thread, ns) of these checkpoint ids (an array).
+SELECT_WRITES = (
+    f"SELECT {_W_COLS} FROM lgd_writes WHERE thread_id = %s AND checkpoint_ns = %s AND checkpoint_id = ANY(%s)"
+)
+
+
+def select_page(before: bool) -> str:
+    """The newest checkpoints of (thread, ns) (older than one, if `before`)
+    up to a limit, newest first, each joined with its pending writes.
+    Params: thread, ns, [before], limit."""
+    older = " AND checkpoint_id < %s" if before else ""
+    return (
+        f"WITH c AS (SELECT {_CP_COLS} FROM lgd_checkpoints WHERE thread_id = %s AND checkpoint_ns = %s{older} "
+        "ORDER BY checkpoint_id DESC LIMIT %s) "
+        "SELECT c.*, w.task_id, w.idx, w.channel, w.task_path, w.record FROM c LEFT JOIN lgd_writes w "
+        "ON w.thread_id = c.thread_id AND w.checkpoint_ns = c.checkpoint_ns AND w.checkpoint_id = c.checkpoint_id "
+        "ORDER BY c.checkpoint_id DESC"
+    )
+
+
+def select_checkpoints(
+    *, thread_id: bool, ns: bool, checkpoint_id: bool, before: bool, filter: bool, limit: bool
+) -> str:
+    """Checkpoints newest first, narrowed by the parts given, whose params
+    come in this order: thread, ns, checkpoint id, before, the metadata
+    `filter` (jsonb containment), the limit."""
+    wheres: list[str] = []
+    for column, given in (("thread_id", thread_id), ("checkpoint_ns", ns), ("checkpoint_id", checkpoint_id)):
+        if given:
+            wheres.append(f"{column} = %s")
+    if before:
+        wheres.append("checkpoint_id < %s")
+    if filter:
+        wheres.append("metadata @> %s")
+    sql = f"SELECT {_CP_COLS} FROM lgd_checkpoints"
+    if wheres:
+        sql += " WHERE " + " AND ".join(wheres)
+    sql += " ORDER BY checkpoint_id DESC"
+    if limit:
+        sql += " LIMIT %s"
+    return sql
+
+
+# The newest checkpoint of (thread, ns), the value of one meta key (the
+# thread's deletion marker) and the checkpoint's pending writes: one row per
+# write, at least one row (all NULL but the marker when there is no checkpoint).
+SELECT_HEAD = (
+    f"WITH h AS (SELECT {_CP_COLS} FROM lgd_checkpoints WHERE thread_id = %s AND checkpoint_ns = %s "
+    "ORDER BY checkpoint_id DESC LIMIT 1) "
+    "SELECT h.*, (SELECT value FROM lgd_meta WHERE key = %s), "
+    "w.task_id, w.idx, w.channel, w.task_path, w.record "
+    "FROM (SELECT 1) AS one LEFT JOIN h ON true LEFT JOIN lgd_writes w "
+    "ON w.thread_id = h.thread_id AND w.checkpoint_ns = h.checkpoint_ns AND w.checkpoint_id = h.checkpoint_id"
+)
+# Every thread with a checkpoint, a blob or a pending write.
+SELECT_THREAD_IDS = (
+    "SELECT thread_id FROM lgd_checkpoints UNION SELECT thread_id FROM lgd_blobs "
+    "UNION SELECT thread_id FROM lgd_writes ORDER BY 1"
+)
+SELECT_THREAD_CHECKPOINTS = f"SELECT {_CP_COLS} FROM lgd_checkpoints WHERE thread_id = %s"
+SELECT_THREAD_BLOBS = "SELECT thread_id, checkpoint_ns, channel, version, record FROM lgd_blobs WHERE thread_id = %s"
+SELECT_THREAD_WRITES = f"SELECT {_W_COLS} FROM lgd_writes WHERE thread_id = %s"
+
+# -- deletes ------------------------------------------------------------------
+
+# A thread's rows, table by table (one transaction).
+DELETE_THREAD = tuple(
+    f"DELETE FROM {table} WHERE thread_id = %s"
+    for table in ("lgd_checkpoints", "lgd_blobs", "lgd_writes", "lgd_quarantine", "lgd_ledger")
+)
+# Checkpoint c of one of these runs (an array) and not one of the retained
+# (thread, ns, checkpoint id) arrays.
+_DOOMED = (
+    "c.run_id = ANY(%s) AND (c.thread_id, c.checkpoint_ns, c.checkpoint_id) NOT IN "
+    "(SELECT * FROM unnest(%s::text[], %s::text[], %s::text[]))"
+)
+# The pending writes of the checkpoints `_DOOMED` picks.
+DELETE_RUN_WRITES = (
+    f"DELETE FROM lgd_writes w USING lgd_checkpoints c WHERE {_DOOMED} "
+    "AND w.thread_id = c.thread_id AND w.checkpoint_ns = c.checkpoint_ns "
+    "AND w.checkpoint_id = c.checkpoint_id"
+)
+# The checkpoints `_DOOMED` picks.
+DELETE_RUN_CHECKPOINTS = f"DELETE FROM lgd_checkpoints c WHERE {_DOOMED}"
+DELETE_CHECKPOINT = "DELETE FROM lgd_checkpoints WHERE thread_id = %s AND checkpoint_ns = %s AND checkpoint_id = %s"
+# A thread's checkpoints, then its pending writes, except those of the kept (ns, checkpoint id) arrays.
+PRUNE_CHECKPOINTS_AND_WRITES = tuple(
+    f"DELETE FROM {table} WHERE thread_id = %s AND (checkpoint_ns, checkpoint_id) NOT IN "
+    "(SELECT * FROM unnest(%s::text[], %s::text[]))"
+    for table in ("lgd_checkpoints", "lgd_writes")
+)
+# A thread's blobs except those of the kept (ns, channel, version) arrays.
+PRUNE_BLOBS = (
+    "DELETE FROM lgd_blobs WHERE thread_id = %s AND (checkpoint_ns, channel, version) NOT IN "
+    "(SELECT * FROM unnest(%s::text[], %s::text[], %s::text[]))"
+)
+
+# -- the ledger ---------------------------------------------------------------
+
+UPSERT_LEDGER = (
+    "INSERT INTO lgd_ledger VALUES (%s, %s, %s) ON CONFLICT (thread_id, key) DO UPDATE SET record = EXCLUDED.record"
+)
+INSERT_LEDGER_IF_ABSENT = "INSERT INTO lgd_ledger VALUES (%s, %s, %s) ON CONFLICT (thread_id, key) DO NOTHING"
+# Replace a ledger entry only if it still holds the old record (params: new, thread, key, old).
+SWAP_LEDGER = "UPDATE lgd_ledger SET record = %s WHERE thread_id = %s AND key = %s AND record = %s"
+SELECT_LEDGER = "SELECT key, record FROM lgd_ledger WHERE thread_id = %s"
+
+# -- the quarantine -----------------------------------------------------------
+
+INSERT_QUARANTINE = (
+    "INSERT INTO lgd_quarantine (thread_id, checkpoint_ns, kind, key, reason, record, fields) "
+    "VALUES (%s, %s, %s, %s, %s, %s, %s)"
+)
+_QUARANTINE = "SELECT id, thread_id, checkpoint_ns, kind, key, reason, record, detected_at, fields FROM lgd_quarantine"
+SELECT_QUARANTINE = _QUARANTINE + " ORDER BY id"
+SELECT_THREAD_QUARANTINE = _QUARANTINE + " WHERE thread_id = %s ORDER BY id"
+# Quarantined copies by id (an array).
+DELETE_QUARANTINED = "DELETE FROM lgd_quarantine WHERE id = ANY(%s)"
+
+
+def delete_copy(table: str, where: str) -> str:
+    """One exact copy of a live row: `where` (`base.live_row_where`) finds
+    its key, and its record must match too (the last param)."""
+    return f"DELETE FROM {table} WHERE {where} AND record = %s"
+
+
+# -- store-wide settings ------------------------------------------------------
+
+SELECT_META = "SELECT value FROM lgd_meta WHERE key = %s"
+DELETE_META = "DELETE FROM lgd_meta WHERE key = %s"
+UPSERT_META = "INSERT INTO lgd_meta VALUES (%s, %s) ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value"
+INSERT_META_IF_ABSENT = "INSERT INTO lgd_meta VALUES (%s, %s) ON CONFLICT (key) DO NOTHING"
+# The keys of an array set to '1' (`mark_gone`), each unless set.
+INSERT_GONE = "INSERT INTO lgd_meta SELECT k, '1' FROM unnest(%s::text[]) AS k ON CONFLICT (key) DO NOTHING"
+# Which of these keys (an array) are set.
+SELECT_META_KEYS = "SELECT key FROM lgd_meta WHERE key = ANY(%s)"
+
+# -- writer leases: the server's clock ----------------------------------------
+
+SELECT_LEASE = "SELECT holder, token, expires_at FROM lgd_leases WHERE thread_id = %s"
+# The lease (all NULL if none) and the server's clock now, in one row.
+SELECT_LEASE_AND_NOW = (
+    f"SELECT l.holder, l.token, l.expires_at, {_NOW} FROM (SELECT 1) AS one LEFT JOIN lgd_leases l ON l.thread_id = %s"
+)
+# Take a lease that was never held (params: thread, holder, token, ttl); returns its expiry.
+INSERT_LEASE = (
+    f"INSERT INTO lgd_leases VALUES (%s, %s, %s, {_NOW} + %s) ON CONFLICT (thread_id) DO NOTHING RETURNING expires_at"
+)
+# Take a lease that still is as expected (params: holder, token, ttl, then
+# the expected thread, holder, token, expiry); returns its expiry.
+SWAP_LEASE = (
+    f"UPDATE lgd_leases SET holder = %s, token = %s, expires_at = {_NOW} + %s "
+    "WHERE thread_id = %s AND holder = %s AND token = %s AND expires_at = %s RETURNING expires_at"
+)
+# Extend a held, unreleased lease (params: ttl, thread, holder, token); returns its expiry.
+KEEP_LEASE = (
+    f"UPDATE lgd_leases SET expires_at = {_NOW} + %s "
+    "WHERE thread_id = %s AND holder = %s AND token = %s AND expires_at > 0 RETURNING expires_at"
+)
+# Release a lease (expiry 0) of this holder, with this token unless NULL (params: thread, holder, token, token).
+RELEASE_LEASE = (
+    "UPDATE lgd_leases SET expires_at = 0 WHERE thread_id = %s AND holder = %s AND (%s::bigint IS NULL OR token = %s)"
+)
+# A hand-off request on a holder's channel (`lease.hand_off_channel`).
+NOTIFY_HAND_OFF = "SELECT pg_notify(%s, %s)"
