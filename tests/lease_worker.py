@@ -8,6 +8,7 @@ counting graph on one thread and reports through a queue: ("ok", detail) or
 from __future__ import annotations
 
 import asyncio
+import logging
 import operator
 import random
 import time
@@ -79,35 +80,39 @@ def alternate(
     """Runs `thread_id` at turns ``mine``, ``mine + 2``, ...: waits for its
     turn's event, runs the graph once, then sets the next turn's event (the
     other process's), as a load balancer handing the thread from replica to
-    replica would. Reports ("ok", [seconds each run took])."""
+    replica would. Reports ("ok", [for each run, the leases it took over
+    from another holder, as logged: after they expired, or from a holder
+    gone]): a run that found the thread given back took over nothing."""
+    took_over = _TakeOvers()
+    logging.getLogger("langgraph_durable").addHandler(took_over)
 
-    async def arun() -> list[float]:
-        took = []
+    async def arun() -> list[list[str]]:
+        runs = []
         async with DurableSaver(**saver_kwargs) as saver:
             graph = counter().compile(checkpointer=saver)
             for turn in range(mine, len(turns), 2):
                 if not await asyncio.to_thread(turns[turn].wait, 60):
                     raise TimeoutError(f"turn {turn} never came")
-                t0 = time.monotonic()
+                took_over.seen.clear()
                 await graph.ainvoke({"hits": [f"{tag}-{turn}"]}, {"configurable": {"thread_id": thread_id}})
-                took.append(time.monotonic() - t0)
+                runs.append(list(took_over.seen))
                 if turn + 1 < len(turns):
                     turns[turn + 1].set()
-        return took
+        return runs
 
-    def run() -> list[float]:
-        took = []
+    def run() -> list[list[str]]:
+        runs = []
         with DurableSaver(**saver_kwargs) as saver:
             graph = counter().compile(checkpointer=saver)
             for turn in range(mine, len(turns), 2):
                 if not turns[turn].wait(60):
                     raise TimeoutError(f"turn {turn} never came")
-                t0 = time.monotonic()
+                took_over.seen.clear()
                 graph.invoke({"hits": [f"{tag}-{turn}"]}, {"configurable": {"thread_id": thread_id}})
-                took.append(time.monotonic() - t0)
+                runs.append(list(took_over.seen))
                 if turn + 1 < len(turns):
                     turns[turn + 1].set()
-        return took
+        return runs
 
     try:
         results.put(("ok", asyncio.run(arun()) if face == "async" else run()))
@@ -115,3 +120,16 @@ def alternate(
         results.put(("error", type(exc).__name__, str(exc)))
         for event in turns:  # let the other process finish
             event.set()
+
+
+class _TakeOvers(logging.Handler):
+    """The saver's log lines saying it took a lease over from another holder."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.seen: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if "took over the writer lease" in message:
+            self.seen.append(message)

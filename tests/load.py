@@ -699,7 +699,10 @@ def run_load(
                 for key in ("runs", "errors", "checkpoints", "owed_at_close", "refused", "warnings", "first_warnings"):
                     setattr(ws, key, msg[2][key])
         for p in procs:
-            p.join(timeout=30)
+            p.join(timeout=60)  # a liveness bound: each worker reported it closed, so it exits
+        hung = [f"w{w}" for w, p in enumerate(procs) if p.is_alive()]
+        if hung:
+            raise RuntimeError(f"worker process(es) {hung} did not exit within 60 s of closing")
     finally:
         for p in procs:
             if p.is_alive():

@@ -28,6 +28,7 @@ from langgraph_durable.validation import RUNTIME_KEY
 from .conftest import REDIS_URL
 from .graphs import loop_graph
 from .load import LoadResult, count_forks, run_load
+from .waiting import wait_until
 
 WORKERS, THREADS, RUNS, STEPS = 3, 12, 3, 5
 
@@ -195,11 +196,47 @@ def test_runs_starting_together_in_a_fresh_process_keep_their_leases() -> None:
         pass
 
     runtime = types.SimpleNamespace(stream_writer=writer, control=None)
-    with book._lock:  # A is inside _after_fork ...
+    lock = _SeesWaiters(book._lock)
+    book._lock = lock  # type: ignore[assignment]
+    with lock:  # A is inside _after_fork ...
         b = threading.Thread(target=lambda: book.holder)  # ... as B starts its first run
         b.start()
-        time.sleep(0.2)  # B passed the pid check and waits for the lock
+        # B passed the pid check and waits for the lock (or, the book set up
+        # already, needed none and is done).
+        wait_until(lambda: lock.waiting.is_set() or not b.is_alive(), "B neither waits for the lock nor ended")
         book._after_fork()  # A sets the book up
         book.begin(runtime, Lease("t", book.holder, 1, time.time() + 30))  # and begins its run
-    b.join(5)
+    b.join(60)  # a liveness bound: the lock is free now
+    assert not b.is_alive()
     assert book.fence_for("t", {RUNTIME_KEY: runtime})[0] is not None
+
+
+class _SeesWaiters:
+    """A lock that tells (`waiting`) when another thread than its holder asks for it."""
+
+    def __init__(self, lock: Any) -> None:
+        self._lock = lock  # reentrant
+        self._owner: int | None = None
+        self._depth = 0
+        self.waiting = threading.Event()
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        if self._owner not in (None, threading.get_ident()):
+            self.waiting.set()
+        got = bool(self._lock.acquire(blocking, timeout))
+        if got:
+            self._owner = threading.get_ident()
+            self._depth += 1
+        return got
+
+    def release(self) -> None:
+        self._depth -= 1
+        if self._depth == 0:
+            self._owner = None
+        self._lock.release()
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()

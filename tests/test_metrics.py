@@ -11,10 +11,8 @@ in-memory reader.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import sqlite3
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -40,6 +38,7 @@ from .conftest import SaverFactory
 from .graphs import loop_graph
 from .proxy import TcpProxy
 from .tamper import BLOB, Rec, flip, sqlite_store
+from .waiting import await_until
 
 STEPS = 3
 FACES = ["sync", "async"]
@@ -161,16 +160,16 @@ class Face:
         lease given back, its records shipped), then ship what is owed."""
         if self.name == "async":
             keeper = saver._async_leases()
-            deadline = time.monotonic() + 5
-            while saver._leases.held(thread) is not None or keeper._to_release or keeper._releasing:
-                assert time.monotonic() < deadline, "the run's lease was not given back"
-                await asyncio.sleep(0.01)
+            await await_until(
+                lambda: saver._leases.held(thread) is None and not keeper._to_release and not keeper._releasing,
+                "the run's lease was not given back",
+            )
         assert (await self.drain(saver)).caught_up
 
     async def drain(self, saver: DurableSaver) -> Any:
         """Ship what Redis is owed now (it is written behind; an async run's
         end ships its thread in a task that may not have run yet)."""
-        return saver.drain(10) if self.name == "sync" else await saver.adrain(10)
+        return saver.drain(60) if self.name == "sync" else await saver.adrain(60)
 
     async def get_tuple(self, saver: DurableSaver, thread: str) -> Any:
         config: Any = {"configurable": {"thread_id": thread}}
@@ -469,8 +468,9 @@ async def test_open_telemetry_instruments(
     reader = InMemoryMetricReader()
     provider = MeterProvider(metric_readers=[reader])
     otel = OpenTelemetryMetrics(meter=provider.get_meter("test"))
+    stats = TierStats()  # sees the same calls: what the durations must add up to
     proxy, proxied = redis_proxy
-    saver = make_saver("sqlite+redis+postgres", redis=proxied, connect_timeout=1, metrics=otel)
+    saver = make_saver("sqlite+redis+postgres", redis=proxied, connect_timeout=1, metrics=[otel, stats])
     thread = _thread()
     try:
         await face.run(loop_graph(STEPS).compile(checkpointer=saver), thread)
@@ -481,12 +481,14 @@ async def test_open_telemetry_instruments(
             for p in points["langgraph_durable.tier.duration"]
         }
         for tier in ("sqlite", "redis", "postgres"):
-            if tier == "redis":  # written behind, in batches
-                put = durations[(tier, "write_batch", "ok")]
-                assert 1 <= put.count <= STEPS + 2 and 0 < put.sum < 10
-            else:
-                put = durations[(tier, "write_checkpoint", "ok")]
-                assert put.count == STEPS + 2 and 0 < put.sum < 10
+            op = "write_batch" if tier == "redis" else "write_checkpoint"  # Redis is written behind, in batches
+            put = durations[(tier, op, "ok")]
+            assert 1 <= put.count <= STEPS + 2 if tier == "redis" else put.count == STEPS + 2, put.count
+            # Each call's own duration, in seconds: the very ones TierStats was given.
+            seen = stats.tier(tier, [op])
+            assert seen.calls == seen.ok == put.count
+            assert put.sum > 0 and put.sum == pytest.approx(seen.seconds, rel=1e-9, abs=1e-12)
+            assert put.max == pytest.approx(seen.max_seconds, rel=1e-9, abs=1e-12)
             assert (tier, "head", "miss") in durations
         assert list(durations[("sqlite", "write_checkpoint", "ok")].explicit_bounds)[:2] == [0.00005, 0.0001]
         backlog = {p.attributes["tier"]: p.value for p in points["langgraph_durable.engine.journal.backlog"]}
@@ -506,7 +508,7 @@ async def test_open_telemetry_instruments(
         assert age.value >= 0
         proxy.restore()
         saver.health()
-        assert saver.drain(10).caught_up
+        assert saver.drain(60).caught_up
 
         # A damaged local copy: counted as a corruption, a fallback and a repair.
         assert saver.sqlite_path is not None

@@ -245,8 +245,9 @@ def test_replicas_migrate_a_fresh_database_at_once_through_pgbouncer(
     for t in threads:
         t.start()
     for t in threads:
-        t.join(60)
+        t.join(60)  # a liveness bound
     try:
+        assert not any(t.is_alive() for t in threads), "a setup did not return within 60 s"
         assert not errors, errors
         config = {"configurable": {"thread_id": "after-setup"}}
         out = lease_worker.counter().compile(checkpointer=savers[1]).invoke({"hits": ["x"]}, config)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
@@ -14,6 +13,7 @@ from langgraph_durable import ConfigError
 
 from .conftest import REDIS_URL
 from .graphs import interrupt_graph, loop_graph
+from .waiting import wait_until
 
 TTL = 2
 
@@ -38,15 +38,15 @@ async def test_an_idle_thread_leaves_redis_whole_and_comes_back_from_postgres(
         # drained here before its keys are looked at.
         if face == "sync":
             graph.invoke({"messages": [], "n": 0}, cfg)
-            saver.drain(10)
+            assert saver.drain(60).caught_up
         else:
             await graph.ainvoke({"messages": [], "n": 0}, cfg)
-            await saver.adrain(10)
+            assert (await saver.adrain(60)).caught_up
         ref.invoke({"messages": [], "n": 0}, cfg)
         keys = _keys(redis_prefix, "idle")
         assert keys and all(0 < ttl <= TTL for ttl in keys.values()), keys  # no key without an expiry
-    time.sleep(TTL + 1.2)
-    assert _keys(redis_prefix, "idle") == {}  # gone whole
+    # Gone whole: Redis expires the keys (each one set to TTL or less, above).
+    wait_until(lambda: _keys(redis_prefix, "idle") == {}, "the idle thread's keys did not expire")
     # Another replica (no local copy) serves it from Postgres, copies it back
     # into Redis (with an expiry), and resumes it.
     async with make_saver("redis+postgres", redis_ttl=TTL) as replica:
@@ -58,16 +58,27 @@ async def test_an_idle_thread_leaves_redis_whole_and_comes_back_from_postgres(
 
 
 def test_a_thread_in_use_stays(make_saver: Any, redis_prefix: str) -> None:
-    with make_saver("redis+postgres", redis_ttl=TTL) as saver:
-        graph = loop_graph(3).compile(checkpointer=saver)
-        cfg = {"configurable": {"thread_id": "busy"}}
-        graph.invoke({"messages": [], "n": 0}, cfg)
-        deadline = time.monotonic() + 2 * TTL + 1
-        while time.monotonic() < deadline:
-            graph.get_state(cfg)  # reads keep it alive
-            time.sleep(TTL / 4)
-        keys = _keys(redis_prefix, "busy")
-        assert any(k.endswith(b":cp") for k in keys) and all(0 < ttl <= TTL for ttl in keys.values())
+    """A read pushes the expiry of every key of the thread back to the TTL.
+    No clock: the keys are made to expire sooner (as if idle for a while),
+    then read by a replica (each saver pushes back at most every tenth of
+    the TTL, per thread)."""
+    ttl, sooner = 3600, 60
+    cfg = {"configurable": {"thread_id": "busy"}}
+    with make_saver("redis+postgres", redis_ttl=ttl) as saver:
+        loop_graph(3).compile(checkpointer=saver).invoke({"messages": [], "n": 0}, cfg)
+    client = redis_lib.Redis.from_url(REDIS_URL)
+    try:
+        for key in _keys(redis_prefix, "busy"):
+            client.expire(key, sooner)
+    finally:
+        client.close()
+    before = _keys(redis_prefix, "busy")
+    assert any(k.endswith(b":cp") for k in before) and all(0 < t <= sooner for t in before.values()), before
+    with make_saver("redis+postgres", redis_ttl=ttl) as replica:
+        assert loop_graph(3).compile(checkpointer=replica).get_state(cfg).values["n"] == 3  # reads keep it alive
+    after = _keys(redis_prefix, "busy")
+    assert after.keys() == before.keys()
+    assert all(sooner < t <= ttl for t in after.values()), after
 
 
 def test_without_a_ttl_keys_never_expire(make_saver: Any, redis_prefix: str) -> None:

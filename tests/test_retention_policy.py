@@ -18,6 +18,7 @@ from langgraph_durable.retention import Node, age
 
 from .graphs import interrupt_graph, loop_graph
 from .test_delta import RUNS, _cfg, delta_graph
+from .waiting import wait_until
 
 DAY = 86400.0
 
@@ -202,9 +203,7 @@ def test_a_background_sweep_keeps_storage_flat(make_saver: Any) -> None:
         cfg = {"configurable": {"thread_id": "t"}}
         for _ in range(4):
             graph.invoke({"messages": [], "n": 0}, cfg)
-            deadline = time.monotonic() + 10
-            while len(_ids(saver, "t")) > 3 and time.monotonic() < deadline:
-                time.sleep(0.05)
+            wait_until(lambda: len(_ids(saver, "t")) <= 3, "the background sweep did not run")
             assert len(_ids(saver, "t")) == 3
         assert saver._sweeper is not None and saver._sweeper.sweeps >= 4
     assert saver._sweeper._thread is not None and not saver._sweeper._thread.is_alive()  # close stopped it

@@ -80,7 +80,9 @@ def test_an_exit_swallowed_by_the_app_still_ends_the_process(tmp_path: Path) -> 
     by the app's own loop; in the wild by a __del__ or a callback), or leave
     a thread the interpreter waits for forever: the process still ends with
     SIGTERM's status, `exit_grace` seconds after the drain."""
-    status, out, took = run_worker(
+    # run_worker's wait for the exit (30 s) is a liveness bound: without
+    # exit_grace the process would never end.
+    status, out, _ = run_worker(
         tmp_path,
         """
 drain_on_sigterm(saver, timeout=5, exit_grace=1)
@@ -94,7 +96,6 @@ while True:
     )
     assert status == 128 + signal.SIGTERM, out
     assert "caught up" in out and "did not exit within 1 s of the end of the drain" in out, out
-    assert took < 20, took
 
 
 def test_an_earlier_handler_keeps_the_exit(tmp_path: Path) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
-import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
@@ -25,6 +24,7 @@ from langgraph_durable.tiers.sqlite.tier import AsyncSqliteTier, SqliteTier
 
 from .conftest import SaverFactory
 from .graphs import looping
+from .waiting import await_until
 
 
 def _row(cid: str) -> tuple[CheckpointRow, list[BlobRow]]:
@@ -40,8 +40,10 @@ def _stored(path: Path) -> set[str]:
 
 
 @contextmanager
-def tier_at(path: Path, *, fsync: bool = False) -> Iterator[tuple[SqliteTier, AsyncSqliteTier]]:
-    tier = SqliteTier(str(path), fsync=fsync, busy_timeout=5.0)
+def tier_at(
+    path: Path, *, fsync: bool = False, busy_timeout: float = 5.0
+) -> Iterator[tuple[SqliteTier, AsyncSqliteTier]]:
+    tier = SqliteTier(str(path), fsync=fsync, busy_timeout=busy_timeout)
     tier.setup()
     face = AsyncSqliteTier(tier)
     try:
@@ -84,27 +86,34 @@ async def loop_ticks() -> AsyncIterator[list[int]]:
         await ticking
 
 
+# How long a lock holder below holds on unless told to let go: a liveness
+# bound (a test that never lets go fails after it), not a measure of speed.
+HOLD_AT_MOST_S = 60.0
+
+
 @contextmanager
 def write_lock_held(path: Path) -> Iterator[threading.Event]:
-    """Another connection holds the file's write lock until the event is set."""
+    """Another connection holds the file's write lock until the event is set
+    (or `HOLD_AT_MOST_S` passed)."""
     release, taken = threading.Event(), threading.Event()
 
     def hold() -> None:
         conn = sqlite3.connect(path, isolation_level=None)
         conn.execute("BEGIN IMMEDIATE")
         taken.set()
-        release.wait(10)
+        release.wait(HOLD_AT_MOST_S)
         conn.execute("COMMIT")
         conn.close()
 
     holder = threading.Thread(target=hold)
     holder.start()
-    assert taken.wait(5)
+    assert taken.wait(30)
     try:
         yield release
     finally:
         release.set()
-        holder.join(10)
+        holder.join(30)
+        assert not holder.is_alive()
 
 
 @pytest.mark.parametrize("fsync", [False, True], ids=["plain", "fsync"])
@@ -154,35 +163,48 @@ def test_run_now_leaves_a_call_alone_while_another_thread_holds_the_tier(tmp_pat
             assert ran == []
         finally:
             done.set()
-            writer.join(10)
+            writer.join(30)
+        assert not writer.is_alive()
         assert tier.run_now(lambda: ran.append("read"), writes=False) == (True, None)
         assert ran == ["read"]
 
 
 def test_a_write_that_would_wait_for_another_connection_goes_to_the_worker(tmp_path: Path) -> None:
-    """Another connection holds the write lock for 0.5 s: `run_now` says so
-    at once (it does not wait out the busy timeout), restores the busy
-    timeout, and the async write waits on the worker while the event loop
-    runs other tasks; the write lands once the lock is given back."""
+    """Another connection holds the write lock: `run_now` says so at once
+    (it does not wait out the busy timeout), restores the busy timeout, and
+    the async write waits on the worker while the event loop runs other
+    tasks; the write lands once the lock is given back."""
     path = tmp_path / "local.sqlite"
-    with tier_at(path) as (tier, face):
+    # A busy timeout longer than the lock is held at most: a `run_now` that
+    # waited it out would get the lock in the end, and run the write.
+    with tier_at(path, busy_timeout=2 * HOLD_AT_MOST_S) as (tier, face):
         with write_lock_held(path) as release:
-            started = time.monotonic()
             assert tier.run_now(lambda: tier.write_checkpoint(*_row("c0")), writes=True) == (False, None)
-            # Not the busy timeout (5 s): well under it, however busy the machine.
-            assert time.monotonic() - started < 2.5
             with tier._lock:
-                assert tier._connect().execute("PRAGMA busy_timeout").fetchone()[0] == 5000
+                busy_ms = tier._connect().execute("PRAGMA busy_timeout").fetchone()[0]
+                assert busy_ms == 2 * HOLD_AT_MOST_S * 1000
 
-            async def main() -> tuple[int, Any]:
+            async def main() -> tuple[list[str], Any]:
+                order: list[str] = []
+
+                async def let_go_after_ticks() -> None:
+                    # Only a loop that runs other tasks while the write waits
+                    # gets here (a blocked loop: the holder lets go at last).
+                    await await_until(lambda: ticks[0] >= 5, "the event loop did not tick")
+                    order.append("released")
+                    release.set()
+
                 async with loop_ticks() as ticks:
-                    threading.Timer(0.5, release.set).start()
+                    releasing = asyncio.create_task(let_go_after_ticks())
                     seq = await face.write_checkpoint(*_row("c1"), journal=True)
-                return ticks[0], seq
+                    order.append("written")
+                    await releasing
+                return order, seq
 
-            ticks, seq = asyncio.run(main())
-        # The loop ticked while the write waited (about 50 times in 0.5 s).
-        assert ticks >= 10, ticks
+            order, seq = asyncio.run(main())
+        # The loop ran on while the write waited: the lock was given back from
+        # the loop, and only then did the write land.
+        assert order == ["released", "written"], order
         assert isinstance(seq, int)
         assert _stored(path) == {"c1"}
 
@@ -236,35 +258,47 @@ async def test_an_async_run_whose_file_another_process_locks_mid_run_waits_and_e
     The run's writes then go to the worker and wait for it, the event loop
     keeps serving other tasks meanwhile, and the run ends with every step
     stored in order, as a run that met no lock does."""
-    held = threading.Event()
+    held, release = threading.Event(), threading.Event()
+    # What the run saw: whether the lock was given back by the time step 4 ran.
+    released_before: dict[int, bool] = {}
+    let_go: list[asyncio.Task[None]] = []
 
     async def step(state: dict[str, Any]) -> dict[str, Any]:
         n = state.get("n", 0)
+        released_before[n] = release.is_set()
         if n == 3:
-            release = threading.Event()
-            threading.Thread(target=hold_lock, args=(release,), daemon=True).start()
-            assert held.wait(5)
-            threading.Timer(0.4, release.set).start()
+            threading.Thread(target=hold_lock, daemon=True).start()
+            assert await asyncio.to_thread(held.wait, 30)
+            let_go.append(asyncio.create_task(let_go_after_ticks()))
         return {"messages": [f"message {n}"], "n": n + 1}
 
-    def hold_lock(release: threading.Event) -> None:
+    async def let_go_after_ticks() -> None:
+        # Runs only while the loop serves other tasks (the run's step-3
+        # checkpoint meanwhile waits for the lock, on the worker).
+        start = ticks[0]
+        await await_until(lambda: ticks[0] >= start + 5, "the event loop did not tick")
+        release.set()
+
+    def hold_lock() -> None:
         conn = sqlite3.connect(saver.sqlite_path or "", isolation_level=None)
         conn.execute("BEGIN IMMEDIATE")
         held.set()
-        release.wait(10)
+        given_back.append(release.wait(60))  # False: the loop never let go (a liveness bound)
         conn.execute("COMMIT")
         conn.close()
 
+    given_back: list[bool] = []
     async with make_saver(tiers) as saver:
         graph = looping(step, 6).compile(checkpointer=saver)
         config: Any = {"configurable": {"thread_id": "locked-mid-run"}}
         async with loop_ticks() as ticks:
-            started = time.monotonic()
             out = await graph.ainvoke({"messages": [], "n": 0}, config, durability="sync")
-            took = time.monotonic() - started
-        assert held.is_set() and took >= 0.3, took  # the run did meet the lock
-        # The loop ran on while it waited (a tick every 10 ms asked; a busy machine stretches them).
-        assert ticks[0] >= 0.25 * took / 0.01, (ticks, took)
+            await let_go[0]
+        # The run did meet the lock: step 3's checkpoint (durability="sync")
+        # could only be stored once the lock was given back, before step 4.
+        assert released_before == {0: False, 1: False, 2: False, 3: False, 4: True, 5: True}, released_before
+        # The loop ran on while the write waited: a task on it gave the lock back.
+        assert given_back == [True]
         assert out == {"messages": [f"message {i}" for i in range(6)], "n": 6}
         history = [t async for t in saver.alist(config)]
         assert [t.checkpoint["channel_values"].get("n") for t in history][:7] == [6, 5, 4, 3, 2, 1, 0]

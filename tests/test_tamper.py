@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import operator
 import sqlite3
-import time
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
@@ -249,6 +249,7 @@ class FanState(TypedDict):
 
 def test_pending_writes_lost_by_postgres_alone_do_not_run_a_finished_node_again(make_saver: Any) -> None:
     runs = {"a": 0, "b": 0}
+    a_stored = threading.Event()
 
     def a(state: FanState) -> dict[str, Any]:
         runs["a"] += 1
@@ -257,7 +258,7 @@ def test_pending_writes_lost_by_postgres_alone_do_not_run_a_finished_node_again(
     def b(state: FanState) -> dict[str, Any]:
         runs["b"] += 1
         if runs["b"] == 1:
-            time.sleep(0.3)  # "a" has finished and its writes are stored
+            assert a_stored.wait(60), "a's writes were never stored"  # a liveness bound
             raise RuntimeError("the container died here")
         return {"log": ["b"]}
 
@@ -269,6 +270,14 @@ def test_pending_writes_lost_by_postgres_alone_do_not_run_a_finished_node_again(
     g.add_edge("a", END)
     g.add_edge("b", END)
     with make_saver(ALL) as saver:
+        put_writes = saver.put_writes
+
+        def spy(config: Any, writes: Any, task_id: str, task_path: str = "") -> None:
+            put_writes(config, writes, task_id, task_path)
+            if ("log", ["a"]) in [tuple(w) for w in writes]:
+                a_stored.set()  # "a" has finished and its writes are stored
+
+        saver.put_writes = spy  # type: ignore[method-assign]
         with pytest.raises(RuntimeError):
             g.compile(checkpointer=saver).invoke({"log": []}, _cfg("t"), durability="sync")
     with _pg(saver) as conn:
