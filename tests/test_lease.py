@@ -30,6 +30,7 @@ from langgraph.config import get_config
 from langgraph.graph import END, START, StateGraph
 
 from langgraph_durable import ConfigError, DurableError, DurableSaver, LeaseLost, ThreadBusy, reject
+from langgraph_durable.metrics import TierStats
 from langgraph_durable.model.lease import (
     DEFAULT_LEASE_TTL_S,
     DEFAULT_LEASE_WAIT_S,
@@ -46,7 +47,6 @@ from langgraph_durable.model.lease import (
     pid_alive,
     thread_busy,
 )
-from langgraph_durable.metrics import TierStats
 from langgraph_durable.validation import RUNTIME_KEY
 from tests import lease_worker
 from tests.conftest import REDIS_URL
