@@ -554,7 +554,10 @@ def check_kept(policy: str, model: Model, seen: Seen) -> None:
     for rec in model.recs:
         if not b.anywhere(rec) or a.anywhere(rec):
             continue
-        assert policy == "fallback" and rec.kind == CHECKPOINT, f"{what}: {rec} had an intact copy, now none"
+        withdrawn = policy == "fallback" and rec.kind == CHECKPOINT
+        # A task that lost a write loses them all: the others are withdrawn.
+        withdrawn = withdrawn or (rec.kind == WRITE and _task_lost_a_write(model, b, rec))
+        assert withdrawn, f"{what}: {rec} had an intact copy, now none"
         kept = [q for q in seen.quarantine if (q.kind, q.key) == (rec.kind, label(rec))]
         assert any(bytes(q.record) == b.good[rec][0] for q in kept), f"{what}: withdrew {rec} but kept no intact copy"
     new = {(q.tier, q.kind, q.key, bytes(q.record)) for q in seen.new}
@@ -571,8 +574,9 @@ def check_kept(policy: str, model: Model, seen: Seen) -> None:
                 assert (t, rec.kind, label(rec)) in told, f"{what}: the bad {rec} in {t} went unreported"
 
 
-def _without(tup: Any, tasks: set[str]) -> Any:
-    return tup._replace(pending_writes=[w for w in tup.pending_writes if w[0] not in tasks])
+def _task_lost_a_write(model: Model, world: World, rec: Rec) -> bool:
+    """Whether another write of `rec`'s task has no intact copy in `world`."""
+    return any(o.kind == WRITE and o.key[:2] == rec.key[:2] and o != rec and not world.anywhere(o) for o in model.recs)
 
 
 def check_again(policy: str, model: Model, first: Seen, again: Seen) -> None:
@@ -611,40 +615,21 @@ def check_again(policy: str, model: Model, first: Seen, again: Seen) -> None:
         if first.read[0] != "list" and served != target:
             return
     assert k2 == k1, f"{what} again: {_summary(again.outcome)}, first {_summary(first.outcome)}"
-    if k1 != "ok" or v1 == v2:
-        return
-    # KNOWN BUG (reads_async.py `writes`): a task with a write no tier holds
-    # intact loses all its writes, but the read quarantines that write's bad
-    # copies, and the next read serves the task's other writes: a partial set.
-    # Tolerated (for the tasks that read dropped) until the saver is fixed.
-    dropped = {
-        r.key[1] for r in model.recs if r.kind == WRITE and not first.before.anywhere(r) and not first.after.anywhere(r)
-    }
-    pairs = list(zip(v1, v2)) if isinstance(v1, list) and len(v1) == len(v2) else [(v1, v2)]
-    for one, two in pairs:
-        assert one is not None and two is not None and _without(one, dropped) == _without(two, dropped), (
-            f"{what} again served {_summary(again.outcome)}, first {_summary(first.outcome)}"
-        )
+    if k1 == "ok":
+        assert v1 == v2, f"{what} again served {_summary(again.outcome)}, first {_summary(first.outcome)}"
 
 
-def check_scan(model: Model, unrepaired: World, repaired: Any, verified: Any, final: World) -> bool:
+def check_scan(model: Model, repaired: Any, verified: Any, final: World) -> None:
     """Invariant 5: after `repair`, `verify` finds only what no tier holds
-    intact. Returns whether a second `repair` is due (see KNOWN BUG)."""
+    intact, and nothing missing."""
     by_label = {(r.kind, label(r)): r for r in model.recs}
-    shared = [t for t in unrepaired.names if t != "sqlite"] or unrepaired.names
-    for copy in verified.missing:
-        # KNOWN BUG (scan_async.py `_thread`): a record intact only in the local
-        # cache, bad in a shared tier and absent from another, is restored over
-        # the bad copy but not copied to the shared tier that lacks it.
-        rec = by_label[(copy.kind, copy.key)]
-        assert not any(unrepaired.intact(rec, t) for t in shared), f"verify after repair: {copy}"
+    assert not verified.missing, f"verify after repair: {verified.missing}"
     for copy in [*repaired.unrestorable, *verified.bad]:
         rec = by_label[(copy.kind, copy.key)]
         assert not final.anywhere(rec), f"{copy}: reported bad after repair, but intact in some tier"
     bad = {(c.tier, by_label[(c.kind, c.key)]) for c in verified.bad}
     stored = {(t, r) for t in final.names for r in model.recs if final.bad(r, t)}
     assert bad == stored, f"verify: reported {bad - stored}, missed {stored - bad}"
-    return bool(verified.missing)
 
 
 # --- one example -----------------------------------------------------------------------
@@ -780,10 +765,8 @@ def run_sync(make_saver: Any, tiers: str, policy: str, data: Any, steps: list[di
                 again = once(read, first.after)
                 sc.check(first, again)
                 before = again.after
-            unrepaired, repaired = sc.world(), saver.repair(thread)
-            if check_scan(sc.model, unrepaired, repaired, saver.verify(thread), sc.world()):
-                unrepaired, repaired = sc.world(), saver.repair(thread)
-                assert not check_scan(sc.model, unrepaired, repaired, saver.verify(thread), sc.world())
+            repaired = saver.repair(thread)
+            check_scan(sc.model, repaired, saver.verify(thread), sc.world())
         finally:
             sc.close()
 
@@ -845,10 +828,8 @@ async def test_async_reads_after_corruption_keep_the_invariants(
                 again = await once(read, first.after)
                 sc.check(first, again)
                 before = again.after
-            unrepaired, repaired = sc.world(), await saver.arepair(thread)
-            if check_scan(sc.model, unrepaired, repaired, await saver.averify(thread), sc.world()):
-                unrepaired, repaired = sc.world(), await saver.arepair(thread)
-                assert not check_scan(sc.model, unrepaired, repaired, await saver.averify(thread), sc.world())
+            repaired = await saver.arepair(thread)
+            check_scan(sc.model, repaired, await saver.averify(thread), sc.world())
         finally:
             sc.close()
     await asyncio.sleep(0)

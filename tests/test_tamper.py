@@ -30,6 +30,7 @@ from langgraph_durable.model.records import blob_context, seal
 
 from .conftest import REDIS_URL
 from .graphs import LoopState, loop_graph
+from .tamper import CHECKPOINT, WRITE, Rec, flip, open_stores
 
 ALL = "sqlite+redis+postgres"
 KEY = b"k" * 32
@@ -731,3 +732,69 @@ def test_a_local_row_holding_text_where_bytes_belong_is_one_bad_copy_not_a_dead_
         assert saver.health().local_write_failures == 0
         assert saver.lag().records == 0
         assert saver.verify("t").bad == []
+
+
+# -- a task that lost one write; a record intact only in the local cache ------------------
+
+
+@pytest.mark.parametrize("face", ["sync", "async"])
+def test_a_task_that_lost_a_write_runs_again_on_every_read_never_from_part_of_its_writes(
+    make_saver: Any, face: str
+) -> None:
+    """Write 1 of task t1 is damaged in every tier (differently: no intact
+    copy, not the same bytes); write 0 is intact. Every read serves none of
+    t1's writes (LangGraph runs t1 again), not just the first: the intact
+    write goes to the quarantine with the damaged ones, from where `restore`
+    brings it back."""
+    with make_saver(ALL) as saver:
+        config = saver.put(generate_config("t"), generate_checkpoint(), generate_metadata(), {})
+        saver.put_writes(config, [("x", "first"), ("y", "second")], "t1")
+        saver.put_writes(config, [("z", "other task")], "t2")
+        cid = config["configurable"]["checkpoint_id"]
+        stores = open_stores(saver, REDIS_URL)
+        lost = Rec(WRITE, "", (cid, "t1", 1))
+        for i, store in enumerate(stores):
+            original = store.get("t", lost)
+            assert original is not None
+            store.put_raw("t", lost, flip(original.raw, 12 + i, 1), original)
+
+        def read() -> list[Any]:
+            tup = saver.get_tuple(config) if face == "sync" else asyncio.run(saver.aget_tuple(config))
+            assert tup is not None
+            return sorted((w[0], w[1]) for w in tup.pending_writes)
+
+        assert read() == [("t2", "z")]
+        assert read() == [("t2", "z")]  # the second read too: no partial set of t1's
+        kept = [q for q in saver.quarantined("t") if q.kind == "write"]
+        assert {q.key for q in kept} == {f"write t1/0 of checkpoint {cid}", f"write t1/1 of checkpoint {cid}"}
+        assert any("withdrawn" in q.reason for q in kept)
+        for store in stores:
+            store.close()
+
+
+def test_repair_copies_a_record_held_intact_only_locally_to_every_shared_tier_in_one_pass(make_saver: Any) -> None:
+    """An older checkpoint's record is intact in SQLite only, damaged in Redis
+    and gone from Postgres: one `repair` restores it in both shared tiers."""
+    with make_saver(ALL) as saver:
+        configs = _chain(saver, "t", 2)
+        cid = configs[0]["configurable"]["checkpoint_id"]
+        stores = open_stores(saver, REDIS_URL)
+        rec = Rec(CHECKPOINT, "", (cid,))
+        local, redis_store, postgres_store = stores
+        original = redis_store.get("t", rec)
+        assert original is not None and original.envelope is not None
+        redis_store.put_envelope("t", rec, flip(original.envelope, 30, 1), original)
+        postgres_store.delete("t", rec)
+        before = saver.verify("t")
+        assert [c.tier for c in before.bad] == ["redis"] and not before.missing
+        report = saver.repair("t")
+        assert report.restored
+        after = saver.verify("t")
+        assert not after.bad and not after.missing, (after.bad, after.missing)
+        held = local.get("t", rec)
+        assert held is not None
+        for store in (redis_store, postgres_store):
+            copy = store.get("t", rec)
+            assert copy is not None and copy.same_record(held)
+        for store in stores:
+            store.close()

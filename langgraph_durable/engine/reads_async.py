@@ -437,7 +437,10 @@ class AsyncTierReader:
         already; a write one tier lost is still served, and copied back). A
         task with a write that no tier holds intact loses all its writes, so
         LangGraph runs it again instead of resuming from a partial set; the
-        checkpoint itself stays usable."""
+        checkpoint itself stays usable. Its other writes are withdrawn into
+        each tier's quarantine (as an unusable checkpoint is), so that once
+        the bad copies are quarantined too, a later read does not serve the
+        rest of the task's writes as if they were all."""
         if not cids:
             return {}
         if copies is None:
@@ -453,8 +456,10 @@ class AsyncTierReader:
                 holders[(w.checkpoint_id, w.task_id, w.idx)].append((tier, w))
         reachable = [tier for tier, _ in copies]
         chosen: dict[WriteKey, tuple[WriteRow, PendingWrite]] = {}
+        intact: dict[WriteKey, list[tuple[AsyncTier, WriteRow]]] = defaultdict(list)
+        served_from: dict[int, WriteKey] = {}  # a bad copy whose intact twin was found
         dropped: set[tuple[str, str]] = set()
-        fix: dict[tuple[Any, bool], list[WriteRow]] = defaultdict(list)  # (tier, replace) -> rows
+        fix: dict[tuple[Any, bool], list[WriteRow]] = defaultdict(list)  # (tier, replace) -> rows to write
         for key, held in holders.items():
             good: tuple[AsyncTier, WriteRow, PendingWrite] | None = None
             bad: list[Incident] = []
@@ -469,6 +474,7 @@ class AsyncTierReader:
                 except UndecodableRecord as exc:
                     undecodable = undecodable or exc  # intact: another tier's copy may decode
                     continue
+                intact[key].append((tier, w))
                 if good is None:
                     good = (tier, w, decoded)
             if good is None and undecodable is not None:
@@ -484,6 +490,7 @@ class AsyncTierReader:
                 chosen[key] = (w, decoded)
                 for incident in bad:
                     incident.served = f"intact copy from {source.name}"
+                    served_from[id(incident)] = key
                 have = {id(t) for t, _ in held}
                 for tier in reachable:
                     if any(i.tier is tier for i in bad):
@@ -492,8 +499,18 @@ class AsyncTierReader:
                         # Insert-or-ignore: never over a write stored meanwhile.
                         fix[(tier, False)].append(w)
             incidents.extend(bad)
+        for incident in incidents:
+            of = served_from.get(id(incident))
+            if of is not None and (of[0], of[1]) in dropped:
+                incident.served = f"no write: task {of[1]} runs again"
         for (tier, replace), rows in fix.items():
-            await self._repair([tier], lambda t: t.write_writes(rows, replace))
+            # Not the writes of a task that runs again: they are withdrawn.
+            rows = [w for w in rows if (w.checkpoint_id, w.task_id) not in dropped]
+            if rows:
+                await self._repair([tier], lambda t: t.write_writes(rows, replace))
+        for key, held_intact in intact.items():
+            if (key[0], key[1]) in dropped:
+                await self._withdraw_writes(thread_id, ns, key, held_intact)
         out: dict[str, list[tuple[WriteRow, PendingWrite]]] = defaultdict(list)
         for (cid, task_id, _), pair in chosen.items():
             if (cid, task_id) not in dropped:
@@ -662,6 +679,26 @@ class AsyncTierReader:
                 await tier.remove_copy("checkpoint", row)
             except DurableError as exc:
                 logger.warning("could not withdraw checkpoint %s from %s: %s", cid, tier.name, exc)
+
+    async def _withdraw_writes(
+        self, thread_id: str, ns: str, key: WriteKey, copies: Sequence[tuple[AsyncTier, WriteRow]]
+    ) -> None:
+        """Move the intact copies of a write whose task lost another write
+        into each tier's quarantine (`restore` puts them back). A read-only
+        reader only leaves the task out."""
+        if self.read_only:
+            return
+        cid, task_id, idx = key
+        for tier, row in copies:
+            try:
+                await tier.quarantine(
+                    thread_id, ns, "write", f"write {task_id}/{idx} of checkpoint {cid}",
+                    f"withdrawn: task {task_id} lost another write and runs again", row.envelope,
+                    pack_fields(row_fields(row)),
+                )  # fmt: skip
+                await tier.remove_copy("write", row)
+            except DurableError as exc:
+                logger.warning("could not withdraw a write of task %s from %s: %s", task_id, tier.name, exc)
 
     async def _older(self, thread_id: str, ns: str, checkpoint_id: str) -> str | None:
         """The newest checkpoint before `checkpoint_id` that any tier lists."""

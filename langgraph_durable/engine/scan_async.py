@@ -188,6 +188,9 @@ class AsyncScanner:
             )
             await _write(tier, good[0], good[1])
             report.restored.append(copy)
+            # It holds an intact copy now: a shared tier that lacks the record
+            # gets it below, even when only the local tier held it before.
+            held_intact[record_identity(copy.kind, row)].add(tier.name)
         # Copies a shared tier lost while another shared tier holds them intact,
         # and what only the local tier still holds past the shared tiers' newest.
         bad_in = {(tier.name, record_identity(c.kind, row)) for tier, row, c in bad}
