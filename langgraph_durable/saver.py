@@ -35,6 +35,7 @@ from .engine.handoff import Ears, HandOffListener, PostgresEars, RedisEars
 from .engine.importer import Importer
 from .engine.importer_async import AsyncImporter
 from .engine.importing import ImportReport
+from .engine.lease_book import LeaseBook
 from .engine.lease_keeper import LeaseKeeper
 from .engine.lease_keeper_async import AsyncLeaseKeeper
 from .engine.replicator import WRITE_BEHIND_GAP_S, Replicator
@@ -49,17 +50,9 @@ from .model.carried import SeenVersions
 from .model.codec import DEFAULT_MAX_RECORD_BYTES, RecordCodec, thread_id_of
 from .model.deltas import DEFAULT_SNAPSHOT_EVERY, DeltaMemo
 from .model.health import Counters, Health
-from .model.lease import (
-    DEFAULT_LEASE_TTL_S,
-    DEFAULT_LEASE_WAIT_S,
-    DEFAULT_ON_BUSY,
-    Lease,
-    LeaseBook,
-    OnBusy,
-    OwnHeads,
-    hand_off_channel,
-)
+from .model.lease import DEFAULT_LEASE_TTL_S, DEFAULT_LEASE_WAIT_S, DEFAULT_ON_BUSY, Lease, OnBusy, hand_off_channel
 from .model.memory_budget import DEFAULT_MEMORY_BUDGET, MemoryBudget
+from .model.own_heads import OwnHeads
 from .model.read_cache import ReadCache
 from .model.roles import Roles, ships_behind
 

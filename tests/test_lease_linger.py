@@ -28,7 +28,9 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 
 from langgraph_durable import ConfigError, DurableSaver, RetentionPolicy, ThreadBusy
-from langgraph_durable.model.lease import Lease, LeaseBook, OwnHeads
+from langgraph_durable.engine.lease_book import LeaseBook
+from langgraph_durable.model.lease import Lease
+from langgraph_durable.model.own_heads import OwnHeads
 
 from .conftest import SaverFactory
 from .graphs import looping

@@ -21,8 +21,9 @@ import pytest
 from langchain_core.runnables import RunnableConfig
 
 from langgraph_durable import DurableSaver, ThreadBusy
+from langgraph_durable.engine.lease_book import LeaseBook
 from langgraph_durable.engine.replicator import Replicator
-from langgraph_durable.model.lease import Lease, LeaseBook
+from langgraph_durable.model.lease import Lease
 from langgraph_durable.validation import RUNTIME_KEY
 
 from .conftest import REDIS_URL

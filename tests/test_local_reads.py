@@ -165,7 +165,7 @@ def test_a_damaged_local_copy_under_the_lease_is_read_around_and_repaired(make_s
 
 
 def test_own_heads_are_trusted_only_under_the_same_lease_and_while_it_is_fresh() -> None:
-    from langgraph_durable.model.lease import OwnHeads
+    from langgraph_durable.model.own_heads import OwnHeads
 
     own = OwnHeads(max_age=15.0)
     assert own.current("t", "", 7, now=0.0) is None

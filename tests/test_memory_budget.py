@@ -12,10 +12,12 @@ import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 
 from langgraph_durable import ConfigError, DurableSaver
+from langgraph_durable.engine.lease_book import LeaseBook
 from langgraph_durable.model.carried import SeenVersions
 from langgraph_durable.model.deltas import DeltaMemo, Last, Remember
-from langgraph_durable.model.lease import Lease, LeaseBook, OwnHeads
+from langgraph_durable.model.lease import Lease
 from langgraph_durable.model.memory_budget import DEFAULT_MEMORY_BUDGET, MIN_MEMORY_BUDGET, SHARES, MemoryBudget
+from langgraph_durable.model.own_heads import OwnHeads
 
 from .graphs import loop_graph
 

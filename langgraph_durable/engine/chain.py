@@ -57,7 +57,8 @@ from ..model.codec import (
 from ..model.decisions import acknowledged_behind, worth_probing, write_fails, write_order
 from ..model.deltas import DeltaMemo
 from ..model.health import Counters, Health, TierHealth
-from ..model.lease import Fence, OwnHeads
+from ..model.lease import Fence
+from ..model.own_heads import OwnHeads
 from ..model.read_cache import ReadCache
 from ..model.records import BlobRow, CheckpointRow, WriteRow, key_fingerprint
 from ..model.roles import Roles

@@ -48,7 +48,8 @@ from typing import Any, Protocol
 import psycopg
 from psycopg import sql
 
-from ..model.lease import Lease, LeaseBook, read_hand_off
+from ..engine.lease_book import LeaseBook
+from ..model.lease import Lease, read_hand_off
 from ..tiers.pools import watched
 from ..tiers.postgres.tier import _KEEPALIVES
 from .tasks import BackgroundTask

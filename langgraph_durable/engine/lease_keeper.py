@@ -35,6 +35,7 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata
 
+from ..engine.lease_book import LeaseBook, in_gc
 from ..errors import DurableError, LeaseLost, TierUnavailable
 from ..model.codec import thread_id_of, thread_of
 from ..model.lease import (
@@ -44,10 +45,8 @@ from ..model.lease import (
     BusyWait,
     Fence,
     Lease,
-    LeaseBook,
     decide,
     holder_gone,
-    in_gc,
     pid_alive,
     thread_busy,
 )

@@ -857,7 +857,7 @@ class TierReader:
         self, thread_id: str, ns: str, checkpoint_id: str, write_keys: frozenset[tuple[str, int]]
     ) -> CheckpointTuple | None:
         """The newest checkpoint from the local tier alone, if it holds exactly
-        what this saver wrote last under the thread's lease (`lease.OwnHeads`):
+        what this saver wrote last under the thread's lease (`own_heads.OwnHeads`):
         that checkpoint as its head, those pending writes, every record intact.
         None otherwise (also on a bad copy): the caller then reads as usual,
         across the tiers, where bad copies are reported and repaired."""
