@@ -543,8 +543,8 @@ class OpenTelemetryMetrics:
       in place of a bad copy;
     - ``langgraph_durable.repairs`` (counter; ``tier``, ``kind``): bad copies
       replaced by read-repair;
-    - ``langgraph_durable.engine.journal.backlog`` (observable gauge, records;
-      ``tier``) and ``langgraph_durable.engine.journal.backlog_age`` (seconds): what
+    - ``langgraph_durable.journal.backlog`` (observable gauge, records;
+      ``tier``) and ``langgraph_durable.journal.backlog_age`` (seconds): what
       the shared tiers are owed (`DurableSaver.lag`), read at each collection.
 
     `meter`: the meter to create them on (default: the global meter
@@ -587,13 +587,13 @@ class OpenTelemetryMetrics:
             "langgraph_durable.repairs", unit="{copy}", description="Bad copies replaced by read-repair"
         )
         meter.create_observable_gauge(
-            "langgraph_durable.engine.journal.backlog",
+            "langgraph_durable.journal.backlog",
             callbacks=[self._observe_records],
             unit="{record}",
             description="Records the shared tiers are owed (write-behind, or a tier that was down)",
         )
         meter.create_observable_gauge(
-            "langgraph_durable.engine.journal.backlog_age",
+            "langgraph_durable.journal.backlog_age",
             callbacks=[self._observe_age],
             unit="s",
             description="Age of the oldest record the shared tiers are owed",

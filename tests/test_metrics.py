@@ -491,7 +491,7 @@ async def test_open_telemetry_instruments(
             assert put.max == pytest.approx(seen.max_seconds, rel=1e-9, abs=1e-12)
             assert (tier, "head", "miss") in durations
         assert list(durations[("sqlite", "write_checkpoint", "ok")].explicit_bounds)[:2] == [0.00005, 0.0001]
-        backlog = {p.attributes["tier"]: p.value for p in points["langgraph_durable.engine.journal.backlog"]}
+        backlog = {p.attributes["tier"]: p.value for p in points["langgraph_durable.journal.backlog"]}
         assert backlog == {"redis": 0, "postgres": 0}
 
         # Redis goes away: its calls are "unavailable", and it is owed what it missed.
@@ -502,9 +502,9 @@ async def test_open_telemetry_instruments(
             p.attributes["tier"] == "redis" and p.attributes["outcome"] == "unavailable"
             for p in points["langgraph_durable.tier.duration"]
         )
-        backlog = {p.attributes["tier"]: p.value for p in points["langgraph_durable.engine.journal.backlog"]}
+        backlog = {p.attributes["tier"]: p.value for p in points["langgraph_durable.journal.backlog"]}
         assert backlog["redis"] > 0 and backlog["postgres"] == 0
-        (age,) = points["langgraph_durable.engine.journal.backlog_age"]
+        (age,) = points["langgraph_durable.journal.backlog_age"]
         assert age.value >= 0
         proxy.restore()
         saver.health()
