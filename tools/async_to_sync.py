@@ -31,7 +31,7 @@ Where the two faces must differ, the async source says so with markers:
   for a statement spanning lines: at the end of its last line): the
   statement is left out of the sync twin.
 
-Needs the ``dev`` extra (``ast-comments``, ``ruff``). The output depends
+Needs ``ast-comments`` and ``ruff`` (in the ``dev`` and ``test`` extras). The output depends
 slightly on the Python version that runs this (its unparser); CI runs it
 with the project's own interpreter.
 """
