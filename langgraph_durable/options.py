@@ -24,7 +24,7 @@ from .model.backlog import WRITE_MODES, WriteMode
 from .model.codec import serde_from_spec
 from .retention import RetentionPolicy
 from .tiers.redis.tier_async import check_url as check_redis_url
-from .tiers.registry import KINDS, POSTGRES, REDIS, SQLITE
+from .tiers.registry import KINDS, POSTGRES, REDIS, SQLITE, TierKind
 
 # The tiers' own variables come from their kinds (tiers/registry.py).
 ENV_SQLITE = SQLITE.env
@@ -77,6 +77,30 @@ class TierOptions:
     def shared(self) -> bool:
         """Whether a shared tier (Redis or Postgres) is configured."""
         return self.redis is not None or self.postgres is not None
+
+    def url(self, kind: TierKind) -> str | None:
+        """Where `kind`'s tier is (None: not configured)."""
+        return {SQLITE: self.sqlite, REDIS: self.redis, POSTGRES: self.postgres}[kind]
+
+    def arguments(self, kind: TierKind) -> dict[str, Any]:
+        """The keyword arguments of a shared tier's class, besides its URL.
+        One bound for a call on both faces: `call_timeout`."""
+        if kind is REDIS:
+            return {
+                "key_prefix": self.redis_key_prefix,
+                "socket_timeout": self.call_timeout,
+                "connect_timeout": self.connect_timeout,
+                "cluster": self.redis_cluster,
+                "ttl": self.redis_ttl,
+            }
+        if kind is POSTGRES:
+            return {
+                "pool_size": self.postgres_pool_size,
+                "connect_timeout": self.connect_timeout,
+                "call_timeout": self.call_timeout,
+                "prepared_statements": self.postgres_prepared_statements,
+            }
+        raise ValueError(f"{kind.keyword} is not a shared tier")
 
 
 @dataclass(frozen=True)

@@ -54,7 +54,7 @@ from .model.lease import DEFAULT_LEASE_TTL_S, DEFAULT_LEASE_WAIT_S, DEFAULT_ON_B
 from .model.memory_budget import DEFAULT_MEMORY_BUDGET, MemoryBudget
 from .model.own_heads import OwnHeads
 from .model.read_cache import ReadCache
-from .model.roles import Roles, ships_behind
+from .model.roles import Role, Roles, ships_behind
 
 # The variables, defined with the options, are also importable from here.
 from .options import (
@@ -100,7 +100,7 @@ from .tiers.base import QuarantinedRecord, redact
 from .tiers.postgres.tier import PostgresTier
 from .tiers.postgres.tier_async import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_POOL_SIZE, AsyncPostgresTier
 from .tiers.redis.tier import RedisTier
-from .tiers.redis.tier_async import DEFAULT_KEY_PREFIX, AsyncRedisTier
+from .tiers.redis.tier_async import DEFAULT_KEY_PREFIX
 from .tiers.registry import DEFAULT_SQLITE_PATH, KINDS, POSTGRES, REDIS, SQLITE
 from .tiers.sqlite.tier import DEFAULT_BUSY_TIMEOUT_S, AsyncSqliteTier, SqliteTier
 from .validation import RUNTIME_KEY, VERSION_KEY, ValidationHook, Validator, is_resume_of_a_run
@@ -594,31 +594,14 @@ class DurableSaver(BaseCheckpointSaver[str]):
         on = {SQLITE: self.sqlite_path, REDIS: self.redis_url, POSTGRES: self.postgres_url}
         return [kind.keyword for kind in KINDS if on[kind]]
 
-    def _shared_tiers(self, redis_tier: type[Any], postgres_tier: type[Any]) -> list[Any]:
-        shared: list[Any] = []
-        if self.redis_url:
-            shared.append(
-                redis_tier(
-                    self.redis_url,
-                    key_prefix=self.redis_key_prefix,
-                    # One bound for a call on both faces: `call_timeout`.
-                    socket_timeout=self.call_timeout,
-                    connect_timeout=self.connect_timeout,
-                    cluster=self.redis_cluster,
-                    ttl=self.redis_ttl,
-                )
-            )
-        if self.postgres_url:
-            shared.append(
-                postgres_tier(
-                    self.postgres_url,
-                    pool_size=self.postgres_pool_size,
-                    connect_timeout=self.connect_timeout,
-                    call_timeout=self.call_timeout,
-                    prepared_statements=self.postgres_prepared_statements,
-                )
-            )
-        return shared
+    def _shared_tiers(self, *, asynchronous: bool) -> list[Any]:
+        """This saver's shared tiers, on one face, as the registry makes them."""
+        tiers = self.options.tiers
+        return [
+            kind.tier_class(asynchronous=asynchronous)(url, **tiers.arguments(kind))
+            for kind in KINDS
+            if kind.role is not Role.LOCAL and (url := tiers.url(kind))
+        ]
 
     def with_allowlist(self, extra_allowlist: Collection[tuple[str, ...]]) -> DurableSaver:
         """A view of this saver that also rebuilds `extra_allowlist` types.
@@ -662,7 +645,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
             if self._sync is None:
                 self._sync = TierChain(
                     self._local,
-                    self._shared_tiers(RedisTier, PostgresTier),
+                    self._shared_tiers(asynchronous=False),
                     self._codec,
                     self._policy,
                     **self._chain_options(),
@@ -696,7 +679,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
             local = AsyncSqliteTier(self._local) if self._local is not None else None
             self._async = AsyncTierChain(
                 local,
-                self._shared_tiers(AsyncRedisTier, AsyncPostgresTier),
+                self._shared_tiers(asynchronous=True),
                 self._codec,
                 self._policy,
                 **self._chain_options(),

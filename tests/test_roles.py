@@ -149,3 +149,15 @@ def test_no_room_tells_a_tier_by_its_name_or_its_place(room: str) -> None:
         ):
             found.append(f"line {node.lineno}: picks a tier by its place ({ast.unparse(node)})")
     assert not found, found
+
+
+def test_the_registry_names_the_classes_of_each_kind_on_both_faces() -> None:
+    from langgraph_durable.tiers.postgres.tier_async import AsyncPostgresTier
+    from langgraph_durable.tiers.redis.tier import RedisTier
+
+    assert REDIS.tier_class(asynchronous=False) is RedisTier
+    assert POSTGRES.tier_class(asynchronous=True) is AsyncPostgresTier
+    for kind in KINDS:
+        for face in (False, True):
+            cls = kind.tier_class(asynchronous=face)
+            assert (cls.name, cls.role) == (kind.keyword, kind.role)

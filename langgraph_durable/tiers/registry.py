@@ -1,5 +1,6 @@
 """The kinds of tier, in one table: the keyword that configures each, its
-role, the URL schemes it takes, its environment variable and CLI flag.
+role, the URL schemes it takes, its environment variable and CLI flag, and
+the classes that implement it (sync and async faces).
 
 `DurableSaver` checks its arguments and reads the environment from this
 table, and the CLI builds its tier flags and its environment help from it,
@@ -11,7 +12,9 @@ role (`roles.Roles`), never by its name or its place in the list.
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
+from typing import Any
 
 from ..errors import ConfigError
 from ..model.roles import Role
@@ -33,6 +36,15 @@ class TierKind:
     """The URL prefixes it takes; empty for a file path."""
     what: str
     """What its value is, for help and errors."""
+    classes: tuple[str, str]
+    """Its sync and async classes, as ``module:Class`` inside `tiers`
+    (imported when first asked for)."""
+
+    def tier_class(self, *, asynchronous: bool) -> type[Any]:
+        """The class of this kind's tiers on one face."""
+        module, _, name = self.classes[1 if asynchronous else 0].partition(":")
+        cls: type[Any] = getattr(importlib.import_module(f"{__package__}.{module}"), name)
+        return cls
 
     @property
     def flag(self) -> str:
@@ -59,6 +71,7 @@ SQLITE = TierKind(
     env="LANGGRAPH_DURABLE_SQLITE",
     schemes=(),
     what="local SQLite file, ':memory:', or '' for none",
+    classes=("sqlite.tier:SqliteTier", "sqlite.tier:AsyncSqliteTier"),
 )
 REDIS = TierKind(
     keyword="redis",
@@ -66,6 +79,7 @@ REDIS = TierKind(
     env="LANGGRAPH_DURABLE_REDIS_URL",
     schemes=("redis://", "rediss://", "unix://", "redis+sentinel://"),
     what="redis:// URL of the Redis tier",
+    classes=("redis.tier:RedisTier", "redis.tier_async:AsyncRedisTier"),
 )
 POSTGRES = TierKind(
     keyword="postgres",
@@ -73,6 +87,7 @@ POSTGRES = TierKind(
     env="LANGGRAPH_DURABLE_POSTGRES_URL",
     schemes=("postgresql://", "postgres://"),
     what="postgresql:// URL of the Postgres tier",
+    classes=("postgres.tier:PostgresTier", "postgres.tier_async:AsyncPostgresTier"),
 )
 
 # Nearest first.
