@@ -30,6 +30,7 @@ from rich.table import Table
 from . import __version__, browse, demo, ledger
 from .engine import importing
 from .errors import DurableError, printable
+from .model.roles import Role
 from .options import (
     ENV_LEASE_LINGER,
     ENV_OLD_SIGNING_KEYS,
@@ -691,7 +692,9 @@ def _doctor(args: argparse.Namespace, out: Output) -> int:
     for tier in health.tiers:
         latency = f"{tier.latency_ms:.1f} ms" if tier.latency_ms is not None else "-"
         reachable = "yes" if tier.reachable else "NO"
-        t.add_row(tier.name, reachable, latency, tier.breaker.state, "-" if tier.name == "sqlite" else str(tier.owed))
+        t.add_row(
+            tier.name, reachable, latency, tier.breaker.state, "-" if tier.role == Role.LOCAL.value else str(tier.owed)
+        )
     out.table(t)
     for tier in health.tiers:
         if tier.error:

@@ -442,6 +442,7 @@ def test_health_reports_each_tier(
     _run(graph, "h", "sync")
     health = saver.health()
     assert health.ok and [t.name for t in health.tiers] == ["sqlite", "redis", "postgres"]
+    assert [t.role for t in health.tiers] == ["local", "hot", "record"]
     assert all(t.reachable and t.latency_ms is not None for t in health.tiers)
     private_redis.kill()
     _run(graph, "h2", "sync")

@@ -735,6 +735,7 @@ class AsyncTierChain:
                     breaker=self.breakers[tier.name].stats(time.monotonic()),
                     owed=lag.by_tier.get(tier.name, 0),
                     error=error,
+                    role=tier.role.value,
                 )
             )
         return Health(tiers=report, lag=lag, local_write_failures=self.counters.local_write_failures)

@@ -20,6 +20,7 @@ class TierHealth:
     breaker: BreakerStats
     owed: int  # records this tier has not acknowledged yet (0 for the local tier)
     error: str | None
+    role: str = ""  # its `Role`'s value: "local", "hot" or "record"
 
 
 @dataclass(frozen=True, slots=True)
