@@ -17,6 +17,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from .tasks import BackgroundTask
+
 T = TypeVar("T")
 
 # The chain's async source creates an `ALock`; its sync twin a `Lock`.
@@ -105,17 +107,30 @@ def with_timeout(call: Callable[[], T], seconds: float | None) -> T:
 # started by an executor's submit), so it must not submit to an executor:
 # SimpleQueue.put is reentrant, and one worker thread runs what it is given.
 _DEFERRED: queue.SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...]]] = queue.SimpleQueue()
-_deferred_worker: threading.Thread | None = None
-_deferred_lock = threading.Lock()
+
+
+class _DeferredWorker(BackgroundTask):
+    """The one thread (per process) that runs what `defer` was given."""
+
+    thread_name = "langgraph-durable-deferred"
+
+    def _run(self) -> None:
+        while True:
+            fn, args = _DEFERRED.get()
+            with contextlib.suppress(Exception):  # the callee logs what it could not do
+                fn(*args)
+
+    def is_this_thread(self) -> bool:
+        return self._thread is threading.current_thread()
+
+
+_deferred_worker = _DeferredWorker()
 
 
 def ensure_deferred_worker() -> None:
-    """Start the worker for `defer` (call it outside the garbage collector)."""
-    global _deferred_worker
-    with _deferred_lock:
-        if _deferred_worker is None or not _deferred_worker.is_alive():
-            _deferred_worker = threading.Thread(target=_run_deferred, name="langgraph-durable-deferred", daemon=True)
-            _deferred_worker.start()
+    """Start the worker for `defer` (call it outside the garbage collector;
+    in a forked child it starts anew)."""
+    _deferred_worker.start()
 
 
 def defer(fn: Callable[..., Any], *args: Any) -> None:
@@ -127,16 +142,8 @@ def wait_deferred(timeout: float) -> bool:
     """Wait until what `defer` was given so far has run, for at most
     `timeout` seconds (a saver closing lets a run's release finish first).
     True at once on the worker itself, or when there is no worker."""
-    worker = _deferred_worker
-    if worker is None or not worker.is_alive() or threading.current_thread() is worker:
+    if not _deferred_worker.running or _deferred_worker.is_this_thread():
         return True
     done = threading.Event()
     _DEFERRED.put((done.set, ()))
     return done.wait(timeout)
-
-
-def _run_deferred() -> None:
-    while True:
-        fn, args = _DEFERRED.get()
-        with contextlib.suppress(Exception):  # the callee logs what it could not do
-            fn(*args)
