@@ -42,13 +42,12 @@ from typing import Generic, Literal, TypeVar
 
 from ..errors import ConfigError, TierUnavailable
 from ..validation import Reject, Rewind
+from .backlog import WriteMode
 from .roles import HasRole, Roles
 
 T = TypeVar("T", bound=HasRole)
 H = TypeVar("H")
 C = TypeVar("C")
-
-WriteMode = Literal["local", "shared", "all"]
 
 
 # -- writes ----------------------------------------------------------------------------
