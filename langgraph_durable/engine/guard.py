@@ -15,18 +15,28 @@ and reported as a `metrics.TierCall`; without them the cost is one ``if``.
 
 A tier that was down when the saver started is set up (schema, key check)
 by the first call that reaches it, before that call runs.
+
+The guard has one method per method of the tier Protocols
+(`protocol.Tier`, checked by mypy at the bottom of this file),
+plus the local tier's own (journal, eviction, version), each a one-line
+`_call` of the tier's method of the same name.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Collection, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ..errors import TierUnavailable
 from ..metrics import MetricsSink, Outcome, TierCall, is_miss
+from ..model.backlog import JournalEntry, Owed
 from ..model.breaker import Breaker, overlap_pays
+from ..model.lease import Fence, Lease
+from ..model.records import BlobRow, CheckpointRow, Row, WriteRow
+from ..model.roles import Role
+from ..tiers.base import BlobKey, Head, QuarantinedRecord, ThreadRecords
 from .concurrency import Lock, with_timeout
 
 logger = logging.getLogger("langgraph_durable")
@@ -36,8 +46,9 @@ logger = logging.getLogger("langgraph_durable")
 _UNTIMED = frozenset(
     {"setup", "thread_ids", "thread_records", "list_quarantine", "prune", "delete_thread", "delete_for_runs"}
 )
-# Not calls to the tier.
-_PASSTHROUGH = frozenset({"close", "name"})
+# Not calls to the tier: read (or, for `close`, called) as they are, without
+# the breaker, the timeout or metrics.
+_PASSTHROUGH = frozenset({"close", "name", "role"})
 
 
 def overlap(tiers: Any) -> bool:
@@ -70,17 +81,6 @@ class GuardedTier:
         # Concurrent first calls must set the tier up once (psycopg_pool's
         # open() is not reentrant).
         self._admit_lock = Lock()
-
-    def __getattr__(self, method: str) -> Any:
-        fn = getattr(self.tier, method)
-        if method in _PASSTHROUGH or not callable(fn):
-            return fn
-        timeout = None if method in _UNTIMED else self.timeout
-
-        def call(*args: Any, **kwargs: Any) -> Any:
-            return self.call(method, lambda: fn(*args, **kwargs), timeout, args)
-
-        return call
 
     def call(self, what: str, run: Callable[[], Any], timeout: float | None, args: Sequence[Any] = ()) -> Any:
         """Run tier operation `what` (`run`; `args`, its positional arguments,
@@ -155,5 +155,199 @@ class GuardedTier:
         if self.breaker.failed(time.monotonic(), error):
             logger.warning("%s tier is down (%s): skipped, and caught up when it is back", self.name, error)
 
+    # -- the tier's methods -----------------------------------------------------
+
+    @property
+    def role(self) -> Role:
+        return self.tier.role
+
     def close(self) -> None:
         self.tier.close()
+
+    def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """The tier's `method`, through `call` (untimed if in `_UNTIMED`);
+        the positional `args` go to the metrics' miss check."""
+        fn = getattr(self.tier, method)
+        timeout = None if method in _UNTIMED else self.timeout
+        return self.call(method, lambda: fn(*args, **kwargs), timeout, args)
+
+    # Records
+
+    def setup(self) -> None:
+        return self._call("setup")
+
+    def write_checkpoint(
+        self,
+        row: CheckpointRow,
+        blobs: Sequence[BlobRow],
+        *,
+        fence: Fence | None = None,
+        journal: Owed | bool | None = None,
+    ) -> Any:
+        """`journal`: the local tier only (`SqliteTier.write_checkpoint`); passed on only if given."""
+        return self._call("write_checkpoint", row, blobs, fence=fence, **_journal(journal))
+
+    def write_blobs(self, blobs: Sequence[BlobRow]) -> None:
+        return self._call("write_blobs", blobs)
+
+    def write_writes(
+        self, rows: Sequence[WriteRow], upsert: bool, *, fence: Fence | None = None, journal: Owed | bool | None = None
+    ) -> Any:
+        """`journal`: as for `write_checkpoint`."""
+        return self._call("write_writes", rows, upsert, fence=fence, **_journal(journal))
+
+    def write_batch(
+        self,
+        checkpoints: Sequence[tuple[CheckpointRow, Sequence[BlobRow]]],
+        writes: Sequence[WriteRow],
+        *,
+        fence: Fence | None = None,
+    ) -> Any:
+        return self._call("write_batch", checkpoints, writes, fence=fence)
+
+    def read_checkpoint(self, thread_id: str, ns: str, checkpoint_id: str) -> CheckpointRow | None:
+        return self._call("read_checkpoint", thread_id, ns, checkpoint_id)
+
+    def read_blobs(self, thread_id: str, ns: str, keys: Sequence[BlobKey]) -> dict[BlobKey, BlobRow]:
+        return self._call("read_blobs", thread_id, ns, keys)
+
+    def read_writes(self, thread_id: str, ns: str, checkpoint_ids: Sequence[str]) -> list[WriteRow]:
+        return self._call("read_writes", thread_id, ns, checkpoint_ids)
+
+    def head(self, thread_id: str, ns: str) -> Head:
+        return self._call("head", thread_id, ns)
+
+    def list_page(
+        self, thread_id: str, ns: str, before: str | None, limit: int
+    ) -> tuple[list[CheckpointRow], list[WriteRow]]:
+        return self._call("list_page", thread_id, ns, before, limit)
+
+    def list_checkpoints(
+        self,
+        thread_id: str | None,
+        ns: str | None,
+        checkpoint_id: str | None,
+        before: str | None,
+        filter: dict[str, Any] | None,
+        limit: int | None,
+    ) -> list[CheckpointRow]:
+        return self._call("list_checkpoints", thread_id, ns, checkpoint_id, before, filter, limit)
+
+    def thread_ids(self) -> list[str]:
+        return self._call("thread_ids")
+
+    def thread_records(self, thread_id: str) -> ThreadRecords:
+        return self._call("thread_records", thread_id)
+
+    def delete_thread(self, thread_id: str) -> None:
+        return self._call("delete_thread", thread_id)
+
+    def delete_for_runs(self, run_ids: Sequence[str], retain: Sequence[tuple[str, str, str]] = ()) -> None:
+        return self._call("delete_for_runs", run_ids, retain)
+
+    def delete_checkpoint(self, thread_id: str, ns: str, checkpoint_id: str) -> None:
+        return self._call("delete_checkpoint", thread_id, ns, checkpoint_id)
+
+    def prune(self, thread_id: str, keep: set[tuple[str, str]], keep_blobs: set[tuple[str, str, str]]) -> None:
+        return self._call("prune", thread_id, keep, keep_blobs)
+
+    def read_meta(self, key: str) -> str | None:
+        return self._call("read_meta", key)
+
+    def write_meta(self, key: str, value: str | None) -> None:
+        return self._call("write_meta", key, value)
+
+    def create_meta(self, key: str, value: str) -> str:
+        return self._call("create_meta", key, value)
+
+    def mark_gone(self, thread_id: str, checkpoints: Sequence[tuple[str, str]]) -> None:
+        return self._call("mark_gone", thread_id, checkpoints)
+
+    def gone(self, thread_id: str, ns: str, checkpoint_ids: Sequence[str]) -> set[str]:
+        return self._call("gone", thread_id, ns, checkpoint_ids)
+
+    def mark_deleted(self, thread_id: str, marker: str | None) -> None:
+        return self._call("mark_deleted", thread_id, marker)
+
+    # Quarantine
+
+    def quarantine(
+        self, thread_id: str, ns: str, kind: str, key: str, reason: str, envelope: bytes, fields: bytes = b""
+    ) -> None:
+        return self._call("quarantine", thread_id, ns, kind, key, reason, envelope, fields)
+
+    def remove_copy(self, kind: str, row: Row) -> None:
+        return self._call("remove_copy", kind, row)
+
+    def list_quarantine(self, thread_id: str | None) -> list[QuarantinedRecord]:
+        return self._call("list_quarantine", thread_id)
+
+    def drop_quarantined(self, ids: Sequence[str]) -> None:
+        return self._call("drop_quarantined", ids)
+
+    # LedgerStore
+
+    def write_ledger(self, thread_id: str, key: str, envelope: bytes) -> None:
+        return self._call("write_ledger", thread_id, key, envelope)
+
+    def swap_ledger(self, thread_id: str, key: str, old: bytes | None, new: bytes) -> None:
+        return self._call("swap_ledger", thread_id, key, old, new)
+
+    def read_ledger(self, thread_id: str) -> dict[str, bytes]:
+        return self._call("read_ledger", thread_id)
+
+    # Leases
+
+    def read_lease(self, thread_id: str) -> tuple[Lease | None, float]:
+        return self._call("read_lease", thread_id)
+
+    def swap_lease(self, thread_id: str, expected: Lease | None, holder: str, token: int, ttl: float) -> Lease | None:
+        return self._call("swap_lease", thread_id, expected, holder, token, ttl)
+
+    def keep_lease(self, thread_id: str, holder: str, token: int, ttl: float) -> bool:
+        return self._call("keep_lease", thread_id, holder, token, ttl)
+
+    def release_lease(self, thread_id: str, holder: str, token: int | None) -> None:
+        return self._call("release_lease", thread_id, holder, token)
+
+    def ask_hand_off(self, thread_id: str, holder: str) -> None:
+        return self._call("ask_hand_off", thread_id, holder)
+
+    # The local tier only (`SqliteTier`): its journal, eviction and version.
+
+    def version(self) -> tuple[int, int]:
+        return self._call("version")
+
+    def journal_acked(self, seq: int | None, tiers: Sequence[str], *, everyone: Sequence[str] = ()) -> None:
+        return self._call("journal_acked", seq, tiers, everyone=everyone)
+
+    def journal_acked_many(self, acks: Sequence[tuple[int, Sequence[str]]], *, everyone: Sequence[str] = ()) -> None:
+        return self._call("journal_acked_many", acks, everyone=everyone)
+
+    def journal_drop(self, seq: int) -> None:
+        return self._call("journal_drop", seq)
+
+    def pending_journal(
+        self, limit: int | None = None, after: int = 0, *, thread_id: str | None = None
+    ) -> list[JournalEntry]:
+        return self._call("pending_journal", limit, after, thread_id=thread_id)
+
+    def journal_lag(self, shared: Sequence[str]) -> tuple[int, float | None, dict[str, int]]:
+        return self._call("journal_lag", shared)
+
+    def evict(self, protect: Collection[str] = (), *, force: bool = False) -> list[str]:
+        return self._call("evict", protect, force=force)
+
+
+def _journal(journal: Owed | bool | None) -> dict[str, Any]:
+    """``journal=`` for the local tier's writes, left out when not given (the
+    other tiers take no such argument)."""
+    return {} if journal is None else {"journal": journal}
+
+
+if TYPE_CHECKING:
+    from ..tiers.protocol import Tier
+
+    def _conforms(tier: GuardedTier) -> Tier:
+        """mypy checks here that the guard stands in for a whole tier."""
+        return tier

@@ -15,6 +15,11 @@ and reported as a `metrics.TierCall`; without them the cost is one ``if``.
 A tier that was down when the saver started is set up (schema, key check)
 by the first call that reaches it, before that call runs.
 
+The guard has one method per method of the tier Protocols
+(`protocol_async.AsyncTier`, checked by mypy at the bottom of this file),
+plus the local tier's own (journal, eviction, version), each a one-line
+`_call` of the tier's method of the same name.
+
 This file is the async source: ``guard.py`` is generated from it by
 ``tools/async_to_sync.py``; edit this one and regenerate.
 """
@@ -23,12 +28,17 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Collection, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ..errors import TierUnavailable
 from ..metrics import MetricsSink, Outcome, TierCall, is_miss
+from ..model.backlog import JournalEntry, Owed
 from ..model.breaker import Breaker, overlap_pays
+from ..model.lease import Fence, Lease
+from ..model.records import BlobRow, CheckpointRow, Row, WriteRow
+from ..model.roles import Role
+from ..tiers.base import BlobKey, Head, QuarantinedRecord, ThreadRecords
 from .concurrency import ALock, awith_timeout
 
 logger = logging.getLogger("langgraph_durable")
@@ -38,8 +48,9 @@ logger = logging.getLogger("langgraph_durable")
 _UNTIMED = frozenset(
     {"setup", "thread_ids", "thread_records", "list_quarantine", "prune", "delete_thread", "delete_for_runs"}
 )
-# Not calls to the tier.
-_PASSTHROUGH = frozenset({"close", "name"})
+# Not calls to the tier: read (or, for `close`, called) as they are, without
+# the breaker, the timeout or metrics.
+_PASSTHROUGH = frozenset({"close", "name", "role"})
 
 
 def overlap(tiers: Any) -> bool:
@@ -72,17 +83,6 @@ class AsyncGuardedTier:
         # Concurrent first calls must set the tier up once (psycopg_pool's
         # open() is not reentrant).
         self._admit_lock = ALock()
-
-    def __getattr__(self, method: str) -> Any:
-        fn = getattr(self.tier, method)
-        if method in _PASSTHROUGH or not callable(fn):
-            return fn
-        timeout = None if method in _UNTIMED else self.timeout
-
-        async def call(*args: Any, **kwargs: Any) -> Any:
-            return await self.call(method, lambda: fn(*args, **kwargs), timeout, args)
-
-        return call
 
     async def call(self, what: str, run: Callable[[], Any], timeout: float | None, args: Sequence[Any] = ()) -> Any:
         """Run tier operation `what` (`run`; `args`, its positional arguments,
@@ -158,5 +158,198 @@ class AsyncGuardedTier:
         if self.breaker.failed(time.monotonic(), error):
             logger.warning("%s tier is down (%s): skipped, and caught up when it is back", self.name, error)
 
+    # -- the tier's methods -----------------------------------------------------
+
+    @property
+    def role(self) -> Role:
+        return self.tier.role
+
     async def close(self) -> None:
         await self.tier.close()
+
+    async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """The tier's `method`, through `call` (untimed if in `_UNTIMED`);
+        the positional `args` go to the metrics' miss check."""
+        fn = getattr(self.tier, method)
+        timeout = None if method in _UNTIMED else self.timeout
+        return await self.call(method, lambda: fn(*args, **kwargs), timeout, args)
+
+    # AsyncRecords
+    async def setup(self) -> None:
+        return await self._call("setup")
+
+    async def write_checkpoint(
+        self,
+        row: CheckpointRow,
+        blobs: Sequence[BlobRow],
+        *,
+        fence: Fence | None = None,
+        journal: Owed | bool | None = None,
+    ) -> Any:
+        """`journal`: the local tier only (`SqliteTier.write_checkpoint`); passed on only if given."""
+        return await self._call("write_checkpoint", row, blobs, fence=fence, **_journal(journal))
+
+    async def write_blobs(self, blobs: Sequence[BlobRow]) -> None:
+        return await self._call("write_blobs", blobs)
+
+    async def write_writes(
+        self, rows: Sequence[WriteRow], upsert: bool, *, fence: Fence | None = None, journal: Owed | bool | None = None
+    ) -> Any:
+        """`journal`: as for `write_checkpoint`."""
+        return await self._call("write_writes", rows, upsert, fence=fence, **_journal(journal))
+
+    async def write_batch(
+        self,
+        checkpoints: Sequence[tuple[CheckpointRow, Sequence[BlobRow]]],
+        writes: Sequence[WriteRow],
+        *,
+        fence: Fence | None = None,
+    ) -> Any:
+        return await self._call("write_batch", checkpoints, writes, fence=fence)
+
+    async def read_checkpoint(self, thread_id: str, ns: str, checkpoint_id: str) -> CheckpointRow | None:
+        return await self._call("read_checkpoint", thread_id, ns, checkpoint_id)
+
+    async def read_blobs(self, thread_id: str, ns: str, keys: Sequence[BlobKey]) -> dict[BlobKey, BlobRow]:
+        return await self._call("read_blobs", thread_id, ns, keys)
+
+    async def read_writes(self, thread_id: str, ns: str, checkpoint_ids: Sequence[str]) -> list[WriteRow]:
+        return await self._call("read_writes", thread_id, ns, checkpoint_ids)
+
+    async def head(self, thread_id: str, ns: str) -> Head:
+        return await self._call("head", thread_id, ns)
+
+    async def list_page(
+        self, thread_id: str, ns: str, before: str | None, limit: int
+    ) -> tuple[list[CheckpointRow], list[WriteRow]]:
+        return await self._call("list_page", thread_id, ns, before, limit)
+
+    async def list_checkpoints(
+        self,
+        thread_id: str | None,
+        ns: str | None,
+        checkpoint_id: str | None,
+        before: str | None,
+        filter: dict[str, Any] | None,
+        limit: int | None,
+    ) -> list[CheckpointRow]:
+        return await self._call("list_checkpoints", thread_id, ns, checkpoint_id, before, filter, limit)
+
+    async def thread_ids(self) -> list[str]:
+        return await self._call("thread_ids")
+
+    async def thread_records(self, thread_id: str) -> ThreadRecords:
+        return await self._call("thread_records", thread_id)
+
+    async def delete_thread(self, thread_id: str) -> None:
+        return await self._call("delete_thread", thread_id)
+
+    async def delete_for_runs(self, run_ids: Sequence[str], retain: Sequence[tuple[str, str, str]] = ()) -> None:
+        return await self._call("delete_for_runs", run_ids, retain)
+
+    async def delete_checkpoint(self, thread_id: str, ns: str, checkpoint_id: str) -> None:
+        return await self._call("delete_checkpoint", thread_id, ns, checkpoint_id)
+
+    async def prune(self, thread_id: str, keep: set[tuple[str, str]], keep_blobs: set[tuple[str, str, str]]) -> None:
+        return await self._call("prune", thread_id, keep, keep_blobs)
+
+    async def read_meta(self, key: str) -> str | None:
+        return await self._call("read_meta", key)
+
+    async def write_meta(self, key: str, value: str | None) -> None:
+        return await self._call("write_meta", key, value)
+
+    async def create_meta(self, key: str, value: str) -> str:
+        return await self._call("create_meta", key, value)
+
+    async def mark_gone(self, thread_id: str, checkpoints: Sequence[tuple[str, str]]) -> None:
+        return await self._call("mark_gone", thread_id, checkpoints)
+
+    async def gone(self, thread_id: str, ns: str, checkpoint_ids: Sequence[str]) -> set[str]:
+        return await self._call("gone", thread_id, ns, checkpoint_ids)
+
+    async def mark_deleted(self, thread_id: str, marker: str | None) -> None:
+        return await self._call("mark_deleted", thread_id, marker)
+
+    # AsyncQuarantine
+    async def quarantine(
+        self, thread_id: str, ns: str, kind: str, key: str, reason: str, envelope: bytes, fields: bytes = b""
+    ) -> None:
+        return await self._call("quarantine", thread_id, ns, kind, key, reason, envelope, fields)
+
+    async def remove_copy(self, kind: str, row: Row) -> None:
+        return await self._call("remove_copy", kind, row)
+
+    async def list_quarantine(self, thread_id: str | None) -> list[QuarantinedRecord]:
+        return await self._call("list_quarantine", thread_id)
+
+    async def drop_quarantined(self, ids: Sequence[str]) -> None:
+        return await self._call("drop_quarantined", ids)
+
+    # AsyncLedgerStore
+    async def write_ledger(self, thread_id: str, key: str, envelope: bytes) -> None:
+        return await self._call("write_ledger", thread_id, key, envelope)
+
+    async def swap_ledger(self, thread_id: str, key: str, old: bytes | None, new: bytes) -> None:
+        return await self._call("swap_ledger", thread_id, key, old, new)
+
+    async def read_ledger(self, thread_id: str) -> dict[str, bytes]:
+        return await self._call("read_ledger", thread_id)
+
+    # AsyncLeases
+    async def read_lease(self, thread_id: str) -> tuple[Lease | None, float]:
+        return await self._call("read_lease", thread_id)
+
+    async def swap_lease(
+        self, thread_id: str, expected: Lease | None, holder: str, token: int, ttl: float
+    ) -> Lease | None:
+        return await self._call("swap_lease", thread_id, expected, holder, token, ttl)
+
+    async def keep_lease(self, thread_id: str, holder: str, token: int, ttl: float) -> bool:
+        return await self._call("keep_lease", thread_id, holder, token, ttl)
+
+    async def release_lease(self, thread_id: str, holder: str, token: int | None) -> None:
+        return await self._call("release_lease", thread_id, holder, token)
+
+    async def ask_hand_off(self, thread_id: str, holder: str) -> None:
+        return await self._call("ask_hand_off", thread_id, holder)
+
+    # The local tier only (`AsyncSqliteTier`): its journal, eviction and version.
+    async def version(self) -> tuple[int, int]:
+        return await self._call("version")
+
+    async def journal_acked(self, seq: int | None, tiers: Sequence[str], *, everyone: Sequence[str] = ()) -> None:
+        return await self._call("journal_acked", seq, tiers, everyone=everyone)
+
+    async def journal_acked_many(
+        self, acks: Sequence[tuple[int, Sequence[str]]], *, everyone: Sequence[str] = ()
+    ) -> None:
+        return await self._call("journal_acked_many", acks, everyone=everyone)
+
+    async def journal_drop(self, seq: int) -> None:
+        return await self._call("journal_drop", seq)
+
+    async def pending_journal(
+        self, limit: int | None = None, after: int = 0, *, thread_id: str | None = None
+    ) -> list[JournalEntry]:
+        return await self._call("pending_journal", limit, after, thread_id=thread_id)
+
+    async def journal_lag(self, shared: Sequence[str]) -> tuple[int, float | None, dict[str, int]]:
+        return await self._call("journal_lag", shared)
+
+    async def evict(self, protect: Collection[str] = (), *, force: bool = False) -> list[str]:
+        return await self._call("evict", protect, force=force)
+
+
+def _journal(journal: Owed | bool | None) -> dict[str, Any]:
+    """``journal=`` for the local tier's writes, left out when not given (the
+    other tiers take no such argument)."""
+    return {} if journal is None else {"journal": journal}
+
+
+if TYPE_CHECKING:
+    from ..tiers.protocol_async import AsyncTier
+
+    def _conforms(tier: AsyncGuardedTier) -> AsyncTier:
+        """mypy checks here that the guard stands in for a whole tier."""
+        return tier
