@@ -200,12 +200,14 @@ def test_two_processes_increment_one_thread_through_pgbouncer(
 
 
 @pytest.mark.parametrize("durability", ["async", "sync"])
-def test_a_stalled_holder_is_fenced_out_through_pgbouncer(make_pooled: Any, durability: str) -> None:
+def test_a_stalled_holder_is_fenced_out_through_pgbouncer(
+    make_pooled: Any, durability: str, caplog: pytest.LogCaptureFixture
+) -> None:
     """A holder that stalls past its lease's TTL loses the thread to another
     replica, and its late write is refused by the fence (one statement that
     checks and renews the lease, then writes)."""
     lease_tests.test_a_holder_that_stalls_past_the_ttl_loses_the_thread_and_its_write(
-        make_pooled, "postgres", durability
+        make_pooled, "postgres", durability, caplog
     )
 
 
