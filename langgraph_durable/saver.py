@@ -540,6 +540,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         # the local tier alone while it holds the lease: both faces.
         self._own = OwnHeads(max_age=self._leases.ttl / 2, max_bytes=budget.own_heads)
         self._lease_keeper: LeaseKeeper | None = None
+        self._closed = False  # set once close() has let the deferred releases finish
         self._alease_keeper: AsyncLeaseKeeper | None = None
         # ``lease_linger``: a kept lease is given back when another replica
         # asks for it, heard on the tier where leases are kept (handoff.py).
@@ -706,6 +707,10 @@ class DurableSaver(BaseCheckpointSaver[str]):
             try:
                 yield
             finally:
+                # The lease releases of runs that end from now on cannot use
+                # this chain: they go through the sync face.
+                if self._alease_keeper is not None and self._alease_keeper.chain is chain:
+                    self._alease_keeper.wind_down()
                 # Still in use while its loop shuts down: the last moment its
                 # I/O works. (`aclose` and a dead loop detach it first.)
                 if self._async is chain:
@@ -757,11 +762,13 @@ class DurableSaver(BaseCheckpointSaver[str]):
     def _close_sync(self) -> None:
         if self._metrics is not None:
             self._metrics.close()  # the backlog gauges stop asking: they would reopen the local file
+        # A run's end seen inside the garbage collector, or an async run's end
+        # seen as its event loop shut down, is released by the deferred worker
+        # (lease_keeper.py) with the sync face: let it finish with the pools open.
+        wait_deferred(DEFERRED_WAIT_S)
+        self._closed = True
         if self._sync is not None:
-            # A run's end seen inside the garbage collector is released by the
-            # deferred worker (lease_keeper.py): let it finish with the pools open.
-            wait_deferred(DEFERRED_WAIT_S)
-            self._sync_leases().release_all()  # writer leases (lease.py)
+            self._sync_lease_keeper().release_all()  # writer leases (lease.py)
             self._sync.close()
             self._sync = None
         if self._async is not None:
@@ -781,6 +788,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         await asyncio.to_thread(self._wait_for_drains)
         await asyncio.to_thread(self._drain_at_close)
         await asyncio.to_thread(self._stop_hand_offs)
+        await asyncio.to_thread(wait_deferred, DEFERRED_WAIT_S)  # see `_close_sync`
         if self._async is not None and self._async_loop is asyncio.get_running_loop():
             await self._async_leases().release_all()  # writer leases (lease.py)
         chain, loop, closer = self._async, self._async_loop, self._async_closer
@@ -1471,18 +1479,38 @@ class DurableSaver(BaseCheckpointSaver[str]):
             origin._hand_offs.start(wait)
 
     def _sync_leases(self) -> LeaseKeeper:
-        chain = self._sync_chain()
-        if self._lease_keeper is None or self._lease_keeper.chain is not chain:
-            self._lease_keeper = LeaseKeeper(chain, self._leases)
+        keeper = self._sync_lease_keeper()
         self._listen_for_hand_offs()
-        return self._lease_keeper
+        return keeper
+
+    def _sync_lease_keeper(self) -> LeaseKeeper:
+        chain = self._sync_chain()
+        with self._lock:
+            if self._lease_keeper is None or self._lease_keeper.chain is not chain:
+                self._lease_keeper = LeaseKeeper(chain, self._leases)
+            return self._lease_keeper
 
     def _async_leases(self) -> AsyncLeaseKeeper:
         self._listen_for_hand_offs()
         chain = self._async_chain()
         if self._alease_keeper is None or self._alease_keeper.chain is not chain:
             self._alease_keeper = AsyncLeaseKeeper(chain, self._leases)
+            self._alease_keeper.elsewhere = self._release_run_elsewhere
         return self._alease_keeper
+
+    def _release_run_elsewhere(self, lease: Lease) -> None:
+        """(The deferred worker.) Give back the lease of an async run that
+        ended as its event loop shut down, or after (`AsyncLeaseKeeper.elsewhere`),
+        with the sync face, unless the saver closed meanwhile."""
+        if (self._origin or self)._closed:
+            logger.warning(
+                "could not release the writer lease of thread %r at the end of its run (the saver is closed); "
+                "it expires in at most %s s",
+                lease.thread_id,
+                self._leases.ttl,
+            )
+            return
+        self._sync_lease_keeper().release_at_run_end(lease)
 
     def release_thread(self, thread_id: str) -> None:
         """Give back this saver's writer lease of `thread_id` now. Not needed

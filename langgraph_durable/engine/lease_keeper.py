@@ -17,7 +17,10 @@ with the next runs once it answers again.
 A run gives its lease back when it ends (`LeaseBook` sees its stream writer
 freed): the sync face at once, in the thread that let go of the run (right
 before ``invoke`` returns, normally), the async face from a task on the
-saver's event loop. The TTL covers whatever is not released that way.
+saver's event loop, or, when that loop is shutting down or gone (the run of
+``asyncio.run(graph.ainvoke(...))`` ends as its loop does), through the
+saver's sync face on a worker thread. The TTL covers whatever is not
+released that way.
 """
 
 from __future__ import annotations
@@ -94,23 +97,23 @@ class LeaseKeeper:
     def _run_ended(self, lease: Lease) -> None:
         """A run of this saver ended (`LeaseBook` forgot it already): give its
         lease back, only if it still carries the run's token. Called from a
-        weakref callback, so it never raises; what it cannot do is left to
-        the TTL."""
+        weakref callback, in any thread, so it never raises; what it cannot
+        do is left to the TTL."""
         try:
             if sys.is_finalizing():
                 return
             if in_gc():
                 # Inside the garbage collector, which may have interrupted
                 # this thread anywhere (even holding a tier's lock).
-                defer(self._release_at_run_end, lease)
+                defer(self.release_at_run_end, lease)
             else:
                 # In the thread that let go of the run: done before
                 # ``invoke`` returns to its caller.
-                _ = self._release_at_run_end(lease)
+                _ = self.release_at_run_end(lease)
         except Exception as exc:  # a weakref callback must not raise
             self._not_released(lease, exc)
 
-    def _release_at_run_end(self, lease: Lease) -> bool:
+    def release_at_run_end(self, lease: Lease) -> bool:
         """Give back an ended run's lease (if it still has the run's token);
         False if that failed (logged).
 
@@ -129,6 +132,7 @@ class LeaseKeeper:
         replica that takes the thread over sees it there even should the
         lease's tier go down next. A tier that is down is left owed."""
         try:
+            self.chain.ensure_setup()  # the sync face's first call, for `elsewhere`
             if self.chain.write == "local" and self.chain.journal.owes(lease.thread_id):
                 self.book.hand_off_later(lease, time.monotonic())
                 self.chain.kick(now=True)

@@ -16,7 +16,10 @@ with the next runs once it answers again.
 A run gives its lease back when it ends (`LeaseBook` sees its stream writer
 freed): the sync face at once, in the thread that let go of the run (right
 before ``invoke`` returns, normally), the async face from a task on the
-saver's event loop. The TTL covers whatever is not released that way.
+saver's event loop, or, when that loop is shutting down or gone (the run of
+``asyncio.run(graph.ainvoke(...))`` ends as its loop does), through the
+saver's sync face on a worker thread. The TTL covers whatever is not
+released that way.
 
 This file is the async source: ``lease_keeper.py`` is generated from it by
 ``tools/async_to_sync.py``; edit this one and regenerate.
@@ -75,6 +78,10 @@ class AsyncLeaseKeeper:
             self._loop: asyncio.AbstractEventLoop | None = None
             self._to_release: set[Lease] = set()
             self._releasing: set[asyncio.Task[bool]] = set()
+            # Where a release goes that the loop cannot do (it is shutting
+            # down, or gone): the saver's sync face, on the deferred worker.
+            self.elsewhere: Callable[[Lease], Any] | None = None
+            self._wound_down = False
         # One lease move at a time per thread: a run's concurrent writes (a
         # step's put_writes and the previous put) meet the same outage
         # together. Striped, so runs of other threads do not wait behind one
@@ -104,40 +111,75 @@ class AsyncLeaseKeeper:
     def _run_ended(self, lease: Lease) -> None:
         """A run of this saver ended (`LeaseBook` forgot it already): give its
         lease back, only if it still carries the run's token. Called from a
-        weakref callback, so it never raises; what it cannot do is left to
-        the TTL."""
+        weakref callback, in any thread, so it never raises; what it cannot
+        do is left to the TTL."""
         try:
             if sys.is_finalizing():
                 return
             if True:  # ASYNC
-                # A task on the runs' event loop.
+                # A task on the runs' event loop, if it still runs.
                 loop = self._loop
-                if loop is not None and not loop.is_closed() and loop.is_running():
-                    self._to_release.add(lease)
+                if self._wound_down or loop is None or loop.is_closed() or not loop.is_running():
+                    self._release_elsewhere(lease)
+                    return
+                self._to_release.add(lease)
+                try:
                     loop.call_soon_threadsafe(self._release_on_loop, lease)
+                except RuntimeError:  # closed meanwhile
+                    self._to_release.discard(lease)
+                    self._release_elsewhere(lease)
             else:
                 if in_gc():
                     # Inside the garbage collector, which may have interrupted
                     # this thread anywhere (even holding a tier's lock).
-                    defer(self._release_at_run_end, lease)
+                    defer(self.release_at_run_end, lease)
                 else:
                     # In the thread that let go of the run: done before
                     # ``invoke`` returns to its caller.
-                    _ = self._release_at_run_end(lease)
+                    _ = self.release_at_run_end(lease)
         except Exception as exc:  # a weakref callback must not raise
             self._not_released(lease, exc)
 
     def _release_on_loop(self, lease: Lease) -> None:  # ASYNC ONLY
-        """(on the event loop) Start the release, unless `release_all` did
-        it; keep its task."""
+        """(on the event loop) Start the release, unless `release_all` or
+        `wind_down` took it; keep its task. On a loop that is shutting down
+        it goes `elsewhere` instead: ``asyncio.run`` finalizes the async
+        generators of tasks still going (a tier's pooled connection among
+        them), so a release started then would be cut off mid-call."""
         if lease not in self._to_release:
             return
         self._to_release.discard(lease)
-        task = asyncio.ensure_future(self._release_at_run_end(lease))
+        if self._wound_down or _shutting_down(asyncio.get_running_loop()):
+            self._release_elsewhere(lease)
+            return
+        task = asyncio.ensure_future(self.release_at_run_end(lease))
         self._releasing.add(task)
-        task.add_done_callback(self._releasing.discard)
+        task.add_done_callback(lambda done: self._release_done(done, lease))
 
-    async def _release_at_run_end(self, lease: Lease) -> bool:
+    def _release_done(self, task: asyncio.Task[bool], lease: Lease) -> None:  # ASYNC ONLY
+        """A release task ended; one cancelled (its loop shutting down: ``asyncio.run``
+        cancels the tasks left) is done `elsewhere`."""
+        self._releasing.discard(task)
+        if task.cancelled():
+            self._release_elsewhere(lease)
+
+    def _release_elsewhere(self, lease: Lease) -> None:  # ASYNC ONLY
+        """Hand an ended run's lease to `elsewhere` (the saver's sync face),
+        on the deferred worker; without one it is left to its TTL."""
+        if self.elsewhere is None or sys.is_finalizing():
+            self._not_released(lease, RuntimeError("its event loop shut down"))
+        else:
+            defer(self.elsewhere, lease)
+
+    def wind_down(self) -> None:  # ASYNC ONLY
+        """(The runs' loop is shutting down and this keeper's chain closes
+        next.) The releases not started yet, and those of runs that end from
+        now on, are done `elsewhere`."""
+        self._wound_down = True
+        while self._to_release:
+            self._release_elsewhere(self._to_release.pop())
+
+    async def release_at_run_end(self, lease: Lease) -> bool:
         """Give back an ended run's lease (if it still has the run's token);
         False if that failed (logged).
 
@@ -156,6 +198,7 @@ class AsyncLeaseKeeper:
         replica that takes the thread over sees it there even should the
         lease's tier go down next. A tier that is down is left owed."""
         try:
+            await self.chain.ensure_setup()  # the sync face's first call, for `elsewhere`
             if self.chain.write == "local" and await self.chain.journal.owes(lease.thread_id):
                 self.book.hand_off_later(lease, time.monotonic())
                 self.chain.kick(now=True)
@@ -341,7 +384,7 @@ class AsyncLeaseKeeper:
         expire by themselves after their TTL."""
         if True:  # ASYNC
             while self._to_release:
-                await self._release_at_run_end(self._to_release.pop())
+                await self.release_at_run_end(self._to_release.pop())
             while self._releasing:
                 with contextlib.suppress(Exception, asyncio.CancelledError):
                     await self._releasing.pop()
@@ -434,6 +477,15 @@ class AsyncLeaseKeeper:
 
     def _gone(self, holder: str) -> bool:
         return holder_gone(holder, host=socket.gethostname(), pid=os.getpid(), alive=pid_alive)
+
+
+def _shutting_down(loop: asyncio.AbstractEventLoop) -> bool:  # ASYNC ONLY
+    """Whether `loop` is winding down, as ``asyncio.run`` does once its
+    main coroutine has returned: every task left is being cancelled, or none
+    is left. (asyncio says nothing more direct.) A loop stopped by
+    ``run_until_complete`` between two calls looks the same, and is treated
+    the same: the release is done without it."""
+    return all(task.done() or task.cancelling() for task in asyncio.all_tasks(loop))
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:  # ASYNC ONLY

@@ -131,7 +131,7 @@ class Fence:
     # another holder having taken the lease since (a takeover) refuses it.
     late: bool = False
     # A write under a lease that is given back only after what its thread
-    # owes has shipped (a run's lease, `AsyncLeaseKeeper._release_at_run_end`):
+    # owes has shipped (a run's lease, `AsyncLeaseKeeper.release_at_run_end`):
     # with ``write="shared"`` the tiers past the lease's tier may get it from
     # the replicator (`AsyncTierChain.ships_behind`). A lease taken for one
     # write and given back at once writes through.
