@@ -95,13 +95,13 @@ def savers(res: Resources) -> Iterator[list[tuple[str, Any]]]:
             )
             configs.append(
                 (
-                    "Durable sqlite+redis+postgres lease_linger=30",
+                    "Durable sqlite+redis+postgres lease_linger=0",
                     {
-                        "sqlite": str(res.tmp_path / "d_srp_linger.sqlite"),
+                        "sqlite": str(res.tmp_path / "d_srp_given.sqlite"),
                         "redis": res.redis_url,
-                        "redis_key_prefix": res.new_prefix("d_srp_linger"),
-                        "postgres": res.new_database("d_srp_linger"),
-                        "lease_linger": 30.0,
+                        "redis_key_prefix": res.new_prefix("d_srp_given"),
+                        "postgres": res.new_database("d_srp_given"),
+                        "lease_linger": 0.0,
                     },
                 )
             )
@@ -178,9 +178,10 @@ def main() -> int:
             f"`graph.get_state` on its latest checkpoint, {args.reads} calls per saver after 5 untimed ones. "
             "Every saver with its defaults; DurableSaver's `get_delta_channel_history` reads the ancestors "
             "a page at a time with `list` (8, doubling to 128), the stock savers with their own override "
-            "(Postgres: one query) or LangGraph's default walk. With `lease_linger=30` the run's writer lease "
-            "is kept 30 s after the run, and the reads (the head and the ancestors the saver wrote under that "
-            "lease) come from its local SQLite cache alone.\n\n"
+            "(Postgres: one query) or LangGraph's default walk. By default a DurableSaver with a local cache "
+            "in front of a shared tier keeps the run's writer lease after the run (`lease_linger`, 30 s), and "
+            "the reads (the head and the ancestors the saver wrote under that lease) come from its local "
+            "SQLite cache alone; `lease_linger=0` gives the lease back.\n\n"
         )
         Path(args.output).write_text(head + body)
         print(f"wrote {args.output}")

@@ -1,4 +1,4 @@
-"""Two replicas taking turns on one thread: what ``lease_linger`` costs the other one.
+"""Two replicas taking turns on one thread: what the kept lease costs the other one.
 
 Replica A runs a thread (3 super-steps); then replica B, another saver on the
 same shared tiers with a local file of its own, runs the same thread one
@@ -7,12 +7,20 @@ replica's first run after A's, from `invoke` to its return) and A's
 `graph.get_state` right after it, median and p99 over `--threads` threads,
 side by side in one run, and overwrites `RESULTS_HANDOFF.md`.
 
-With ``lease_linger=30`` A keeps each run's lease, so B finds it busy and
-asks for it (`langgraph_durable.engine.handoff`); without it, A gave it back when its
-run ended. The stock PostgresSaver (two savers on one database) is the
-reference. Every read is checked against what B wrote. Loopback servers only;
-everything the run creates is removed at the end (also on error, Ctrl-C or
-SIGTERM).
+By default (``lease_linger``, 30 s) A keeps each run's lease, so B finds it
+busy and asks for it (`langgraph_durable.engine.handoff`); with
+``lease_linger=0`` A gave it back when its run ended. The stock PostgresSaver
+(two savers on one database) is the reference. Every read is checked against
+what B wrote.
+
+Then the worst case of the kept lease: A, a process of its own (on "another
+host", as far as its lease tells), runs a thread, keeps its lease and is
+SIGKILLed; nobody hears B's request, and B (default options) runs the
+thread once the kept lease's window lapses. Timed from the kill to the end
+of B's run, `--takeovers` times; B's state is checked to hold A's run.
+
+Loopback servers only; everything the run creates is removed at the end
+(also on error, Ctrl-C or SIGTERM).
 
     .venv/bin/python benchmarks/bench_handoff.py            # about 30 s
     .venv/bin/python benchmarks/bench_handoff.py --threads 5 --no-write
@@ -78,9 +86,9 @@ def pairs(res: Resources) -> Iterator[list[tuple[str, Any, Any]]]:
         a.setup()
         opened.append(("PostgresSaver", a, stack.enter_context(PostgresSaver.from_conn_string(url))))
         configs = [
-            ("Durable sqlite+redis+postgres", "srp", True, {}),
-            ("Durable sqlite+redis+postgres, A with lease_linger=30", "srp_linger", True, {"lease_linger": 30.0}),
-            ("Durable sqlite+redis, A with lease_linger=30", "sr_linger", False, {"lease_linger": 30.0}),
+            (GIVEN_BACK, "srp_given", True, {"lease_linger": 0.0}),
+            ("Durable sqlite+redis+postgres, A keeping the lease (the default)", "srp_kept", True, {}),
+            ("Durable sqlite+redis, A keeping the lease (the default)", "sr_kept", False, {}),
         ]
         for label, tag, with_postgres, a_options in configs:
             shared: dict[str, Any] = {"redis": res.redis_url, "redis_key_prefix": res.new_prefix(tag)}
@@ -94,6 +102,62 @@ def pairs(res: Resources) -> Iterator[list[tuple[str, Any, Any]]]:
         yield opened
 
 
+GIVEN_BACK = "Durable sqlite+redis+postgres, A with lease_linger=0"
+
+
+def keep_and_wait(kwargs: dict[str, Any], thread_id: str, ready: Any) -> None:
+    """(A process of its own.) Replica A on "another host" (a holder on this
+    one that died is seen dead by its pid): one run, its lease kept, then
+    wait to be killed."""
+    import socket
+
+    socket.gethostname = lambda: "another-host"  # type: ignore[assignment]
+    saver = DurableSaver(**kwargs)
+    saver.setup()
+    config: Any = {"configurable": {"thread_id": thread_id}}
+    graph(A_STEPS).compile(checkpointer=saver).invoke({"messages": [], "n": 0}, config, durability="sync")
+    ready.set()
+    time.sleep(600)
+
+
+def take_over_killed_keepers(res: Resources, trials: int, problems: list[str]) -> list[float]:
+    """Seconds from SIGKILLing replica A, which keeps a thread's lease, to the
+    end of replica B's run on that thread (default options both)."""
+    import multiprocessing
+    import os
+    import signal
+
+    spawn = multiprocessing.get_context("spawn")
+    shared = {
+        "redis": res.redis_url,
+        "redis_key_prefix": res.new_prefix("killed"),
+        "postgres": res.new_database("killed"),
+    }
+    seconds: list[float] = []
+    with DurableSaver(sqlite=str(res.tmp_path / "killed_b.sqlite"), **shared) as b:
+        b.setup()
+        gb = graph(1).compile(checkpointer=b)
+        for i in range(trials):
+            thread_id = f"killed-{i}"
+            ready = spawn.Event()
+            a_kwargs = {"sqlite": str(res.tmp_path / f"killed_a{i}.sqlite"), **shared}
+            a = spawn.Process(target=keep_and_wait, args=(a_kwargs, thread_id, ready), daemon=True)
+            a.start()
+            try:
+                if not ready.wait(120):
+                    problems.append(f"takeover {i}: replica A did not run")
+                    continue
+            finally:
+                t0 = time.perf_counter()
+                os.kill(a.pid, signal.SIGKILL)
+            a.join(60)
+            values = gb.invoke({"messages": [], "n": A_STEPS}, {"configurable": {"thread_id": thread_id}})
+            seconds.append(time.perf_counter() - t0)
+            if values.get("n") != A_STEPS + 1 or len(values.get("messages", [])) != A_STEPS + 1:
+                problems.append(f"takeover {i}: B's run did not continue A's ({values.get('n')!r})")
+    return seconds
+
+
 def p99(xs: list[float]) -> float:
     return statistics.quantiles(xs, n=100)[98] if len(xs) > 1 else xs[0]
 
@@ -101,6 +165,7 @@ def p99(xs: list[float]) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--threads", type=int, default=60, help="threads per configuration (default 60)")
+    parser.add_argument("--takeovers", type=int, default=5, help="killed keepers taken over (default 5)")
     parser.add_argument("--output", default=str(HERE / "RESULTS_HANDOFF.md"))
     parser.add_argument("--no-write", action="store_true", help="print only")
     args = parser.parse_args()
@@ -109,6 +174,7 @@ def main() -> int:
     started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     code = git_state(HERE.parent)
     rows: list[tuple[str, list[float], list[float], str]] = []
+    takeovers: list[float] = []
     problems: list[str] = []
     try:
         if not res.probe():
@@ -139,12 +205,13 @@ def main() -> int:
                 for k, (label, a, _) in enumerate(opened):
                     hand_offs = a._hand_offs.hand_offs if isinstance(a, DurableSaver) and a._hand_offs else None
                     rows.append((label, runs[k], reads[k], "-" if hand_offs is None else str(hand_offs)))
+            takeovers = take_over_killed_keepers(res, args.takeovers, problems)
     finally:
         problems += [f"cleanup: {n}" for n in res.cleanup()]
     stock = next((statistics.median(r) for label, r, _, _ in rows if label == "PostgresSaver"), None)
-    plain = next((statistics.median(r) for label, r, _, _ in rows if label == "Durable sqlite+redis+postgres"), None)
+    plain = next((statistics.median(r) for label, r, _, _ in rows if label == GIVEN_BACK), None)
     lines = [
-        "| configuration | B's run p50 (ms) | p99 (ms) | vs PostgresSaver | vs Durable without linger "
+        "| configuration | B's run p50 (ms) | p99 (ms) | vs PostgresSaver | vs A giving the lease back "
         "| A's get_state after it, p50 (ms) | leases A handed off |",
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
@@ -156,6 +223,15 @@ def main() -> int:
             f"| {label} | {p50:.2f} | {p99(runs):.2f} | {vs_stock} | {vs_plain} "
             f"| {statistics.median(reads):.3f} | {hand_offs} |"
         )
+    if takeovers:
+        lines += [
+            "",
+            "### A replica killed while it keeps a lease",
+            "",
+            "| killed keepers | from the kill to the end of B's run: p50 (s) | max (s) |",
+            "|---:|---:|---:|",
+            f"| {len(takeovers)} | {statistics.median(takeovers):.2f} | {max(takeovers):.2f} |",
+        ]
     body = "\n".join(lines) + "\n\n## Problems\n\n" + ("\n".join(f"- {p}" for p in problems) or "None.") + "\n"
     print(body)
     if not args.no_write:
@@ -168,9 +244,11 @@ def main() -> int:
             "then replica B (another saver on the same Postgres database and Redis prefix, its own SQLite "
             'file) runs one more, then A calls `graph.get_state`; every invoke with `durability="sync"`, '
             f"{args.threads} threads after 3 untimed ones, the configurations taking turns thread by thread. B's run is timed from `invoke` to its return: "
-            "with `lease_linger=30` on A it includes asking A for the lease it keeps (a Postgres NOTIFY, or a "
+            "where A keeps its lease (the default) it includes asking A for it (a Postgres NOTIFY, or a "
             "Redis PUBLISH without Postgres) and A giving it back. A's read after B's run asks the shared "
-            "tiers: A no longer holds the lease.\n\n"
+            "tiers: A no longer holds the lease. The killed keepers: A runs a thread in a process of its own "
+            "(its lease naming another host), keeps the lease and is SIGKILLed; B's run is timed from the "
+            f"kill to its return, {args.takeovers} times.\n\n"
         )
         Path(args.output).write_text(head + body)
         print(f"wrote {args.output}")

@@ -54,7 +54,7 @@ STEPS = 50
 SIZE = 420
 # Keys of bench_growth's configurations (and EXTRA), in table order; the
 # reference row (PostgresSaver) is the one every ratio divides by.
-ROWS = ["mem", "sqlite_stock", "pg_stock", "d_s", "d_p", "d_sp", "d_srp", "d_srp_local", "d_srp_linger"]
+ROWS = ["mem", "sqlite_stock", "pg_stock", "d_s", "d_p", "d_sp", "d_srp", "d_srp_local", "d_srp_given"]
 REFERENCE = "pg_stock"
 EXTRA = {"d_sp": Config("d_sp", "durable", ("sqlite", "postgres"), stock="pg_stock")}
 
@@ -223,8 +223,9 @@ def main(argv: list[str] | None = None) -> int:
             "- `vs PostgresSaver` and `vs matching stock`: the median over rounds of the row's figure divided "
             "by the reference's figure in the same round (AsyncPostgresSaver / AsyncSqliteSaver in the async "
             "table). The stock Postgres savers run on a psycopg pool of 10, as in `bench_growth.py`.",
-            "- `lease_linger=30` keeps the run's writer lease after it, so its reads come from the local "
-            "cache; without it a read asks every tier which checkpoint is newest.",
+            "- By default a DurableSaver with a local cache in front of a shared tier keeps a run's writer "
+            "lease after it (`lease_linger`, 30 s), so its reads come from the local cache; with "
+            "`lease_linger=0` a read asks every tier which checkpoint is newest.",
             "",
         ]
         Path(args.output).write_text("\n".join(intro) + "\n" + text)

@@ -50,7 +50,15 @@ from .model.carried import SeenVersions
 from .model.codec import DEFAULT_MAX_RECORD_BYTES, RecordCodec, thread_id_of
 from .model.deltas import DEFAULT_SNAPSHOT_EVERY, DeltaMemo
 from .model.health import Counters, Health
-from .model.lease import DEFAULT_LEASE_TTL_S, DEFAULT_LEASE_WAIT_S, DEFAULT_ON_BUSY, Lease, OnBusy, hand_off_channel
+from .model.lease import (
+    DEFAULT_LEASE_LINGER_S,
+    DEFAULT_LEASE_TTL_S,
+    DEFAULT_LEASE_WAIT_S,
+    DEFAULT_ON_BUSY,
+    Lease,
+    OnBusy,
+    hand_off_channel,
+)
 from .model.memory_budget import DEFAULT_MEMORY_BUDGET, MemoryBudget
 from .model.own_heads import OwnHeads
 from .model.read_cache import ReadCache
@@ -284,17 +292,21 @@ class DurableSaver(BaseCheckpointSaver[str]):
             ``"wait"`` waits for it to be released or to expire.
         lease_wait: longest wait with ``on_busy="wait"``, then `ThreadBusy`.
         lease_linger: seconds a run's lease is kept after the run ends
-            (default 0: given back at once). Meanwhile nobody else can write
-            the thread, so this saver reads its latest state from the local
-            cache alone, with no round trip to Redis or Postgres (with a
-            local tier in front of a shared one; otherwise it does nothing).
-            Another replica that wants to run the thread asks for the
-            lease on the lease's tier (Postgres NOTIFY, else Redis PUBLISH)
-            and this saver, listening on a connection of its own, gives it
-            back at once (`langgraph_durable.engine.handoff`); while it cannot hear
-            that channel it keeps no lease. A request not heard costs the
-            other replica a wait (``on_busy="wait"``) or `ThreadBusy`, never
-            a fork. ``delete_thread``, ``copy_thread`` (into the thread),
+            (default 30; 0: given back at once). Meanwhile nobody else can
+            write the thread, so this saver reads its latest state from the
+            local cache alone, with no round trip to Redis or Postgres (with
+            a local tier in front of a shared one; otherwise it does
+            nothing). Another replica that wants to run the thread asks for
+            the lease on the lease's tier (Postgres NOTIFY, else Redis
+            PUBLISH) and this saver, listening on a connection of its own,
+            gives it back at once (`langgraph_durable.engine.handoff`); while
+            it cannot hear that channel it keeps no lease. A request not
+            heard costs the other replica a wait (``on_busy="wait"``) or
+            `ThreadBusy`, never a fork. A kept lease expires in its tier
+            1.5 s after the listener last renewed it (every 0.5 s), so a
+            replica that dies keeping leases holds them 1.5 s at most;
+            another replica, even with ``on_busy="raise"``, waits that out
+            and takes the thread over. ``delete_thread``, ``copy_thread`` (into the thread),
             ``delete_for_runs``, ``prune`` and ``apply_retention`` ask for a
             kept lease the same way first. A run of another replica that took
             its lease in a lower tier during an outage reaches this saver's
@@ -408,7 +420,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         lease_ttl: float = DEFAULT_LEASE_TTL_S,
         on_busy: OnBusy = DEFAULT_ON_BUSY,
         lease_wait: float = DEFAULT_LEASE_WAIT_S,
-        lease_linger: float = 0.0,
+        lease_linger: float = DEFAULT_LEASE_LINGER_S,
         write: WriteMode = "shared",
         call_timeout: float | None = DEFAULT_CALL_TIMEOUT_S,
         drain_timeout: float = DEFAULT_DRAIN_TIMEOUT_S,
@@ -552,6 +564,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
                 self._hand_off_ears,
                 self._ask_hand_off,
                 self._hand_off_give_back,
+                self._renew_kept,
                 where=redact(postgres) if postgres is not None else redact(redis or ""),
             )
 
@@ -1470,6 +1483,10 @@ class DurableSaver(BaseCheckpointSaver[str]):
     def _hand_off_give_back(self, lease: Lease) -> None:
         """(The hand-off listener's thread.) Give back a kept lease asked for."""
         self._sync_leases().release_quietly(lease)
+
+    def _renew_kept(self, leases: Sequence[Lease]) -> set[str]:
+        """(The hand-off listener's thread.) Renew kept leases in their tier."""
+        return self._sync_lease_keeper().renew_kept(leases)
 
     def _listen_for_hand_offs(self, wait: float = 0.0) -> None:
         """Start the hand-off listener if it is not running (in this

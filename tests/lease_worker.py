@@ -133,3 +133,21 @@ class _TakeOvers(logging.Handler):
         message = record.getMessage()
         if "took over the writer lease" in message:
             self.seen.append(message)
+
+
+def keep_and_die(saver_kwargs: dict[str, Any], thread_id: str, host: str, ran: Any, results: Any) -> None:
+    """One run with the default options, as a replica on another machine
+    (`host`: a killed holder on this one is seen dead by its pid), then wait
+    to be killed: the saver keeps the thread's lease after the run."""
+    import socket
+
+    socket.gethostname = lambda: host  # type: ignore[assignment]
+    try:
+        saver = DurableSaver(**saver_kwargs)
+        saver.setup()
+        out = counter().compile(checkpointer=saver).invoke({"hits": ["kept"]}, {"configurable": {"thread_id": thread_id}})
+        results.put(("ok", out, saver._leases.holder))
+        ran.set()
+        time.sleep(600)  # killed before
+    except BaseException as exc:  # reported to the test
+        results.put(("error", type(exc).__name__, str(exc)))

@@ -56,11 +56,14 @@ def test_the_checksum_benchmark_runs_and_its_patch_counts_add_up() -> None:
 
 
 def test_the_hand_off_benchmark_runs_and_each_replica_reads_the_others_state() -> None:
-    out = run_benchmark("bench_handoff.py", "--threads", "3", "--no-write")
+    out = run_benchmark("bench_handoff.py", "--threads", "3", "--takeovers", "1", "--no-write")
     assert "None." in out[out.rindex("## Problems") :]
-    # Every thread A kept was handed off to B: 3 timed and 3 untimed.
-    assert "| Durable sqlite+redis+postgres, A with lease_linger=30 |" in out
+    # Every thread A kept (the default) was handed off to B: 3 timed and 3 untimed.
+    assert "| Durable sqlite+redis+postgres, A keeping the lease (the default) |" in out
+    assert "| Durable sqlite+redis+postgres, A with lease_linger=0 | " in out
     assert out.count("| 6 |") == 2, out
+    # A killed keeper was taken over, and B's run continued A's (checked, else a problem).
+    assert "| 1 | " in out[out.index("### A replica killed while it keeps a lease") :]
 
 
 def test_the_paired_benchmark_runs_every_saver_in_every_round_and_checks_each_read() -> None:
@@ -70,7 +73,7 @@ def test_the_paired_benchmark_runs_every_saver_in_every_round_and_checks_each_re
         table = out[out.index(face) :]
         # The reference row divides by itself; every DurableSaver row is there.
         assert f"| {reference} | " in table and "| 1.00x | - |" in table
-        assert "| Durable sqlite+redis+postgres lease_linger=30 |" in table
+        assert "| Durable sqlite+redis+postgres lease_linger=0 |" in table
 
 
 def test_the_memory_benchmark_runs_every_saver_in_its_own_process_and_checks_its_reads() -> None:

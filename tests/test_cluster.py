@@ -277,6 +277,14 @@ async def test_compare_and_set_steps_agree(
         lease, now = await _call(tier, "read_lease", t)
         assert (lease.holder, lease.token) == ("me", 1) and lease.expires_at == taken.expires_at
         assert now < lease.expires_at <= now + 30.5
+        # Kept leases renewed in bulk: threads on many slots, in one pipeline.
+        others = [f"kept-{i}" for i in range(8)]
+        for other in others:
+            await _call(tier, "swap_lease", other, None, "me", 1, 30.0)
+        renewed_threads = await _call(tier, "renew_leases", "me", [(o, 1) for o in others] + [("kept-0", 2)], 90.0)
+        assert renewed_threads == set(others)
+        for other in others:
+            assert (await _call(tier, "read_lease", other))[0].expires_at > now + 60
 
         fence = Fence(t, "me", 1, 60.0)
         row = CheckpointRow(t, "", "0001", None, "run", "{}", b"checkpoint 1")

@@ -35,6 +35,7 @@ from langgraph_durable.metrics import TierStats
 from langgraph_durable.model.lease import (
     DEFAULT_LEASE_TTL_S,
     DEFAULT_LEASE_WAIT_S,
+    KEPT_WINDOW_S,
     BusyWait,
     Fence,
     Lease,
@@ -672,7 +673,45 @@ def test_the_lease_lives_in_the_most_authoritative_tier(make_saver: Any, tiers: 
         assert list(during) == [where]
         holder, left = during[where]
         assert holder == saver._leases.holder and 3000.0 < left <= 3600.0, left
-        # after it: given back
+        # after it: given back, or, where a local cache fronts a shared tier,
+        # kept (``lease_linger``) for a short window the listener renews
         after = lease_records(saver)
         released = after[where][1] < -1e8  # expires_at 0: given back (the holder is kept)
-        assert list(after) == [where] and after[where][0] == holder and released
+        kept = 0.0 < after[where][1] <= KEPT_WINDOW_S
+        assert list(after) == [where] and after[where][0] == holder and (kept if tiers == "sqlite+redis" else released)
+        saver.release_thread("w")
+        assert lease_records(saver)[where][1] < -1e8
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "redis", "postgres"])
+@pytest.mark.parametrize("face", ["sync", "async"])
+async def test_renew_leases_renews_only_this_holders_unreleased_leases_with_their_tokens(
+    make_saver: Any, kind: str, face: str
+) -> None:
+    """The listener's bulk renewal of kept leases, on each tier and face:
+    a lease is renewed only if it still carries the holder and the token
+    asked for and was not given back; the rest are left as they are."""
+    async with make_saver(kind, lease_ttl=3600.0) as saver:
+        if face == "sync":
+            tier = saver._sync_chain().tier_named(kind)
+            call: Any = lambda name, *args: asyncio.to_thread(getattr(tier, name), *args)  # noqa: E731
+            await asyncio.to_thread(saver.setup)
+        else:
+            tier = saver._async_chain().tier_named(kind)
+            call = lambda name, *args: getattr(tier, name)(*args)  # noqa: E731
+            await saver.asetup()
+        me, other = "h:1:me", "h:2:other"
+        taken = {t: await call("swap_lease", t, None, me if t != "theirs" else other, 3, 1.0)
+                 for t in ("mine", "stale", "released", "theirs")}  # fmt: skip
+        await call("release_lease", "released", me, 3)
+        renewed = await call(
+            "renew_leases", me, [("mine", 3), ("stale", 2), ("released", 3), ("theirs", 3), ("none", 1)], 600.0
+        )
+        assert renewed == {"mine"}
+        after = {t: (await call("read_lease", t))[0] for t in taken}
+        now = (await call("read_lease", "mine"))[1]
+        assert after["mine"].expires_at - now > 500.0  # renewed: 600 s from the tier's now
+        assert after["stale"].expires_at == taken["stale"].expires_at  # another token: untouched
+        assert after["released"].expires_at == 0.0
+        assert after["theirs"].holder == other and after["theirs"].expires_at == taken["theirs"].expires_at
+        assert await call("renew_leases", me, [], 600.0) == set()

@@ -27,9 +27,9 @@ from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 
-from langgraph_durable import ConfigError, DurableSaver, RetentionPolicy, ThreadBusy
+from langgraph_durable import ConfigError, DurableSaver, RetentionPolicy
 from langgraph_durable.engine.lease_book import LeaseBook
-from langgraph_durable.model.lease import Lease
+from langgraph_durable.model.lease import KEPT_WINDOW_S, Lease, wait_out
 from langgraph_durable.model.own_heads import OwnHeads
 
 from .conftest import SaverFactory
@@ -79,7 +79,7 @@ def test_after_a_run_its_kept_lease_serves_the_latest_state_from_the_local_cache
 
 def test_without_lease_linger_a_read_after_the_run_asks_the_shared_tiers(make_saver: SaverFactory) -> None:
     thread = new_thread()
-    with make_saver("sqlite+redis+postgres") as saver:
+    with make_saver("sqlite+redis+postgres", lease_linger=0) as saver:
         saver.setup()
         calls = count_shared_reads(saver)
         graph = counting_graph(2).compile(checkpointer=saver)
@@ -189,22 +189,19 @@ def test_a_holder_that_does_not_hear_is_waited_out_and_its_cache_trusted_no_long
     make_saver: SaverFactory, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Safety does not rest on the hand-off: with A's listener stopped (a
-    request is not heard), B gets ThreadBusy, or waits for the kept lease to
-    expire; A stopped trusting its cache before that and serves B's state."""
+    request is not heard, the kept lease is renewed no more, as when A is
+    killed), B waits for the kept lease to expire, even with the default
+    ``on_busy="raise"``; A stopped trusting its cache before that and serves
+    B's state."""
     thread = new_thread()
-    linger = 5.0  # long enough that B, refused at once, is refused within it on any machine
-    with make_saver("sqlite+redis+postgres", sqlite_name="a.sqlite", lease_linger=linger) as a:
+    with make_saver("sqlite+redis+postgres", sqlite_name="a.sqlite", lease_linger=30.0) as a:
         a.setup()
         counting_graph(3).compile(checkpointer=a).invoke({"messages": [], "n": 0}, config_of(thread))
         assert a._hand_offs is not None
-        a._hand_offs.stop()  # kept leases stay kept, and trusted; requests go unheard
+        a._hand_offs.stop()  # kept leases stay kept, trusted for their window; requests go unheard
         assert a._leases.kept(thread, time.monotonic()) is not None
-        with make_saver("sqlite+redis+postgres", sqlite_name="b.sqlite") as b:
-            # The default on_busy="raise" looks again for 0.3 s only: the lease is kept for 5 s.
-            with pytest.raises(ThreadBusy, match="lease_linger"):
-                counting_graph(5).compile(checkpointer=b).invoke({"messages": [], "n": 0}, config_of(thread))
         with (
-            make_saver("sqlite+redis+postgres", sqlite_name="b.sqlite", on_busy="wait") as b,
+            make_saver("sqlite+redis+postgres", sqlite_name="b.sqlite") as b,
             caplog.at_level(logging.WARNING, logger="langgraph_durable"),
         ):
             out = counting_graph(5).compile(checkpointer=b).invoke({"messages": [], "n": 0}, config_of(thread))
@@ -260,17 +257,13 @@ async def test_the_async_face_keeps_hands_over_and_gives_back_as_the_sync_one(
     adelete_thread end the keeping; aclose gives kept leases back."""
     thread = new_thread()
     config = config_of(thread)
-    linger = 5.0  # long enough that B, refused at once, is refused within it on any machine
-    async with make_saver("sqlite+redis+postgres", sqlite_name="a.sqlite", lease_linger=linger) as a:
+    async with make_saver("sqlite+redis+postgres", sqlite_name="a.sqlite", lease_linger=30.0) as a:
         await a.asetup()
         await counting_graph(3).compile(checkpointer=a).ainvoke({"messages": [], "n": 0}, config)
         await wait_until_kept(a, thread)
         assert a._hand_offs is not None
         await asyncio.to_thread(a._hand_offs.stop)
         async with make_saver("sqlite+redis+postgres", sqlite_name="b.sqlite") as b:
-            with pytest.raises(ThreadBusy, match="lease_linger"):
-                await counting_graph(5).compile(checkpointer=b).ainvoke({"messages": [], "n": 0}, config)
-        async with make_saver("sqlite+redis+postgres", sqlite_name="b.sqlite", on_busy="wait") as b:
             with caplog.at_level(logging.WARNING, logger="langgraph_durable"):
                 out = await counting_graph(5).compile(checkpointer=b).ainvoke({"messages": [], "n": 0}, config)
             assert_taken_over_expired(caplog, thread, a)  # not before A's kept lease expired
@@ -487,6 +480,38 @@ def test_a_kept_lease_is_trusted_until_its_deadline_and_ends_with_a_new_run_or_a
     other = Lease("u", book.holder, 1, 100.0, tier="postgres")
     book.keep(other, until=9.0)
     assert book.drop_all() == [other] and book.kept("u", now=1.0) is None
+
+
+def test_kept_leases_are_renewed_trusted_anew_and_handed_back_when_their_linger_ends() -> None:
+    book = LeaseBook(linger=10.0)
+    a = Lease("a", book.holder, 4, 100.0, tier="postgres")
+    b = Lease("b", book.holder, 2, 100.0, tier="postgres")
+    book.keep(a, until=1.35, keep_until=10.0)
+    book.keep(b, until=1.35, keep_until=3.0)
+    assert book.renewals(now=1.0) == ([a, b], [])
+    book.renewed([a, b], {"a", "b"}, until=2.35)
+    assert book.kept("a", now=2.0) == (a, 2.35) and book.kept("b", now=2.0) == (b, 2.35)
+    # A renewal the tier refused (taken over, or given back): forgotten.
+    book.renewed([a, b], {"a"}, until=2.85)
+    assert book.kept("a", now=2.5) == (a, 2.85) and book.kept("b", now=2.5) is None
+    # A renewal answered late never shortens the trust; a lease kept anew meanwhile is left alone.
+    book.renewed([a], {"a"}, until=2.5)
+    assert book.kept("a", now=2.6) == (a, 2.85)
+    newer = Lease("a", book.holder, 5, 100.0, tier="postgres")
+    book.keep(newer, until=4.0, keep_until=10.0)
+    book.renewed([a], set(), until=2.9)
+    assert book.kept("a", now=3.0) == (newer, 4.0)
+    # Its linger over: handed back for the caller to give back, and forgotten.
+    assert book.renewals(now=10.0) == ([], [newer])
+    assert book.kept("a", now=3.0) is None
+
+
+def test_on_busy_raise_waits_out_a_lease_that_expires_within_a_kept_window() -> None:
+    assert wait_out(remaining=KEPT_WINDOW_S, waited=0.0)
+    assert wait_out(remaining=0.0, waited=KEPT_WINDOW_S)
+    assert not wait_out(remaining=KEPT_WINDOW_S + 0.01, waited=0.0)  # a run's lease (its TTL): ThreadBusy
+    assert not wait_out(remaining=1.0, waited=KEPT_WINDOW_S + 0.31)  # bounded
+    assert not wait_out(remaining=-1.0, waited=0.0)  # expired already: taken, not waited for
 
 
 def test_a_saver_keeps_at_most_max_threads_leases_trusting_the_newest() -> None:
@@ -728,3 +753,80 @@ def test_a_lease_taken_during_an_outage_is_not_kept(make_saver: SaverFactory, po
         assert newest is not None
         served = a.get_tuple(cfg)
         assert served is not None and served.checkpoint["id"] == newest.checkpoint["id"]
+
+
+# -- the kept lease is renewed while its replica lives, and lapses soon after it dies ----
+
+
+def test_a_kept_lease_is_renewed_while_its_saver_lives_and_given_back_when_the_linger_ends(
+    make_saver: SaverFactory,
+) -> None:
+    """The tier's expiry of a kept lease is a short window, renewed by the
+    listener: the lease stays kept (and trusted) past that window for as long
+    as ``lease_linger`` says, then the listener gives it back."""
+    thread = new_thread()
+    with make_saver("sqlite+postgres", lease_linger=3 * KEPT_WINDOW_S) as saver:
+        saver.setup()
+        counting_graph(2).compile(checkpointer=saver).invoke({"messages": [], "n": 0}, config_of(thread))
+
+        def expiry() -> float:
+            with psycopg.connect(saver.postgres_url or "") as conn:
+                row = conn.execute("SELECT expires_at FROM lgd_leases WHERE thread_id = %s", (thread,)).fetchone()
+            assert row is not None
+            return float(row[0])
+
+        def expiry_left() -> float:
+            with psycopg.connect(saver.postgres_url or "") as conn:
+                row = conn.execute(
+                    "SELECT expires_at - extract(epoch FROM clock_timestamp()) FROM lgd_leases WHERE thread_id = %s",
+                    (thread,),
+                ).fetchone()
+            assert row is not None
+            return float(row[0])
+
+        first = expiry()
+        assert 0.0 < expiry_left() <= KEPT_WINDOW_S
+        # Renewed past its first window, never more than a window ahead, and trusted.
+        wait_until(lambda: expiry() > first + KEPT_WINDOW_S, "the kept lease was not renewed")
+        assert 0.0 < expiry_left() <= KEPT_WINDOW_S
+        assert saver._leases.kept(thread, time.monotonic()) is not None
+        # Once the linger has ended: given back (expiry 0), and trusted no more.
+        wait_until(lambda: expiry_left() < -1e8, "the kept lease was not given back when its linger ended")
+        assert saver._leases.kept(thread, time.monotonic()) is None
+
+
+def test_a_replica_killed_while_it_keeps_a_lease_is_taken_over_once_the_window_lapses(
+    request: pytest.FixtureRequest, tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Replica A (another machine, as far as leases tell) runs a thread and
+    keeps its lease (the default), then is SIGKILLed: nobody hears B's
+    request. B, with the default ``on_busy="raise"``, waits out the kept
+    lease's window and runs the thread, with A's run in it and one history."""
+    import multiprocessing
+    import signal
+
+    from tests import lease_worker
+    from tests.test_lease import _history_is_one_line, _saver_kwargs
+
+    spawn = multiprocessing.get_context("spawn")
+    thread = new_thread()
+    ran, results = spawn.Event(), spawn.Queue()
+    a_kwargs = _saver_kwargs(request, tmp_path, "sqlite+redis+postgres", "a")
+    a = spawn.Process(target=lease_worker.keep_and_die, args=(a_kwargs, thread, "another-host", ran, results))
+    a.start()
+    try:
+        assert ran.wait(120), results.get(timeout=1) if not results.empty() else "A did not run"
+        status, out, holder = results.get(timeout=10)
+        assert status == "ok" and out["count"] == 1, out
+        assert holder.startswith("another-host:")
+    finally:
+        os.kill(a.pid, signal.SIGKILL)
+        a.join(60)  # a liveness bound: a SIGKILLed process ends
+    b_kwargs = _saver_kwargs(request, tmp_path, "sqlite+redis+postgres", "b")
+    with DurableSaver(**b_kwargs) as b, caplog.at_level(logging.WARNING, logger="langgraph_durable"):
+        # Kept by A when it died: B does not get ThreadBusy, it waits the window out.
+        out = lease_worker.counter().compile(checkpointer=b).invoke({"hits": ["b"]}, config_of(thread))
+        assert out == {"count": 2, "hits": ["kept", "b"]}
+        took_over = [r.getMessage() for r in caplog.records if "took over the writer lease" in r.getMessage()]
+        assert len(took_over) == 1 and f"from {holder} (expired;" in took_over[0], took_over
+        _history_is_one_line(b, thread)

@@ -83,7 +83,8 @@ def reading_graph(saver: DurableSaver, thread: str, seen: list[Any], calls: Coun
 @pytest.mark.parametrize("tiers", ["sqlite+redis+postgres", "sqlite+postgres", "sqlite+redis"])
 def test_a_run_reads_its_own_latest_state_without_asking_the_shared_tiers(make_saver: SaverFactory, tiers: str) -> None:
     thread = f"t-{uuid.uuid4().hex[:8]}"
-    with make_saver(tiers) as saver:
+    # The lease given back when the run ends (not kept: see test_lease_linger.py).
+    with make_saver(tiers, lease_linger=0) as saver:
         saver.setup()
         calls = count_shared_reads(saver)
         seen: list[Any] = []

@@ -197,7 +197,8 @@ async def test_a_graph_run_is_counted_per_tier_and_read_back_from_the_local_tier
     make_saver: SaverFactory, face: Face
 ) -> None:
     stats = TierStats()
-    saver = make_saver("sqlite+redis+postgres", metrics=stats)
+    # The run's lease given back (a read under a kept one asks no shared tier: test_lease_linger.py).
+    saver = make_saver("sqlite+redis+postgres", metrics=stats, lease_linger=0)
     thread = _thread()
     try:
         out = await face.run(loop_graph(STEPS).compile(checkpointer=saver), thread)

@@ -120,7 +120,7 @@ async def test_a_replica_whose_cache_is_behind_reads_the_newest_state_from_the_h
             else:
                 await ga.ainvoke({"messages": [], "n": 0}, config)
                 await gb.ainvoke({"messages": [], "n": 2}, config)
-                await given_back(b, thread)  # with B's run shipped to Redis: just after ainvoke returns
+                await run_ended(b, thread)  # with B's run shipped to Redis: just after ainvoke returns
             newest = b.get_tuple(config)
             calls = count_shared_reads(a, face)
             got = a.get_tuple(config) if face == "sync" else await a.aget_tuple(config)
@@ -136,11 +136,15 @@ async def test_a_replica_whose_cache_is_behind_reads_the_newest_state_from_the_h
         assert again == got and calls["redis.read_blobs"] == calls["postgres.read_blobs"] == 0, calls
 
 
-async def given_back(saver: Any, thread: str) -> None:
+async def run_ended(saver: Any, thread: str) -> None:
+    """The end of the saver's async run on `thread` was handled: what the
+    thread owed was shipped, and its lease given back, or kept (``lease_linger``)."""
     deadline = time.monotonic() + 10
     with psycopg.connect(saver.postgres_url, autocommit=True) as conn:
-        while conn.execute("SELECT 1 FROM lgd_leases WHERE thread_id = %s AND expires_at > 0", (thread,)).fetchone():
-            assert time.monotonic() < deadline, "the run's lease was never given back"
+        while saver._leases.kept(thread, time.monotonic()) is None and conn.execute(
+            "SELECT 1 FROM lgd_leases WHERE thread_id = %s AND expires_at > 0", (thread,)
+        ).fetchone():
+            assert time.monotonic() < deadline, "the run's lease was neither given back nor kept"
             await asyncio.sleep(0.01)
 
 

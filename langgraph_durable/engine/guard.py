@@ -307,6 +307,9 @@ class GuardedTier:
     def keep_lease(self, thread_id: str, holder: str, token: int, ttl: float) -> bool:
         return self._call("keep_lease", thread_id, holder, token, ttl)
 
+    def renew_leases(self, holder: str, leases: Sequence[tuple[str, int]], ttl: float) -> set[str]:
+        return self._call("renew_leases", holder, leases, ttl)
+
     def release_lease(self, thread_id: str, holder: str, token: int | None) -> None:
         return self._call("release_lease", thread_id, holder, token)
 

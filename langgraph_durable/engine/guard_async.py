@@ -308,6 +308,9 @@ class AsyncGuardedTier:
     async def keep_lease(self, thread_id: str, holder: str, token: int, ttl: float) -> bool:
         return await self._call("keep_lease", thread_id, holder, token, ttl)
 
+    async def renew_leases(self, holder: str, leases: Sequence[tuple[str, int]], ttl: float) -> set[str]:
+        return await self._call("renew_leases", holder, leases, ttl)
+
     async def release_lease(self, thread_id: str, holder: str, token: int | None) -> None:
         return await self._call("release_lease", thread_id, holder, token)
 

@@ -6,7 +6,10 @@ the lease. So a replica that finds a lease busy asks its holder to give it
 back (`AsyncLeaseKeeper._ask_hand_off`: a Postgres NOTIFY or a Redis PUBLISH
 on the lease's tier, on a channel of the holder's own, `hand_off_channel`).
 `HandOffListener` is the holder's side: a daemon thread listening on that
-channel, on a connection of its own.
+channel, on a connection of its own. It also renews the leases the saver
+keeps: a kept lease expires in its tier `KEPT_WINDOW_S` after its last
+renewal, so a replica that dies keeping leases (killed, or cut off) holds
+them that long at most, and another replica takes them over then.
 A request for a lease this saver only keeps (its run has ended) first ends
 the trust in the local cache (`LeaseBook.unkeep`), then gives the lease back
 in its tier, and the asking replica, which looks again within milliseconds,
@@ -49,7 +52,7 @@ import psycopg
 from psycopg import sql
 
 from ..engine.lease_book import LeaseBook
-from ..model.lease import Lease, read_hand_off
+from ..model.lease import KEPT_RENEW_S, KEPT_WINDOW_S, LINGER_TRUSTED, Lease, read_hand_off
 from ..tiers.pools import watched
 from ..tiers.postgres.tier import _KEEPALIVES
 from .tasks import BackgroundTask
@@ -169,21 +172,27 @@ class HandOffListener(BackgroundTask):
         ears: Callable[[], Ears],
         ask: Callable[[str, str], None],
         give_back: Callable[[Lease], None],
+        renew: Callable[[list[Lease]], set[str]],
         *,
         where: str,
         probe_s: float = PROBE_S,
         hear_s: float = HEAR_S,
         retry_s: float = RETRY_S,
+        renew_s: float = KEPT_RENEW_S,
+        window: float = KEPT_WINDOW_S,
     ) -> None:
         super().__init__()
         self.book = book
         self._ears = ears
         self._ask = ask
         self._give_back = give_back
+        self._renew = renew
         self.where = where
         self.probe_s = probe_s
         self.hear_s = hear_s
         self.retry_s = retry_s
+        self.renew_s = renew_s
+        self.window = window
         self._ears_now: Ears | None = None  # the listening connection, for `stop` to interrupt
         self._first_try = threading.Event()
         self._failing = False  # logged once per outage
@@ -240,11 +249,16 @@ class HandOffListener(BackgroundTask):
                     self._failing = False
                 self.book.hearing()
                 self._first_try.set()
+                next_probe = time.monotonic() + self.probe_s
                 while not self._stopping.is_set():
-                    for message in self._hear(ears, time.monotonic() + self.probe_s):
+                    for message in self._hear(ears, min(next_probe, time.monotonic() + self.renew_s)):
                         self._handle(message)
-                    if not self._stopping.is_set():
+                    if self._stopping.is_set():
+                        break
+                    self._renew_kept()
+                    if time.monotonic() >= next_probe:
                         self._prove(ears)
+                        next_probe = time.monotonic() + self.probe_s
             except Exception as exc:
                 if not self._stopping.is_set() and not self._failing:
                     logger.warning(
@@ -285,6 +299,24 @@ class HandOffListener(BackgroundTask):
         if self._stopping.is_set():
             return
         raise _Deaf(f"its own request did not come back within {self.hear_s} s")
+
+    def _renew_kept(self) -> None:
+        """Renew the kept leases for another `window` (one call per tier);
+        give back those whose linger ended. A renewal that fails (the tier
+        down or slow) is not retried: the leases' trust lapses by itself,
+        and they expire in their tier."""
+        leases, ended = self.book.renewals(time.monotonic())
+        for lease in ended:
+            self._give_back(lease)
+        if not leases:
+            return
+        asked = time.monotonic()  # each tier's expiry is at least this much later
+        try:
+            renewed = self._renew(leases)
+        except Exception as exc:
+            logger.debug("lease hand-offs: renewing %d kept lease(s) failed: %s", len(leases), exc)
+            return
+        self.book.renewed(leases, renewed, asked + self.window * LINGER_TRUSTED)
 
     def _handle(self, message: str) -> None:
         request = read_hand_off(message)

@@ -161,8 +161,9 @@ class LeaseBook:
         self._handoffs: dict[str, tuple[Lease, float]] = {}
         # Ended runs' leases kept for ``linger`` seconds (`keep`), with the
         # monotonic time until which this saver trusts its own writes as the
-        # thread's latest state.
-        self._lingering: dict[str, tuple[Lease, float]] = {}
+        # thread's latest state (renewed, `renewed`), and when it stops
+        # keeping the lease.
+        self._lingering: dict[str, tuple[Lease, float, float]] = {}
         # Estimated bytes of `_lingering` and of `_handoffs` (`_kept_size`).
         self._kept_bytes = 0
         self._handoff_bytes = 0
@@ -282,7 +283,7 @@ class LeaseBook:
     def drop_all(self) -> list[Lease]:
         """Forget every lease: those of runs, and those kept after their runs."""
         with self._lock:
-            leases = [h.lease for h in self._held.values()] + [lease for lease, _ in self._lingering.values()]
+            leases = [h.lease for h in self._held.values()] + [kept[0] for kept in self._lingering.values()]
             self._held.clear()
             self._lingering.clear()
             self._kept_bytes = 0
@@ -294,22 +295,23 @@ class LeaseBook:
         with self._lock:
             return self.linger > 0 and (self._hearing or not self.needs_ears)
 
-    def keep(self, lease: Lease, until: float) -> bool:
-        """An ended run's lease that its tier keeps for ``linger`` seconds more
-        (``lease_linger``): until `until` (monotonic) this saver is the only
-        one that can have written the thread, so what it wrote last is read
-        from its local cache. A new run of the thread here (`begin`), a
-        write outside a run (`unkeep`), a request to hand it off (`unkeep`,
-        `handoff.py`) or `drop` ends it. False if it may not be kept (the
-        hand-off listener does not hear its channel, `may_keep`): the caller
-        gives it back."""
+    def keep(self, lease: Lease, until: float, *, keep_until: float | None = None) -> bool:
+        """An ended run's lease that its tier keeps (``lease_linger``): until
+        `until` (monotonic) this saver is the only one that can have written
+        the thread, so what it wrote last is read from its local cache. The
+        hand-off listener renews it (`renewals`, `renewed`) until
+        `keep_until` (default `until`), then gives it back. A new run of the
+        thread here (`begin`), a write outside a run (`unkeep`), a request
+        to hand it off (`unkeep`, `handoff.py`) or `drop` ends it. False if
+        it may not be kept (the hand-off listener does not hear its channel,
+        `may_keep`): the caller gives it back."""
         with self._lock:
             if self.needs_ears and not self._hearing:
                 return False
             if lease.thread_id in self._held:
                 return True
             self._unlinger(lease.thread_id)
-            self._lingering[lease.thread_id] = (lease, until)
+            self._lingering[lease.thread_id] = (lease, until, until if keep_until is None else keep_until)
             self._kept_bytes += _kept_size(lease)
             # Beyond max_threads (or its bytes) the oldest are forgotten:
             # trusted no more, they expire in their tier by themselves.
@@ -319,7 +321,31 @@ class LeaseBook:
                 self._unlinger(next(iter(self._lingering)))
             return True
 
-    def _unlinger(self, thread_id: str) -> tuple[Lease, float] | None:
+    def renewals(self, now: float) -> tuple[list[Lease], list[Lease]]:
+        """(The hand-off listener, every `KEPT_RENEW_S`.) The kept leases to
+        renew in their tier, and those whose linger has ended at `now`
+        (monotonic), forgotten here for the caller to give back."""
+        with self._lock:
+            ended = [thread_id for thread_id, (_, _, keep_until) in self._lingering.items() if keep_until <= now]
+            gone = [kept[0] for t in ended if (kept := self._unlinger(t)) is not None]
+            return [kept[0] for kept in self._lingering.values()], gone
+
+    def renewed(self, leases: list[Lease], renewed: set[str], until: float) -> None:
+        """The tier renewed the kept leases of the threads in `renewed` (of
+        `leases`, asked before `until` minus the trusted part of the window):
+        trusted until `until` now. One it did not renew is no longer this
+        saver's (taken over after it expired, or given back): forgotten."""
+        with self._lock:
+            for lease in leases:
+                kept = self._lingering.get(lease.thread_id)
+                if kept is None or kept[0] != lease:
+                    continue  # ended or kept anew meanwhile
+                if lease.thread_id in renewed:
+                    self._lingering[lease.thread_id] = (lease, max(kept[1], until), kept[2])
+                else:
+                    self._unlinger(lease.thread_id)
+
+    def _unlinger(self, thread_id: str) -> tuple[Lease, float, float] | None:
         """(Under the lock.) Forget a kept lease, counting its bytes out."""
         kept = self._lingering.pop(thread_id, None)
         if kept is not None:
@@ -343,7 +369,7 @@ class LeaseBook:
         them, for the caller to give back."""
         with self._lock:
             self._hearing = False
-            kept = [lease for lease, _ in self._lingering.values()]
+            kept = [kept[0] for kept in self._lingering.values()]
             self._lingering.clear()
             self._kept_bytes = 0
             return kept
@@ -357,7 +383,8 @@ class LeaseBook:
 
     def kept(self, thread_id: str, now: float) -> tuple[Lease, float] | None:
         """The lease `keep` keeps for `thread_id` and until when it is trusted,
-        while it is (`now`: monotonic seconds)."""
+        while it is (`now`: monotonic seconds). One whose trust lapsed (its
+        renewals did not come through) is forgotten."""
         self._after_fork()
         with self._lock:
             kept = self._lingering.get(thread_id)
@@ -366,7 +393,7 @@ class LeaseBook:
             if kept[1] <= now:
                 self._unlinger(thread_id)
                 return None
-            return kept
+            return kept[0], kept[1]
 
     def hand_off_later(self, lease: Lease, now: float) -> None:
         """An ended write-behind run whose thread still owes the shared tiers

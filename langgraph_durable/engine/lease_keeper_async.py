@@ -46,6 +46,7 @@ from ..errors import DurableError, LeaseLost, TierUnavailable
 from ..model.codec import thread_id_of, thread_of
 from ..model.lease import (
     HAND_OFF_POLL_FIRST_S,
+    KEPT_WINDOW_S,
     LEASE_HANDOFF_GRACE_S,
     LINGER_TRUSTED,
     BusyWait,
@@ -55,6 +56,7 @@ from ..model.lease import (
     holder_gone,
     pid_alive,
     thread_busy,
+    wait_out,
 )
 from ..validation import RUNTIME_KEY
 from .chain_async import AsyncTierChain
@@ -214,7 +216,6 @@ class AsyncLeaseKeeper:
         """Release an ended run's lease, or with ``lease_linger`` keep it that
         long (only where a local cache sits in front of shared tiers: what
         keeping buys is reading the thread from it, `LeaseBook.keep`)."""
-        linger = self.book.linger
         tier = self.chain.tier_named(lease.tier)
         # Kept only in the most authoritative shared tier, where every replica
         # that reaches it takes its leases: one taken in another tier during
@@ -226,13 +227,27 @@ class AsyncLeaseKeeper:
             and tier is self.chain.roles.authority
             and self.book.may_keep()
         ):
+            # Kept for a short window, which the hand-off listener renews
+            # until the linger ends (a replica that dies lets go of it soon).
             asked = time.monotonic()  # the tier's expiry is at least this much later
-            if not await tier.keep_lease(lease.thread_id, lease.holder, lease.token, linger):
+            if not await tier.keep_lease(lease.thread_id, lease.holder, lease.token, KEPT_WINDOW_S):
                 return  # not kept: the lease is no longer this run's, nothing to give back
-            if self.book.keep(lease, asked + linger * LINGER_TRUSTED):
+            if self.book.keep(lease, asked + KEPT_WINDOW_S * LINGER_TRUSTED, keep_until=asked + self.book.linger):
                 return
             # The hand-off listener went deaf meanwhile: give it back after all.
         await tier.release_lease(lease.thread_id, lease.holder, lease.token)
+
+    async def renew_kept(self, leases: Sequence[Lease]) -> set[str]:
+        """(The hand-off listener.) Renew kept leases for another
+        `KEPT_WINDOW_S`, in one call per tier. The threads renewed; raises
+        `TierUnavailable` if a tier cannot be reached."""
+        by_tier: dict[str, list[tuple[str, int]]] = {}
+        for lease in leases:
+            by_tier.setdefault(lease.tier, []).append((lease.thread_id, lease.token))
+        renewed: set[str] = set()
+        for name, pairs in by_tier.items():
+            renewed |= await self.chain.tier_named(name).renew_leases(self.book.holder, pairs, KEPT_WINDOW_S)
+        return renewed
 
     async def hand_off_shipped(self) -> int:
         """(The replicator, at each pass.) Ship the threads of the leases kept
@@ -460,7 +475,10 @@ class AsyncLeaseKeeper:
             # Asked at every look: a run still going now may keep its lease
             # when it ends.
             await self._ask_hand_off(tier, thread_id, current.holder)
-            delay = wait.next_delay(time.monotonic(), current.remaining(now))
+            remaining = current.remaining(now)
+            if book.on_busy == "raise" and wait_out(remaining, time.monotonic() - wait.started):
+                wait.limit = max(wait.limit, KEPT_WINDOW_S + LEASE_HANDOFF_GRACE_S)
+            delay = wait.next_delay(time.monotonic(), remaining)
             if delay is None:
                 waited = time.monotonic() - wait.started if book.on_busy == "wait" else None
                 raise thread_busy(thread_id, current, now, waited=waited)

@@ -9,8 +9,9 @@ transaction. A second process that tries to run the thread meanwhile gets
 was taken over gets `LeaseLost` at its next write, and that write is not
 stored. Two writers therefore never fork a thread's history.
 
-A run gives the lease back when it ends (or, with ``lease_linger``, keeps
-it until another replica asks for it: `handoff.py`), so another replica may
+A run keeps its lease after it ends (``lease_linger``, 30 s by default,
+where a local cache sits in front of a shared tier), until another replica
+asks for it (`handoff.py`), or gives it back at once, so another replica may
 run the thread right after it (with write-behind, once the replicator has
 shipped the run: `lease_book.LeaseBook.hand_off_later`). LangGraph tells a checkpointer nothing
 at the end of a run; the sign used is the run's ``stream_writer`` (a
@@ -61,10 +62,19 @@ LEASE_POLL_MAX_S = 0.5
 # replica handed the thread at that moment may see the lease an instant
 # before it is given back.
 LEASE_HANDOFF_GRACE_S = 0.3
-# ``lease_linger``: how much of the time a lease is kept after its run (the
-# tier's expiry) this saver trusts its local cache for, counted from before
-# it asked the tier to keep the lease. The rest covers a tier clock that runs
-# fast against this machine's.
+# ``lease_linger``: how long a saver keeps a thread's lease after its run
+# ended, by default (where a local cache sits in front of a shared tier).
+# While it does, it reads the thread from its local cache alone.
+DEFAULT_LEASE_LINGER_S = 30.0
+# A kept lease expires in its tier this long after it was last renewed; the
+# hand-off listener renews every kept lease each `KEPT_RENEW_S`. So a
+# replica that died keeping leases holds them at most this long.
+KEPT_WINDOW_S = 1.5
+KEPT_RENEW_S = 0.5
+# How much of a kept lease's window (the tier's expiry) this saver trusts
+# its local cache for, counted from before it asked the tier to keep or
+# renew the lease. The rest covers a tier clock that runs fast against this
+# machine's.
 LINGER_TRUSTED = 0.9
 # ``lease_linger`` hand-offs (`handoff.py`): how soon a replica that asked
 # for a busy lease looks at it again (then doubling, as any busy lease).
@@ -186,6 +196,15 @@ class BusyWait:
         # A lease that expires sooner than the backoff is looked at again
         # right after it expires (plus the first interval, for clock jitter).
         return max(0.0, min(backoff, remaining + self.first, left))
+
+
+def wait_out(remaining: float, waited: float) -> bool:
+    """With ``on_busy="raise"``: whether to wait for a busy lease that
+    expires in `remaining` seconds, having waited `waited`. One that expires
+    within a kept lease's window is waited out (a replica that died keeping
+    it, or a run's holder that stalled: either is taken over once it
+    expires), for `KEPT_WINDOW_S` and the usual grace at most."""
+    return 0.0 <= remaining <= KEPT_WINDOW_S and waited < KEPT_WINDOW_S + LEASE_HANDOFF_GRACE_S
 
 
 # -- hand-offs of kept leases (handoff.py) ---------------------------------------------

@@ -167,6 +167,11 @@ class Leases(Protocol):
         still `holder`'s with `token` and was not released (``lease_linger``:
         an ended run's lease kept a while). Whether it was."""
 
+    def renew_leases(self, holder: str, leases: Sequence[tuple[str, int]], ttl: float) -> set[str]:
+        """`keep_lease` for many (thread id, token) pairs at once, in as few
+        round trips as the tier allows (the hand-off listener renews the
+        leases it keeps). The thread ids whose lease was renewed."""
+
     def release_lease(self, thread_id: str, holder: str, token: int | None) -> None:
         """Clear the holder (keeping the token), if the lease is `holder`'s
         (with `token`, unless None)."""

@@ -374,6 +374,12 @@ KEEP_LEASE = (
     f"UPDATE lgd_leases SET expires_at = {_NOW} + %s "
     "WHERE thread_id = %s AND holder = %s AND token = %s AND expires_at > 0 RETURNING expires_at"
 )
+# `KEEP_LEASE` for many (params: ttl, threads, tokens, holder); returns the renewed threads.
+RENEW_LEASES = (
+    f"UPDATE lgd_leases l SET expires_at = {_NOW} + %s FROM unnest(%s::text[], %s::bigint[]) AS k(thread_id, token) "
+    "WHERE l.thread_id = k.thread_id AND l.token = k.token AND l.holder = %s AND l.expires_at > 0 "
+    "RETURNING l.thread_id"
+)
 # Release a lease (expiry 0) of this holder, with this token unless NULL (params: thread, holder, token, token).
 RELEASE_LEASE = (
     "UPDATE lgd_leases SET expires_at = 0 WHERE thread_id = %s AND holder = %s AND (%s::bigint IS NULL OR token = %s)"

@@ -735,6 +735,13 @@ class PostgresTier:
         rows = self._fetchall(sql.KEEP_LEASE, (ttl, thread_id, holder, token))
         return bool(rows)
 
+    def renew_leases(self, holder: str, leases: Sequence[tuple[str, int]], ttl: float) -> set[str]:
+        if not leases:
+            return set()
+        threads, tokens = [t for t, _ in leases], [token for _, token in leases]
+        rows = self._fetchall(sql.RENEW_LEASES, (ttl, threads, tokens, holder))
+        return {row[0] for row in rows}
+
     def release_lease(self, thread_id: str, holder: str, token: int | None) -> None:
         with self._unreachable():
             with self._connection() as conn:

@@ -1292,6 +1292,21 @@ class AsyncRedisTier:
             )
         return bool(kept)
 
+    async def renew_leases(self, holder: str, leases: Sequence[tuple[str, int]], ttl: float) -> set[str]:
+        if not leases:
+            return set()
+        args = [(self._k(thread_id, "lease"), holder, str(token), repr(float(ttl))) for thread_id, token in leases]
+        with self._io:
+            if self.clustered:
+                # A cluster's sync pipeline runs no script: one call per lease.
+                kept = [await self.client.eval(_KEEP_LEASE, 1, *arg) for arg in args]
+            else:
+                async with self.client.pipeline(transaction=False) as pipe:
+                    for arg in args:
+                        pipe.eval(_KEEP_LEASE, 1, *arg)
+                    kept = await pipe.execute()
+        return {thread_id for (thread_id, _), ok in zip(leases, kept) if ok}
+
     async def release_lease(self, thread_id: str, holder: str, token: int | None) -> None:
         with self._io:
             await self.client.eval(

@@ -792,6 +792,15 @@ class SqliteTier:
             kept = conn.execute(sql.KEEP_LEASE, (time.time() + ttl, thread_id, holder, token)).rowcount
         return bool(kept)
 
+    def renew_leases(self, holder: str, leases: Sequence[tuple[str, int]], ttl: float) -> set[str]:
+        expires = time.time() + ttl
+        with self._tx() as conn:
+            return {
+                thread_id
+                for thread_id, token in leases
+                if conn.execute(sql.KEEP_LEASE, (expires, thread_id, holder, token)).rowcount
+            }
+
     def release_lease(self, thread_id: str, holder: str, token: int | None) -> None:
         with self._tx() as conn:
             conn.execute(sql.RELEASE_LEASE, (thread_id, holder, token, token))
@@ -1141,6 +1150,9 @@ class AsyncSqliteTier:
 
     async def keep_lease(self, thread_id: str, holder: str, token: int, ttl: float) -> bool:
         return await self._write(self.tier.keep_lease, thread_id, holder, token, ttl)
+
+    async def renew_leases(self, holder: str, leases: Sequence[tuple[str, int]], ttl: float) -> set[str]:
+        return await self._write(self.tier.renew_leases, holder, leases, ttl)
 
     async def release_lease(self, thread_id: str, holder: str, token: int | None) -> None:
         return await self._write(self.tier.release_lease, thread_id, holder, token)
