@@ -40,8 +40,10 @@ logger = logging.getLogger("langgraph_durable")
 
 # Journal entries read per round of a pass.
 BATCH = 256
-# A thread's entries shipped to a tier in one transaction (`Tier.write_batch`).
-GROUP = 64
+# A thread's entries shipped to a tier in one transaction (`Tier.write_batch`):
+# a whole round's (`BATCH`), so that a run's end ships a run of up to ~120
+# steps (a put and a put_writes each) in one transaction per tier.
+GROUP = BATCH
 
 
 class AsyncJournal:

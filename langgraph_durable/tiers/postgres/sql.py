@@ -9,6 +9,7 @@ statement: `chained` or `fenced` fills the slot and joins them.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 # -- schema -------------------------------------------------------------------
@@ -174,6 +175,43 @@ UPSERT_WRITES = (
     _CHECKPOINT_WRITES + "(thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO UPDATE SET "
     "channel = EXCLUDED.channel, task_path = EXCLUDED.task_path, record = EXCLUDED.record"
 )
+# Up to this many rows a write passes them as VALUES rows, not as arrays
+# unnested on the server: psycopg adapts a list parameter in Python, element
+# by element, at several times the cost of scalars (`blobs_values`,
+# `writes_values`). One statement text per row count, prepared once each.
+VALUES_MAX_ROWS = 8
+
+
+@functools.lru_cache(maxsize=256)
+def _values(n: int, casts: Sequence[str]) -> str:
+    row = "(" + ", ".join(f"%s::{c}" for c in casts) + ")"
+    return ", ".join([row] * n)
+
+
+@functools.lru_cache(maxsize=256)
+def blobs_values(n: int) -> str:
+    """`INSERT_CHECKPOINT_BLOBS` for `n` blobs (``n`` >= 1) given as rows:
+    (thread, ns, channel, version, record) each."""
+    return (
+        f"INSERT INTO lgd_blobs SELECT * FROM (VALUES {_values(n, ('text',) * 4 + ('bytea',))}) AS u "
+        "WHERE {ok} ON CONFLICT DO NOTHING"
+    )
+
+
+@functools.lru_cache(maxsize=256)
+def writes_values(n: int, upsert: bool) -> str:
+    """`INSERT_WRITES` / `UPSERT_WRITES` for `n` writes given as rows:
+    (thread, ns, checkpoint id, task, idx, channel, task path, record) each."""
+    casts = ("text", "text", "text", "text", "int", "text", "text", "bytea")
+    head = f"INSERT INTO lgd_writes SELECT * FROM (VALUES {_values(n, casts)}) AS u WHERE {{ok}} ON CONFLICT "
+    return head + (
+        "(thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO UPDATE SET "
+        "channel = EXCLUDED.channel, task_path = EXCLUDED.task_path, record = EXCLUDED.record"
+        if upsert
+        else "DO NOTHING"
+    )
+
+
 # One blob (executemany), replacing any copy under its key (read-repair).
 UPSERT_BLOB = (
     "INSERT INTO lgd_blobs VALUES (%s, %s, %s, %s, %s) ON CONFLICT "
@@ -181,6 +219,7 @@ UPSERT_BLOB = (
 )
 
 
+@functools.lru_cache(maxsize=256)
 def chained(inserts: Sequence[str]) -> str:
     """`inserts` (each with an ``{ok}`` slot) as one unfenced statement: all
     but the last as CTEs."""
@@ -189,19 +228,32 @@ def chained(inserts: Sequence[str]) -> str:
     return f"WITH {ctes} {parts[-1]}" if ctes else parts[-1]
 
 
-def fenced(inserts: Sequence[str]) -> str:
+@functools.lru_cache(maxsize=256)
+def fenced(inserts: Sequence[str], *, renew: bool = True) -> str:
     """`inserts` as one statement that first renews the lease if it still
     matches the fence, inserts nothing otherwise, and returns how many lease
     rows matched. Params: token, ttl, thread, holder, late, token, late,
-    token, then the inserts'."""
+    token, then the inserts'.
+
+    Without `renew` the lease row is only share-locked (FOR SHARE), not
+    renewed: a takeover's UPDATE still waits for the write to commit (and a
+    write waits for a takeover under way, then sees the new holder), but two
+    fenced writes of one run (a step's ``put_writes`` and ``put``) no longer
+    wait for each other's commit. The params are the same (token and ttl
+    unused)."""
     ok = "EXISTS (SELECT 1 FROM fence)"
+    match = (
+        "WHERE thread_id = %s AND holder = %s AND ((NOT %s AND token = %s AND expires_at > 0) OR (%s AND token >= %s))"
+    )
+    if renew:
+        head = (
+            "WITH fence AS (UPDATE lgd_leases SET expires_at = "
+            f"CASE WHEN token = %s AND expires_at > 0 THEN {_NOW} + %s ELSE expires_at END {match} RETURNING token)"
+        )
+    else:
+        head = f"WITH fence AS (SELECT token FROM lgd_leases, (SELECT %s::bigint, %s::float8) AS unused {match} FOR SHARE OF lgd_leases)"
     return (
-        "WITH fence AS (UPDATE lgd_leases SET expires_at = "
-        f"CASE WHEN token = %s AND expires_at > 0 THEN {_NOW} + %s ELSE expires_at END "
-        "WHERE thread_id = %s AND holder = %s "
-        "AND ((NOT %s AND token = %s AND expires_at > 0) OR (%s AND token >= %s)) RETURNING token)"
-        + "".join(f", w{i} AS ({q.format(ok=ok)})" for i, q in enumerate(inserts))
-        + " SELECT count(*) FROM fence"
+        head + "".join(f", w{i} AS ({q.format(ok=ok)})" for i, q in enumerate(inserts)) + " SELECT count(*) FROM fence"
     )
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import select
 import time
 from collections.abc import AsyncIterator, Generator, Sequence
@@ -52,6 +53,18 @@ from . import sql
 from .sql import MIGRATIONS
 
 DEFAULT_POOL_SIZE = 10
+# A fenced write renews its lease when the last renewal this saver sent is
+# this old (`renew_every`): at most this much of the TTL goes unrenewed.
+RENEW_EVERY_MAX_S = 1.0
+RENEWED_MAX = 100_000
+
+
+def renew_every(ttl: float) -> float:
+    """Seconds after a lease's last renewal that a fenced write renews it
+    again: a twentieth of the TTL, at most `RENEW_EVERY_MAX_S`."""
+    return min(RENEW_EVERY_MAX_S, ttl / 20)
+
+
 DEFAULT_CONNECT_TIMEOUT_S = 5.0
 
 _ERRORS = (psycopg.OperationalError,)
@@ -150,6 +163,10 @@ class AsyncPostgresTier:
         self.pool_size = pool_size
         self.prepared_statements = prepared_statements
         self._failed_at = 0.0  # when a call last met a connection error
+        # When (monotonic, before the statement was sent) this saver last took
+        # or renewed a lease, by (thread, holder, token): a fenced write
+        # renews it only `renew_every` seconds later (`_fenced`).
+        self._renewed: dict[tuple[str, str, int], float] = {}
         self.pool = self._new_pool()
         self._opened = False
 
@@ -373,6 +390,22 @@ class AsyncPostgresTier:
     ) -> None:
         """One statement, so one round trip and atomic without BEGIN/COMMIT:
         the fence check (`_fenced`), the new blobs and the checkpoint."""
+        if len(blobs) <= sql.VALUES_MAX_ROWS:
+            values: list[Any] = []
+            for b in blobs:
+                values += (row.thread_id, row.checkpoint_ns, b.channel, b.version, b.envelope)
+            checkpoint = (
+                row.thread_id,
+                row.checkpoint_ns,
+                row.checkpoint_id,
+                row.parent_id,
+                row.run_id,
+                row.metadata_json,
+                row.envelope,
+            )
+            inserts = (sql.blobs_values(len(blobs)),) if blobs else ()
+            await self._fenced(fence, (*inserts, sql.UPSERT_CHECKPOINT), (*values, *checkpoint))
+            return
         params = (
             row.thread_id,
             row.checkpoint_ns,
@@ -454,6 +487,21 @@ class AsyncPostgresTier:
         if not rows:
             return
         first = rows[0]
+        if any(
+            (w.thread_id, w.checkpoint_ns, w.checkpoint_id)
+            != (first.thread_id, first.checkpoint_ns, first.checkpoint_id)
+            for w in rows
+        ):
+            for w in rows:  # rows of several checkpoints (catch-up, repair): one statement each
+                await self.write_writes([w], upsert, fence=fence)
+            return
+        if len(rows) <= sql.VALUES_MAX_ROWS:
+            values: list[Any] = []
+            for w in rows:
+                values += (w.thread_id, w.checkpoint_ns, w.checkpoint_id, w.task_id, w.idx, w.channel, w.task_path)
+                values.append(w.envelope)
+            await self._fenced(fence, (sql.writes_values(len(rows), upsert),), values)
+            return
         params = (
             first.thread_id,
             first.checkpoint_ns,
@@ -464,14 +512,6 @@ class AsyncPostgresTier:
             [w.task_path for w in rows],
             [w.envelope for w in rows],
         )
-        if any(
-            (w.thread_id, w.checkpoint_ns, w.checkpoint_id)
-            != (first.thread_id, first.checkpoint_ns, first.checkpoint_id)
-            for w in rows
-        ):
-            for w in rows:  # rows of several checkpoints (catch-up, repair): one statement each
-                await self.write_writes([w], upsert, fence=fence)
-            return
         await self._fenced(fence, [sql.UPSERT_WRITES if upsert else sql.INSERT_WRITES], params)
 
     async def _fenced(self, fence: Fence | None, inserts: Sequence[str], params: Sequence[Any]) -> None:
@@ -483,7 +523,7 @@ class AsyncPostgresTier:
         if fence is None:
             with self._unreachable():
                 async with self._connection() as conn:
-                    await conn.execute(sql.chained(inserts), params)
+                    await conn.execute(sql.chained(tuple(inserts)), params)
             return
         check = (
             fence.token,
@@ -495,11 +535,24 @@ class AsyncPostgresTier:
             fence.late,
             fence.token,
         )
-        rows = await self._fetchall(sql.fenced(inserts), (*check, *params))
+        key = (fence.thread_id, fence.holder, fence.token)
+        sent = time.monotonic()
+        # Renew the lease (an UPDATE, which two writes of a run at once take
+        # in turn) unless this saver renewed it a moment ago; else only lock it.
+        renew = fence.late or sent - self._renewed.get(key, -math.inf) >= renew_every(fence.ttl)
+        rows = await self._fetchall(sql.fenced(tuple(inserts), renew=renew), (*check, *params))
+        if rows[0][0] and renew:
+            self._renewed_at(key, sent)
         if not rows[0][0]:
+            self._renewed.pop(key, None)
             lease = await self._fetchall(sql.SELECT_LEASE, (fence.thread_id,))
             r = lease[0] if lease else None
             raise lease_lost(fence, Lease(fence.thread_id, r[0], r[1], r[2]) if r else None, "postgres")
+
+    def _renewed_at(self, key: tuple[str, str, int], sent: float) -> None:
+        if len(self._renewed) >= RENEWED_MAX and key not in self._renewed:
+            self._renewed.clear()  # forgotten leases are renewed by their next write: only a cost
+        self._renewed[key] = sent
 
     # -- reads ------------------------------------------------------------------------
 
@@ -737,6 +790,15 @@ class AsyncPostgresTier:
     async def swap_lease(
         self, thread_id: str, expected: Lease | None, holder: str, token: int, ttl: float
     ) -> Lease | None:
+        sent = time.monotonic()
+        taken = await self._swap_lease(thread_id, expected, holder, token, ttl)
+        if taken is not None:
+            self._renewed_at((thread_id, holder, token), sent)
+        return taken
+
+    async def _swap_lease(
+        self, thread_id: str, expected: Lease | None, holder: str, token: int, ttl: float
+    ) -> Lease | None:
         if expected is None:
             rows = await self._fetchall(sql.INSERT_LEASE, (thread_id, holder, token, ttl))
         else:
@@ -758,6 +820,8 @@ class AsyncPostgresTier:
         return {row[0] for row in rows}
 
     async def release_lease(self, thread_id: str, holder: str, token: int | None) -> None:
+        if token is not None:
+            self._renewed.pop((thread_id, holder, token), None)
         with self._unreachable():
             async with self._connection() as conn:
                 await conn.execute(sql.RELEASE_LEASE, (thread_id, holder, token, token))

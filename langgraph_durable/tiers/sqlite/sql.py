@@ -143,6 +143,13 @@ def set_busy_timeout(seconds: float) -> str:
     return f"PRAGMA busy_timeout={int(seconds * 1000)}"
 
 
+WAL_CHECKPOINT_PASSIVE = "PRAGMA wal_checkpoint(PASSIVE)"
+
+
+def set_wal_autocheckpoint(pages: int) -> str:
+    return f"PRAGMA wal_autocheckpoint={int(pages)}"
+
+
 def set_synchronous(fsync: bool) -> str:
     """FULL (every commit on disk when it returns) with `fsync`, else NORMAL."""
     return f"PRAGMA synchronous={'FULL' if fsync else 'NORMAL'}"

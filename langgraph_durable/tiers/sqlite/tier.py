@@ -59,6 +59,14 @@ EVICT_CHECK_S = 2.0
 
 # Channel values read by one statement (two parameters each).
 BLOBS_PER_QUERY = 500
+# WAL checkpoints (copying the WAL into the database file, with its fsyncs)
+# are run off the write path, by `WalCheckpointer`, every this many write
+# transactions (SQLite's own autocheckpoint runs one inside the commit that
+# takes the WAL past 1000 pages: on average more than the commit itself).
+# The writer's autocheckpoint stays, at `WAL_BACKSTOP_PAGES`, in case the
+# background one falls behind (or cannot run).
+WAL_CHECKPOINT_EVERY = 64
+WAL_BACKSTOP_PAGES = 10_000
 
 
 def _in_use(conn: sqlite3.Connection) -> int:
@@ -79,6 +87,57 @@ def _cp(row: tuple[Any, ...]) -> CheckpointRow:
 
 def _w(r: tuple[Any, ...]) -> WriteRow:
     return WriteRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], bytes(r[7]))
+
+
+class WalCheckpointer:
+    """Runs ``PRAGMA wal_checkpoint(PASSIVE)`` on its own connection, in a
+    daemon thread, when kicked. PASSIVE never waits for the writer or for
+    readers; durability is unchanged (a commit is durable in the WAL, with
+    ``synchronous=NORMAL`` against a process crash, as before)."""
+
+    def __init__(self, path: str, busy_timeout: float) -> None:
+        self.path = path
+        self.busy_timeout = busy_timeout
+        self._wake = threading.Event()
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self._pid = 0
+
+    def kick(self) -> None:
+        if self._thread is None or self._pid != os.getpid():
+            self._pid = os.getpid()  # a forked child inherits no thread: start one anew
+            self._thread = threading.Thread(target=self._run, name="langgraph-durable-wal-checkpoint", daemon=True)
+            self._thread.start()
+        self._wake.set()
+
+    def stop(self) -> None:
+        self._stopping = True
+        self._wake.set()
+        thread = self._thread
+        if thread is not None and self._pid == os.getpid() and thread is not threading.current_thread():
+            thread.join(5.0)
+        self._thread = None
+        self._stopping = False
+
+    def _run(self) -> None:
+        conn = None
+        try:
+            while True:
+                self._wake.wait()
+                self._wake.clear()
+                if self._stopping:
+                    return
+                try:
+                    if conn is None:
+                        conn = sqlite3.connect(
+                            self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False
+                        )
+                    conn.execute(sql.WAL_CHECKPOINT_PASSIVE).fetchall()
+                except sqlite3.Error:
+                    pass  # the writer's autocheckpoint (`WAL_BACKSTOP_PAGES`) is the backstop
+        finally:
+            if conn is not None:
+                conn.close()
 
 
 class SqliteTier:
@@ -116,6 +175,7 @@ class SqliteTier:
         self._acks_lock = threading.Lock()
         # Write transactions over, and connections closed (`version`).
         self._writes = 0
+        self._checkpointer = WalCheckpointer(path, busy_timeout) if path != ":memory:" else None
 
     # -- connection ---------------------------------------------------------
 
@@ -147,6 +207,8 @@ class SqliteTier:
             # FULL (`fsync`, for write-behind, where the local file is the
             # only copy for a while): every commit is on disk when it returns.
             conn.execute(sql.set_synchronous(self.fsync))
+            if self._checkpointer is not None:
+                conn.execute(sql.set_wal_autocheckpoint(WAL_BACKSTOP_PAGES))
             conn.execute(sql.set_busy_timeout(self.busy_timeout))
         self._conn = conn
         return conn
@@ -206,6 +268,8 @@ class SqliteTier:
                         del self._acks[: len(acks)]
             finally:
                 self._writes += 1
+                if self._checkpointer is not None and self._writes % WAL_CHECKPOINT_EVERY == 0:
+                    self._checkpointer.kick()
 
     def grouped(self, calls: Sequence[Callable[[], Any]]) -> list[tuple[bool, Any]]:
         """Group commit: run `calls` (writes of this tier) in one
@@ -297,6 +361,8 @@ class SqliteTier:
     def close(self) -> None:
         with contextlib.suppress(TierUnavailable):  # left owed: shipped again at the next start
             self.flush_acks()
+        if self._checkpointer is not None:
+            self._checkpointer.stop()
         with self._lock:
             if self._conn is not None:
                 self._conn.close()
