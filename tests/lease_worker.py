@@ -145,7 +145,9 @@ def keep_and_die(saver_kwargs: dict[str, Any], thread_id: str, host: str, ran: A
     try:
         saver = DurableSaver(**saver_kwargs)
         saver.setup()
-        out = counter().compile(checkpointer=saver).invoke({"hits": ["kept"]}, {"configurable": {"thread_id": thread_id}})
+        out = (
+            counter().compile(checkpointer=saver).invoke({"hits": ["kept"]}, {"configurable": {"thread_id": thread_id}})
+        )
         results.put(("ok", out, saver._leases.holder))
         ran.set()
         time.sleep(600)  # killed before
