@@ -107,6 +107,7 @@ class Config:
     tiers: tuple[str, ...] = ()
     stock: str | None = None  # key of the matching stock saver
     write: str | None = None  # DurableSaver(write=...); None = not passed (the default, "shared")
+    local_fsync: bool | None = None  # DurableSaver(local_fsync=...); None = not passed
     history: bool = False  # in the 10,000-checkpoint list measurement
     whole: bool = False  # DurableSaver(list_snapshot_every=1); the bytes measurement only
     linger: float | None = None  # DurableSaver(lease_linger=...); None = not passed (the default: kept 30 s)
@@ -122,6 +123,8 @@ class Config:
         out = "Durable " + "+".join(self.tiers)
         if self.write:
             out += f" write={self.write}"
+        if self.local_fsync is not None:
+            out += f" local_fsync={self.local_fsync}"
         if self.whole:
             out += " list_snapshot_every=1"
         if self.linger is not None:
@@ -156,6 +159,7 @@ CONFIGS: list[Config] = [
     Config("d_s_nocache", "durable", ("sqlite",), stock="sqlite_stock", history=True, read_cache=0),
     Config("d_srp", "durable", SRP, stock="pg_stock", history=True),
     Config("d_srp_local", "durable", SRP, stock="pg_stock", write="local"),
+    Config("d_srp_local_nofsync", "durable", SRP, stock="pg_stock", write="local", local_fsync=False),
     Config("d_srp_given", "durable", SRP, stock="pg_stock", linger=0.0),
     Config("d_p", "durable", ("postgres",), stock="pg_stock"),
 ]
@@ -407,6 +411,8 @@ def durable_kwargs(config: Config, st: Storage) -> dict[str, Any]:
         kw["redis_key_prefix"] = st.redis_prefix
     if config.write is not None:
         kw["write"] = config.write
+    if config.local_fsync is not None:
+        kw["local_fsync"] = config.local_fsync
     if config.whole:
         kw["list_snapshot_every"] = 1
     if config.linger is not None:

@@ -54,7 +54,18 @@ STEPS = 50
 SIZE = 420
 # Keys of bench_growth's configurations (and EXTRA), in table order; the
 # reference row (PostgresSaver) is the one every ratio divides by.
-ROWS = ["mem", "sqlite_stock", "pg_stock", "d_s", "d_p", "d_sp", "d_srp", "d_srp_local", "d_srp_given"]
+ROWS = [
+    "mem",
+    "sqlite_stock",
+    "pg_stock",
+    "d_s",
+    "d_p",
+    "d_sp",
+    "d_srp",
+    "d_srp_local",
+    "d_srp_local_nofsync",
+    "d_srp_given",
+]
 REFERENCE = "pg_stock"
 EXTRA = {"d_sp": Config("d_sp", "durable", ("sqlite", "postgres"), stock="pg_stock")}
 

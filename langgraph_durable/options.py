@@ -126,6 +126,13 @@ class WriteOptions:
 
     mode: WriteMode
     list_snapshot_every: int
+    # Whether each local commit is fsynced (None: with write="local" only).
+    local_fsync: bool | None = None
+
+    @property
+    def fsync(self) -> bool:
+        """Whether the local tier fsyncs each commit."""
+        return self.mode == "local" if self.local_fsync is None else self.local_fsync
 
 
 @dataclass(frozen=True)
@@ -173,6 +180,7 @@ class Options:
         on_corruption: OnCorruption,
         max_record_bytes: int | None,
         write: WriteMode,
+        local_fsync: bool | None,
         call_timeout: float | None,
         drain_timeout: float,
         list_snapshot_every: int,
@@ -194,6 +202,11 @@ class Options:
         if write == "local" and (sqlite is None or (redis is None and postgres is None)):
             raise ConfigError(
                 'write="local" (write-behind) needs a local tier (sqlite=) and a shared one (redis= or postgres=).'
+            )
+        if local_fsync is not None and (not isinstance(local_fsync, bool) or sqlite is None):
+            raise ConfigError(
+                "local_fsync= says whether each commit of the local SQLite file is fsynced: True, False, or None "
+                f'(fsynced with write="local" only); it needs sqlite=. Got {local_fsync!r}.'
             )
         if call_timeout is not None and call_timeout <= 0:
             raise ConfigError(f"call_timeout must be a positive number of seconds or None, got {call_timeout!r}.")
@@ -270,7 +283,7 @@ class Options:
                 drain_timeout=drain_timeout,
             ),
             integrity=IntegrityOptions(keys, permissive_decoding, on_corruption, max_record_bytes),
-            write=WriteOptions(write, list_snapshot_every),
+            write=WriteOptions(write, list_snapshot_every, local_fsync),
             retention=RetentionOptions(retention, retention_every, retention_rate),
             limits=Limits(local_max_bytes, read_cache_bytes, memory_budget),
             read_only=read_only,

@@ -69,3 +69,34 @@ def test_the_environment_is_read_in_one_place(monkeypatch: pytest.MonkeyPatch) -
         "signing_keys": [None, None],
     }
     assert env_options({}, "default.sqlite")["sqlite"] == "default.sqlite"
+
+
+@pytest.mark.parametrize(
+    ("options", "synchronous"),
+    [
+        ({}, "NORMAL"),  # write="shared": the shared tiers hold what was acknowledged
+        ({"write": "local"}, "FULL"),  # the journal is the only copy until it ships
+        ({"write": "local", "local_fsync": False}, "NORMAL"),  # process crashes only, as documented
+        ({"local_fsync": True}, "FULL"),
+    ],
+)
+def test_local_fsync_sets_how_the_local_file_commits(
+    make_saver: Any, options: dict[str, Any], synchronous: str
+) -> None:
+    with make_saver("sqlite+postgres", **options) as saver:
+        saver.setup()
+        level = saver._local._connect().execute("PRAGMA synchronous").fetchone()[0]
+        assert {1: "NORMAL", 2: "FULL"}[level] == synchronous
+        graph = loop_graph(2).compile(checkpointer=saver)
+        assert graph.invoke({"messages": [], "n": 0}, {"configurable": {"thread_id": "t"}})["n"] == 2
+
+
+@pytest.mark.parametrize("bad", [{"local_fsync": "yes"}, {"local_fsync": 1}, {"local_fsync": False, "sqlite": None}])
+def test_local_fsync_is_checked(tmp_path: Any, bad: dict[str, Any]) -> None:
+    from langgraph_durable import ConfigError
+
+    kwargs: dict[str, Any] = {"sqlite": str(tmp_path / "l.sqlite"), "redis": REDIS_URL} | bad
+    with pytest.raises(ConfigError, match="local_fsync=") as info:
+        DurableSaver(**kwargs)
+    assert "True, False, or None" in str(info.value)
+    assert list(tmp_path.iterdir()) == []  # nothing left on disk
