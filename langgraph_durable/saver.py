@@ -1044,6 +1044,8 @@ class DurableSaver(BaseCheckpointSaver[str]):
         first = self._first_call_of_run(config)
         lease = await self._async_leases().begin_run(config) if first else None  # see get_tuple
         try:
+            if not first:
+                await self._run_end_settled(chain, config)
             token, until = (None, None) if first else self._lease_token(config)
             tup = await chain.get_tuple(config, lease_token=token, trusted_until=until)
             if tup is not None and first:
@@ -1131,8 +1133,10 @@ class DurableSaver(BaseCheckpointSaver[str]):
         """Async `get_delta_channel_history`."""
         if not channels:
             return {}
+        chain = self._async_chain()
+        await self._run_end_settled(chain, config)
         token, until = self._lease_token(config)
-        found = await self._async_chain().delta_history(config, channels, lease_token=token, trusted_until=until)
+        found = await chain.delta_history(config, channels, lease_token=token, trusted_until=until)
         if found is not None:
             return found
         return await super().aget_delta_channel_history(config=config, channels=channels)
@@ -1457,6 +1461,15 @@ class DurableSaver(BaseCheckpointSaver[str]):
         return f"{n + 1:032}.{random.random():016}"
 
     # -- one writer per thread (lease.py) -------------------------------------------------
+
+    async def _run_end_settled(self, chain: AsyncTierChain, config: RunnableConfig) -> None:
+        """A read of a thread whose async run just ended here waits for that
+        end to be handled (`AsyncLeaseKeeper.settle`): the lease then kept,
+        the read is served from the local cache."""
+        keeper = self._alease_keeper
+        thread_id = (config.get("configurable") or {}).get("thread_id")
+        if keeper is not None and keeper.chain is chain and thread_id is not None:
+            await keeper.settle(str(thread_id))
 
     def _lease_token(self, config: RunnableConfig) -> tuple[int | None, float | None]:
         """The token of this saver's lease of the config's thread, if it holds

@@ -105,6 +105,26 @@ async def test_the_async_face_keeps_the_lease_and_reads_locally(make_saver: Save
         assert sum(calls.values()) == 0
 
 
+async def test_a_read_right_after_ainvoke_waits_for_the_lease_to_be_kept_and_reads_locally(
+    make_saver: SaverFactory,
+) -> None:
+    """The plain ``await graph.ainvoke(...); await graph.aget_state(...)``
+    with the default options: the read lets the handling of the run's end
+    finish (the lease kept), and asks no shared tier for the state."""
+    async with make_saver("sqlite+redis+postgres") as saver:
+        await saver.asetup()
+        calls = count_shared_reads(saver, "async")
+        graph = counting_graph(3).compile(checkpointer=saver)
+        for i in range(3):
+            thread = new_thread()
+            await graph.ainvoke({"messages": [], "n": 0}, config_of(thread))
+            calls.clear()
+            snap = await graph.aget_state(config_of(thread))
+            assert snap.values == {"messages": ["m0", "m1", "m2"], "n": 3}
+            assert sum(calls.values()) == 0, (i, calls)
+            assert saver._leases.kept(thread, time.monotonic()) is not None
+
+
 @pytest.mark.parametrize("face", ["sync", "async"])
 @pytest.mark.parametrize("tiers", ["sqlite+redis+postgres", "sqlite+redis"])
 async def test_another_replica_is_handed_a_kept_lease_at_once_and_its_state_is_then_served(

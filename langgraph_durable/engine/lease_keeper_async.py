@@ -80,6 +80,8 @@ class AsyncLeaseKeeper:
             self._loop: asyncio.AbstractEventLoop | None = None
             self._to_release: set[Lease] = set()
             self._releasing: set[asyncio.Task[bool]] = set()
+            # The thread of each release task (`settle`).
+            self._ending: dict[str, asyncio.Task[bool]] = {}
             # Where a release goes that the loop cannot do (it is shutting
             # down, or gone): the saver's sync face, on the deferred worker.
             self.elsewhere: Callable[[Lease], Any] | None = None
@@ -156,12 +158,27 @@ class AsyncLeaseKeeper:
             return
         task = asyncio.ensure_future(self.release_at_run_end(lease))
         self._releasing.add(task)
+        self._ending[lease.thread_id] = task
         task.add_done_callback(lambda done: self._release_done(done, lease))
+
+    async def settle(self, thread_id: str) -> None:  # ASYNC ONLY
+        """Let the end of a run of `thread_id` that this loop is handling
+        (its lease kept or given back) finish first: a read right after
+        ``ainvoke`` returns then finds the kept lease, and reads the local
+        cache. Nothing if none is under way; its failure is its own (logged)."""
+        if self._to_release:
+            for lease in [lease for lease in self._to_release if lease.thread_id == thread_id]:
+                self._release_on_loop(lease)  # now, not when the loop gets to it
+        task = self._ending.get(thread_id)
+        if task is not None and task is not asyncio.current_task():
+            await asyncio.wait({task})  # a cancellation of the caller is not the task's
 
     def _release_done(self, task: asyncio.Task[bool], lease: Lease) -> None:  # ASYNC ONLY
         """A release task ended; one cancelled (its loop shutting down: ``asyncio.run``
         cancels the tasks left) is done `elsewhere`."""
         self._releasing.discard(task)
+        if self._ending.get(lease.thread_id) is task:
+            del self._ending[lease.thread_id]
         if task.cancelled():
             self._release_elsewhere(lease)
 
