@@ -292,7 +292,8 @@ def thread_busy(thread_id: str, current: Lease, now: float, *, waited: float | N
     )
     return ThreadBusy(
         f"thread {thread_id!r} is being run by another writer ({current.holder}, lease token {current.token}); "
-        "it gives the lease back when its run ends (or keeps it for lease_linger seconds after, if set there), "
+        "it gives the lease back when its run ends, or keeps it after the run (lease_linger) until asked for it, "
+        "which this saver did, "
         f"and the lease expires in {left:.1f} s unless it writes "
         "again. Only one writer may run a thread at a time: "
         f"{how}, retry later, or have that writer call release_thread({thread_id!r}). Nothing was written.",
