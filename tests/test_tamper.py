@@ -798,3 +798,38 @@ def test_repair_copies_a_record_held_intact_only_locally_to_every_shared_tier_in
             assert copy is not None and copy.same_record(held)
         for store in stores:
             store.close()
+
+
+@pytest.mark.parametrize("damaged", ["redis", "sqlite"])
+@pytest.mark.parametrize("face", ["sync", "async"])
+def test_a_local_cache_that_lost_the_checkpoint_still_lends_its_pending_writes(
+    make_saver: Any, damaged: str, face: str
+) -> None:
+    """The local cache lost the newest checkpoint's record but kept its
+    pending write; one copy of that write is damaged, in Redis or in the
+    local cache. The heads make the local cache look as if it held none of
+    the checkpoint's writes: the read asks it for them all the same, serves
+    the intact copy (not a task that runs again), and leaves an intact copy
+    in both tiers."""
+    with make_saver("sqlite+redis", lease_linger=0) as saver:
+        config = saver.put(generate_config("t"), generate_checkpoint(), generate_metadata(), {})
+        saver.put_writes(config, [("x", "kept")], "t1")
+        cid = config["configurable"]["checkpoint_id"]
+        stores = open_stores(saver, REDIS_URL)
+        local, redis_store = stores
+        write = Rec(WRITE, "", (cid, "t1", 0))
+        target = redis_store if damaged == "redis" else local
+        original = target.get("t", write)
+        assert original is not None
+        target.put_raw("t", write, flip(original.raw, 12, 1), original)
+        local.delete("t", Rec(CHECKPOINT, "", (cid,)))
+        latest = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+        for _ in range(2):  # the second read too
+            tup = saver.get_tuple(latest) if face == "sync" else asyncio.run(saver.aget_tuple(latest))
+            assert tup is not None and tup.checkpoint["id"] == cid
+            assert [(w[0], w[1], w[2]) for w in tup.pending_writes] == [("t1", "x", "kept")]
+        held = [store.get("t", write) for store in stores]
+        assert all(copy is not None and copy.same_record(held[0]) for copy in held)
+        assert not saver.verify("t").bad
+        for store in stores:
+            store.close()

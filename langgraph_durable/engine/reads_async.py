@@ -431,6 +431,8 @@ class AsyncTierReader:
         cids: Sequence[str],
         incidents: list[Incident],
         copies: Sequence[tuple[AsyncTier, Sequence[WriteRow]]] | None = None,
+        *,
+        local_asked: bool = False,
     ) -> dict[str, list[tuple[WriteRow, PendingWrite]]]:
         """The pending writes of these checkpoints: the union of what every
         reachable tier holds intact (or of `copies`, what they answered
@@ -443,6 +445,12 @@ class AsyncTierReader:
         rest of the task's writes as if they were all."""
         if not cids:
             return {}
+        # Copies the heads brought stand in for asking the tiers, but a tier
+        # whose head is older (a local cache that lost the checkpoint) is taken
+        # to hold none of its writes: before a task is dropped, or an
+        # undecodable write raised, for want of an intact copy, every tier is
+        # asked for its own.
+        given, start = copies is not None, len(incidents)
         if copies is None:
             copies = await self._each("pending writes", lambda t: t.read_writes(thread_id, ns, cids))
         else:
@@ -478,6 +486,9 @@ class AsyncTierReader:
                 if good is None:
                     good = (tier, w, decoded)
             if good is None and undecodable is not None:
+                if given:
+                    del incidents[start:]
+                    return await self.writes(thread_id, ns, cids, incidents)
                 incidents.extend(bad)
                 raise undecodable
             if good is None:
@@ -499,6 +510,21 @@ class AsyncTierReader:
                         # Insert-or-ignore: never over a write stored meanwhile.
                         fix[(tier, False)].append(w)
             incidents.extend(bad)
+        if given and dropped:
+            del incidents[start:]
+            return await self.writes(thread_id, ns, cids, incidents)
+        local = self.roles.cache
+        if given and not local_asked and local is not None and fix.get((local, False)):
+            # The write is copied into the local cache, taken to hold none:
+            # it may hold a bad copy, which must be replaced, not kept.
+            try:
+                held_locally = await local.read_writes(thread_id, ns, cids)
+            except TierUnavailable:
+                held_locally = []
+            if held_locally:
+                del incidents[start:]
+                copies = [(t, held_locally if t is local else rows) for t, rows in copies]
+                return await self.writes(thread_id, ns, cids, incidents, copies, local_asked=True)
         for incident in incidents:
             of = served_from.get(id(incident))
             if of is not None and (of[0], of[1]) in dropped:
