@@ -306,8 +306,9 @@ class DurableSaver(BaseCheckpointSaver[str]):
             1.5 s after the listener last renewed it (every 0.5 s), so a
             replica that dies keeping leases holds them 1.5 s at most;
             another replica, even with ``on_busy="raise"``, waits that out
-            and takes the thread over. ``delete_thread``, ``copy_thread`` (into the thread),
-            ``delete_for_runs``, ``prune`` and ``apply_retention`` ask for a
+            and takes the thread over. ``delete_thread``, ``copy_thread``
+            (into the thread), ``delete_for_runs``, ``prune`` and
+            ``apply_retention`` ask for a
             kept lease the same way first. A run of another replica that took
             its lease in a lower tier during an outage reaches this saver's
             reads when the linger ends. A lease taken in a lower tier during
@@ -330,7 +331,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
             fsynced. None (default): with ``write="local"`` only, where the
             local journal is the only copy of an acknowledged checkpoint
             until it ships, so that it survives a power loss too. False with
-            ``write="local"``: a step costs about half as much here, and an
+            ``write="local"``: a step costs less (no fsync per commit), and an
             acknowledged checkpoint still survives the process being killed
             (an OOM kill, a deploy, a crash: SQLite's WAL is in the OS's
             page cache), but not the machine losing power or its kernel
@@ -1559,7 +1560,8 @@ class DurableSaver(BaseCheckpointSaver[str]):
 
     def release_thread(self, thread_id: str) -> None:
         """Give back this saver's writer lease of `thread_id` now. Not needed
-        after a run: a run gives its lease back when it ends. A run of this
+        after a run: a run gives its lease back when it ends, or keeps it
+        (``lease_linger``) until another replica asks for it. A run of this
         saver still going on the thread gets `LeaseLost` at its next write.
         Raises `TierUnavailable` if the lease tier cannot be reached (the
         lease then expires by itself after ``lease_ttl``)."""

@@ -388,19 +388,19 @@ class PostgresTier:
     def write_checkpoint(self, row: CheckpointRow, blobs: Sequence[BlobRow], *, fence: Fence | None = None) -> None:
         """One statement, so one round trip and atomic without BEGIN/COMMIT:
         the fence check (`_fenced`), the new blobs and the checkpoint."""
+        checkpoint = (
+            row.thread_id,
+            row.checkpoint_ns,
+            row.checkpoint_id,
+            row.parent_id,
+            row.run_id,
+            row.metadata_json,
+            row.envelope,
+        )
         if len(blobs) <= sql.VALUES_MAX_ROWS:
             values: list[Any] = []
             for b in blobs:
                 values += (row.thread_id, row.checkpoint_ns, b.channel, b.version, b.envelope)
-            checkpoint = (
-                row.thread_id,
-                row.checkpoint_ns,
-                row.checkpoint_id,
-                row.parent_id,
-                row.run_id,
-                row.metadata_json,
-                row.envelope,
-            )
             inserts = (sql.blobs_values(len(blobs)),) if blobs else ()
             self._fenced(fence, (*inserts, sql.UPSERT_CHECKPOINT), (*values, *checkpoint))
             return
@@ -410,13 +410,7 @@ class PostgresTier:
             [b.channel for b in blobs],
             [b.version for b in blobs],
             [b.envelope for b in blobs],
-            row.thread_id,
-            row.checkpoint_ns,
-            row.checkpoint_id,
-            row.parent_id,
-            row.run_id,
-            row.metadata_json,
-            row.envelope,
+            *checkpoint,
         )
         self._fenced(fence, [sql.INSERT_CHECKPOINT_BLOBS, sql.UPSERT_CHECKPOINT], params)
 

@@ -390,19 +390,19 @@ class AsyncPostgresTier:
     ) -> None:
         """One statement, so one round trip and atomic without BEGIN/COMMIT:
         the fence check (`_fenced`), the new blobs and the checkpoint."""
+        checkpoint = (
+            row.thread_id,
+            row.checkpoint_ns,
+            row.checkpoint_id,
+            row.parent_id,
+            row.run_id,
+            row.metadata_json,
+            row.envelope,
+        )
         if len(blobs) <= sql.VALUES_MAX_ROWS:
             values: list[Any] = []
             for b in blobs:
                 values += (row.thread_id, row.checkpoint_ns, b.channel, b.version, b.envelope)
-            checkpoint = (
-                row.thread_id,
-                row.checkpoint_ns,
-                row.checkpoint_id,
-                row.parent_id,
-                row.run_id,
-                row.metadata_json,
-                row.envelope,
-            )
             inserts = (sql.blobs_values(len(blobs)),) if blobs else ()
             await self._fenced(fence, (*inserts, sql.UPSERT_CHECKPOINT), (*values, *checkpoint))
             return
@@ -412,13 +412,7 @@ class AsyncPostgresTier:
             [b.channel for b in blobs],
             [b.version for b in blobs],
             [b.envelope for b in blobs],
-            row.thread_id,
-            row.checkpoint_ns,
-            row.checkpoint_id,
-            row.parent_id,
-            row.run_id,
-            row.metadata_json,
-            row.envelope,
+            *checkpoint,
         )
         await self._fenced(fence, [sql.INSERT_CHECKPOINT_BLOBS, sql.UPSERT_CHECKPOINT], params)
 
