@@ -22,7 +22,7 @@ of B's run, `--takeovers` times; B's state is checked to hold A's run.
 Loopback servers only; everything the run creates is removed at the end
 (also on error, Ctrl-C or SIGTERM).
 
-    .venv/bin/python benchmarks/bench_handoff.py            # about 30 s
+    .venv/bin/python benchmarks/bench_handoff.py            # under a minute
     .venv/bin/python benchmarks/bench_handoff.py --threads 5 --no-write
 """
 
