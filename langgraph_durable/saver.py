@@ -991,7 +991,10 @@ class DurableSaver(BaseCheckpointSaver[str]):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
-        yield from self._sync_chain().list_tuples(config, filter=filter, before=before, limit=limit)
+        token, until = self._lease_token(config) if config else (None, None)
+        yield from self._sync_chain().list_tuples(
+            config, filter=filter, before=before, limit=limit, lease_token=token, trusted_until=until
+        )
 
     def put(
         self,
@@ -1065,7 +1068,14 @@ class DurableSaver(BaseCheckpointSaver[str]):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
-        for item in await self._async_chain().list_tuples(config, filter=filter, before=before, limit=limit):
+        chain = self._async_chain()
+        token, until = None, None
+        if config:
+            await self._run_end_settled(chain, config)  # see aget_tuple
+            token, until = self._lease_token(config)
+        for item in await chain.list_tuples(
+            config, filter=filter, before=before, limit=limit, lease_token=token, trusted_until=until
+        ):
             yield item
 
     async def aput(

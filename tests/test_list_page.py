@@ -7,6 +7,10 @@ The pending writes a page serves are still the union of every tier's: a
 write lost in ONE tier is served from another and copied back, and when the
 tiers list different checkpoints (one lost a checkpoint row but kept its
 writes) the read asks every tier for the writes as before.
+
+The savers here give a run's lease back when it ends (``lease_linger=0``):
+under a kept lease a page of the saver's own checkpoints comes from the
+local cache alone (`test_local_history.py`).
 """
 
 from __future__ import annotations
@@ -113,7 +117,7 @@ def _drop_local_write(path: str, thread: str, key: tuple[str, str, int]) -> None
 
 @pytest.mark.parametrize("face", ["sync", "async"])
 def test_a_page_is_one_call_per_shared_tier(make_saver: SaverFactory, face: str) -> None:
-    with make_saver("sqlite+redis+postgres") as saver:
+    with make_saver("sqlite+redis+postgres", lease_linger=0) as saver:
         saver.setup()
         loop_graph(6).compile(checkpointer=saver).invoke({"messages": [], "n": 0}, {"configurable": {"thread_id": "t"}})
         want = _reference(saver, "t")
@@ -127,7 +131,7 @@ def test_a_page_is_one_call_per_shared_tier(make_saver: SaverFactory, face: str)
 def test_a_write_lost_in_one_tier_is_served_and_copied_back(
     make_saver: SaverFactory, postgres_url: str, redis_prefix: str, face: str
 ) -> None:
-    with make_saver("sqlite+redis+postgres") as saver:
+    with make_saver("sqlite+redis+postgres", lease_linger=0) as saver:
         saver.setup()
         loop_graph(6).compile(checkpointer=saver).invoke({"messages": [], "n": 0}, {"configurable": {"thread_id": "t"}})
         want = _reference(saver, "t")
@@ -155,7 +159,7 @@ def test_tiers_that_list_different_checkpoints_still_serve_every_write(
     those writes is lost in Postgres and in the local cache: Redis alone has
     it, and its page does not name that checkpoint. The tiers' pages differ,
     so the writes are asked of every tier, and the union is served."""
-    with make_saver("sqlite+redis+postgres") as saver:
+    with make_saver("sqlite+redis+postgres", lease_linger=0) as saver:
         saver.setup()
         loop_graph(6).compile(checkpointer=saver).invoke({"messages": [], "n": 0}, {"configurable": {"thread_id": "t"}})
         want = _reference(saver, "t")
@@ -182,7 +186,7 @@ def test_a_checkpoint_still_owed_gets_every_tiers_writes(
     is owed, which drops such an entry as superseded. Both faces run the
     same reader, `reads_async.py` and its generated twin.)"""
     face = "sync"
-    with make_saver("sqlite+redis+postgres") as saver:
+    with make_saver("sqlite+redis+postgres", lease_linger=0) as saver:
         saver.setup()
         loop_graph(6).compile(checkpointer=saver).invoke({"messages": [], "n": 0}, {"configurable": {"thread_id": "t"}})
         saver._replicator.stop()  # nothing shipped from here on

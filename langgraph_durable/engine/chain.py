@@ -850,8 +850,14 @@ class TierChain:
         before: RunnableConfig | None = None,
         limit: int | None = None,
         channels: Sequence[str] | None = None,
+        lease_token: int | None = None,
+        trusted_until: float | None = None,
     ) -> list[CheckpointTuple]:
-        """`list`; with `channels`, only those channels' values are read."""
+        """`list`; with `channels`, only those channels' values are read.
+        Under this saver's lease (`lease_token`, `trusted_until`: see
+        `get_tuple`), a page of one namespace that holds only checkpoints
+        this saver wrote under that lease comes from the local tier alone
+        (`own_page`)."""
         configurable = (config or {}).get("configurable") or {}
         thread_id = configurable.get("thread_id")
         thread_id = thread_id_of(thread_id, what="list") if thread_id is not None else None
@@ -869,6 +875,10 @@ class TierChain:
         self.ensure_setup()
         if thread_id is not None:
             self._bounded(thread_id)
+            if ns is not None and not cid and not filter and limit:
+                page = self.own_page(thread_id, ns, before_id, limit, channels, lease_token, trusted_until)
+                if page is not None:
+                    return page
         # One thread's history, as history views and DeltaChannel reads ask
         # for it, is kept like a get (`read_cache.py`).
         if self.cache_all_reads and thread_id is not None and not filter:
@@ -877,6 +887,36 @@ class TierChain:
                 key, lambda: self.reads.list_tuples(thread_id, ns, cid, before_id, filter, limit, channels)
             )
         return self.reads.list_tuples(thread_id, ns, cid, before_id, filter, limit, channels)
+
+    def own_page(
+        self,
+        thread_id: str,
+        ns: str,
+        before_id: str | None,
+        limit: int,
+        channels: Sequence[str] | None,
+        lease_token: int | None,
+        trusted_until: float | None,
+    ) -> list[CheckpointTuple] | None:
+        """The page of `limit` checkpoints before `before_id` (the newest
+        without it) from the local tier alone, if this saver wrote every one
+        of them under the lease it holds (`OwnHeads.mine`): nobody else wrote
+        the thread since, so no other tier holds a newer one. The local rows
+        must be exactly those checkpoints, with exactly the pending writes
+        this saver wrote, every record intact (`TierReader.local_list`);
+        None otherwise, and the caller reads across the tiers."""
+        if self.own is None:
+            return None
+        mine = self.own.mine(thread_id, ns, lease_token, time.monotonic(), trusted_until)
+        if mine is None:
+            return None
+        wanted = sorted((c for c in mine if before_id is None or c < before_id), reverse=True)[:limit]
+        if len(wanted) < limit:
+            return None  # the page reaches past the lease: other writers' checkpoints, maybe
+        page = self.reads.local_list(thread_id, ns, before_id, limit, channels, mine)
+        if page is None or [t.config["configurable"]["checkpoint_id"] for t in page] != wanted:
+            return None
+        return page
 
     def delta_history(
         self,

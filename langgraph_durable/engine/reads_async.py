@@ -937,12 +937,13 @@ class AsyncTierReader:
         self,
         thread_id: str,
         ns: str,
-        before_id: str,
+        before_id: str | None,
         limit: int,
-        channels: Collection[str],
+        channels: Collection[str] | None,
         mine: Mapping[str, frozenset[tuple[str, int]]],
     ) -> list[CheckpointTuple] | None:
-        """`list` of the checkpoints before `before_id`, from the local tier
+        """`list` of the checkpoints before `before_id` (the newest without
+        it; every channel's values without `channels`), from the local tier
         alone, as far back as they are among `mine` (what this saver wrote
         under the lease it still holds, with the keys of their pending
         writes, `OwnHeads.mine`); only `channels`' values. None on anything
