@@ -34,7 +34,7 @@ LANGGRAPH_DURABLE_TEST_REDIS_URL (loopback only). A run creates one fresh
 or SIGTERM.
 
     .venv/bin/python benchmarks/bench_checksums.py --quick
-    .venv/bin/python benchmarks/bench_checksums.py
+    .venv/bin/python benchmarks/bench_checksums.py --write    # RESULTS_CHECKSUMS.md
 """
 
 from __future__ import annotations
@@ -612,7 +612,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=str(HERE / "RESULTS_CHECKSUMS.md"),
         help="markdown file to overwrite (default benchmarks/RESULTS_CHECKSUMS.md)",
     )
-    p.add_argument("--no-write", action="store_true", help="print only; do not write the results file")
+    p.add_argument("--write", action="store_true", help="also overwrite the results file")
     return p.parse_args(argv)
 
 
@@ -683,7 +683,7 @@ def main(argv: list[str] | None = None) -> int:
     body += "\n### Checks\n\n" + checks + "\n\n" + ("\n".join(f"- {p}" for p in problems) or "No problems.") + "\n"
     print()
     print(body)
-    if not args.no_write:
+    if args.write:
         doc = header(args, params, res, started, wall, code) + "\n\n" + body
         Path(args.output).write_text(doc)
         print(f"wrote {args.output}")

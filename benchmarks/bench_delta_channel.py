@@ -5,11 +5,11 @@ its value by replaying the ancestors' pending writes back to the nearest
 stored snapshot, through `get_delta_channel_history`. This script runs one
 such thread to `--steps` super-steps on each saver and times `graph.get_state`
 on it (median and p99 over `--reads` calls), side by side in one run, and
-overwrites `RESULTS_DELTA_CHANNEL.md`. Loopback servers only; everything the
+prints the table (`--write` also overwrites `RESULTS_DELTA_CHANNEL.md`). Loopback servers only; everything the
 run creates is removed at the end (also on error, Ctrl-C or SIGTERM).
 
-    .venv/bin/python benchmarks/bench_delta_channel.py            # about 30 s
-    .venv/bin/python benchmarks/bench_delta_channel.py --steps 30 --reads 50 --no-write
+    .venv/bin/python benchmarks/bench_delta_channel.py --steps 30 --reads 50
+    .venv/bin/python benchmarks/bench_delta_channel.py --write    # about 30 s
 """
 
 from __future__ import annotations
@@ -130,7 +130,8 @@ def main() -> int:
     )
     parser.add_argument("--reads", type=int, default=200, help="get_state calls per saver (default 200)")
     parser.add_argument("--output", default=str(HERE / "RESULTS_DELTA_CHANNEL.md"))
-    parser.add_argument("--no-write", action="store_true", help="print only")
+    parser.add_argument("--write", action="store_true", help="also overwrite the results file")
+    parser.add_argument("--body", help=argparse.SUPPRESS)  # bench_all.py: the tables, to this file
     args = parser.parse_args()
     exit_on_sigterm()
     res = Resources(NAME, uuid.uuid4().hex[:8])
@@ -167,7 +168,9 @@ def main() -> int:
         lines.append(f"| {label} | {p50:.3f} | {p99:.3f} | {vs_pg} | {vs_sq} |")
     body = "\n".join(lines) + "\n\n## Problems\n\n" + ("\n".join(f"- {p}" for p in problems) or "None.") + "\n"
     print(body)
-    if not args.no_write:
+    if args.body:
+        Path(args.body).write_text(body)
+    if args.write:
         head = (
             "# DeltaChannel latest-state read\n\n"
             f"- Date: {started}\n- Command: `python benchmarks/bench_delta_channel.py`\n"

@@ -35,7 +35,7 @@ Redis key prefixes and removes them at the end, even on error, Ctrl-C or
 SIGTERM.
 
     .venv/bin/python benchmarks/bench_growth.py --quick
-    .venv/bin/python benchmarks/bench_growth.py
+    .venv/bin/python benchmarks/bench_growth.py --write    # RESULTS_GROWTH.md and charts/
 """
 
 from __future__ import annotations
@@ -112,6 +112,7 @@ class Config:
     whole: bool = False  # DurableSaver(list_snapshot_every=1); the bytes measurement only
     linger: float | None = None  # DurableSaver(lease_linger=...); None = not passed (the default: kept 30 s)
     read_cache: int | None = None  # DurableSaver(read_cache_bytes=...); None = not passed (the default)
+    on_busy: str | None = None  # DurableSaver(on_busy=...); None = not passed (the default, "raise")
 
     def label(self, mode: str = "sync") -> str:
         if self.kind == "memory":
@@ -131,6 +132,8 @@ class Config:
             out += f" lease_linger={self.linger:g}"
         if self.read_cache is not None:
             out += f" read_cache_bytes={self.read_cache}"
+        if self.on_busy is not None:
+            out += f" on_busy={self.on_busy}"
         return out
 
     @property
@@ -419,6 +422,8 @@ def durable_kwargs(config: Config, st: Storage) -> dict[str, Any]:
         kw["lease_linger"] = config.linger
     if config.read_cache is not None:
         kw["read_cache_bytes"] = config.read_cache
+    if config.on_busy is not None:
+        kw["on_busy"] = config.on_busy
     return kw
 
 
@@ -1794,7 +1799,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--charts-dir", default=str(HERE / "charts"), help="where the PNG charts go (default benchmarks/charts)"
     )
-    p.add_argument("--no-write", action="store_true", help="print only; write neither the results file nor charts")
+    p.add_argument("--write", action="store_true", help="also overwrite the results file and the charts")
     return p.parse_args(argv)
 
 
@@ -1857,7 +1862,7 @@ def main(argv: list[str] | None = None) -> int:
     body, chart = render(run)
     chart_note = ""
     paths: dict[str, Path] = {}
-    if not args.no_write:
+    if args.write:
         try:
             paths = draw_charts(chart, params, Path(args.charts_dir))
         except ImportError:
@@ -1876,7 +1881,7 @@ def main(argv: list[str] | None = None) -> int:
     print(body)
     print("## Problems\n")
     print(probs or "None.")
-    if not args.no_write:
+    if args.write:
         doc = header(args, run, res, started, wall, code, load) + "\n\n" + HOW_TO_READ + "\n" + body
         doc += "\n## Problems\n\n" + (probs or "None: every check passed and cleanup succeeded.") + "\n"
         Path(args.output).write_text(scrub(doc, res))

@@ -5,7 +5,8 @@ same shared tiers with a local file of its own, runs the same thread one
 super-step further; then A reads it. This script times B's run (the other
 replica's first run after A's, from `invoke` to its return) and A's
 `graph.get_state` right after it, median and p99 over `--threads` threads,
-side by side in one run, and overwrites `RESULTS_HANDOFF.md`.
+side by side in one run, and prints the tables (`--write` also overwrites
+`RESULTS_HANDOFF.md`).
 
 By default (``lease_linger``, 30 s) A keeps each run's lease, so B finds it
 busy and asks for it (`langgraph_durable.engine.handoff`); with
@@ -22,8 +23,8 @@ of B's run, `--takeovers` times; B's state is checked to hold A's run.
 Loopback servers only; everything the run creates is removed at the end
 (also on error, Ctrl-C or SIGTERM).
 
-    .venv/bin/python benchmarks/bench_handoff.py            # under a minute
-    .venv/bin/python benchmarks/bench_handoff.py --threads 5 --no-write
+    .venv/bin/python benchmarks/bench_handoff.py --threads 5
+    .venv/bin/python benchmarks/bench_handoff.py --write    # under a minute
 """
 
 from __future__ import annotations
@@ -167,7 +168,8 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=60, help="threads per configuration (default 60)")
     parser.add_argument("--takeovers", type=int, default=5, help="killed keepers taken over (default 5)")
     parser.add_argument("--output", default=str(HERE / "RESULTS_HANDOFF.md"))
-    parser.add_argument("--no-write", action="store_true", help="print only")
+    parser.add_argument("--write", action="store_true", help="also overwrite the results file")
+    parser.add_argument("--body", help=argparse.SUPPRESS)  # bench_all.py: the tables, to this file
     args = parser.parse_args()
     exit_on_sigterm()
     res = Resources(NAME, uuid.uuid4().hex[:8])
@@ -234,7 +236,9 @@ def main() -> int:
         ]
     body = "\n".join(lines) + "\n\n## Problems\n\n" + ("\n".join(f"- {p}" for p in problems) or "None.") + "\n"
     print(body)
-    if not args.no_write:
+    if args.body:
+        Path(args.body).write_text(body)
+    if args.write:
         head = (
             "# Two replicas taking turns on one thread\n\n"
             f"- Date: {started}\n- Command: `python benchmarks/bench_handoff.py`\n"

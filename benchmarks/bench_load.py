@@ -33,8 +33,8 @@ Loopback servers only; every database, Redis prefix and temp dir the run
 creates is named ``lgd_lbench_<run id>...`` and removed at the end, even on
 error, Ctrl-C or SIGTERM.
 
-    .venv/bin/python benchmarks/bench_load.py --quick --no-write
-    .venv/bin/python benchmarks/bench_load.py
+    .venv/bin/python benchmarks/bench_load.py --quick
+    .venv/bin/python benchmarks/bench_load.py --write    # RESULTS_LOAD.md
 """
 
 from __future__ import annotations
@@ -455,7 +455,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--no-vacuum", action="store_true", help="storage: no VACUUM of the lgd_* tables after a round")
     p.add_argument("--no-storage", action="store_true", help="leave the storage measurement out")
     p.add_argument("--output", default=str(HERE / "RESULTS_LOAD.md"), help="markdown file to overwrite")
-    p.add_argument("--no-write", action="store_true", help="print only; do not write the results file")
+    p.add_argument("--write", action="store_true", help="also overwrite the results file")
     args = p.parse_args(argv)
     q = args.quick
     args.workers = args.workers or (2 if q else 4)
@@ -558,7 +558,7 @@ def main(argv: list[str] | None = None) -> int:
     print(body)
     print("## Problems\n")
     print(probs or "None.")
-    if not args.no_write:
+    if args.write:
         doc = header(args, res, started, wall, code, load) + "\n\n" + HOW_TO_READ + "\n" + body
         doc += "\n## Problems\n\n" + (probs or "None: every check passed and cleanup succeeded.") + "\n"
         Path(args.output).write_text(scrub(doc, res))

@@ -5,17 +5,21 @@ machine the speed drifts by 20-50% over minutes, so a ratio between two rows
 measured a minute apart carries that drift. Here the savers take turns: in
 each round every configuration runs one 50-step graph (`bench_growth`'s
 growing-list graph, ``durability="sync"``) on a fresh thread and then reads
-that thread's state (`graph.get_state`, `--reads` calls), the order rotating
-from round to round. A row's ratio to PostgresSaver is the median over rounds
+that thread's state (`graph.get_state`, `--reads` calls) and its newest
+history page (`graph.get_state_history(limit=10)`, `--pages` calls), the
+order rotating from round to round. A row's ratio to PostgresSaver is the median over rounds
 of (its figure / PostgresSaver's figure in the same round): drift that hits a
 whole round cancels out. The sync face runs first, then the async face
-(`ainvoke`, `aget_state`) in one event loop. Every state read is checked.
+(`ainvoke`, `aget_state`, `aget_state_history`) in one event loop, and then
+`--concurrent` runs of 10 super-steps gathered at once on fresh threads, the
+savers again taking turns (`--conc-rounds` rounds). Every state read, page
+and run result is checked.
 
-Writes `benchmarks/RESULTS_PAIRED.md` (unless `--no-write`). Loopback
-servers only; everything a run creates is removed at the end.
+Prints the tables; `--write` also overwrites `benchmarks/RESULTS_PAIRED.md`.
+Loopback servers only; everything a run creates is removed at the end.
 
-    .venv/bin/python benchmarks/bench_paired.py              # about 2 minutes
-    .venv/bin/python benchmarks/bench_paired.py --rounds 3 --no-write
+    .venv/bin/python benchmarks/bench_paired.py --rounds 3   # a quick look
+    .venv/bin/python benchmarks/bench_paired.py --write      # about 3 minutes
 """
 
 from __future__ import annotations
@@ -67,6 +71,10 @@ ROWS = [
     "d_srp_given",
 ]
 REFERENCE = "pg_stock"
+PAGE = 10  # get_state_history(limit=PAGE)
+CONC_STEPS = 10
+# The concurrent runs: the stock async reference and the DurableSaver rows that differ in how a run writes.
+CONC_ROWS = ["pg_stock", "d_srp", "d_srp_local", "d_srp_given"]
 EXTRA = {"d_sp": Config("d_sp", "durable", ("sqlite", "postgres"), stock="pg_stock")}
 
 
@@ -75,19 +83,40 @@ def config(key: str) -> Config:
 
 
 class Figures:
-    """Per configuration and round: ms per super-step and get_state p50 (ms)."""
+    """Per configuration and round: ms per super-step, get_state p50 and history page p50 (ms)."""
 
     def __init__(self, keys: list[str]) -> None:
         self.step: dict[str, list[float]] = {k: [] for k in keys}
         self.read: dict[str, list[float]] = {k: [] for k in keys}
+        self.page: dict[str, list[float]] = {k: [] for k in keys}
 
-    def record(self, key: str, round_no: int, times: list[float], values: Any, mode: str, problems: list[str]) -> None:
-        """One round of `key`: `times` = [the run's wall time, each read's];
-        `values` = the state read last, checked. Round 0 is not kept."""
-        problems += check_values(values, STEPS, SIZE, f"{config(key).label(mode)} round {round_no}")
+    def record(
+        self,
+        key: str,
+        round_no: int,
+        times: tuple[float, list[float], list[float]],
+        values: Any,
+        page: list[Any],
+        mode: str,
+        problems: list[str],
+    ) -> None:
+        """One round of `key`: `times` = (the run's wall time, each read's,
+        each page's); `values` = the state read last and `page` the history
+        page read last, checked. Round 0 is not kept."""
+        what = f"{config(key).label(mode)} round {round_no}"
+        problems += check_values(values, STEPS, SIZE, what)
+        problems += check_page(page, what)
         if round_no:
             self.step[key].append(times[0] * 1000 / STEPS)
-            self.read[key].append(statistics.median(times[1:]) * 1000)
+            self.read[key].append(statistics.median(times[1]) * 1000)
+            self.page[key].append(statistics.median(times[2]) * 1000)
+
+
+def check_page(page: list[Any], what: str) -> list[str]:
+    """The newest `PAGE` states of a `STEPS`-step run, newest first."""
+    steps = [s.metadata.get("step") for s in page]
+    want = list(range(STEPS, STEPS - PAGE, -1))
+    return [] if steps == want else [f"{what}: history page steps {steps}, expected {want}"]
 
 
 def order(keys: list[str], round_no: int) -> list[str]:
@@ -102,59 +131,117 @@ def paired(mine: list[float], ref: list[float]) -> float | None:
     return statistics.median(ratios) if ratios else None
 
 
-def measure_sync(graphs: dict[str, Any], rounds: int, reads: int, problems: list[str]) -> Figures:
+def measure_sync(graphs: dict[str, Any], rounds: int, reads: int, pages: int, problems: list[str]) -> Figures:
     fig = Figures(list(graphs))
     for r in range(rounds + 1):  # round 0 warms up, untimed
         for key in order(list(graphs), r):
             graph, tid = graphs[key], f"s{r}"
             t0 = time.perf_counter()
             graph.invoke(first_input(), run_config(tid, STEPS), durability="sync")
-            times = [time.perf_counter() - t0]
+            step = time.perf_counter() - t0
+            read_times, page_times = [], []
             for _ in range(reads):
                 t1 = time.perf_counter()
                 state = graph.get_state(thread_of(tid))
-                times.append(time.perf_counter() - t1)
-            fig.record(key, r, times, state.values, "sync", problems)
+                read_times.append(time.perf_counter() - t1)
+            for _ in range(pages):
+                t1 = time.perf_counter()
+                page = list(graph.get_state_history(thread_of(tid), limit=PAGE))
+                page_times.append(time.perf_counter() - t1)
+            fig.record(key, r, (step, read_times, page_times), state.values, page, "sync", problems)
     return fig
 
 
-async def measure_async(graphs: dict[str, Any], rounds: int, reads: int, problems: list[str]) -> Figures:
+async def measure_async(graphs: dict[str, Any], rounds: int, reads: int, pages: int, problems: list[str]) -> Figures:
     fig = Figures(list(graphs))
     for r in range(rounds + 1):
         for key in order(list(graphs), r):
             graph, tid = graphs[key], f"a{r}"
             t0 = time.perf_counter()
             await graph.ainvoke(first_input(), run_config(tid, STEPS), durability="sync")
-            times = [time.perf_counter() - t0]
+            step = time.perf_counter() - t0
+            read_times, page_times = [], []
             for _ in range(reads):
                 t1 = time.perf_counter()
                 state = await graph.aget_state(thread_of(tid))
-                times.append(time.perf_counter() - t1)
-            fig.record(key, r, times, state.values, "async", problems)
+                read_times.append(time.perf_counter() - t1)
+            for _ in range(pages):
+                t1 = time.perf_counter()
+                page = [s async for s in graph.aget_state_history(thread_of(tid), limit=PAGE)]
+                page_times.append(time.perf_counter() - t1)
+            fig.record(key, r, (step, read_times, page_times), state.values, page, "async", problems)
     return fig
 
 
+async def measure_concurrent(
+    graphs: dict[str, Any], rounds: int, concurrent: int, problems: list[str]
+) -> dict[str, list[float]]:
+    """Per configuration and round: the wall time (s) of `concurrent` 10-step
+    `ainvoke` runs gathered at once on fresh threads; every result checked."""
+    walls: dict[str, list[float]] = {k: [] for k in graphs}
+    for r in range(rounds + 1):  # round 0 warms up, untimed
+        for key in order(list(graphs), r):
+            graph = graphs[key]
+            t0 = time.perf_counter()
+            outs = await asyncio.gather(
+                *(
+                    graph.ainvoke(first_input(), run_config(f"c{r}-{i}", CONC_STEPS), durability="sync")
+                    for i in range(concurrent)
+                ),
+                return_exceptions=True,
+            )
+            wall = time.perf_counter() - t0
+            what = f"{config(key).label('async')} concurrent round {r}"
+            for out in outs:
+                if isinstance(out, BaseException):
+                    problems.append(f"{what}: {type(out).__name__}: {out}")
+                else:
+                    problems += check_values(out, CONC_STEPS, SIZE, what)
+            if r:
+                walls[key].append(wall)
+    return walls
+
+
+def ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
 def table(fig: Figures, mode: str) -> list[str]:
-    ref_step, ref_read = fig.step[REFERENCE], fig.read[REFERENCE]
-
-    def ratio(value: float | None) -> str:
-        return "-" if value is None else f"{value:.2f}x"
-
     def stock_ratio(key: str, figures: dict[str, list[float]]) -> str:
         stock = config(key).stock
         return ratio(paired(figures[key], figures[stock])) if stock in figures else "-"
 
+    def cells(key: str, figures: dict[str, list[float]], digits: int) -> str:
+        mine = figures[key]
+        return (
+            f"{statistics.median(mine):.{digits}f} | {ratio(paired(mine, figures[REFERENCE]))} "
+            f"| {stock_ratio(key, figures)}"
+        )
+
+    head = "p50 (ms) | vs PostgresSaver | vs matching stock"
     lines = [
-        "| saver | ms/step p50 | vs PostgresSaver | vs matching stock | get_state p50 (ms) | vs PostgresSaver "
-        "| vs matching stock |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        f"| saver | ms/step p50 | vs PostgresSaver | vs matching stock | get_state {head} | history page {head} |",
+        "|---|" + "---:|" * 9,
     ]
     for key in fig.step:
-        step, read = fig.step[key], fig.read[key]
         lines.append(
-            f"| {config(key).label(mode)} | {statistics.median(step):.2f} | {ratio(paired(step, ref_step))} "
-            f"| {stock_ratio(key, fig.step)} | {statistics.median(read):.3f} | {ratio(paired(read, ref_read))} "
-            f"| {stock_ratio(key, fig.read)} |"
+            f"| {config(key).label(mode)} | {cells(key, fig.step, 2)} | {cells(key, fig.read, 3)} "
+            f"| {cells(key, fig.page, 3)} |"
+        )
+    return lines
+
+
+def concurrent_table(walls: dict[str, list[float]], concurrent: int) -> list[str]:
+    steps = concurrent * CONC_STEPS
+    lines = [
+        "| saver | wall p50 (s) | steps/s | vs AsyncPostgresSaver |",
+        "|---|---:|---:|---:|",
+    ]
+    for key, mine in walls.items():
+        wall = statistics.median(mine)
+        lines.append(
+            f"| {config(key).label('async')} | {wall:.3f} | {steps / wall:,.0f} "
+            f"| {ratio(paired(mine, walls[REFERENCE]))} |"
         )
     return lines
 
@@ -163,8 +250,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=20, help="timed rounds per face (default 20)")
     parser.add_argument("--reads", type=int, default=30, help="get_state calls per round (default 30)")
+    parser.add_argument("--pages", type=int, default=10, help="history pages per round (default 10)")
+    parser.add_argument("--concurrent", type=int, default=50, help="runs gathered at once (default 50)")
+    parser.add_argument("--conc-rounds", type=int, default=5, help="rounds of concurrent runs (default 5)")
     parser.add_argument("--output", default=str(HERE / "RESULTS_PAIRED.md"))
-    parser.add_argument("--no-write", action="store_true", help="print only")
+    parser.add_argument("--write", action="store_true", help="also overwrite the results file")
+    parser.add_argument("--body", help=argparse.SUPPRESS)  # bench_all.py: the tables, to this file
     args = parser.parse_args(argv)
     exit_on_sigterm()
     started = dt.datetime.now(dt.UTC)
@@ -189,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
                     )
                     for k, st in stores["sync"].items()
                 }
-                sync = measure_sync(graphs, args.rounds, args.reads, problems)
+                sync = measure_sync(graphs, args.rounds, args.reads, args.pages, problems)
 
             async def run_async() -> Figures:
                 async with contextlib.AsyncExitStack() as stack:
@@ -202,17 +293,32 @@ def main(argv: list[str] | None = None) -> int:
                         )
                         for k, st in stores["async"].items()
                     }
-                    return await measure_async(graphs, args.rounds, args.reads, problems)
+                    fig = await measure_async(graphs, args.rounds, args.reads, args.pages, problems)
+                    conc_graphs = {
+                        k: build_graph(CONC_STEPS, SIZE, is_async=True, checkpointer=graphs[k].checkpointer)
+                        for k in CONC_ROWS
+                    }
+                    walls = await measure_concurrent(conc_graphs, args.conc_rounds, args.concurrent, problems)
+                    return fig, walls
 
-            async_fig = asyncio.run(run_async())
-            body += ["## Sync face (`invoke`, `get_state`)", "", *table(sync, "sync"), ""]
-            body += ["## Async face (`ainvoke`, `aget_state`)", "", *table(async_fig, "async"), ""]
+            async_fig, walls = asyncio.run(run_async())
+            faces = "`get_state`, `get_state_history(limit=10)`"
+            body += [f"## Sync face (`invoke`, {faces})", "", *table(sync, "sync"), ""]
+            body += [f"## Async face (`ainvoke`, async {faces})", "", *table(async_fig, "async"), ""]
+            body += [
+                f"## {args.concurrent} concurrent `ainvoke` runs of {CONC_STEPS} super-steps",
+                "",
+                *concurrent_table(walls, args.concurrent),
+                "",
+            ]
     finally:
         problems += [f"cleanup: {n}" for n in res.cleanup()]
     wall = time.perf_counter() - t_run
     text = "\n".join(body) + "\n## Problems\n\n" + ("\n".join(f"- {p}" for p in problems) or "None.") + "\n"
     print(text)
-    if not args.no_write:
+    if args.body:
+        Path(args.body).write_text(text)
+    if args.write:
         head = run_lines(
             "bench_paired.py",
             quick=False,
@@ -229,8 +335,11 @@ def main(argv: list[str] | None = None) -> int:
             f"- Servers (loopback): {', '.join(f'{k} {v}' for k, v in res.server_versions.items())}",
             f"- Workload: `bench_growth.py`'s graph, {STEPS} super-steps each appending one {SIZE}-byte "
             f'message, `durability="sync"`, on a fresh thread per round; then {args.reads} `get_state` '
-            f"calls on that thread (their median is the round's figure). {args.rounds} timed rounds per "
-            "face after one untimed, every configuration once per round, the order rotated each round.",
+            f"calls and {args.pages} `get_state_history(limit={PAGE})` pages on that thread (their medians "
+            f"are the round's figures). {args.rounds} timed rounds per face after one untimed, every "
+            "configuration once per round, the order rotated each round. Then "
+            f"{args.conc_rounds} timed rounds (after one untimed) of {args.concurrent} {CONC_STEPS}-step "
+            "`ainvoke` runs gathered at once on fresh threads, the savers taking turns the same way.",
             "- `vs PostgresSaver` and `vs matching stock`: the median over rounds of the row's figure divided "
             "by the reference's figure in the same round (AsyncPostgresSaver / AsyncSqliteSaver in the async "
             "table). The stock Postgres savers run on a psycopg pool of 10, as in `bench_growth.py`.",

@@ -37,7 +37,7 @@ LANGGRAPH_DURABLE_TEST_REDIS_URL (loopback only). Every run creates fresh
 key prefixes, and removes them at the end, even on error or Ctrl-C.
 
     .venv/bin/python benchmarks/bench_savers.py --quick
-    .venv/bin/python benchmarks/bench_savers.py
+    .venv/bin/python benchmarks/bench_savers.py --write    # RESULTS_SAVERS.md
 """
 
 from __future__ import annotations
@@ -1074,9 +1074,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--modes", default="sync,async", help="sync, async or sync,async (default)")
     p.add_argument(
-        "--output", default=str(HERE / "RESULTS.md"), help="markdown file to overwrite (default benchmarks/RESULTS.md)"
+        "--output",
+        default=str(HERE / "RESULTS_SAVERS.md"),
+        help="markdown file to overwrite (default benchmarks/RESULTS_SAVERS.md)",
     )
-    p.add_argument("--no-write", action="store_true", help="print only; do not write the results file")
+    p.add_argument("--write", action="store_true", help="also overwrite the results file")
     return p.parse_args(argv)
 
 
@@ -1141,7 +1143,7 @@ def main(argv: list[str] | None = None) -> int:
     if probs:
         print("### Problems\n")
         print(probs)
-    if not args.no_write:
+    if args.write:
         load = (load_start, os.getloadavg()[0])
         doc = header(args, params, res_env, started, wall, code_state, load) + "\n\n" + table
         doc += "\n### Problems\n\n" + (probs or "None: every check passed and cleanup succeeded.") + "\n"

@@ -39,7 +39,7 @@ def test_a_small_growth_benchmark_runs_and_every_check_passes() -> None:
     tiny = [
         "--quick", "--long-steps", "20", "--threads", "1", "--reads", "5", "--history", "60",
         "--list-reads", "3", "--concurrent", "3", "--rounds", "1", "--resume-repeats", "1",
-        "--only", "sqlite_stock,pg_stock,d_s,d_srp", "--no-write",
+        "--only", "sqlite_stock,pg_stock,d_s,d_srp",
     ]  # fmt: skip
     out = run_benchmark("bench_growth.py", *tiny)
     problems = out[out.rindex("## Problems") :]
@@ -50,13 +50,13 @@ def test_a_small_growth_benchmark_runs_and_every_check_passes() -> None:
 
 
 def test_the_checksum_benchmark_runs_and_its_patch_counts_add_up() -> None:
-    out = run_benchmark("bench_checksums.py", "--quick", "--no-write")
+    out = run_benchmark("bench_checksums.py", "--quick")
     assert "No problems." in out[out.rindex("### Checks") :]
     assert "sqlite+redis+postgres" in out
 
 
 def test_the_hand_off_benchmark_runs_and_each_replica_reads_the_others_state() -> None:
-    out = run_benchmark("bench_handoff.py", "--threads", "3", "--takeovers", "1", "--no-write")
+    out = run_benchmark("bench_handoff.py", "--threads", "3", "--takeovers", "1")
     assert "None." in out[out.rindex("## Problems") :]
     # Every thread A kept (the default) was handed off to B: 3 timed and 3 untimed.
     assert "| Durable sqlite+redis+postgres, A keeping the lease (the default) |" in out
@@ -67,13 +67,37 @@ def test_the_hand_off_benchmark_runs_and_each_replica_reads_the_others_state() -
 
 
 def test_the_paired_benchmark_runs_every_saver_in_every_round_and_checks_each_read() -> None:
-    out = run_benchmark("bench_paired.py", "--rounds", "1", "--reads", "2", "--no-write")
+    out = run_benchmark(
+        "bench_paired.py", "--rounds", "1", "--reads", "2", "--pages", "2", "--concurrent", "3", "--conc-rounds", "1"
+    )
     assert "None." in out[out.rindex("## Problems") :]
     for face, reference in (("Sync face", "PostgresSaver"), ("Async face", "AsyncPostgresSaver")):
         table = out[out.index(face) :]
-        # The reference row divides by itself; every DurableSaver row is there.
-        assert f"| {reference} | " in table and "| 1.00x | - |" in table
+        # The reference row divides by itself (step, get_state, history page); every DurableSaver row is there.
+        assert f"| {reference} | " in table and table.count("| 1.00x | - |") >= 3
         assert "| Durable sqlite+redis+postgres lease_linger=0 |" in table
+    concurrent = out[out.index("3 concurrent `ainvoke` runs") :]
+    assert "| AsyncPostgresSaver | " in concurrent and "| Durable sqlite+redis+postgres write=local |" in concurrent
+    assert "wrote " not in out  # the results file is written only with --write
+
+
+def test_the_multi_process_benchmark_runs_every_saver_and_reads_every_thread_back() -> None:
+    out = run_benchmark("bench_processes.py", "--quick")
+    assert "None." in out[out.rindex("## Problems") :]
+    table = out[out.index("40 concurrent runs across 2 processes") :]
+    for row in ("AsyncPostgresSaver", "Durable sqlite+redis+postgres", "Durable sqlite+redis+postgres write=local"):
+        for phase in ("first runs, new threads", "second runs, on another process"):
+            assert f"| {row} | {phase} | " in table or f"| {row} on_busy=wait | {phase} | " in table
+
+
+def test_the_one_command_collects_every_part_and_writes_only_when_asked(tmp_path: Path) -> None:
+    out = run_benchmark("bench_all.py", "--quick", "--only", "bench_delta_channel.py")
+    assert "| Durable sqlite+redis+postgres | " in out and "wrote " not in out
+    results = tmp_path / "RESULTS.md"
+    run_benchmark("bench_all.py", "--quick", "--only", "bench_delta_channel.py", "--write", "--output", str(results))
+    text = results.read_text()
+    assert text.startswith("# Benchmarks: the headline figures") and "- Machine: " in text
+    assert "## The latest state of a DeltaChannel thread" in text and "### Problems" in text
 
 
 def test_the_memory_benchmark_runs_every_saver_in_its_own_process_and_checks_its_reads() -> None:
