@@ -257,6 +257,45 @@ def fenced(inserts: Sequence[str], *, renew: bool = True) -> str:
     )
 
 
+# Group commit (`group.py`): most fenced writes a statement carries, and most rows.
+GROUP_MAX_WRITES = 64
+GROUP_MAX_ROWS = 4096
+_GROUP_MATCH = "x.thread_id = f.t AND x.holder = f.h AND ((NOT f.l AND x.token = f.k AND x.expires_at > 0) OR (f.l AND x.token >= f.k))"
+_GROUP_OK = "u.t IN (SELECT thread_id FROM fence)"
+# Fenced writes of several threads as one statement, one transaction (group
+# commit). Each thread's lease is checked as `fenced` checks one (renewed
+# where its row says so, else share-locked), and a row is written only if
+# its thread's lease matched. Returns the threads whose lease matched. One
+# text for any number of rows (arrays, unnested on the server), so it is
+# parsed and prepared once. Params, each an array: the fences (thread,
+# holder, late, token, ttl, renew), one per thread; the blobs (thread, ns,
+# channel, version, record); the checkpoints (thread, ns, id, parent, run,
+# metadata JSON, record); the pending writes inserted-or-ignored, then those
+# replacing (thread, ns, checkpoint id, task, idx, channel, task path,
+# record).
+GROUPED = (
+    "WITH f AS (SELECT * FROM unnest(%s::text[], %s::text[], %s::bool[], %s::int8[], %s::float8[], %s::bool[]) "
+    "AS f(t, h, l, k, ttl, rn)), "
+    "fr AS (UPDATE lgd_leases AS x SET expires_at = CASE WHEN x.token = f.k AND x.expires_at > 0 "
+    f"THEN {_NOW} + f.ttl ELSE x.expires_at END FROM f WHERE f.rn AND {_GROUP_MATCH} RETURNING x.thread_id), "
+    f"fs AS (SELECT x.thread_id FROM lgd_leases AS x, f WHERE NOT f.rn AND {_GROUP_MATCH} FOR SHARE OF x), "
+    "fence AS (SELECT thread_id FROM fr UNION ALL SELECT thread_id FROM fs), "
+    "b AS (INSERT INTO lgd_blobs SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::bytea[]) "
+    f"AS u(t, n, c, v, r) WHERE {_GROUP_OK} ON CONFLICT DO NOTHING), "
+    "c AS (INSERT INTO lgd_checkpoints SELECT u.t, u.n, u.i, u.p, u.ru, u.m::jsonb, u.r FROM unnest("
+    "%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::bytea[]) "
+    f"AS u(t, n, i, p, ru, m, r) WHERE {_GROUP_OK} {_UPDATE_CHECKPOINT}), "
+    "w AS (INSERT INTO lgd_writes SELECT * FROM unnest("
+    "%s::text[], %s::text[], %s::text[], %s::text[], %s::int[], %s::text[], %s::text[], %s::bytea[]) "
+    f"AS u(t, n, ci, tk, i, c, p, r) WHERE {_GROUP_OK} ON CONFLICT DO NOTHING), "
+    "wu AS (INSERT INTO lgd_writes SELECT * FROM unnest("
+    "%s::text[], %s::text[], %s::text[], %s::text[], %s::int[], %s::text[], %s::text[], %s::bytea[]) "
+    f"AS u(t, n, ci, tk, i, c, p, r) WHERE {_GROUP_OK} ON CONFLICT "
+    "(thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO UPDATE SET "
+    "channel = EXCLUDED.channel, task_path = EXCLUDED.task_path, record = EXCLUDED.record) "
+    "SELECT thread_id FROM fence"
+)
+
 # -- reads --------------------------------------------------------------------
 
 SELECT_CHECKPOINT = (

@@ -22,7 +22,7 @@ import json
 import math
 import select
 import time
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -397,6 +397,7 @@ class PostgresTier:
             row.metadata_json,
             row.envelope,
         )
+
         if len(blobs) <= sql.VALUES_MAX_ROWS:
             values: list[Any] = []
             for b in blobs:
@@ -486,6 +487,7 @@ class PostgresTier:
             for w in rows:  # rows of several checkpoints (catch-up, repair): one statement each
                 self.write_writes([w], upsert, fence=fence)
             return
+
         if len(rows) <= sql.VALUES_MAX_ROWS:
             values: list[Any] = []
             for w in rows:
@@ -505,12 +507,17 @@ class PostgresTier:
         )
         self._fenced(fence, [sql.UPSERT_WRITES if upsert else sql.INSERT_WRITES], params)
 
-    def _fenced(self, fence: Fence | None, inserts: Sequence[str], params: Sequence[Any]) -> None:
+    def _fenced(
+        self, fence: Fence | None, inserts: Sequence[str], params: Sequence[Any], rows: Callable[[], Any] | None = None
+    ) -> None:
         """Run `inserts` (each with an ``{ok}`` slot in its WHERE) as one
         statement. With a `fence`, the statement first renews the lease if it
         still matches (its row stays locked until the statement commits, so a
         takeover waits for the write and then sees the renewed lease), and
-        inserts nothing otherwise: then `LeaseLost`."""
+        inserts nothing otherwise: then `LeaseLost`. On the async face a
+        fenced write that meets another in flight goes with the others that
+        wait, in one statement (`group.py`, the tier's `group`: `rows` makes
+        the write's rows for it)."""
         if fence is None:
             with self._unreachable():
                 with self._connection() as conn:
@@ -522,10 +529,15 @@ class PostgresTier:
         # Renew the lease (an UPDATE, which two writes of a run at once take
         # in turn) unless this saver renewed it a moment ago; else only lock it.
         renew = fence.late or sent - self._renewed.get(key, -math.inf) >= renew_every(fence.ttl)
-        rows = self._fetchall(sql.fenced(tuple(inserts), renew=renew), (*check, *params))
-        if rows[0][0] and renew:
+
+        def alone() -> bool:
+            found = self._fetchall(sql.fenced(tuple(inserts), renew=renew), (*check, *params))
+            return bool(found[0][0])
+
+        matched = alone()
+        if matched and renew:
             self._renewed_at(key, sent)
-        if not rows[0][0]:
+        if not matched:
             self._renewed.pop(key, None)
             lease = self._fetchall(sql.SELECT_LEASE, (fence.thread_id,))
             r = lease[0] if lease else None

@@ -24,7 +24,7 @@ import json
 import math
 import select
 import time
-from collections.abc import AsyncIterator, Generator, Sequence
+from collections.abc import AsyncIterator, Callable, Generator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -50,6 +50,7 @@ from ..base import (
 )
 from ..pools import LONG_CALL_FACTOR, LONG_CALL_TIMEOUT_S, AsyncConnectionPool, long_call_timeout, watched
 from . import sql
+from .group import GroupCommit, GroupFailed, Member, Rows  # ASYNC ONLY
 from .sql import MIGRATIONS
 
 DEFAULT_POOL_SIZE = 10
@@ -167,6 +168,7 @@ class AsyncPostgresTier:
         # or renewed a lease, by (thread, holder, token): a fenced write
         # renews it only `renew_every` seconds later (`_fenced`).
         self._renewed: dict[tuple[str, str, int], float] = {}
+        self.group = GroupCommit(self._run_grouped)  # ASYNC ONLY
         self.pool = self._new_pool()
         self._opened = False
 
@@ -380,6 +382,7 @@ class AsyncPostgresTier:
                     await conn.execute(sql.INSERT_SCHEMA_VERSION, (version,))
 
     async def close(self) -> None:
+        await self.group.drain()  # ASYNC ONLY
         await self.pool.close()
         self._opened = False
 
@@ -399,12 +402,22 @@ class AsyncPostgresTier:
             row.metadata_json,
             row.envelope,
         )
+
+        def rows() -> Rows:  # ASYNC ONLY
+            return Rows(
+                blobs=[(row.thread_id, row.checkpoint_ns, b.channel, b.version, b.envelope) for b in blobs],
+                checkpoints=[checkpoint],
+            )
+
         if len(blobs) <= sql.VALUES_MAX_ROWS:
             values: list[Any] = []
             for b in blobs:
                 values += (row.thread_id, row.checkpoint_ns, b.channel, b.version, b.envelope)
             inserts = (sql.blobs_values(len(blobs)),) if blobs else ()
-            await self._fenced(fence, (*inserts, sql.UPSERT_CHECKPOINT), (*values, *checkpoint))
+            if True:  # ASYNC
+                await self._fenced(fence, (*inserts, sql.UPSERT_CHECKPOINT), (*values, *checkpoint), rows)
+            else:
+                self._fenced(fence, (*inserts, sql.UPSERT_CHECKPOINT), (*values, *checkpoint))
             return
         params = (
             row.thread_id,
@@ -414,7 +427,10 @@ class AsyncPostgresTier:
             [b.envelope for b in blobs],
             *checkpoint,
         )
-        await self._fenced(fence, [sql.INSERT_CHECKPOINT_BLOBS, sql.UPSERT_CHECKPOINT], params)
+        if True:  # ASYNC
+            await self._fenced(fence, [sql.INSERT_CHECKPOINT_BLOBS, sql.UPSERT_CHECKPOINT], params, rows)
+        else:
+            self._fenced(fence, [sql.INSERT_CHECKPOINT_BLOBS, sql.UPSERT_CHECKPOINT], params)
 
     async def write_batch(
         self,
@@ -489,12 +505,23 @@ class AsyncPostgresTier:
             for w in rows:  # rows of several checkpoints (catch-up, repair): one statement each
                 await self.write_writes([w], upsert, fence=fence)
             return
+
+        def grouped() -> Rows:  # ASYNC ONLY
+            tuples = [
+                (w.thread_id, w.checkpoint_ns, w.checkpoint_id, w.task_id, w.idx, w.channel, w.task_path, w.envelope)
+                for w in rows
+            ]
+            return Rows(upserts=tuples) if upsert else Rows(writes=tuples)
+
         if len(rows) <= sql.VALUES_MAX_ROWS:
             values: list[Any] = []
             for w in rows:
                 values += (w.thread_id, w.checkpoint_ns, w.checkpoint_id, w.task_id, w.idx, w.channel, w.task_path)
                 values.append(w.envelope)
-            await self._fenced(fence, (sql.writes_values(len(rows), upsert),), values)
+            if True:  # ASYNC
+                await self._fenced(fence, (sql.writes_values(len(rows), upsert),), values, grouped)
+            else:
+                self._fenced(fence, (sql.writes_values(len(rows), upsert),), values)
             return
         params = (
             first.thread_id,
@@ -506,14 +533,26 @@ class AsyncPostgresTier:
             [w.task_path for w in rows],
             [w.envelope for w in rows],
         )
-        await self._fenced(fence, [sql.UPSERT_WRITES if upsert else sql.INSERT_WRITES], params)
+        if True:  # ASYNC
+            await self._fenced(fence, [sql.UPSERT_WRITES if upsert else sql.INSERT_WRITES], params, grouped)
+        else:
+            self._fenced(fence, [sql.UPSERT_WRITES if upsert else sql.INSERT_WRITES], params)
 
-    async def _fenced(self, fence: Fence | None, inserts: Sequence[str], params: Sequence[Any]) -> None:
+    async def _fenced(
+        self,
+        fence: Fence | None,
+        inserts: Sequence[str],
+        params: Sequence[Any],
+        rows: Callable[[], Any] | None = None,
+    ) -> None:
         """Run `inserts` (each with an ``{ok}`` slot in its WHERE) as one
         statement. With a `fence`, the statement first renews the lease if it
         still matches (its row stays locked until the statement commits, so a
         takeover waits for the write and then sees the renewed lease), and
-        inserts nothing otherwise: then `LeaseLost`."""
+        inserts nothing otherwise: then `LeaseLost`. On the async face a
+        fenced write that meets another in flight goes with the others that
+        wait, in one statement (`group.py`, the tier's `group`: `rows` makes
+        the write's rows for it)."""
         if fence is None:
             with self._unreachable():
                 async with self._connection() as conn:
@@ -534,14 +573,37 @@ class AsyncPostgresTier:
         # Renew the lease (an UPDATE, which two writes of a run at once take
         # in turn) unless this saver renewed it a moment ago; else only lock it.
         renew = fence.late or sent - self._renewed.get(key, -math.inf) >= renew_every(fence.ttl)
-        rows = await self._fetchall(sql.fenced(tuple(inserts), renew=renew), (*check, *params))
-        if rows[0][0] and renew:
+
+        async def alone() -> bool:
+            found = await self._fetchall(sql.fenced(tuple(inserts), renew=renew), (*check, *params))
+            return bool(found[0][0])
+
+        if True:  # ASYNC
+            matched = await (self.group.write(Member(fence, renew, rows, alone)) if rows is not None else alone())
+        else:
+            matched = alone()
+        if matched and renew:
             self._renewed_at(key, sent)
-        if not rows[0][0]:
+        if not matched:
             self._renewed.pop(key, None)
             lease = await self._fetchall(sql.SELECT_LEASE, (fence.thread_id,))
             r = lease[0] if lease else None
             raise lease_lost(fence, Lease(fence.thread_id, r[0], r[1], r[2]) if r else None, "postgres")
+
+    async def _run_grouped(self, statement: str, params: list[Any]) -> set[str]:  # ASYNC ONLY
+        """(`GroupCommit`.) One grouped statement: the threads whose fence
+        matched. Its own failures (not the connection's) are `GroupFailed`."""
+        with self._unreachable():
+            async with self._connection() as conn:
+                try:
+                    cur = await conn.execute(statement, params)
+                    return {r[0] for r in await cur.fetchall()}
+                except psycopg.errors.TransactionRollback as exc:  # an OperationalError, but not an outage
+                    raise GroupFailed(str(exc)) from exc
+                except psycopg.Error as exc:
+                    if isinstance(exc, psycopg.OperationalError):
+                        raise
+                    raise GroupFailed(str(exc)) from exc
 
     def _renewed_at(self, key: tuple[str, str, int], sent: float) -> None:
         if len(self._renewed) >= RENEWED_MAX and key not in self._renewed:
