@@ -582,6 +582,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
                 self._hand_off_give_back,
                 self._renew_kept,
                 where=redact(postgres) if postgres is not None else redact(redis or ""),
+                claim_ending=write != "local",
             )
 
     # -- construction -----------------------------------------------------------
@@ -1520,8 +1521,9 @@ class DurableSaver(BaseCheckpointSaver[str]):
         self._hand_off_tier().ask_hand_off(thread_id, holder)
 
     def _hand_off_give_back(self, lease: Lease) -> None:
-        """(The hand-off listener's thread.) Give back a kept lease asked for."""
-        self._sync_leases().release_quietly(lease)
+        """(The hand-off listener's thread.) Give back a lease asked for: one
+        kept after its run, or one of a run whose end is not handled yet."""
+        self._sync_leases().give_back_asked(lease)
 
     def _renew_kept(self, leases: Sequence[Lease]) -> set[str]:
         """(The hand-off listener's thread.) Renew kept leases in their tier."""

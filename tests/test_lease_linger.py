@@ -19,6 +19,7 @@ import os
 import sqlite3
 import time
 import uuid
+from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
 import psycopg
@@ -32,12 +33,13 @@ from langgraph_durable.engine.lease_book import LeaseBook
 from langgraph_durable.model.lease import KEPT_WINDOW_S, Lease, wait_out
 from langgraph_durable.model.own_heads import OwnHeads
 
-from .conftest import SaverFactory
+from .conftest import REDIS_URL, SaverFactory
 from .graphs import looping
 from .tamper import flip
 from .test_delta import RUNS as DELTA_RUNS
 from .test_delta import _history, _values, delta_graph, extend
 from .test_local_reads import count_shared_reads, damage_newest_local_value
+from .test_outages import _redis_ids, _sqlite_ids
 from .test_read_cache import get, traced
 from .waiting import await_until, wait_until
 
@@ -151,6 +153,40 @@ async def test_another_replica_is_handed_a_kept_lease_at_once_and_its_state_is_t
         tup = await get(a, face, thread)
         assert tup is not None and tup.checkpoint["id"] == newest.checkpoint["id"]
         assert tup.checkpoint["channel_values"]["n"] == 5
+
+
+@pytest.mark.parametrize("tiers", ["sqlite+redis+postgres", "sqlite+redis"])
+async def test_a_run_whose_end_its_busy_loop_has_not_handled_yet_is_handed_off_when_asked(
+    make_saver: SaverFactory, tiers: str
+) -> None:
+    """Under load the runs' event loop handles a run's end (keep its lease or
+    give it back, after shipping what Redis is owed) a while after ``ainvoke``
+    returned. Another replica that asks for the lease meanwhile gets it from
+    A's hand-off listener at once, with the run shipped to every shared tier,
+    and runs with the default on_busy="raise" instead of ``ThreadBusy``."""
+    thread = new_thread()
+    async with make_saver(tiers, sqlite_name="a.sqlite") as a:
+        await a.asetup()
+        await (
+            counting_graph(3)
+            .compile(checkpointer=a)
+            .ainvoke({"messages": [], "n": 0}, config_of(thread), durability="sync")
+        )
+        assert a._leases.held(thread) is None  # the run has ended...
+        assert a._leases.kept(thread, time.monotonic()) is None  # ...and the loop has not handled its end
+        # B runs on this very thread, holding A's loop: A's end of run cannot happen meanwhile.
+        with make_saver(tiers, sqlite_name="b.sqlite") as b:
+            out = counting_graph(5).compile(checkpointer=b).invoke({"messages": [], "n": 3}, config_of(thread))
+            newest = b.get_tuple(config_of(thread))
+        assert out["n"] == 5 and len(out["messages"]) == 5  # A's three steps, then B's two
+        assert newest is not None and a._hand_offs is not None and a._hand_offs.hand_offs == 1
+        await asyncio.sleep(0.05)  # the loop now gets to the run's end: nothing left to do
+        await a._alease_keeper.settle(thread) if a._alease_keeper is not None else None
+        assert a._leases.kept(thread, time.monotonic()) is None
+        tup = await a.aget_tuple(config_of(thread))
+        assert tup is not None and tup.checkpoint["id"] == newest.checkpoint["id"]
+        # What A gave back was shipped to Redis first: every checkpoint A wrote is there.
+        assert _sqlite_ids(Path(str(a.sqlite_path)), thread) <= _redis_ids(REDIS_URL, a.redis_key_prefix, thread)
 
 
 # A maintenance call on another replica: its name and arguments, given the

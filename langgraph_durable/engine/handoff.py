@@ -175,6 +175,7 @@ class HandOffListener(BackgroundTask):
         renew: Callable[[list[Lease]], set[str]],
         *,
         where: str,
+        claim_ending: bool = True,
         probe_s: float = PROBE_S,
         hear_s: float = HEAR_S,
         retry_s: float = RETRY_S,
@@ -188,6 +189,9 @@ class HandOffListener(BackgroundTask):
         self._give_back = give_back
         self._renew = renew
         self.where = where
+        # Whether a request may take the lease of a run whose end is not
+        # handled yet (not with write-behind: its thread must ship first).
+        self.claim_ending = claim_ending
         self.probe_s = probe_s
         self.hear_s = hear_s
         self.retry_s = retry_s
@@ -326,6 +330,10 @@ class HandOffListener(BackgroundTask):
         if holder != self.book.holder:
             return
         lease = self.book.unkeep(thread_id)  # the cache is no longer trusted, before the lease goes
+        if lease is None and self.claim_ending:
+            # A run that just ended, its end not handled yet (under load the
+            # runs' event loop gets to it late): given back now, not kept.
+            lease = self.book.claim_ending(thread_id)
         if lease is not None:
             self.hand_offs += 1
             self._give_back(lease)

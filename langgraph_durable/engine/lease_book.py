@@ -164,6 +164,11 @@ class LeaseBook:
         # thread's latest state (renewed, `renewed`), and when it stops
         # keeping the lease.
         self._lingering: dict[str, tuple[Lease, float, float]] = {}
+        # Ended runs' leases whose end is not handled yet (its
+        # `release_at_run_end` is on its way, on the runs' event loop): the
+        # hand-off listener may give one back first, when another replica
+        # asks for it (`claim_ending`).
+        self._ending: OrderedDict[str, Lease] = OrderedDict()
         # Estimated bytes of `_lingering` and of `_handoffs` (`_kept_size`).
         self._kept_bytes = 0
         self._handoff_bytes = 0
@@ -192,6 +197,7 @@ class LeaseBook:
                     self._held.clear()
                     self._handoffs.clear()
                     self._lingering.clear()
+                    self._ending.clear()
                     self._kept_bytes = self._handoff_bytes = 0
                     self._hearing = False  # the listener's thread stayed in the parent
                     self._holder, self._pid = new_holder(), os.getpid()
@@ -211,6 +217,7 @@ class LeaseBook:
 
         def ended(_: Any) -> None:
             if self.drop(lease.thread_id, lease.token) is not None and on_end is not None:
+                self._end(lease)
                 on_end(lease)
 
         writer = _watch(runtime, ended)
@@ -224,6 +231,7 @@ class LeaseBook:
         with self._lock:
             self._unhand(lease.thread_id)  # the lease moved on (a new token)
             self._unlinger(lease.thread_id)
+            self._ending.pop(lease.thread_id, None)
             self._held[lease.thread_id] = held
             self._held.move_to_end(lease.thread_id)
             evicted = []
@@ -280,11 +288,34 @@ class LeaseBook:
             del self._held[thread_id]
             return held.lease
 
+    def _end(self, lease: Lease) -> None:
+        """An ended run's lease, until its end is handled (`claim_ending`);
+        at most `max_threads`, the oldest forgotten (its end is still
+        handled, only the listener can no longer give it back first)."""
+        with self._lock:
+            self._ending[lease.thread_id] = lease
+            self._ending.move_to_end(lease.thread_id)
+            while len(self._ending) > self.max_threads:
+                self._ending.popitem(last=False)
+
+    def claim_ending(self, thread_id: str, token: int | None = None) -> Lease | None:
+        """Take the ended run's lease of `thread_id` whose end is not handled
+        yet (with `token`: only if it has it). Whoever takes it (the run's end,
+        `release_at_run_end`, or the hand-off listener, asked for it by
+        another replica) gives it back or keeps it; the other does nothing."""
+        with self._lock:
+            lease = self._ending.get(thread_id)
+            if lease is None or (token is not None and lease.token != token):
+                return None
+            del self._ending[thread_id]
+            return lease
+
     def drop_all(self) -> list[Lease]:
         """Forget every lease: those of runs, and those kept after their runs."""
         with self._lock:
             leases = [h.lease for h in self._held.values()] + [kept[0] for kept in self._lingering.values()]
             self._held.clear()
+            self._ending.clear()
             self._lingering.clear()
             self._kept_bytes = 0
             return leases

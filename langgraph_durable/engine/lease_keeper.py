@@ -132,7 +132,12 @@ class LeaseKeeper:
         shipped here first, in one transaction per tier: the lease is given
         back with every reachable shared tier holding the whole run, so a
         replica that takes the thread over sees it there even should the
-        lease's tier go down next. A tier that is down is left owed."""
+        lease's tier go down next. A tier that is down is left owed.
+
+        Nothing is done if another replica asked for the lease meanwhile and
+        the hand-off listener gave it back already (`give_back_asked`)."""
+        if self.book.claim_ending(lease.thread_id, lease.token) is None:
+            return True
         try:
             self.chain.ensure_setup()  # the sync face's first call, for `elsewhere`
             if self.chain.write == "local" and self.chain.journal.owes(lease.thread_id):
@@ -171,6 +176,15 @@ class LeaseKeeper:
             # The hand-off listener went deaf meanwhile: give it back after all.
 
         tier.release_lease(lease.thread_id, lease.holder, lease.token)
+
+    def give_back_asked(self, lease: Lease) -> None:
+        """(The hand-off listener, asked for the lease by another replica.)
+        Give back a lease kept after its run, or one of a run that has ended
+        but whose end is not handled yet (`LeaseBook.claim_ending`), shipping
+        first what its thread owes the tiers written behind, as the run's end
+        would have. A failure is logged."""
+        self._ship_behind(lease.thread_id)
+        self.release_quietly(lease)
 
     def renew_kept(self, leases: Sequence[Lease]) -> set[str]:
         """(The hand-off listener.) Renew kept leases for another
