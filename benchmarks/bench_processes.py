@@ -101,7 +101,7 @@ async def _work(index: int, spec: dict[str, Any], barrier: Any) -> dict[str, Any
     problems: list[str] = []
     async with open_async(config, st) as saver:
         graphs = [build_graph(steps * k, SIZE, is_async=True, checkpointer=saver) for k in (1, 2)]
-        warm = await graphs[0].ainvoke(first_input(), run_config(f"warm-{spec['run']}-{index}", steps))
+        warm = await graphs[0].ainvoke(first_input(), run_config(f"warm-{spec['run']}-{spec['round']}-{index}", steps))
         problems += check_values(warm, steps, SIZE, "warm-up run")
         for phase in (0, 1):
             # Phase 0: this process's own threads; phase 1: the previous process's, one run further.

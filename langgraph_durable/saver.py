@@ -288,7 +288,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
             one, else take one for the single write.
         on_busy: when another writer is running the thread: ``"raise"``
             (default) raises `ThreadBusy` naming the holder (after looking
-            again for a fraction of a second, in case its run has just ended),
+            again for up to a second, in case its run has just ended),
             ``"wait"`` waits for it to be released or to expire.
         lease_wait: longest wait with ``on_busy="wait"``, then `ThreadBusy`.
         lease_linger: seconds a run's lease is kept after the run ends

@@ -293,7 +293,7 @@ def test_a_second_process_gets_thread_busy_and_writes_nothing(
             with pytest.raises(ThreadBusy) as busy:
                 graph.invoke({"hits": ["loser"]}, config)
             # Refused at once: it looked at the lease a few times within the
-            # hand-off grace (polls doubling from 1 ms: about 10 in 0.3 s),
+            # hand-off grace (polls doubling from 1 ms: about 11 in 1 s),
             # never waited for it (lease_wait: polls every 0.5 s for a minute).
             looks = stats.tier("postgres" if "postgres" in tiers else "sqlite", ["read_lease"]).calls
             assert 1 <= looks <= 16, looks

@@ -46,6 +46,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 import psycopg
@@ -161,6 +162,12 @@ class _Deaf(Exception):
     """The listener's own request did not come back in time."""
 
 
+# Leases asked for are given back by this many threads at once: a replica
+# whose many runs end together (and are asked for together) answers them all
+# within the asking replicas' grace, though each give-back waits on its tiers.
+GIVE_BACK_THREADS = 8
+
+
 class HandOffListener(BackgroundTask):
     """The daemon thread that gives back kept leases when asked."""
 
@@ -201,6 +208,8 @@ class HandOffListener(BackgroundTask):
         self._first_try = threading.Event()
         self._failing = False  # logged once per outage
         self.hand_offs = 0  # leases given back on request
+        self._givers: ThreadPoolExecutor | None = None  # give the leases back (`GIVE_BACK_THREADS`)
+        self._givers_pid = 0
 
     def start(self, wait: float = 0.0) -> None:
         """Start listening (in a forked child too: a thread does not survive
@@ -224,6 +233,10 @@ class HandOffListener(BackgroundTask):
         thread `timeout` seconds at most."""
         self.book.stop_hearing()
         super().stop(timeout)
+        with self._lock:
+            givers, self._givers = self._givers, None
+        if givers is not None and self._givers_pid == os.getpid():
+            givers.shutdown(wait=True)  # the leases asked for are given back before the saver closes
 
     def _interrupt(self) -> None:
         with self._lock:
@@ -336,4 +349,17 @@ class HandOffListener(BackgroundTask):
             lease = self.book.claim_ending(thread_id)
         if lease is not None:
             self.hand_offs += 1
+            self._give_back_soon(lease)
+
+    def _give_back_soon(self, lease: Lease) -> None:
+        """Give `lease` back on one of the give-back threads, so that the next
+        request is heard meanwhile."""
+        with self._lock:
+            if self._givers is None or self._givers_pid != os.getpid():
+                self._givers = ThreadPoolExecutor(GIVE_BACK_THREADS, thread_name_prefix="langgraph-durable-give-back")
+                self._givers_pid = os.getpid()
+            givers = self._givers
+        try:
+            givers.submit(self._give_back, lease)
+        except RuntimeError:  # shut down meanwhile: here, then
             self._give_back(lease)

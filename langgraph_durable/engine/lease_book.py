@@ -289,14 +289,18 @@ class LeaseBook:
             return held.lease
 
     def _end(self, lease: Lease) -> None:
-        """An ended run's lease, until its end is handled (`claim_ending`);
-        at most `max_threads`, the oldest forgotten (its end is still
-        handled, only the listener can no longer give it back first)."""
+        """An ended run's lease, until its end is handled (`claim_ending`:
+        every way a run's end goes takes it, so the entries are the runs
+        whose end is under way)."""
         with self._lock:
             self._ending[lease.thread_id] = lease
-            self._ending.move_to_end(lease.thread_id)
-            while len(self._ending) > self.max_threads:
-                self._ending.popitem(last=False)
+
+    def is_ending(self, thread_id: str, token: int) -> bool:
+        """Whether the ended run's lease of `thread_id` with `token` is still
+        to be taken (`claim_ending`)."""
+        with self._lock:
+            lease = self._ending.get(thread_id)
+            return lease is not None and lease.token == token
 
     def claim_ending(self, thread_id: str, token: int | None = None) -> Lease | None:
         """Take the ended run's lease of `thread_id` whose end is not handled
@@ -326,7 +330,7 @@ class LeaseBook:
         with self._lock:
             return self.linger > 0 and (self._hearing or not self.needs_ears)
 
-    def keep(self, lease: Lease, until: float, *, keep_until: float | None = None) -> bool:
+    def keep(self, lease: Lease, until: float, *, keep_until: float | None = None, ending: bool = False) -> bool:
         """An ended run's lease that its tier keeps (``lease_linger``): until
         `until` (monotonic) this saver is the only one that can have written
         the thread, so what it wrote last is read from its local cache. The
@@ -335,10 +339,14 @@ class LeaseBook:
         thread here (`begin`), a write outside a run (`unkeep`), a request
         to hand it off (`unkeep`, `handoff.py`) or `drop` ends it. False if
         it may not be kept (the hand-off listener does not hear its channel,
-        `may_keep`): the caller gives it back."""
+        `may_keep`): the caller gives it back. With `ending` (the run's end,
+        `claim_ending`), kept only if the listener did not take it first:
+        True then too, as there is nothing for the caller to give back."""
         with self._lock:
             if self.needs_ears and not self._hearing:
                 return False
+            if ending and self.claim_ending(lease.thread_id, lease.token) is None:
+                return True
             if lease.thread_id in self._held:
                 return True
             self._unlinger(lease.thread_id)

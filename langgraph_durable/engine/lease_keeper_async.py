@@ -219,25 +219,31 @@ class AsyncLeaseKeeper:
 
         Nothing is done if another replica asked for the lease meanwhile and
         the hand-off listener gave it back already (`give_back_asked`)."""
-        if self.book.claim_ending(lease.thread_id, lease.token) is None:
+        if not self.book.is_ending(lease.thread_id, lease.token):
             return True
         try:
             await self.chain.ensure_setup()  # the sync face's first call, for `elsewhere`
             if self.chain.write == "local" and await self.chain.journal.owes(lease.thread_id):
-                self.book.hand_off_later(lease, time.monotonic())
-                self.chain.kick(now=True)
+                if self.book.claim_ending(lease.thread_id, lease.token) is not None:
+                    self.book.hand_off_later(lease, time.monotonic())
+                    self.chain.kick(now=True)
                 return True
             await self._ship_behind(lease.thread_id)
-            await self._give_back(lease)
+            await self._give_back(lease, ending=True)
         except Exception as exc:  # a TierUnavailable, or the saver closed meanwhile
-            self._not_released(lease, exc)
+            if self.book.claim_ending(lease.thread_id, lease.token) is not None:
+                self._not_released(lease, exc)
             return False
         return True
 
-    async def _give_back(self, lease: Lease) -> None:
+    async def _give_back(self, lease: Lease, *, ending: bool = False) -> None:
         """Release an ended run's lease, or with ``lease_linger`` keep it that
         long (only where a local cache sits in front of shared tiers: what
-        keeping buys is reading the thread from it, `LeaseBook.keep`)."""
+        keeping buys is reading the thread from it, `LeaseBook.keep`).
+
+        `ending`: the run's end, which the hand-off listener may have beaten
+        to it (`LeaseBook.claim_ending`) until the lease is kept or given
+        back here: then the listener gives it back, and nothing is done here."""
         tier = self.chain.tier_named(lease.tier)
         # Kept only in the most authoritative shared tier, where every replica
         # that reaches it takes its leases: one taken in another tier during
@@ -253,10 +259,14 @@ class AsyncLeaseKeeper:
             # until the linger ends (a replica that dies lets go of it soon).
             asked = time.monotonic()  # the tier's expiry is at least this much later
             if not await tier.keep_lease(lease.thread_id, lease.holder, lease.token, KEPT_WINDOW_S):
-                return  # not kept: the lease is no longer this run's, nothing to give back
-            if self.book.keep(lease, asked + KEPT_WINDOW_S * LINGER_TRUSTED, keep_until=asked + self.book.linger):
+                self.book.claim_ending(lease.thread_id, lease.token)  # forgotten: no longer this run's
+                return  # not kept: nothing to give back
+            until = asked + KEPT_WINDOW_S * LINGER_TRUSTED
+            if self.book.keep(lease, until, keep_until=asked + self.book.linger, ending=ending):
                 return
             # The hand-off listener went deaf meanwhile: give it back after all.
+        if ending and self.book.claim_ending(lease.thread_id, lease.token) is None:
+            return  # the hand-off listener took it, and gives it back
         await tier.release_lease(lease.thread_id, lease.holder, lease.token)
 
     async def give_back_asked(self, lease: Lease) -> None:

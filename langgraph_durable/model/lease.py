@@ -57,11 +57,13 @@ DEFAULT_LEASE_WAIT_S = 60.0
 # Polling a busy lease: from the first to the last interval, doubling.
 LEASE_POLL_FIRST_S = 0.02
 LEASE_POLL_MAX_S = 0.5
-# ``on_busy="raise"`` still looks again for this long before raising: an
-# async run's release is sent by a task scheduled when the run ends, so a
-# replica handed the thread at that moment may see the lease an instant
-# before it is given back.
-LEASE_HANDOFF_GRACE_S = 0.3
+# ``on_busy="raise"`` still looks again (and asks again) for this long
+# before raising: an async run's end is handled by a task scheduled when the
+# run ends, and the hand-off listener gives back the lease of an ended run
+# when asked; a replica handed the thread at that moment may see the lease
+# a moment before it is given back, longer when the holder is busy with
+# many runs ending at once.
+LEASE_HANDOFF_GRACE_S = 1.0
 # ``lease_linger``: how long a saver keeps a thread's lease after its run
 # ended, by default (where a local cache sits in front of a shared tier).
 # While it does, it reads the thread from its local cache alone.
