@@ -1,13 +1,13 @@
 """Group commit for the async Postgres tier: many runs' fenced writes in one statement.
 
 PostgresSaver pays one transaction per ``put``. With many runs on one event
-loop, the fenced writes that arrive while one is in flight wait for it and
-then go to Postgres together, in one statement and one transaction
+loop, the fenced writes that arrive while statements are in flight
+(`IN_FLIGHT`) wait for one to be answered and then go to Postgres together, in one statement and one transaction
 (`sql.GROUPED`): one round trip and one commit for all of them. Each keeps
 its own fence: its rows are written only if its thread's lease still
 matches, and it gets its own answer (`LeaseLost` for it alone). A write
-that finds nothing in flight goes at once, alone, in its usual statement:
-a single run waits for nobody.
+that finds room goes at once, alone, in its usual statement: a single run
+waits for nobody.
 
 If the grouped statement fails for a reason of its own (a deadlock with
 another replica's statement, a row written twice in it), its writes are
@@ -29,6 +29,12 @@ from ...model.lease import Fence
 from . import sql
 
 Row = tuple[Any, ...]
+# Statements in flight at once. A write goes alone, at once, when nothing is
+# in flight, or when what is in flight is one write of its own thread (one
+# run's two writes of a step: LangGraph sends its pending writes and its
+# checkpoint at once, and they go side by side as without grouping); else it
+# waits to go with the others.
+IN_FLIGHT = 2
 
 
 class GroupFailed(Exception):
@@ -72,7 +78,8 @@ class GroupCommit:
         # run(statement, params) -> the threads whose fence matched; raises as a tier call does
         self._run = run
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._busy = False
+        self._in_flight = 0  # statements sent and not answered yet (at most `IN_FLIGHT`)
+        self._alone: dict[str, int] = {}  # threads of the writes in flight alone
         self._queue: list[Member] = []
         self._task: asyncio.Task[None] | None = None
         self.statements = 0  # grouped statements sent
@@ -83,13 +90,21 @@ class GroupCommit:
         raises what its statement raised."""
         loop = asyncio.get_running_loop()
         if self._loop is not loop:  # a tier used from another loop: a new group there
-            self._loop, self._busy, self._queue, self._task = loop, False, [], None
-        if not self._busy and not self._queue:
-            self._busy = True
+            self._loop, self._in_flight, self._queue, self._task, self._alone = loop, 0, [], None, {}
+        thread_id = member.fence.thread_id
+        if not self._queue and (
+            self._in_flight == 0 or (self._in_flight < IN_FLIGHT and len(self._alone) == 1 and thread_id in self._alone)
+        ):
+            self._in_flight += 1
+            self._alone[thread_id] = self._alone.get(thread_id, 0) + 1
             try:
                 return await member.alone()
             finally:
-                self._busy = False
+                self._in_flight -= 1
+                if self._alone[thread_id] == 1:
+                    del self._alone[thread_id]
+                else:
+                    self._alone[thread_id] -= 1
                 self._start()
         member.future = loop.create_future()
         self._queue.append(member)
@@ -103,9 +118,11 @@ class GroupCommit:
             await asyncio.shield(task)
 
     def _start(self) -> None:
-        if not self._busy and self._queue:
+        """Send what waits, one statement after the other, if a statement
+        may go now and nobody sends them already."""
+        if self._queue and self._task is None and self._in_flight < IN_FLIGHT:
             assert self._loop is not None
-            self._busy = True
+            self._in_flight += 1
             self._task = self._loop.create_task(self._flush())
 
     async def _flush(self) -> None:
@@ -120,7 +137,7 @@ class GroupCommit:
             for m in batch:  # cancelled meanwhile (the loop shuts down): their writes' fate is unknown
                 if m.future is not None and not m.future.done():
                     m.future.cancel()
-            self._busy = False
+            self._in_flight -= 1
             self._task = None
             self._start()
 
