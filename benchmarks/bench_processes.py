@@ -63,6 +63,7 @@ from bench_growth import (
     run_config,
     thread_of,
 )
+from bench_paired import paired, ratio
 
 HERE = Path(__file__).resolve().parent
 SIZE = 420
@@ -195,15 +196,6 @@ def read_back(key: str, round_no: int, st: Storage, threads: int, steps: int, bu
             if len(problems) > 20:
                 break
     return problems
-
-
-def ratio(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}x"
-
-
-def paired(mine: list[float], ref: list[float]) -> float | None:
-    ratios = [a / b for a, b in zip(mine, ref) if b > 0]
-    return statistics.median(ratios) if ratios else None
 
 
 def table(walls: dict[str, list[list[float]]], busy: dict[str, int], runs: int, steps: int) -> list[str]:

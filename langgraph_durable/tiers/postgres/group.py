@@ -2,12 +2,12 @@
 
 PostgresSaver pays one transaction per ``put``. With many runs on one event
 loop, the fenced writes that arrive while statements are in flight
-(`IN_FLIGHT`) wait for one to be answered and then go to Postgres together, in one statement and one transaction
-(`sql.GROUPED`): one round trip and one commit for all of them. Each keeps
-its own fence: its rows are written only if its thread's lease still
-matches, and it gets its own answer (`LeaseLost` for it alone). A write
-that finds room goes at once, alone, in its usual statement: a single run
-waits for nobody.
+(`IN_FLIGHT`) wait for one to be answered and then go to Postgres together,
+in one statement and one transaction (`sql.GROUPED`): one round trip and
+one commit for all of them. Each keeps its own fence: its rows are written
+only if its thread's lease still matches, and it gets its own answer
+(`LeaseLost` for it alone). A write that finds room goes at once, alone, in
+its usual statement: a single run waits for nobody.
 
 If the grouped statement fails for a reason of its own (a deadlock with
 another replica's statement, a row written twice in it), its writes are
