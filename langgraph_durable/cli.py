@@ -12,6 +12,7 @@ writes: rich tables and lines for people, one JSON document with
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
@@ -21,6 +22,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, fields, is_dataclass
+from datetime import UTC, datetime
 from typing import Any, TextIO, cast
 
 from rich.console import Console, JustifyMethod
@@ -28,6 +30,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from . import __version__, browse, demo, ledger
+from .archive.store_async import ENV_ARCHIVE_URL
 from .engine import importing
 from .errors import DurableError, printable
 from .model.roles import Role
@@ -78,7 +81,9 @@ ENVIRONMENT_HELP = f"""environment (the tier flags override it; a flag given as 
   {"":<36} comma-separated ('unsigned' accepts unsigned records)
   {ENV_WRITE:<36} which tiers hold a write before it returns:
   {"":<36} shared (default), all or local
-  {ENV_LEASE_LINGER:<36} seconds a run's lease is kept after it ends (default 0)"""
+  {ENV_LEASE_LINGER:<36} seconds a run's lease is kept after it ends (default 30)
+  {ENV_ARCHIVE_URL:<36} s3://BUCKET/PREFIX of the archive (object storage);
+  {"":<36} its endpoint and credentials from the AWS_* variables"""
 
 JSON_HELP = "print one JSON document on stdout instead of text (same exit status)"
 
@@ -321,6 +326,13 @@ def tier_flags(p: argparse.ArgumentParser) -> None:
             help=f"{kind.what}{off} (default {default})",
         )
     g.add_argument(
+        "--archive",
+        metavar="URL",
+        default=None,
+        help=f"s3://BUCKET/PREFIX of the archive, or '' for none (default ${ENV_ARCHIVE_URL}); endpoint and "
+        "credentials from the AWS_* variables",
+    )
+    g.add_argument(
         "--serde",
         metavar="MODULE:ATTR",
         default=None,
@@ -357,6 +369,14 @@ def open_saver(args: argparse.Namespace, **options: Any) -> DurableSaver:
 
 
 def _threads(args: argparse.Namespace, out: Output) -> int:
+    if args.archived:
+        with open_saver(args, **LOOK) as saver:
+            archived = saver.archived_threads()
+        out.document({"command": "threads", "archived": archived})
+        for thread_id in archived:
+            out.line(thread_id)
+        out.line(f"{len(archived)} archived thread(s): a read or run brings one back (or `restore THREAD`)")
+        return EXIT_OK
     with open_saver(args, **LOOK) as saver, out.progress("reading", unit="threads", transient=True) as progress:
         found = browse.threads(saver, progress=progress)
     out.document({"threads": found, "size": browse.SIZE_MEANING})
@@ -678,6 +698,104 @@ def _quarantine(args: argparse.Namespace, out: Output) -> int:
     return EXIT_OK
 
 
+# -- the archive: archive, restore, pin, unpin, pins ------------------------------------
+
+
+def _point_in_time(text: str) -> float:
+    """Seconds since the epoch, from an ISO 8601 time or a number."""
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        stamp = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a time: use ISO 8601 (2026-11-27T18:00:00Z) or seconds since the epoch"
+        ) from None
+    return (stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC)).timestamp()
+
+
+def _archive(args: argparse.Namespace, out: Output) -> int:
+    with open_saver(args) as saver:
+        saver._archiver()  # no archive configured: the one-line ConfigError, before any work
+        report = saver.archive_idle(
+            args.idle_after, thread_ids=[args.thread] if args.thread else None, dry_run=args.dry_run
+        )
+    out.document(
+        {"command": "archive", "dry_run": report.dry_run, "threads": [dataclasses.asdict(t) for t in report.threads]}
+    )
+    would = "would be " if args.dry_run else ""
+    for t in report.threads:
+        if t.archived:
+            out.line(f"{'would archive' if args.dry_run else 'archived'}  {t.thread_id} ({t.records} records)")
+        elif t.skipped not in ("not idle", "no checkpoints"):
+            out.line(f"kept      {t.thread_id} ({t.skipped})")
+    out.line(f"{len(report.threads)} thread(s) looked at, {len(report.archived)} {would}archived")
+    return EXIT_OK
+
+
+def _restore(args: argparse.Namespace, out: Output) -> int:
+    if bool(args.threads) == bool(args.all):
+        args.parser.error("name the threads to restore, or pass --all (not both).")
+    with open_saver(args) as saver:
+        saver._archiver()
+        report = saver.restore(None if args.all else args.threads, until=args.until)
+    out.document({"command": "restore", "report": dataclasses.asdict(report)})
+    for key in report.bad_segments:
+        out.line(f"UNUSABLE  {key} (left out: it does not verify)")
+    out.line(
+        f"{report.threads} thread(s) restored ({report.records} records), "
+        f"{report.archived} archived thread(s) left in the archive"
+    )
+    return EXIT_FINDINGS if report.bad_segments else EXIT_OK
+
+
+def _pin_dict(pin: Any) -> dict[str, Any]:
+    return {
+        "thread_id": pin.thread_id,
+        "checkpoint_ns": pin.checkpoint_ns,
+        "checkpoint_id": pin.checkpoint_id,
+        "label": pin.label,
+        "pinned_at": pin.pinned_at,
+    }
+
+
+def _pin(args: argparse.Namespace, out: Output) -> int:
+    configurable = {"thread_id": args.thread, "checkpoint_ns": args.ns}
+    if args.checkpoint:
+        configurable["checkpoint_id"] = args.checkpoint
+    with open_saver(args) as saver:
+        pin = saver.pin({"configurable": configurable}, label=args.label)
+    out.document({"command": "pin", "pin": _pin_dict(pin)})
+    out.line(f"pinned  {pin.thread_id} {pin.checkpoint_id}{' (' + pin.label + ')' if pin.label else ''}")
+    return EXIT_OK
+
+
+def _unpin(args: argparse.Namespace, out: Output) -> int:
+    configurable = {"thread_id": args.thread, "checkpoint_ns": args.ns, "checkpoint_id": args.checkpoint}
+    with open_saver(args) as saver:
+        removed = saver.unpin({"configurable": configurable})
+    out.document({"command": "unpin", "removed": removed})
+    if not removed:
+        return out.fail(f"thread {args.thread!r} has no pin on checkpoint {args.checkpoint!r}", EXIT_FINDINGS)
+    out.line(f"unpinned  {args.thread} {args.checkpoint}")
+    return EXIT_OK
+
+
+def _pins(args: argparse.Namespace, out: Output) -> int:
+    with open_saver(args, **LOOK) as saver:
+        found = saver.pins(args.thread)
+    out.document({"command": "pins", "pins": [_pin_dict(p) for p in found]})
+    t = table("checkpoint", "namespace", "label", ("pinned", "right"))
+    for p in found:
+        t.add_row(p.checkpoint_id, _ns_label(p.checkpoint_ns), p.label or "-", _age(time.time() - p.pinned_at))
+    if found:
+        out.table(t)
+    out.line(f"{len(found)} pin(s)")
+    return EXIT_OK
+
+
 # -- operations: doctor, actions ---------------------------------------------------------
 
 
@@ -699,6 +817,12 @@ def _doctor(args: argparse.Namespace, out: Output) -> int:
     for tier in health.tiers:
         if tier.error:
             out.line(f"  {tier.name}: {' '.join(tier.error.split())}")
+    if health.archive is not None:
+        a = health.archive
+        state = "reachable" if a.reachable else "NOT reachable"
+        out.line(f"archive: {state}; {a.threads} thread(s) not shipped yet, the oldest {a.seconds:.1f} s old")
+        if health.archive_error:
+            out.line(f"  archive: {' '.join(health.archive_error.split())}")
     lag = health.lag
     oldest = f", the oldest {lag.seconds:.1f} s old" if lag.records else ""
     out.line(
@@ -811,7 +935,48 @@ def _scan_args(p: argparse.ArgumentParser) -> None:
 
 
 def _threads_args(p: argparse.ArgumentParser) -> None:
-    pass
+    p.add_argument("--archived", action="store_true", help="list the threads that live only in the archive")
+
+
+def _archive_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--idle-after",
+        type=_duration,
+        required=True,
+        help="archive threads whose newest checkpoint is older than this (e.g. 30d, 12h)",
+    )
+    p.add_argument("--thread", default=None, help="only this thread (default: every thread)")
+    p.add_argument("--dry-run", action="store_true", help="list what would be archived; move nothing")
+
+
+def _restore_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("threads", nargs="*", metavar="THREAD", help="the threads to restore from the archive")
+    p.add_argument("--all", action="store_true", help="every thread the archive holds (after losing the hot tiers)")
+    p.add_argument(
+        "--until",
+        type=_point_in_time,
+        default=None,
+        metavar="TIME",
+        help="as of this time (ISO 8601, e.g. 2026-11-27T18:00:00Z, or seconds since the epoch): segments the "
+        "replica wrote later are left out",
+    )
+
+
+def _pin_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("thread", help="the thread id")
+    p.add_argument("checkpoint", nargs="?", default=None, help="a checkpoint id from `history` (default: the latest)")
+    p.add_argument("--ns", default="", help="namespace of the checkpoint (default: the root graph)")
+    p.add_argument("--label", default="", help="why it is pinned (shown by `pins`)")
+
+
+def _unpin_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("thread", help="the thread id")
+    p.add_argument("checkpoint", help="the pinned checkpoint's id, as `pins` lists it")
+    p.add_argument("--ns", default="", help="namespace of the checkpoint (default: the root graph)")
+
+
+def _pins_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("thread", help="the thread id")
 
 
 def _history_args(p: argparse.ArgumentParser) -> None:
@@ -1006,6 +1171,50 @@ COMMANDS: list[Command] = [
         "ancestors). --dry-run only counts. Needs every tier.",
         _prune_args,
         _prune,
+    ),
+    Command(
+        "archive",
+        "move idle threads to the archive (s3://...), verified first",
+        "Move every thread whose newest checkpoint is older than --idle-after out of the hot tiers into the "
+        "archive (--archive or $LANGGRAPH_DURABLE_ARCHIVE_URL): each is shipped, its archive copy read back "
+        "and compared with every tier's records, and only then deleted from them. A pinned thread, a thread "
+        "being run, or one whose copy does not check out stays. A later read or run brings a thread back. "
+        "--dry-run lists what would go.",
+        _archive_args,
+        _archive,
+    ),
+    Command(
+        "restore",
+        "copy threads back from the archive, or rebuild every tier from it (--all)",
+        "Copy the named threads back from the archive into every tier, or with --all every thread it holds: "
+        "what rebuilds Redis and Postgres after they were lost. --until TIME restores as of that time (to the "
+        "replica's pass, about a minute). Archived threads stay archived (their next read brings them back). "
+        "Safe to run again. Exit 1 if an archive segment does not verify (it is left out).",
+        _restore_args,
+        _restore,
+    ),
+    Command(
+        "pin",
+        "pin a checkpoint: retention, prune and archiving never remove it",
+        "Pin a checkpoint (default: the thread's latest) as a recovery point: retention, `prune`, "
+        "delete_for_runs and `archive` never remove it or what it is rebuilt from. Resume from it with "
+        "graph.invoke(None, config) naming its checkpoint_id.",
+        _pin_args,
+        _pin,
+    ),
+    Command(
+        "unpin",
+        "remove a checkpoint's pin",
+        "Remove a pin `pin` made; exit 1 if the checkpoint has none.",
+        _unpin_args,
+        _unpin,
+    ),
+    Command(
+        "pins",
+        "list a thread's pinned checkpoints",
+        "List a thread's pinned checkpoints: id, namespace, label, and when it was pinned.",
+        _pins_args,
+        _pins,
     ),
     # Internal: the process the demo kills.
     Command("_demo-worker", "", "", _worker_args, _demo_worker, json=False, internal=True),

@@ -61,7 +61,7 @@ def saver_from_args(args: Any, **options: Any) -> DurableSaver:
     """A saver from the command line's tier flags, falling back to the
     environment (`DurableSaver.from_env`). A flag given as '' switches its
     tier off, even when the environment names one."""
-    for tier in ("sqlite", "redis", "postgres"):
+    for tier in ("sqlite", "redis", "postgres", "archive"):
         value = getattr(args, tier, None)
         if value is not None:
             options[tier] = value or None
@@ -123,7 +123,7 @@ def _spawn(args: Any, *, resume: bool) -> subprocess.Popen[bytes]:
     ]
     # '' is passed on too: the worker must not fall back to a tier the
     # environment names but the command line switched off.
-    for tier in ("sqlite", "redis", "postgres"):
+    for tier in ("sqlite", "redis", "postgres", "archive"):
         if getattr(args, tier) is not None:
             cmd += [f"--{tier}", getattr(args, tier)]
     if args.redis_key_prefix:

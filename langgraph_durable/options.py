@@ -33,6 +33,7 @@ ENV_POSTGRES_URL = POSTGRES.env
 ENV_SIGNING_KEY = "LANGGRAPH_DURABLE_SIGNING_KEY"
 ENV_SERDE = "LANGGRAPH_DURABLE_SERDE"  # module:attr of the serializer (from_env only)
 ENV_WRITE = "LANGGRAPH_DURABLE_WRITE"
+ENV_ARCHIVE_URL = "LANGGRAPH_DURABLE_ARCHIVE_URL"  # s3://BUCKET/PREFIX of the archive
 # Several deployments (or a server and its tests) sharing one Redis database.
 ENV_REDIS_KEY_PREFIX = "LANGGRAPH_DURABLE_REDIS_KEY_PREFIX"
 # Seconds after which an idle thread leaves Redis (redis_ttl).
@@ -53,6 +54,7 @@ ENV_OF_KEYWORD = {
     "redis_key_prefix": ENV_REDIS_KEY_PREFIX,
     "redis_ttl": ENV_REDIS_TTL,
     "lease_linger": ENV_LEASE_LINGER,
+    "archive": ENV_ARCHIVE_URL,
 }
 
 
@@ -336,6 +338,8 @@ def env_options(env: Mapping[str, str], default_sqlite: str) -> dict[str, Any]:
     alone can be (the rest is checked with the other options)."""
     kwargs: dict[str, Any] = {kind.keyword: env.get(kind.env) or None for kind in KINDS}
     kwargs[SQLITE.keyword] = env.get(SQLITE.env, default_sqlite) or None
+    if env.get(ENV_ARCHIVE_URL):
+        kwargs["archive"] = env[ENV_ARCHIVE_URL]
     if env.get(ENV_WRITE):
         kwargs["write"] = env[ENV_WRITE]
     if env.get(ENV_REDIS_KEY_PREFIX):

@@ -228,7 +228,12 @@ class RetentionPolicy:
     - `keep_last`: the newest N checkpoints;
     - `keep_for`: checkpoints younger than this many seconds;
     - `delete_idle_after`: delete a whole thread whose newest checkpoint is
-      older than this many seconds.
+      older than this many seconds;
+    - `archive_idle_after`: move such a thread to the archive instead
+      (``DurableSaver(archive=...)``, `DurableSaver.archive_idle`): it leaves
+      the hot tiers once its archive copy is verified, and its next read
+      brings it back. Should be shorter than `delete_idle_after` when both
+      are given.
 
     A checkpoint is kept when either keep rule keeps it (with neither, every
     checkpoint of a live thread is kept). Whatever the rules say, a sweep
@@ -244,15 +249,19 @@ class RetentionPolicy:
     keep_last: int | None = None
     keep_for: float | None = None
     delete_idle_after: float | None = None
+    archive_idle_after: float | None = None
 
     def __post_init__(self) -> None:
         from .errors import ConfigError
 
-        if self.keep_last is None and self.keep_for is None and self.delete_idle_after is None:
-            raise ConfigError("a retention policy needs keep_last=, keep_for= or delete_idle_after=.")
+        rules = (self.keep_last, self.keep_for, self.delete_idle_after, self.archive_idle_after)
+        if all(rule is None for rule in rules):
+            raise ConfigError(
+                "a retention policy needs keep_last=, keep_for=, delete_idle_after= or archive_idle_after=."
+            )
         if self.keep_last is not None and (not isinstance(self.keep_last, int) or self.keep_last < 1):
             raise ConfigError(f"keep_last= must be a whole number of checkpoints, 1 or more, not {self.keep_last!r}.")
-        for name in ("keep_for", "delete_idle_after"):
+        for name in ("keep_for", "delete_idle_after", "archive_idle_after"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, (int, float)) or value <= 0):
                 raise ConfigError(f"{name}= must be a number of seconds above 0, not {value!r}.")
@@ -312,6 +321,7 @@ class RetentionReport:
     checkpoints_deleted: int = 0
     checkpoints_kept: int = 0
     left_alone: list[str] = field(default_factory=list)  # threads with unconfirmed actions
+    threads_archived: int = 0  # idle threads moved to the archive (`archive_idle_after`)
 
     def add(self, retained: Retained, *, unconfirmed: bool = False) -> None:
         self.threads += 1
@@ -329,6 +339,7 @@ class RetentionReport:
             "checkpoints_deleted": self.checkpoints_deleted,
             "checkpoints_kept": self.checkpoints_kept,
             "left_alone": list(self.left_alone),
+            "threads_archived": self.threads_archived,
         }
 
 

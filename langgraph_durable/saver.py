@@ -7,6 +7,7 @@ import builtins
 import contextlib
 import contextvars
 import copy
+import dataclasses
 import logging
 import os
 import random
@@ -27,6 +28,12 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
+from .archive.archiver import Archiver
+from .archive.archiver_async import AsyncArchiver
+from .archive.replica import DEFAULT_ARCHIVE_LAG_S, ArchiveReplica
+from .archive.reports import ArchiveReport, RestoreReport
+from .archive.store import ArchiveStore
+from .archive.store_async import AsyncArchiveStore, parse_archive_url
 from .engine import importing
 from .engine.chain import TierChain
 from .engine.chain_async import AsyncTierChain
@@ -40,11 +47,11 @@ from .engine.lease_keeper import LeaseKeeper
 from .engine.lease_keeper_async import AsyncLeaseKeeper
 from .engine.replicator import WRITE_BEHIND_GAP_S, Replicator
 from .engine.sweeper import RetentionSweeper
-from .errors import ConfigError
+from .errors import ConfigError, TierUnavailable
 from .integrity import IntegrityPolicy, OnCorruption, ScanReport
 from .ledger import LedgerEntry, damaged_entry, operator_answer
 from .metrics import MetricsHook, MetricsSink
-from .model.backlog import DEFAULT_CALL_TIMEOUT_S, JournalEntry, Lag, MemoryBacklog, WriteMode
+from .model.backlog import DEFAULT_CALL_TIMEOUT_S, ArchiveLag, JournalEntry, Lag, MemoryBacklog, WriteMode
 from .model.breaker import Breakers
 from .model.carried import SeenVersions
 from .model.codec import DEFAULT_MAX_RECORD_BYTES, RecordCodec, thread_id_of
@@ -61,6 +68,7 @@ from .model.lease import (
 )
 from .model.memory_budget import DEFAULT_MEMORY_BUDGET, MemoryBudget
 from .model.own_heads import OwnHeads
+from .model.pins import Pin, pin_entry, pin_key, unpin_entry
 from .model.read_cache import ReadCache
 from .model.roles import Role, Roles, ships_behind
 
@@ -399,6 +407,19 @@ class DurableSaver(BaseCheckpointSaver[str]):
             and latency percentiles to read) and `OpenTelemetryMetrics` (the
             ``otel`` extra); both also report the journal backlog (`lag`). A
             hook that raises is logged once and never breaks a call.
+        archive: ``s3://BUCKET/PREFIX`` of an S3-compatible object store
+            (AWS S3, MinIO, Cloudflare R2, GCS's S3 interface; the ``s3``
+            extra), or None. Credentials, region and endpoint come from the
+            standard ``AWS_*`` variables (an ``http://`` ``AWS_ENDPOINT_URL``
+            is allowed). Every thread this saver writes is shipped there
+            behind the steps, within ``archive_lag`` seconds; `archive_idle`
+            moves idle threads out of the hot tiers into it (their next read
+            brings them back), and `restore` rebuilds the hot tiers from it.
+            Never asked on a step's path, but for a thread that lives only
+            there. Also ``LANGGRAPH_DURABLE_ARCHIVE_URL``.
+        archive_lag: seconds within which a record written reaches the
+            archive while the object store answers (default 60): the replica
+            ships every thread written since its last pass every half of it.
         read_only: only look (what the command line's read commands use):
             a bad copy a read meets is reported, logged and counted, but
             nothing is repaired, withdrawn or quarantined, setup records
@@ -444,6 +465,8 @@ class DurableSaver(BaseCheckpointSaver[str]):
         retention: RetentionPolicy | None = None,
         retention_every: float | None = None,
         retention_rate: float | None = DEFAULT_RETENTION_RATE,
+        archive: str | None = None,
+        archive_lag: float = DEFAULT_ARCHIVE_LAG_S,
         read_only: bool = False,
     ) -> None:
         super().__init__(serde=serde)
@@ -560,6 +583,20 @@ class DurableSaver(BaseCheckpointSaver[str]):
         self._async_closer: AsyncGenerator[None, None] | None = None
         # A `with_allowlist` clone works through the saver it was made from.
         self._origin: DurableSaver | None = None
+        # The archive (archive/): a replica shipping behind the steps.
+        if archive is not None:
+            parse_archive_url(archive)
+        if not isinstance(archive_lag, (int, float)) or not archive_lag > 0:
+            raise ConfigError(f"archive_lag= must be a number of seconds above 0, got {archive_lag!r}.")
+        self.archive_url = archive
+        self._sync_archiver: Archiver | None = None
+        self._async_archiver: AsyncArchiver | None = None
+        self._archive_replica = (
+            ArchiveReplica(self._archive_ship, lag=float(archive_lag), rescan=self._archive_rescan)
+            if archive is not None and not read_only
+            else None
+        )
+        self.archive_restores = 0  # threads brought back from the archive by a read
         # One writer per thread (lease.py): the leases this saver holds.
         self._leases = LeaseBook(
             ttl=lease_ttl, on_busy=on_busy, wait=lease_wait, linger=lease_linger, max_kept_bytes=budget.kept_leases
@@ -681,6 +718,8 @@ class DurableSaver(BaseCheckpointSaver[str]):
                     self._policy,
                     **self._chain_options(),
                 )
+                if self.archive_url is not None:
+                    self._sync.archived_key = ArchiveStore(self.archive_url).store_key
             return self._sync
 
     def _async_chain(self) -> AsyncTierChain:
@@ -715,6 +754,8 @@ class DurableSaver(BaseCheckpointSaver[str]):
                 self._policy,
                 **self._chain_options(),
             )
+            if self.archive_url is not None:
+                self._async.archived_key = AsyncArchiveStore(self.archive_url).store_key
             self._async_loop = loop
             self._async_closer = self._close_at_loop_end(self._async, loop)
         return self._async
@@ -869,6 +910,16 @@ class DurableSaver(BaseCheckpointSaver[str]):
         self._replicator.stop()
         if self._sweeper is not None:
             self._sweeper.stop()
+        if self._archive_replica is not None:
+            # What was written since the last pass, within the drain's time.
+            if self.drain_timeout and self._archive_replica.lag().threads and (self._sync or self._async):
+                left = self._archive_replica.flush(self.drain_timeout)
+                if not left.caught_up:
+                    logger.warning(
+                        "closing with %d thread(s) not shipped to the archive yet; the next start's rescan ships them",
+                        left.threads,
+                    )
+            self._archive_replica.stop()
 
     def _replicate(self, background: bool = False) -> int:
         """One replicator pass: first the threads of ended write-behind runs
@@ -936,20 +987,44 @@ class DurableSaver(BaseCheckpointSaver[str]):
         this is the write-behind lag; otherwise it is what tiers that were
         down have still to be sent, and (all three tiers) what Redis is
         still to get from the replicator."""
-        return self._sync_chain().lag()
+        return self._with_archive(self._sync_chain().lag())
+
+    def _with_archive(self, lag: Lag) -> Lag:
+        replica = (self._origin or self)._archive_replica
+        return dataclasses.replace(lag, archive=replica.lag()) if replica is not None else lag
 
     async def alag(self) -> Lag:
         """Async `lag`."""
-        return await self._async_chain().lag()
+        return self._with_archive(await self._async_chain().lag())
 
     def health(self) -> Health:
         """Probe every tier now: reachable, latency, breaker state, records
         owed. ``langgraph-durable doctor`` prints it."""
-        return self._sync_chain().health()
+        health = self._sync_chain().health()
+        if self.archive_url is None:
+            return health
+        return self._archive_health(health, self._archive_probe)
+
+    def _archive_probe(self) -> None:
+        self._archiver().archived_threads()
+
+    def _archive_health(self, health: Health, probe: Callable[[], Any]) -> Health:
+        error = None
+        try:
+            probe()
+        except TierUnavailable as exc:
+            error = str(exc)
+        replica = (self._origin or self)._archive_replica
+        lag = replica.lag() if replica is not None else ArchiveLag(0, 0.0)
+        lag = dataclasses.replace(lag, reachable=error is None)
+        return dataclasses.replace(health, archive=lag, archive_error=error, lag=self._with_archive(health.lag))
 
     async def ahealth(self) -> Health:
         """Async `health`."""
-        return await self._async_chain().health()
+        health = await self._async_chain().health()
+        if self.archive_url is None:
+            return health
+        return await asyncio.to_thread(self._archive_health, health, self._archive_probe)
 
     def __enter__(self) -> DurableSaver:
         return self
@@ -976,6 +1051,8 @@ class DurableSaver(BaseCheckpointSaver[str]):
         try:
             token, until = (None, None) if first else self._lease_token(config)
             tup = chain.get_tuple(config, lease_token=token, trusted_until=until)
+            if tup is None and self._brought_back(config):
+                tup = chain.get_tuple(config)
             if tup is not None and first:
                 tup = chain.validate(tup, self._validators, self._on_validation)
         except BaseException:
@@ -993,9 +1070,13 @@ class DurableSaver(BaseCheckpointSaver[str]):
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
         token, until = self._lease_token(config) if config else (None, None)
-        yield from self._sync_chain().list_tuples(
+        chain = self._sync_chain()
+        items = chain.list_tuples(
             config, filter=filter, before=before, limit=limit, lease_token=token, trusted_until=until
         )
+        if not items and config and self._brought_back(config):
+            items = chain.list_tuples(config, filter=filter, before=before, limit=limit)
+        yield from items
 
     def put(
         self,
@@ -1004,12 +1085,15 @@ class DurableSaver(BaseCheckpointSaver[str]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        return self._sync_leases().put(config, checkpoint, self._stamped(metadata), new_versions)
+        stored = self._sync_leases().put(config, checkpoint, self._stamped(metadata), new_versions)
+        self._note_archive(config)
+        return stored
 
     def put_writes(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
     ) -> None:
         self._sync_leases().put_writes(config, writes, task_id, task_path)
+        self._note_archive(config)
 
     def delete_thread(self, thread_id: str) -> None:
         chain = self._sync_chain()
@@ -1017,6 +1101,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         with self._replicator.exclusive():
             chain.catch_up()  # what is owed first: nothing deleted is shipped later
             chain.delete_thread(thread_id)
+        self._archive_forget(thread_id)
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         chain = self._sync_chain()
@@ -1024,7 +1109,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         with self._replicator.exclusive():
             chain.catch_up()  # what is owed first: nothing deleted is shipped later
             # Another saver's kept lease of a thread that loses a checkpoint (lease_linger).
-            chain.delete_for_runs(run_ids, lambda thread_id: leases.ask_kept_back(thread_id, "delete_for_runs"))
+            chain.delete_for_runs(run_ids, self._asking(leases.ask_kept_back, "delete_for_runs"))
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         chain = self._sync_chain()
@@ -1032,6 +1117,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         with self._replicator.exclusive():
             chain.catch_up()  # what is owed first: nothing deleted is shipped later
             chain.copy_thread(source_thread_id, target_thread_id)
+        self._note_archive(target_thread_id)
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         chain = self._sync_chain()
@@ -1041,6 +1127,8 @@ class DurableSaver(BaseCheckpointSaver[str]):
         with self._replicator.exclusive():
             chain.catch_up()  # see delete_thread
             chain.prune(thread_ids, strategy=strategy)
+        for thread_id in thread_ids:
+            self._note_archive(thread_id)
 
     # -- BaseCheckpointSaver: async face ------------------------------------------
 
@@ -1053,6 +1141,8 @@ class DurableSaver(BaseCheckpointSaver[str]):
                 await self._run_end_settled(chain, config)
             token, until = (None, None) if first else self._lease_token(config)
             tup = await chain.get_tuple(config, lease_token=token, trusted_until=until)
+            if tup is None and await self._abrought_back(config):
+                tup = await chain.get_tuple(config)
             if tup is not None and first:
                 tup = await chain.validate(tup, self._validators, self._on_validation)
         except BaseException:
@@ -1074,9 +1164,12 @@ class DurableSaver(BaseCheckpointSaver[str]):
         if config:
             await self._run_end_settled(chain, config)  # see aget_tuple
             token, until = self._lease_token(config)
-        for item in await chain.list_tuples(
+        items = await chain.list_tuples(
             config, filter=filter, before=before, limit=limit, lease_token=token, trusted_until=until
-        ):
+        )
+        if not items and config and await self._abrought_back(config):
+            items = await chain.list_tuples(config, filter=filter, before=before, limit=limit)
+        for item in items:
             yield item
 
     async def aput(
@@ -1086,12 +1179,15 @@ class DurableSaver(BaseCheckpointSaver[str]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        return await self._async_leases().put(config, checkpoint, self._stamped(metadata), new_versions)
+        stored = await self._async_leases().put(config, checkpoint, self._stamped(metadata), new_versions)
+        self._note_archive(config)
+        return stored
 
     async def aput_writes(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
     ) -> None:
         await self._async_leases().put_writes(config, writes, task_id, task_path)
+        self._note_archive(config)
 
     async def adelete_thread(self, thread_id: str) -> None:
         chain = self._async_chain()
@@ -1099,13 +1195,14 @@ class DurableSaver(BaseCheckpointSaver[str]):
         async with self._replicator.aexclusive():
             await chain.catch_up()  # see delete_thread
             await chain.delete_thread(thread_id)
+        await self._aarchive_forget(thread_id)
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
         chain = self._async_chain()
         leases = self._async_leases()
         async with self._replicator.aexclusive():
             await chain.catch_up()  # see delete_thread
-            await chain.delete_for_runs(run_ids, lambda thread_id: leases.ask_kept_back(thread_id, "delete_for_runs"))
+            await chain.delete_for_runs(run_ids, self._asking(leases.ask_kept_back, "delete_for_runs"))
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         chain = self._async_chain()
@@ -1113,6 +1210,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         async with self._replicator.aexclusive():
             await chain.catch_up()  # see delete_thread
             await chain.copy_thread(source_thread_id, target_thread_id)
+        self._note_archive(target_thread_id)
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         chain = self._async_chain()
@@ -1122,6 +1220,8 @@ class DurableSaver(BaseCheckpointSaver[str]):
         async with self._replicator.aexclusive():
             await chain.catch_up()  # see delete_thread
             await chain.prune(thread_ids, strategy=strategy)
+        for thread_id in thread_ids:
+            self._note_archive(thread_id)
 
     # -- DeltaChannel history (delta.py) ------------------------------------------------
 
@@ -1337,18 +1437,25 @@ class DurableSaver(BaseCheckpointSaver[str]):
         chosen = self._retention_policy(policy)
         chain = self._sync_chain()
         leases = self._sync_leases()
+        when = time.time() if now is None else now
         with self._replicator.exclusive():
             chain.catch_up()  # see delete_thread
-            return chain.retain(
+            report = chain.retain(
                 chosen,
                 thread_ids,
-                now=time.time() if now is None else now,
+                now=when,
                 dry_run=dry_run,
                 progress=progress,
                 pace=pace,
                 # Another saver's kept lease of a thread it deletes or prunes (lease_linger).
-                ask=lambda thread_id: leases.ask_kept_back(thread_id, "apply_retention"),
+                ask=self._asking(leases.ask_kept_back, "apply_retention"),
             )
+        if chosen.archive_idle_after is not None:
+            archived = self.archive_idle(
+                chosen.archive_idle_after, thread_ids=thread_ids, dry_run=dry_run, now=when, pace=pace
+            )
+            report.threads_archived = len(archived.archived)
+        return report
 
     async def aapply_retention(
         self,
@@ -1363,22 +1470,330 @@ class DurableSaver(BaseCheckpointSaver[str]):
         chosen = self._retention_policy(policy)
         chain = self._async_chain()
         leases = self._async_leases()
+        when = time.time() if now is None else now
         async with self._replicator.aexclusive():
             await chain.catch_up()
-            return await chain.retain(
+            report = await chain.retain(
                 chosen,
                 thread_ids,
-                now=time.time() if now is None else now,
+                now=when,
                 dry_run=dry_run,
                 progress=progress,
-                ask=lambda thread_id: leases.ask_kept_back(thread_id, "apply_retention"),  # see apply_retention
+                ask=self._asking(leases.ask_kept_back, "apply_retention"),  # see apply_retention
             )
+        if chosen.archive_idle_after is not None:
+            archived = await self.aarchive_idle(
+                chosen.archive_idle_after, thread_ids=thread_ids, dry_run=dry_run, now=when
+            )
+            report.threads_archived = len(archived.archived)
+        return report
 
     def _retention_policy(self, policy: RetentionPolicy | None) -> RetentionPolicy:
         chosen = policy if policy is not None else self.retention
         if not isinstance(chosen, RetentionPolicy):
             raise ConfigError("no retention policy: pass one, or give the saver retention=RetentionPolicy(...).")
         return chosen
+
+    # -- the archive (archive/) ---------------------------------------------------------
+
+    def _archiver(self) -> Archiver:
+        """The sync face's archiver (its chain's tiers and the object store)."""
+        if self._origin is not None:
+            return self._origin._archiver()
+        if self.archive_url is None:
+            raise ConfigError(
+                "this saver has no archive: pass archive='s3://BUCKET/PREFIX' (or set "
+                "LANGGRAPH_DURABLE_ARCHIVE_URL, or --archive on the command line)."
+            )
+        chain = self._sync_chain()
+        with self._lock:
+            if self._sync_archiver is None or self._sync_archiver.chain is not chain:
+                self._sync_archiver = Archiver(ArchiveStore(self.archive_url), chain)
+            return self._sync_archiver
+
+    def _aarchiver(self) -> AsyncArchiver:
+        if self._origin is not None:
+            return self._origin._aarchiver()
+        if self.archive_url is None:
+            self._archiver()  # raises the ConfigError
+        assert self.archive_url is not None
+        chain = self._async_chain()
+        if self._async_archiver is None or self._async_archiver.chain is not chain:
+            self._async_archiver = AsyncArchiver(AsyncArchiveStore(self.archive_url), chain)
+        return self._async_archiver
+
+    def _note_archive(self, config: RunnableConfig | str) -> None:
+        """The thread changed: the replica ships it with its next pass."""
+        replica = (self._origin or self)._archive_replica
+        if replica is None:
+            return
+        thread_id = config if isinstance(config, str) else (config.get("configurable") or {}).get("thread_id")
+        if thread_id is not None:
+            replica.note(str(thread_id))
+
+    def _asking(self, ask: Callable[[str, str], Any], what: str) -> Callable[[str], Any]:
+        """`ask(thread_id, what)` before a thread is changed outside a run,
+        the thread noted for the archive replica too."""
+
+        def asked(thread_id: str) -> Any:
+            self._note_archive(thread_id)
+            return ask(thread_id, what)
+
+        return asked
+
+    def _archive_ship(self, thread_id: str) -> int:
+        return self._archiver().ship(thread_id)
+
+    def _archive_rescan(self, note: Callable[[str], None], paced: Callable[[], bool]) -> int:
+        """Note every thread the archive is behind on: those whose head differs
+        from their newest segment's, and those it holds that the hot tiers
+        no longer do (deleted: the replica records it, unless archived)."""
+        archiver = self._archiver()
+        chain = archiver.chain
+        chain.ensure_setup()
+        hot = set(chain.roles.last_resort.thread_ids())
+        noted = 0
+        for thread_id in sorted(hot):
+            if not paced():
+                return noted
+            if archiver.changed(thread_id):
+                note(thread_id)
+                noted += 1
+        archived = set(archiver.archived_threads())
+        for thread_id in sorted(set(archiver.archived_thread_ids()) - hot - archived):
+            note(thread_id)
+            noted += 1
+        return noted
+
+    def _archive_forget(self, thread_id: str) -> None:
+        """After `delete_thread`: the thread is no longer archived (its marker
+        goes now, so no read brings it back), and its archive copy goes with
+        the replica's next pass. The object store down: logged, and the
+        replica's pass finishes it."""
+        if self.archive_url is None or self.read_only:
+            return
+        self._note_archive(thread_id)
+        try:
+            self._archiver().forget(str(thread_id))
+        except TierUnavailable as exc:
+            logger.warning("delete_thread(%r): the archive could not be told (%s); its replica will", thread_id, exc)
+
+    async def _aarchive_forget(self, thread_id: str) -> None:
+        if self.archive_url is None or self.read_only:
+            return
+        self._note_archive(thread_id)
+        try:
+            await self._aarchiver().forget(str(thread_id))
+        except TierUnavailable as exc:
+            logger.warning("delete_thread(%r): the archive could not be told (%s); its replica will", thread_id, exc)
+
+    def _archived_thread_of(self, config: RunnableConfig) -> str | None:
+        """The thread a read found nothing of, if it may live in the archive."""
+        if self.archive_url is None or self.read_only:
+            return None
+        thread_id = (config.get("configurable") or {}).get("thread_id")
+        return None if thread_id is None else str(thread_id)
+
+    def _brought_back(self, config: RunnableConfig) -> bool:
+        """A read found nothing of the thread: if the hot tiers say it was
+        removed (a deletion marker) and the archive holds it as archived,
+        copy it back into the hot tiers. Whether it did."""
+        thread_id = self._archived_thread_of(config)
+        if thread_id is None or not self._sync_chain().deleted_through(thread_id):
+            return False
+        if not self._archiver().bring_back(thread_id):
+            return False
+        self.archive_restores += 1
+        self._note_archive(thread_id)
+        return True
+
+    async def _abrought_back(self, config: RunnableConfig) -> bool:
+        thread_id = self._archived_thread_of(config)
+        if thread_id is None or not await self._async_chain().deleted_through(thread_id):
+            return False
+        if not await self._aarchiver().bring_back(thread_id):
+            return False
+        self.archive_restores += 1
+        self._note_archive(thread_id)
+        return True
+
+    def archive_idle(
+        self,
+        older_than: float,
+        *,
+        thread_ids: Sequence[str] | None = None,
+        dry_run: bool = False,
+        now: float | None = None,
+        pace: Callable[[], None] | None = None,
+    ) -> ArchiveReport:
+        """Move every thread whose newest checkpoint is older than
+        `older_than` seconds out of the hot tiers into the archive.
+
+        Each thread is shipped, its archive copy read back and checked to
+        hold every record any hot tier holds (every namespace, checkpoint,
+        channel value and list piece, pending write, ledger entry and pin
+        entry), byte for byte, and only then deleted from the local, Redis
+        and Postgres tiers, under the thread's writer lease. A thread with a
+        pin, one being run, or one whose copy does not check out stays (the
+        report says why). Any later read or run of an archived thread
+        (``get_tuple``, ``list``, ``invoke``, ``get_state_history``) brings
+        it back first. With `dry_run`, only say which threads would go."""
+        archiver = self._archiver()
+        leases = self._sync_leases()
+        chain = archiver.chain
+        chain.ensure_setup()
+        report = ArchiveReport(dry_run=dry_run)
+        when = time.time() if now is None else now
+        ids = thread_ids if thread_ids is not None else sorted({t for tier in chain.tiers for t in tier.thread_ids()})
+        with self._replicator.exclusive():
+            chain.catch_up()  # what is owed first: the hot tiers hold everything
+        for thread_id in ids:
+            if pace is not None:
+                pace()
+            leases.ask_kept_back(thread_id, "archive_idle")
+            report.threads.append(
+                archiver.archive_thread(
+                    thread_id,
+                    idle_after=older_than,
+                    now=when,
+                    dry_run=dry_run,
+                    hold=leases.hold,
+                    release=leases.release_quietly,
+                )
+            )
+        return report
+
+    async def aarchive_idle(
+        self,
+        older_than: float,
+        *,
+        thread_ids: Sequence[str] | None = None,
+        dry_run: bool = False,
+        now: float | None = None,
+    ) -> ArchiveReport:
+        """`archive_idle` on the async face."""
+        archiver = self._aarchiver()
+        leases = self._async_leases()
+        chain = archiver.chain
+        await chain.ensure_setup()
+        report = ArchiveReport(dry_run=dry_run)
+        when = time.time() if now is None else now
+        if thread_ids is None:
+            ids = sorted({t for tier in chain.tiers for t in await tier.thread_ids()})
+        else:
+            ids = list(thread_ids)
+        async with self._replicator.aexclusive():
+            await chain.catch_up()
+        for thread_id in ids:
+            await leases.ask_kept_back(thread_id, "archive_idle")
+            report.threads.append(
+                await archiver.archive_thread(
+                    thread_id,
+                    idle_after=older_than,
+                    now=when,
+                    dry_run=dry_run,
+                    hold=leases.hold,
+                    release=leases.release_quietly,
+                )
+            )
+        return report
+
+    def archived_threads(self) -> builtins.list[str]:
+        """Threads that live only in the archive (``threads --archived``)."""
+        return self._archiver().archived_threads()
+
+    async def aarchived_threads(self) -> builtins.list[str]:
+        return await self._aarchiver().archived_threads()
+
+    def restore(self, thread_ids: Sequence[str] | None = None, *, until: float | None = None) -> RestoreReport:
+        """Rebuild the hot tiers from the archive, after they were lost: every
+        thread it holds (or `thread_ids`), as of the newest segment (or the
+        newest written by `until`, seconds since the epoch: a point in time,
+        to the replica's pass). Archived threads stay archived (the hot tiers
+        get their marker back). Safe to run again; ``langgraph-durable
+        restore --all`` runs it."""
+        return self._archiver().restore(thread_ids, until=until)
+
+    async def arestore(self, thread_ids: Sequence[str] | None = None, *, until: float | None = None) -> RestoreReport:
+        return await self._aarchiver().restore(thread_ids, until=until)
+
+    def drain_archive(self, timeout: float | None = None) -> ArchiveLag | None:
+        """Ship every thread written since the archive replica's last pass
+        now, for up to `timeout` seconds. What is still behind (None without
+        an archive)."""
+        replica = (self._origin or self)._archive_replica
+        return replica.flush(timeout) if replica is not None else None
+
+    async def adrain_archive(self, timeout: float | None = None) -> ArchiveLag | None:
+        return await asyncio.to_thread(self.drain_archive, timeout)
+
+    # -- pinned recovery points (model/pins.py) ------------------------------------------
+
+    def _pin_target(self, config: RunnableConfig) -> tuple[str, str, str | None]:
+        configurable = config.get("configurable") or {}
+        thread_id = thread_id_of(configurable.get("thread_id"), what="pin")
+        ns = str(configurable.get("checkpoint_ns") or "")
+        checkpoint_id = configurable.get("checkpoint_id")
+        return thread_id, ns, checkpoint_id
+
+    def pin(self, config: RunnableConfig, *, label: str = "") -> Pin:
+        """Pin a checkpoint (the one `config` names, else the thread's
+        latest): retention, ``prune``, ``delete_for_runs`` and `archive_idle`
+        never remove it or anything it is rebuilt from, until `unpin`.
+        Resume from it with ``graph.invoke(None, pin.config)``."""
+        thread_id, ns, checkpoint_id = self._pin_target(config)
+        tup = self.get_tuple(
+            config if checkpoint_id else {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns}}
+        )
+        if tup is None:
+            raise ConfigError(f"pin: thread {thread_id!r} has no checkpoint {checkpoint_id or '(latest)'} to pin.")
+        checkpoint_id = tup.config["configurable"]["checkpoint_id"]
+        self._sync_chain().record_entry(thread_id, pin_entry(ns, checkpoint_id, label))
+        self._note_archive(thread_id)
+        return Pin(thread_id, ns, checkpoint_id, label, time.time())
+
+    async def apin(self, config: RunnableConfig, *, label: str = "") -> Pin:
+        thread_id, ns, checkpoint_id = self._pin_target(config)
+        target = config if checkpoint_id else {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns}}
+        tup = await self.aget_tuple(cast(RunnableConfig, target))
+        if tup is None:
+            raise ConfigError(f"pin: thread {thread_id!r} has no checkpoint {checkpoint_id or '(latest)'} to pin.")
+        checkpoint_id = tup.config["configurable"]["checkpoint_id"]
+        await self._async_chain().record_entry(thread_id, pin_entry(ns, checkpoint_id, label))
+        self._note_archive(thread_id)
+        return Pin(thread_id, ns, checkpoint_id, label, time.time())
+
+    def unpin(self, config: RunnableConfig) -> bool:
+        """Remove the pin of the checkpoint `config` names. Whether there was one."""
+        thread_id, ns, checkpoint_id = self._pin_target(config)
+        if not checkpoint_id:
+            raise ConfigError("unpin: name the checkpoint (configurable checkpoint_id), as pin() returned it.")
+        chain = self._sync_chain()
+        entry = chain.ledger_entries(thread_id).get(pin_key(ns, checkpoint_id))
+        if entry is None or entry.state != "intent":
+            return False
+        chain.record_entry(thread_id, unpin_entry(entry))
+        self._note_archive(thread_id)
+        return True
+
+    async def aunpin(self, config: RunnableConfig) -> bool:
+        thread_id, ns, checkpoint_id = self._pin_target(config)
+        if not checkpoint_id:
+            raise ConfigError("unpin: name the checkpoint (configurable checkpoint_id), as pin() returned it.")
+        chain = self._async_chain()
+        entry = (await chain.ledger_entries(thread_id)).get(pin_key(ns, checkpoint_id))
+        if entry is None or entry.state != "intent":
+            return False
+        await chain.record_entry(thread_id, unpin_entry(entry))
+        self._note_archive(thread_id)
+        return True
+
+    def pins(self, thread_id: str) -> builtins.list[Pin]:
+        """The thread's pinned checkpoints, oldest pin first."""
+        return self._sync_chain().pins(thread_id)
+
+    async def apins(self, thread_id: str) -> builtins.list[Pin]:
+        return await self._async_chain().pins(thread_id)
 
     # -- importing another saver's threads (importer_async.py) ----------------------
 

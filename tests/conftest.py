@@ -2,7 +2,9 @@
 
 Servers come from LANGGRAPH_DURABLE_TEST_POSTGRES_URL and
 LANGGRAPH_DURABLE_TEST_REDIS_URL. When one is missing, its tests skip
-locally but FAIL under CI=true: CI must never pass by skipping.
+locally but FAIL under CI=true: CI must never pass by skipping. The
+archive's tests start moto's S3 server on loopback themselves (or use
+LANGGRAPH_DURABLE_TEST_S3_ENDPOINT), with a bucket of their own.
 """
 
 from __future__ import annotations
@@ -113,6 +115,50 @@ def redis_prefix() -> Iterator[str]:
         if keys:
             client.delete(*keys)
         client.close()
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint() -> Iterator[str]:
+    """An S3-compatible endpoint: LANGGRAPH_DURABLE_TEST_S3_ENDPOINT, else a
+    moto server started for the session on a free loopback port."""
+    given = os.environ.get("LANGGRAPH_DURABLE_TEST_S3_ENDPOINT")
+    if given:
+        yield given
+        return
+    from tests.servers import S3Server
+
+    with S3Server() as server:
+        yield server.endpoint
+
+
+def make_bucket(endpoint: str) -> str:
+    """A new bucket on `endpoint` (moto accepts unsigned requests)."""
+    import urllib.request
+
+    bucket = f"lgd-test-{uuid.uuid4().hex[:16]}"
+    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/{bucket}", method="PUT"), timeout=10).close()
+    return bucket
+
+
+@pytest.fixture
+def s3_env(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The AWS_* variables pointing at the test endpoint; the endpoint."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_endpoint)
+    monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
+    return s3_endpoint
+
+
+@pytest.fixture
+def archive_url(s3_env: str) -> str:
+    """``s3://BUCKET/PREFIX`` of a bucket of the test's own."""
+    try:
+        bucket = make_bucket(s3_env)
+    except OSError as exc:
+        _missing("the S3 test server", exc)
+    return f"s3://{bucket}/archive"
 
 
 SaverFactory = Callable[..., DurableSaver]

@@ -65,3 +65,49 @@ class PrivateRedis:
     def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
         self.kill()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class S3Server:
+    """An S3-compatible server on a free loopback port: moto's (the ``test``
+    extra installs it), in a process of its own that a test may kill.
+    ``with S3Server() as s3: s3.endpoint ...``."""
+
+    def __init__(self) -> None:
+        import sys
+
+        self.port = free_port()
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self.command = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)]
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        try:
+            import moto.server  # noqa: F401
+        except ImportError:
+            from tests.conftest import unavailable
+
+            unavailable("moto's S3 server is not installed (pip install 'moto[server]', part of the test extra)")
+        self.proc = subprocess.Popen(self.command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                    return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError(f"moto's S3 server on port {self.port} did not start")
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+    def __enter__(self) -> S3Server:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.kill()

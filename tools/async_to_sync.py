@@ -72,6 +72,8 @@ FILES = {
     "tiers/redis/tier_async.py": "tiers/redis/tier.py",
     "tiers/postgres/tier_async.py": "tiers/postgres/tier.py",
     "tiers/protocol_async.py": "tiers/protocol.py",
+    "archive/store_async.py": "archive/store.py",
+    "archive/archiver_async.py": "archive/archiver.py",
 }
 
 # Async spelling -> sync spelling: identifiers, attributes, arguments,
@@ -120,6 +122,15 @@ NAMES = {
     "lease_keeper_async": "lease_keeper",
     "tier_async": "tier",
     "protocol_async": "protocol",
+    "AsyncArchiveStore": "ArchiveStore",
+    "AsyncArchiver": "Archiver",
+    "store_async": "store",
+    "archiver_async": "archiver",
+    "put_async": "put",
+    "get_async": "get",
+    "bytes_async": "bytes",
+    "delete_async": "delete",
+    "list_with_delimiter_async": "list_with_delimiter",
 }
 
 ASYNC_BRANCH = "# ASYNC"

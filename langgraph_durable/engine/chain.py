@@ -59,6 +59,7 @@ from ..model.deltas import DeltaMemo
 from ..model.health import Counters, Health, TierHealth
 from ..model.lease import Fence
 from ..model.own_heads import OwnHeads
+from ..model.pins import RESERVED_PREFIX, Pin, pins_of, without_pins
 from ..model.read_cache import ReadCache
 from ..model.records import BlobRow, CheckpointRow, WriteRow, key_fingerprint
 from ..model.roles import Roles
@@ -166,6 +167,9 @@ class TierChain:
         self.read_cache = read_cache if local is not None else None
         self.cache_all_reads = not shared
         self._views: dict[int, TierChain] = {}
+        # The archive's copy of the store's key (`archive_async`), asked when
+        # no hot tier holds one: a store rebuilt from the archive keeps its key.
+        self.archived_key: Callable[[], Any] | None = None
         self._ready = False
         # First use may come from many tasks (or threads) at once; the pools
         # must be opened and the schema migrated exactly once.
@@ -306,7 +310,10 @@ class TierChain:
                 )
             if recorded - {"unsigned"} or self.read_only:
                 return  # sealed with a key of the user's (the key check says so), or only looking
-            text = authority.create_meta(STORE_KEY_META, base64.b64encode(os.urandom(32)).decode())
+            # Every hot tier lost it (or it never was): the archive's copy, if
+            # it keeps one (a store rebuilt from it), else a new key.
+            kept = self.archived_key() if self.archived_key is not None else None
+            text = authority.create_meta(STORE_KEY_META, kept or base64.b64encode(os.urandom(32)).decode())
         elif far is None and authority in up and authority is not None and not self.read_only:
             # The system of record lost the key this replica keeps a copy of
             # (a Redis that evicted or was flushed): put it back, before a new
@@ -974,15 +981,32 @@ class TierChain:
     # -- non-resumable actions and resume validation ----------------------------------
 
     def actions(self, thread_id: str) -> dict[str, LedgerEntry]:
-        """The thread's action ledger, reconciled across the tiers."""
+        """The thread's action ledger, reconciled across the tiers (its pins left out)."""
+        return without_pins(self.ledger_entries(thread_id))
+
+    def ledger_entries(self, thread_id: str) -> dict[str, LedgerEntry]:
+        """Every entry of the thread's ledger: its actions and its pins (`model.pins`)."""
         thread_id = thread_id_of(thread_id, what="actions")
         self.ensure_setup()
         return self.reads.ledger(thread_id)
+
+    def pins(self, thread_id: str) -> list[Pin]:
+        thread_id = thread_id_of(thread_id, what="pins")
+        return pins_of(thread_id, self.ledger_entries(thread_id))
 
     def record_action(self, thread_id: str, entry: LedgerEntry) -> None:
         """Write one ledger entry to every tier before returning: an intent
         must be durable before the action runs. Unless ``write="all"``, a
         shared tier that is down is skipped as long as another took it."""
+        if entry.key.startswith(RESERVED_PREFIX):
+            raise ConfigError(
+                f"action key {entry.key!r} starts with {RESERVED_PREFIX!r}, which langgraph-durable keeps for "
+                "its own entries (pins); choose another key."
+            )
+        self.record_entry(thread_id, entry)
+
+    def record_entry(self, thread_id: str, entry: LedgerEntry) -> None:
+        """`record_action` for any entry, the saver's own (pins) too."""
         check_key_part(entry.key, what="action key", limit=DEFAULT_MAX_ID_BYTES)
         self.ensure_setup()  # the store's key seals the entry
         envelope = self.codec.encode_ledger(thread_id, entry)
@@ -1037,6 +1061,27 @@ class TierChain:
 
     def _everywhere(self, call: Callable[[Tier], Any]) -> None:
         _raise_first(run_all([functools.partial(call, t) for t in self.tiers]))
+
+    def deleted_through(self, thread_id: str) -> str | None:
+        """The thread's deletion marker (`mark_deleted`) as the most
+        authoritative tier that answers has it: None if it was never removed
+        from the hot tiers (deleted, or archived)."""
+        self.ensure_setup()
+        for tier in self.roles.by_authority():
+            try:
+                return tier.head(thread_id, "").deleted_through
+            except TierUnavailable:
+                continue
+        return None
+
+    def forget_thread(self, thread_id: str) -> None:
+        """Drop what this process remembers of the thread (it left the hot
+        tiers, or came back into them from elsewhere): the next read asks the tiers."""
+        if self.own is not None:
+            self.own.forget(thread_id)
+        self.seen.forget(thread_id)
+        if self.deltas is not None:
+            self.deltas.forget(thread_id)
 
     def delete_thread(self, thread_id: str) -> None:
         if self.own is not None:

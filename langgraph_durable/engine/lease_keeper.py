@@ -337,6 +337,13 @@ class LeaseKeeper:
         except TierUnavailable:
             return  # the change itself meets the outage
 
+    def hold(self, thread_id: str) -> Lease:
+        """Take the thread's writer lease for a change made outside a run
+        (`archive_idle`): as a run takes it (another saver's kept lease is
+        asked for; a run going on raises `ThreadBusy` with ``on_busy="raise"``).
+        Give it back with `release_quietly`."""
+        return self._acquire(thread_id_of(thread_id, what="hold"))
+
     # -- release --------------------------------------------------------------------
 
     def release(self, thread_id: str) -> None:

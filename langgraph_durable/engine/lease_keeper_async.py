@@ -424,6 +424,13 @@ class AsyncLeaseKeeper:
         except TierUnavailable:
             return  # the change itself meets the outage
 
+    async def hold(self, thread_id: str) -> Lease:
+        """Take the thread's writer lease for a change made outside a run
+        (`archive_idle`): as a run takes it (another saver's kept lease is
+        asked for; a run going on raises `ThreadBusy` with ``on_busy="raise"``).
+        Give it back with `release_quietly`."""
+        return await self._acquire(thread_id_of(thread_id, what="hold"))
+
     # -- release --------------------------------------------------------------------
 
     async def release(self, thread_id: str) -> None:

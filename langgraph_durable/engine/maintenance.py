@@ -21,6 +21,7 @@ from langgraph.checkpoint.base import INTERRUPT
 from ..integrity import Incident, Unusable
 from ..model.codec import EMPTY, RecordCodec, thread_id_of, version_key
 from ..model.deltas import DeltaMemo
+from ..model.pins import pinned_ids
 from ..model.records import BadRecord, BlobRow, CheckpointRow, WriteRow
 from ..retention import Node, ReplayPlanner, Retained, RetentionPolicy, Walk, blobs_of, older_than, waiting_at_interrupt
 from ..tiers.protocol import Tier
@@ -117,11 +118,16 @@ class Maintenance:
         try:
             for thread_id in sorted(threads):
                 rows = self.reads.rows(thread_id, None, None, None, None, None)
+                pinned = self.pinned(thread_id)
                 by_ns: dict[str, list[CheckpointRow]] = defaultdict(list)
                 for row in rows:
                     by_ns[row.checkpoint_ns].append(row)
                 for ns, ns_rows in by_ns.items():
-                    doomed = {r.checkpoint_id for r in ns_rows if r.run_id in run_ids}
+                    # A pinned checkpoint survives its run's deletion (model/pins.py).
+                    in_runs = {r.checkpoint_id for r in ns_rows if r.run_id in run_ids}
+                    kept = {cid for n, cid in pinned if n == ns} & in_runs
+                    needed.update((thread_id, ns, cid) for cid in kept)
+                    doomed = in_runs - kept
                     if not doomed:
                         continue
                     nodes = self._nodes(thread_id, ns, ns_rows, incidents)
@@ -143,6 +149,10 @@ class Maintenance:
         finally:
             self.reads.settle(incidents)
         return needed
+
+    def pinned(self, thread_id: str) -> set[tuple[str, str]]:
+        """(namespace, checkpoint id) of the thread's pins: nothing removes them."""
+        return pinned_ids(thread_id, self.reads.ledger(thread_id))
 
     def _nodes(
         self, thread_id: str, ns: str, rows: Sequence[CheckpointRow], incidents: list[Incident]
@@ -238,7 +248,7 @@ class Maintenance:
         its delta channels are rebuilt from; delete: the whole thread."""
         for thread_id in [thread_id_of(t, what="prune") for t in thread_ids]:
             self.deltas.forget(thread_id)
-            if strategy == "delete":
+            if strategy == "delete" and not self.pinned(thread_id):
                 # As `delete_thread`: with its marker, so that a copy another
                 # replica's local cache still holds is known to be deleted,
                 # not taken for one the shared tiers lost and written back.
@@ -267,6 +277,7 @@ class Maintenance:
             return Retained(thread_id, kept=len(rows))
         keep: set[tuple[str, str]] = set()
         keep_blobs: set[tuple[str, str, str]] = set()
+        pinned = self.pinned(thread_id)
         newest_ts = ""
         waiting_anywhere = False
         incidents: list[Incident] = []
@@ -282,6 +293,7 @@ class Maintenance:
                 waiting = self._waiting(thread_id, ns, nodes, incidents)
                 waiting_anywhere = waiting_anywhere or bool(waiting)
                 chosen = policy.chosen(nodes, now, waiting) | {tup.checkpoint["id"]}
+                chosen |= {cid for n, cid in pinned if n == ns and cid in nodes}
                 # Delta channels are rebuilt from their ancestors' writes back
                 # to their nearest stored snapshot: those ancestors stay, with
                 # their writes and values (module `retention`).
@@ -301,7 +313,7 @@ class Maintenance:
                 keep_blobs.update((ns, ch, v) for ch, v in pieces)
         finally:
             self.reads.settle(incidents)
-        if newest_ts and not waiting_anywhere and policy.idle(newest_ts, now):
+        if newest_ts and not waiting_anywhere and not pinned and policy.idle(newest_ts, now):
             if not dry_run:
                 if ask is not None:
                     ask(thread_id)

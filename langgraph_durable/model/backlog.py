@@ -96,10 +96,28 @@ class Lag:
     records: int
     seconds: float
     by_tier: dict[str, int]
+    archive: ArchiveLag | None = None
+    """The archive's own lag (``archive=``), apart: it is never on a step's path."""
 
     @property
     def caught_up(self) -> bool:
         return self.records == 0
+
+
+@dataclass(frozen=True, slots=True)
+class ArchiveLag:
+    """How far the archive is behind: threads noted and not shipped yet, and
+    the age in seconds of the oldest such note (0 when none)."""
+
+    threads: int
+    seconds: float
+    reachable: bool = True  # whether the replica's last call reached the object store
+    segments: int = 0  # segments written since start
+    records: int = 0  # records in them
+
+    @property
+    def caught_up(self) -> bool:
+        return self.threads == 0
 
 
 # What `Outbox` keeps at most: journal entries, and bytes of their records.

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from .backlog import Lag
+from .backlog import ArchiveLag, Lag
 from .breaker import BreakerStats
 
 
@@ -30,10 +30,12 @@ class Health:
     tiers: list[TierHealth]
     lag: Lag
     local_write_failures: int  # local writes that failed (disk full, unwritable) since start
+    archive: ArchiveLag | None = None  # the archive (``archive=``): probed, with its lag
+    archive_error: str | None = None
 
     @property
     def ok(self) -> bool:
-        return all(t.reachable for t in self.tiers)
+        return all(t.reachable for t in self.tiers) and (self.archive is None or self.archive.reachable)
 
 
 class Counters:

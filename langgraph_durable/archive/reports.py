@@ -1,0 +1,54 @@
+"""What the archive's operations report. No I/O here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..model.records import BlobRow, CheckpointRow, WriteRow
+
+
+@dataclass
+class HotCopy:
+    """Every verified record of one thread that the asked tiers hold."""
+
+    checkpoints: dict[tuple[str, str], CheckpointRow] = field(default_factory=dict)
+    blobs: dict[tuple[str, str, str], BlobRow] = field(default_factory=dict)
+    writes: dict[tuple[str, str, str, int], WriteRow] = field(default_factory=dict)
+    ledger: dict[str, bytes] = field(default_factory=dict)
+    deleted_through: str | None = None
+
+    @property
+    def records(self) -> int:
+        return len(self.checkpoints) + len(self.blobs) + len(self.writes) + len(self.ledger)
+
+
+@dataclass
+class ArchiveOutcome:
+    """What `archive_idle` did with one thread."""
+
+    thread_id: str
+    archived: bool = False
+    records: int = 0
+    skipped: str = ""  # why it was left in the hot tiers, if it was
+
+
+@dataclass
+class ArchiveReport:
+    """`archive_idle` / ``langgraph-durable archive``: one line per thread looked at."""
+
+    dry_run: bool
+    threads: list[ArchiveOutcome] = field(default_factory=list)
+
+    @property
+    def archived(self) -> list[str]:
+        return [t.thread_id for t in self.threads if t.archived]
+
+
+@dataclass
+class RestoreReport:
+    """`restore` / ``langgraph-durable restore``."""
+
+    threads: int = 0
+    records: int = 0
+    archived: int = 0  # threads left in the archive, marked in the hot tiers
+    bad_segments: list[str] = field(default_factory=list)

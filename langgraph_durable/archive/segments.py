@@ -1,0 +1,278 @@
+"""What the archive holds, and how it is read back. No I/O here.
+
+A thread's archive copy is a series of *segments*: objects that each carry
+the records one pass of the replica found new (checkpoints, channel values,
+pending writes, ledger entries, pins) and the deletions it found recorded
+(checkpoints pruned or deleted for runs, the thread deleted). Records keep
+the envelopes they have in every tier, so each is verified again when it is
+brought back; the segment itself is sealed too (`records.seal`, under the
+store's key when there is one), bound to its thread and its object name, so
+a segment planted, swapped between threads or truncated is refused whole.
+
+Object keys, below the archive URL's prefix::
+
+    v1/threads/<thread>/<at ms, 13 digits>-<random>-<head tag>.seg
+    v1/archived/<thread>          the thread left the hot tiers (sealed JSON)
+
+``<thread>`` is the thread id in unpadded lowercase base32, so no id can
+name another thread's folder. Segment names sort by the time they were
+written; two replicas shipping one thread write different names and never
+overwrite each other (a record shipped twice is the same record). The head
+tag is a digest of the thread's newest checkpoint and its pending writes
+when the segment was cut: comparing it with the hot tiers' head tells,
+from a listing alone, whether a thread has changed since it last shipped.
+
+`ThreadImage.fold` replays a thread's segments in order into the records it
+holds now (or at a point in time, for a restore ``--until``).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import ormsgpack
+
+from ..model.records import BadRecord, BlobRow, CheckpointRow, WriteRow, open_envelope_any, seal
+
+ROOT = "v1"
+THREADS = f"{ROOT}/threads"
+ARCHIVED = f"{ROOT}/archived"
+SEGMENT_TAG = "langgraph-durable-segment"
+MARKER_TAG = "langgraph-durable-archived"
+
+CheckpointKey = tuple[str, str]  # ns, checkpoint id
+BlobKey = tuple[str, str, str]  # ns, channel, version
+WriteKey = tuple[str, str, str, int]  # ns, checkpoint id, task id, idx
+
+
+def thread_folder(thread_id: str) -> str:
+    """The thread's name in object keys: unambiguous for any id."""
+    return base64.b32encode(thread_id.encode("utf-8")).decode("ascii").rstrip("=").lower() or "_"
+
+
+def thread_of_folder(folder: str) -> str:
+    """The thread id `thread_folder` named; ValueError for a name it never makes."""
+    if folder == "_":
+        return ""
+    text = folder.upper()
+    return base64.b32decode(text + "=" * (-len(text) % 8)).decode("utf-8")
+
+
+def segments_prefix(thread_id: str) -> str:
+    return f"{THREADS}/{thread_folder(thread_id)}/"
+
+
+def marker_key(thread_id: str) -> str:
+    return f"{ARCHIVED}/{thread_folder(thread_id)}"
+
+
+def head_tag(checkpoint_id: str | None, write_keys: Iterable[tuple[str, int]]) -> str:
+    """A digest of a thread's newest checkpoint and its pending writes' keys."""
+    h = hashlib.sha256((checkpoint_id or "").encode())
+    for task_id, idx in sorted(write_keys):
+        h.update(b"\x00" + task_id.encode() + b"\x00" + str(idx).encode())
+    return h.hexdigest()[:12]
+
+
+def segment_name(at: float, tag: str) -> str:
+    return f"{int(at * 1000):013d}-{os.urandom(4).hex()}-{tag}.seg"
+
+
+def name_time(key: str) -> float:
+    """When the segment under `key` was cut, in seconds since the epoch."""
+    return int(key.rsplit("/", 1)[-1].split("-", 1)[0]) / 1000
+
+
+def name_tag(key: str) -> str:
+    return key.rsplit("/", 1)[-1].rsplit("-", 1)[-1].removesuffix(".seg")
+
+
+def _context(thread_id: str, name: str) -> str:
+    return f"s\x00{thread_id}\x00{name.rsplit('/', 1)[-1]}"
+
+
+@dataclass
+class Segment:
+    """One pass's worth of a thread: what was new, what was deleted."""
+
+    thread_id: str
+    at: float = field(default_factory=time.time)
+    checkpoints: list[CheckpointRow] = field(default_factory=list)
+    blobs: list[BlobRow] = field(default_factory=list)
+    writes: list[WriteRow] = field(default_factory=list)
+    ledger: dict[str, bytes] = field(default_factory=dict)
+    gone: list[CheckpointKey] = field(default_factory=list)
+    deleted_through: str | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self.checkpoints or self.blobs or self.writes or self.ledger or self.gone or self.deleted_through)
+
+    @property
+    def records(self) -> int:
+        return len(self.checkpoints) + len(self.blobs) + len(self.writes) + len(self.ledger)
+
+    def seal(self, name: str, key: bytes) -> bytes:
+        body = {
+            "thread": self.thread_id,
+            "at": self.at,
+            "c": [
+                [r.checkpoint_ns, r.checkpoint_id, r.parent_id, r.run_id, r.metadata_json, r.envelope]
+                for r in self.checkpoints
+            ],
+            "b": [[r.checkpoint_ns, r.channel, r.version, r.envelope] for r in self.blobs],
+            "w": [
+                [r.checkpoint_ns, r.checkpoint_id, r.task_id, r.idx, r.channel, r.task_path, r.envelope]
+                for r in self.writes
+            ],
+            "l": [[k, v] for k, v in sorted(self.ledger.items())],
+            "gone": [list(g) for g in self.gone],
+            "deleted_through": self.deleted_through,
+        }
+        return seal(_context(self.thread_id, name), SEGMENT_TAG, ormsgpack.packb(body), key=key)
+
+    @classmethod
+    def open(cls, thread_id: str, name: str, data: bytes, keys: Sequence[bytes]) -> Segment:
+        """The segment stored under `name`, verified; `BadRecord` if it is not
+        one this thread's replica sealed under that name."""
+        tag, payload, _ = open_envelope_any(_context(thread_id, name), data, keys)
+        if tag != SEGMENT_TAG:
+            raise BadRecord(f"not a segment (type tag {tag!r})")
+        try:
+            body = ormsgpack.unpackb(payload)
+            if body["thread"] != thread_id:
+                raise BadRecord("segment of another thread")
+            t = thread_id
+            return cls(
+                thread_id=t,
+                at=float(body["at"]),
+                checkpoints=[CheckpointRow(t, ns, cid, p, run, md, env) for ns, cid, p, run, md, env in body["c"]],
+                blobs=[BlobRow(t, ns, ch, v, env) for ns, ch, v, env in body["b"]],
+                writes=[
+                    WriteRow(t, ns, cid, task, int(idx), ch, path, env)
+                    for ns, cid, task, idx, ch, path, env in body["w"]
+                ],
+                ledger={str(k): bytes(v) for k, v in body["l"]},
+                gone=[(str(ns), str(cid)) for ns, cid in body["gone"]],
+                deleted_through=body["deleted_through"],
+            )
+        except (KeyError, TypeError, ValueError, ormsgpack.MsgpackDecodeError) as exc:
+            raise BadRecord(f"segment has an unexpected shape ({exc})") from None
+
+
+@dataclass
+class ThreadImage:
+    """A thread's records as its segments leave them, keyed like the tiers key them."""
+
+    thread_id: str
+    checkpoints: dict[CheckpointKey, CheckpointRow] = field(default_factory=dict)
+    blobs: dict[BlobKey, BlobRow] = field(default_factory=dict)
+    writes: dict[WriteKey, WriteRow] = field(default_factory=dict)
+    ledger: dict[str, bytes] = field(default_factory=dict)
+    deleted_through: str | None = None
+    gone: set[CheckpointKey] = field(default_factory=set)
+    segments: int = 0
+    newest_at: float = 0.0
+
+    @classmethod
+    def fold(cls, thread_id: str, segments: Iterable[Segment]) -> ThreadImage:
+        image = cls(thread_id)
+        for segment in segments:
+            image.apply(segment)
+        return image
+
+    def apply(self, s: Segment) -> None:
+        """Deletions first (a segment records what was gone when it was cut),
+        then what it brought."""
+        self.segments += 1
+        self.newest_at = max(self.newest_at, s.at)
+        if s.deleted_through is not None:
+            # The thread was deleted through this id: everything before goes.
+            m = s.deleted_through
+            self.deleted_through = max(self.deleted_through or "", m)
+            self.checkpoints = {k: r for k, r in self.checkpoints.items() if k[1] > m}
+            self.writes = {k: r for k, r in self.writes.items() if k[1] > m}
+            if not self.checkpoints:
+                self.blobs.clear()
+                self.ledger.clear()
+        for key in s.gone:
+            self.gone.add(key)
+            self.checkpoints.pop(key, None)
+            for wk in [wk for wk in self.writes if (wk[0], wk[1]) == key]:
+                del self.writes[wk]
+        for c in s.checkpoints:
+            self.checkpoints[(c.checkpoint_ns, c.checkpoint_id)] = c
+            self.gone.discard((c.checkpoint_ns, c.checkpoint_id))
+        for b in s.blobs:
+            self.blobs[(b.checkpoint_ns, b.channel, b.version)] = b
+        for w in s.writes:
+            self.writes[(w.checkpoint_ns, w.checkpoint_id, w.task_id, w.idx)] = w
+        self.ledger.update(s.ledger)
+
+    @property
+    def empty(self) -> bool:
+        return not (self.checkpoints or self.ledger)
+
+    @property
+    def records(self) -> int:
+        return len(self.checkpoints) + len(self.blobs) + len(self.writes) + len(self.ledger)
+
+    def head(self, ns: str = "") -> tuple[str | None, list[tuple[str, int]]]:
+        """The newest checkpoint of `ns` and its pending writes' keys."""
+        ids = [cid for n, cid in self.checkpoints if n == ns]
+        newest = max(ids, default=None)
+        return newest, [(t, i) for n, c, t, i in self.writes if n == ns and c == newest]
+
+    def tag(self) -> str:
+        newest, writes = self.head("")
+        return head_tag(newest, writes)
+
+    def missing(
+        self,
+        checkpoints: Iterable[CheckpointRow],
+        blobs: Iterable[BlobRow],
+        writes: Iterable[WriteRow],
+        ledger: dict[str, bytes],
+    ) -> Segment:
+        """What of these records this image lacks (or holds other bytes of), as a segment."""
+        s = Segment(self.thread_id)
+        s.checkpoints = [c for c in checkpoints if self.checkpoints.get((c.checkpoint_ns, c.checkpoint_id)) != c]
+        s.blobs = [b for b in blobs if (b.checkpoint_ns, b.channel, b.version) not in self.blobs]
+        s.writes = [w for w in writes if self.writes.get((w.checkpoint_ns, w.checkpoint_id, w.task_id, w.idx)) != w]
+        s.ledger = {k: v for k, v in ledger.items() if self.ledger.get(k) != v}
+        return s
+
+    def holds(
+        self,
+        checkpoints: Iterable[CheckpointRow],
+        blobs: Iterable[BlobRow],
+        writes: Iterable[WriteRow],
+        ledger: dict[str, bytes],
+    ) -> bool:
+        """Whether every one of these records is here, byte for byte."""
+        return not self.missing(checkpoints, blobs, writes, ledger)
+
+
+def seal_marker(thread_id: str, info: dict[str, Any], key: bytes) -> bytes:
+    """The ``archived/<thread>`` object: the thread left the hot tiers."""
+    body = json.dumps({"thread": thread_id, **info}, sort_keys=True).encode()
+    return seal(f"a\x00{thread_id}", MARKER_TAG, body, key=key)
+
+
+def open_marker(thread_id: str, data: bytes, keys: Sequence[bytes]) -> dict[str, Any]:
+    tag, payload, _ = open_envelope_any(f"a\x00{thread_id}", data, keys)
+    if tag != MARKER_TAG:
+        raise BadRecord(f"not an archive marker (type tag {tag!r})")
+    try:
+        body = json.loads(payload)
+    except ValueError:
+        raise BadRecord("archive marker is not JSON") from None
+    if not isinstance(body, dict) or body.get("thread") != thread_id:
+        raise BadRecord("archive marker of another thread")
+    return body

@@ -1,0 +1,168 @@
+# WARNING: this file is generated from langgraph_durable/archive/store_async.py; edit that file and run tools/async_to_sync.py. DO NOT EDIT.
+"""The archive's object store: S3-compatible object storage through obstore.
+
+`archive="s3://BUCKET/PREFIX"` names it. Credentials, region and endpoint
+come from the standard variables (``AWS_ACCESS_KEY_ID``,
+``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``, ``AWS_REGION``,
+``AWS_ENDPOINT_URL``), as every S3 client reads them; an ``http://``
+endpoint (MinIO or another server on a private network) is allowed as
+given. The store holds opaque bytes under keys relative to its prefix;
+what they mean is `segments`' business. Every failure to reach it is a
+`TierUnavailable` naming the archive, so callers treat it as any tier
+that is down.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import Any
+from urllib.parse import urlsplit
+
+from ..errors import ConfigError, TierUnavailable
+from ..options import ENV_ARCHIVE_URL
+
+__all__ = ["ENV_ARCHIVE_URL", "ArchiveStore", "parse_archive_url"]
+
+SCHEMES = ("s3://",)
+TIER = "archive"
+# The store's own key (a copy of the system of record's): whoever can read
+# the bucket can read every record in it anyway.
+STORE_KEY_OBJECT = "v1/store-key"
+
+# A call to the object store gives up after this long (its client retries
+# within it): the archive is never on a step's path, but `archive_idle`,
+# a bring-back and `close` wait for it.
+CALL_TIMEOUT_S = 10.0
+MAX_RETRIES = 2
+
+
+def parse_archive_url(url: object) -> tuple[str, str]:
+    """``(bucket, prefix)`` of an ``s3://BUCKET/PREFIX`` URL, else `ConfigError`."""
+    if not isinstance(url, str) or not url.startswith(SCHEMES):
+        shown = url if isinstance(url, str) else type(url).__name__
+        raise ConfigError(
+            f"archive= got {shown!r}, which is not an archive URL: it must start with s3:// "
+            "(for example s3://my-bucket/langgraph); the endpoint and credentials come from AWS_* variables."
+        )
+    parts = urlsplit(url)
+    if not parts.netloc:
+        raise ConfigError(f"archive= got {url!r}, which names no bucket: use s3://BUCKET/PREFIX.")
+    if parts.query or parts.fragment:
+        raise ConfigError(f"archive= got {url!r}: an archive URL takes no ?query or #fragment; use s3://BUCKET/PREFIX.")
+    return parts.netloc, parts.path.strip("/")
+
+
+def _obstore() -> Any:
+    try:
+        import obstore
+        from obstore.store import S3Store
+    except ImportError:
+        raise ConfigError(
+            "archive= needs the s3 extra: pip install 'langgraph-durable[s3]' (it brings obstore)."
+        ) from None
+    return obstore, S3Store
+
+
+@contextmanager
+def _reaching(where: str, what: str) -> Iterator[None]:
+    """The object store's errors as `TierUnavailable`, but a missing key
+    (`FileNotFoundError`, for `get` to answer None)."""
+    from obstore.exceptions import BaseError, NotFoundError
+
+    try:
+        yield
+    except (FileNotFoundError, NotFoundError):
+        raise FileNotFoundError(what) from None
+    except (BaseError, OSError, RuntimeError, TimeoutError) as exc:
+        first = (str(exc).splitlines() or [""])[0][:300]
+        raise TierUnavailable(
+            f"the archive at {where} could not {what} ({type(exc).__name__}: {first}). "
+            "Check the bucket, the AWS_* variables and that the object store is running.",
+            tier=TIER,
+        ) from exc
+
+
+class ArchiveStore:
+    """Bytes under keys in one bucket and prefix."""
+
+    def __init__(self, url: str, *, env: Mapping[str, str] | None = None, timeout: float = CALL_TIMEOUT_S) -> None:
+        self.bucket, self.prefix = parse_archive_url(url)
+        self.url = url
+        env = os.environ if env is None else env
+        endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") or ""
+        options: dict[str, Any] = {"timeout": timedelta(seconds=timeout), "connect_timeout": timedelta(seconds=2)}
+        if endpoint.startswith("http://"):
+            options["allow_http"] = True
+        config: dict[str, Any] = {}
+        if endpoint:
+            config["endpoint"] = endpoint
+        if not (env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")):
+            config["region"] = "us-east-1"
+        self._obstore, s3store = _obstore()
+        self._store = s3store(
+            self.bucket,
+            prefix=self.prefix or None,
+            config=config,
+            client_options=options,
+            retry_config={"max_retries": MAX_RETRIES, "retry_timeout": timedelta(seconds=timeout)},
+        )
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.url!r})"
+
+    def put(self, key: str, data: bytes) -> None:
+        with _reaching(self.url, f"store {key!r}"):
+            self._obstore.put(self._store, key, data)
+
+    def get(self, key: str) -> bytes | None:
+        """The object's bytes; None when there is none under `key`."""
+        with _reaching(self.url, f"read {key!r}"):
+            try:
+                result = self._obstore.get(self._store, key)
+                return bytes(result.bytes())
+            except FileNotFoundError:
+                return None
+
+    def keys(self, prefix: str) -> list[str]:
+        """Every key under `prefix`, sorted."""
+        found: list[str] = []
+        with _reaching(self.url, f"list {prefix!r}"):
+            for chunk in self._obstore.list(self._store, prefix, chunk_size=1000):
+                found.extend(str(meta["path"]) for meta in chunk)
+        return sorted(found)
+
+    def folders(self, prefix: str) -> list[str]:
+        """The names one level below `prefix` (a "folder" ending in ``/``)."""
+        with _reaching(self.url, f"list {prefix!r}"):
+            listed = self._obstore.list_with_delimiter(self._store, prefix)
+        return sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in listed["common_prefixes"])
+
+    def store_key(self) -> str | None:
+        """The copy of the store's key the archive keeps (base64), if any: a
+        store whose hot tiers were lost reads its records with it again."""
+        data = self.get(STORE_KEY_OBJECT)
+        if data is None:
+            return None
+        try:
+            text = json.loads(data)["store_key"]
+        except (ValueError, KeyError, TypeError):
+            raise ConfigError(
+                f"the archive's {STORE_KEY_OBJECT} is not a key langgraph-durable wrote; remove it or restore it "
+                "from a backup."
+            ) from None
+        return str(text)
+
+    def keep_store_key(self, text: str) -> None:
+        """Keep a copy of the store's key, unless one is kept already."""
+        if self.get(STORE_KEY_OBJECT) is None:
+            self.put(STORE_KEY_OBJECT, json.dumps({"store_key": text}).encode())
+
+    def delete(self, keys: Sequence[str]) -> None:
+        if not keys:
+            return
+        with _reaching(self.url, f"delete {len(keys)} object(s)"):
+            self._obstore.delete(self._store, list(keys))

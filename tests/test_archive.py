@@ -1,0 +1,463 @@
+"""The archive tier: the replica, archived idle threads brought back by a
+read, pins, the object store failing mid-archive, and a whole store rebuilt
+from the archive. Real compiled graphs, real Redis and Postgres, and an
+S3-compatible server (moto's) on loopback; faults through a TCP proxy."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from typing import Any
+from urllib.parse import urlsplit
+
+import psycopg
+import pytest
+import redis as redis_lib
+from langgraph.types import Command
+
+from langgraph_durable import DurableSaver, RetentionPolicy
+from langgraph_durable.archive.segments import THREADS, segments_prefix
+from langgraph_durable.archive.store import ArchiveStore
+from langgraph_durable.errors import ConfigError
+from tests.conftest import CONFIGS, POSTGRES_URL, REDIS_URL, SaverFactory
+from tests.graphs import _ahistory, _history, interrupt_graph, loop_graph, subgraph_graph
+
+pytestmark = [pytest.mark.s3]
+
+FULL = "sqlite+redis+postgres"
+
+
+def cfg(thread_id: str) -> dict[str, Any]:
+    return {"configurable": {"thread_id": thread_id}}
+
+
+def hot_thread_ids(saver: DurableSaver) -> set[str]:
+    chain = saver._sync_chain()
+    chain.ensure_setup()
+    return {t for tier in chain.tiers for t in tier.thread_ids()}
+
+
+def store_of(archive_url: str) -> ArchiveStore:
+    return ArchiveStore(archive_url)
+
+
+# -- the replica ------------------------------------------------------------------------------
+
+
+def test_every_run_reaches_the_archive_in_few_objects(make_saver: SaverFactory, archive_url: str) -> None:
+    with make_saver(FULL, archive=archive_url) as saver:
+        graph = loop_graph(5).compile(checkpointer=saver)
+        graph.invoke({"messages": [], "n": 0}, cfg("t1"))
+        graph.invoke({"messages": ["again"], "n": 0}, cfg("t1"))
+        lag = saver.lag().archive
+        assert lag is not None and lag.threads == 1 and lag.seconds >= 0
+        left = saver.drain_archive()
+        assert left is not None and left.caught_up
+        keys = store_of(archive_url).keys(segments_prefix("t1"))
+        # One pass, one segment for the thread, whatever its number of records.
+        assert len(keys) == 1
+        image = saver._archiver().image("t1")
+        hot = saver._archiver().hot("t1", saver._sync_chain().tiers)
+        assert image.holds(hot.checkpoints.values(), hot.blobs.values(), hot.writes.values(), hot.ledger)
+        assert saver.drain_archive().segments == 1  # nothing new: nothing written
+        graph.invoke({"messages": ["third"], "n": 0}, cfg("t1"))
+        saver.drain_archive()
+        assert len(store_of(archive_url).keys(segments_prefix("t1"))) == 2
+        health = saver.health()
+        assert health.archive is not None and health.archive.reachable and health.ok
+
+
+def test_the_replica_ships_behind_the_steps_within_its_lag(make_saver: SaverFactory, archive_url: str) -> None:
+    with make_saver(FULL, archive=archive_url, archive_lag=0.4) as saver:
+        loop_graph(3).compile(checkpointer=saver).invoke({"messages": [], "n": 0}, cfg("t-lag"))
+        deadline = time.monotonic() + 10
+        while not store_of(archive_url).keys(segments_prefix("t-lag")):
+            assert time.monotonic() < deadline, "the replica did not ship within 10 s"
+            time.sleep(0.05)
+        assert saver.lag().archive is not None
+
+
+def test_a_new_process_ships_what_a_killed_one_wrote_before_its_pass(
+    make_saver: SaverFactory, archive_url: str
+) -> None:
+    # A saver that never ships (its pass would come an hour later) and never closes:
+    # what it wrote reaches the archive through the next process's rescan.
+    dead = make_saver(FULL, archive=archive_url, archive_lag=7200.0)
+    loop_graph(3).compile(checkpointer=dead).invoke({"messages": [], "n": 0}, cfg("t-orphan"))
+    assert dead._archive_replica is not None
+    dead._archive_replica.stop()
+    assert not store_of(archive_url).keys(segments_prefix("t-orphan"))
+    with make_saver(FULL, sqlite_name="other.sqlite", archive=archive_url, archive_lag=7200.0) as saver:
+        noted = saver._archive_rescan(saver._archive_replica.note, lambda: True)  # type: ignore[union-attr]
+        assert noted == 1
+        saver.drain_archive()
+        assert store_of(archive_url).keys(segments_prefix("t-orphan"))
+        # Current now: the next rescan notes nothing.
+        assert saver._archive_rescan(saver._archive_replica.note, lambda: True) == 0  # type: ignore[union-attr]
+
+
+# -- archived idle threads, brought back by a read ------------------------------------------
+
+
+@pytest.mark.parametrize("tiers", CONFIGS)
+def test_an_archived_thread_comes_back_whole_on_its_next_run(
+    make_saver: SaverFactory, archive_url: str, tiers: str
+) -> None:
+    with make_saver(tiers, archive=archive_url) as saver:
+        graph = subgraph_graph().compile(checkpointer=saver)
+        graph.invoke({"messages": [], "n": 0}, cfg("t-sub"))
+        before = _history(graph, cfg("t-sub"))
+        state = graph.get_state(cfg("t-sub"), subgraphs=True).values
+        report = saver.archive_idle(0.0)
+        assert report.archived == ["t-sub"]
+        assert "t-sub" not in hot_thread_ids(saver)
+        assert saver.archived_threads() == ["t-sub"]
+        # A read brings it back, transparently.
+        assert graph.get_state(cfg("t-sub"), subgraphs=True).values == state
+        assert saver.archive_restores == 1
+        assert _history(graph, cfg("t-sub")) == before
+        assert saver.archived_threads() == []
+        assert "t-sub" in hot_thread_ids(saver)
+        # And it runs on from where it was.
+        result = graph.invoke({"messages": ["more"], "n": 0}, cfg("t-sub"))
+        assert result["messages"][: len(state["messages"])] == state["messages"]
+
+
+@pytest.mark.parametrize("tiers", CONFIGS)
+async def test_an_archived_thread_comes_back_whole_on_the_async_face(
+    make_saver: SaverFactory, archive_url: str, tiers: str
+) -> None:
+    async with make_saver(tiers, archive=archive_url) as saver:
+        graph = loop_graph(4).compile(checkpointer=saver)
+        await graph.ainvoke({"messages": [], "n": 0}, cfg("t-async"))
+        before = await _ahistory(graph, cfg("t-async"))
+        report = await saver.aarchive_idle(0.0)
+        assert report.archived == ["t-async"]
+        assert await saver.aarchived_threads() == ["t-async"]
+        # list() (get_state_history) brings it back as well as get_tuple.
+        assert await _ahistory(graph, cfg("t-async")) == before
+        assert saver.archive_restores == 1
+        out = await graph.ainvoke({"messages": ["again"], "n": 0}, cfg("t-async"))
+        assert out["n"] == 4 and "again" in out["messages"]
+
+
+@pytest.mark.parametrize("face", ["sync", "async"])
+def test_a_thread_waiting_at_an_interrupt_resumes_after_archiving(
+    make_saver: SaverFactory, archive_url: str, face: str
+) -> None:
+    with make_saver(FULL, archive=archive_url) as saver:
+        graph = interrupt_graph().compile(checkpointer=saver)
+        first = graph.invoke({"messages": [], "n": 0}, cfg("t-int"))
+        assert first["__interrupt__"]
+        before = _history(graph, cfg("t-int"))
+        assert saver.archive_idle(0.0).archived == ["t-int"]
+        if face == "sync":
+            result = graph.invoke(Command(resume="approved"), cfg("t-int"))
+        else:
+
+            async def resume() -> Any:
+                try:
+                    return await graph.ainvoke(Command(resume="approved"), cfg("t-int"))
+                finally:
+                    await saver.aclose()
+
+            result = asyncio.run(resume())
+        assert result["messages"] == ["prepared", "answer: approved", "finished"]
+        assert _history(graph, cfg("t-int"))[-len(before) :] == before
+
+
+def test_dry_run_and_busy_and_young_threads_stay(make_saver: SaverFactory, archive_url: str) -> None:
+    with make_saver(FULL, archive=archive_url) as saver:
+        graph = loop_graph(2).compile(checkpointer=saver)
+        graph.invoke({"messages": [], "n": 0}, cfg("t-young"))
+        dry = saver.archive_idle(0.0, dry_run=True)
+        assert dry.archived == ["t-young"] and "t-young" in hot_thread_ids(saver)
+        assert not store_of(archive_url).keys(f"{THREADS}/") or saver.archived_threads() == []
+        young = saver.archive_idle(3600.0)
+        assert young.archived == [] and young.threads[0].skipped == "not idle"
+    with make_saver(FULL, archive=archive_url, sqlite_name="b.sqlite") as other:
+        # Another replica's run holds the lease: the thread stays.
+        lease = other._sync_leases().hold("t-young")
+        try:
+            with make_saver(FULL, archive=archive_url, sqlite_name="c.sqlite", on_busy="raise") as third:
+                busy = third.archive_idle(0.0)
+            assert busy.archived == [] and busy.threads[0].skipped == "busy"
+        finally:
+            other._sync_leases().release_quietly(lease)
+
+
+def test_a_policy_archives_idle_threads(make_saver: SaverFactory, archive_url: str) -> None:
+    with make_saver(FULL, archive=archive_url) as saver:
+        graph = loop_graph(3).compile(checkpointer=saver)
+        graph.invoke({"messages": [], "n": 0}, cfg("t-policy"))
+        report = saver.apply_retention(RetentionPolicy(keep_last=1, archive_idle_after=60.0), now=time.time() + 120)
+        assert report.threads_archived == 1
+        assert saver.archived_threads() == ["t-policy"]
+        # Retention ran first: what comes back is what it kept.
+        assert len(list(saver.list(cfg("t-policy")))) == 1
+
+
+def test_deleting_an_archived_thread_removes_its_archive_copy(make_saver: SaverFactory, archive_url: str) -> None:
+    with make_saver(FULL, archive=archive_url) as saver:
+        graph = loop_graph(2).compile(checkpointer=saver)
+        graph.invoke({"messages": [], "n": 0}, cfg("t-del"))
+        graph.invoke({"messages": [], "n": 0}, cfg("t-kept"))
+        saver.archive_idle(0.0, thread_ids=["t-del"])
+        saver.delete_thread("t-del")
+        assert saver.archived_threads() == []
+        assert graph.get_state(cfg("t-del")).values == {}  # not brought back
+        saver.drain_archive()
+        # What stays is the segment saying it was deleted: a restore never brings it back.
+        assert len(store_of(archive_url).keys(segments_prefix("t-del"))) == 1
+        report = saver.restore(["t-del"])
+        assert report.threads == 0
+        assert graph.get_state(cfg("t-del")).values == {}
+        assert graph.get_state(cfg("t-kept")).values["n"] == 2
+
+
+# -- pins ---------------------------------------------------------------------------------------
+
+
+def test_a_pin_survives_retention_prune_delete_for_runs_and_archiving(
+    make_saver: SaverFactory, archive_url: str
+) -> None:
+    with make_saver(FULL, archive=archive_url) as saver:
+        graph = loop_graph(3).compile(checkpointer=saver)
+        run_id = uuid.uuid4()
+        graph.invoke({"messages": [], "n": 0}, {**cfg("t-pin"), "run_id": run_id})
+        middle = list(graph.get_state_history(cfg("t-pin")))[2]
+        pin = saver.pin(middle.config, label="before the risky step")
+        assert [p.checkpoint_id for p in saver.pins("t-pin")] == [pin.checkpoint_id]
+        assert saver.actions("t-pin") == {}  # a pin is not an action
+        saver.apply_retention(RetentionPolicy(keep_last=1))
+        saver.prune(["t-pin"])
+        saver.prune(["t-pin"], strategy="delete")
+        saver.delete_for_runs([str(run_id)])
+        assert saver.get_tuple(pin.config) is not None  # type: ignore[arg-type]
+        assert saver.archive_idle(0.0).threads[0].skipped == "pinned"
+        # Time travel from the pin.
+        resumed = graph.invoke(None, pin.config)  # type: ignore[arg-type]
+        assert resumed["n"] == 3
+        assert saver.unpin(pin.config)  # type: ignore[arg-type]
+        assert not saver.unpin(pin.config)  # type: ignore[arg-type]
+        assert saver.pins("t-pin") == []
+        assert saver.archive_idle(0.0).archived == ["t-pin"]
+
+
+async def test_pins_on_the_async_face(make_saver: SaverFactory, archive_url: str) -> None:
+    async with make_saver(FULL, archive=archive_url) as saver:
+        graph = loop_graph(2).compile(checkpointer=saver)
+        await graph.ainvoke({"messages": [], "n": 0}, cfg("t-apin"))
+        pin = await saver.apin(cfg("t-apin"), label="done")
+        assert [p.label for p in await saver.apins("t-apin")] == ["done"]
+        await saver.aapply_retention(RetentionPolicy(keep_last=1))
+        assert (await saver.aget_tuple(pin.config)) is not None  # type: ignore[arg-type]
+        assert await saver.aunpin(pin.config)  # type: ignore[arg-type]
+        assert await saver.apins("t-apin") == []
+
+
+def test_an_action_key_in_the_reserved_space_is_refused(make_saver: SaverFactory) -> None:
+    from langgraph_durable.ledger import LedgerEntry
+
+    with make_saver("sqlite") as saver, pytest.raises(ConfigError, match="keeps for its own entries"):
+        saver.record_action("t", LedgerEntry("langgraph-durable:pin::x", "done"))
+
+
+# -- the object store failing ----------------------------------------------------------------
+
+
+def test_the_object_store_down_mid_archive_deletes_nothing_hot(
+    make_saver: SaverFactory, s3_env: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.conftest import make_bucket
+    from tests.proxy import TcpProxy
+
+    bucket = make_bucket(s3_env)
+    parts = urlsplit(s3_env)
+    with TcpProxy(parts.hostname or "127.0.0.1", parts.port or 80) as proxy:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{proxy.port}")
+        url = f"s3://{bucket}/cut"
+        with make_saver(FULL, archive=url) as saver:
+            graph = loop_graph(3).compile(checkpointer=saver)
+            for t in ("t-a", "t-b"):
+                graph.invoke({"messages": [], "n": 0}, cfg(t))
+            states = {t: graph.get_state(cfg(t)).values for t in ("t-a", "t-b")}
+            # The store goes away after the first thread's segment is written.
+            archiver = saver._archiver()
+            real_put = archiver.store.put
+            calls = {"n": 0}
+
+            def put_then_cut(key: str, data: bytes) -> None:
+                calls["n"] += 1
+                real_put(key, data)
+                proxy.cut()
+
+            monkeypatch.setattr(archiver.store, "put", put_then_cut)
+            with pytest.raises(Exception, match="archive"):
+                saver.archive_idle(0.0)
+            assert hot_thread_ids(saver) >= {"t-a", "t-b"}
+            assert {t: graph.get_state(cfg(t)).values for t in states} == states
+            # Runs go on while the store is down; the replica keeps its notes.
+            graph.invoke({"messages": ["down"], "n": 0}, cfg("t-a"))
+            left = saver.drain_archive(timeout=30)
+            assert left is not None and not left.caught_up and not left.reachable
+            monkeypatch.setattr(archiver.store, "put", real_put)
+            proxy.restore()
+            assert saver.drain_archive().caught_up  # type: ignore[union-attr]
+            assert sorted(saver.archive_idle(0.0).archived) == ["t-a", "t-b"]
+            assert graph.get_state(cfg("t-a")).values["messages"][-1].startswith("message")
+
+
+# -- integrity: one bad copy in one tier ---------------------------------------------------------
+
+
+def test_a_damaged_hot_copy_is_archived_from_an_intact_tier(make_saver: SaverFactory, archive_url: str) -> None:
+    from tests.tamper import CHECKPOINT, Rec, flip, postgres_store
+
+    with make_saver(FULL, archive=archive_url) as saver:
+        graph = loop_graph(3).compile(checkpointer=saver)
+        graph.invoke({"messages": [], "n": 0}, cfg("t-bad"))
+        state = graph.get_state(cfg("t-bad")).values
+        newest = graph.get_state(cfg("t-bad")).config["configurable"]["checkpoint_id"]
+        assert saver.postgres_url is not None
+        pg = postgres_store(saver.postgres_url)
+        try:
+            rec = Rec(CHECKPOINT, "", (newest,))
+            stored = pg.get("t-bad", rec)
+            assert stored is not None
+            pg.put_raw("t-bad", rec, flip(stored.raw, len(stored.raw) - 3, 0x40), stored)
+        finally:
+            pg.close()
+        assert saver.archive_idle(0.0).archived == ["t-bad"]
+        row = saver._archiver().image("t-bad").checkpoints[("", newest)]
+        saver._codec.decode_checkpoint(row)  # the intact copy went to the archive
+        assert graph.get_state(cfg("t-bad")).values == state
+        report = saver.verify()
+        assert not report.bad and not report.missing
+
+
+@pytest.mark.parametrize("harm", ["damaged", "planted", "replayed", "missing"])
+def test_one_bad_segment_is_left_out_and_reported(make_saver: SaverFactory, archive_url: str, harm: str) -> None:
+    with make_saver(FULL, archive=archive_url) as saver:
+        graph = loop_graph(2).compile(checkpointer=saver)
+        graph.invoke({"messages": [], "n": 0}, cfg("t-seg"))
+        saver.drain_archive()
+        graph.invoke({"messages": ["second run"], "n": 0}, cfg("t-seg"))
+        saver.drain_archive()
+        graph.invoke({"messages": [], "n": 0}, cfg("t-other"))
+        saver.drain_archive()
+        store = store_of(archive_url)
+        _first, second = store.keys(segments_prefix("t-seg"))
+        if harm == "damaged":
+            data = bytearray(store.get(second) or b"")
+            data[-5] ^= 0xFF
+            store.put(second, bytes(data))
+        elif harm == "planted":
+            from langgraph_durable.archive.segments import Segment
+
+            store.put(second, Segment("t-seg").seal(second, b""))  # sealed without the store's key
+        elif harm == "replayed":
+            (other,) = store.keys(segments_prefix("t-other"))
+            store.put(second, store.get(other) or b"")
+        else:
+            store.delete([second])
+        bad: list[str] = []
+        image = saver._archiver().image("t-seg", bad=bad)
+        assert bad == ([] if harm == "missing" else [second])
+        # The first run's records are all there; nothing of the other thread.
+        assert image.checkpoints and all(k[1] for k in image.checkpoints)
+        assert all(row.thread_id == "t-seg" for row in image.checkpoints.values())
+        # The hot tiers keep the thread whole; the next ship writes what the archive lacks again.
+        shipped = saver._archiver().ship("t-seg")
+        assert shipped > 0
+        healed = saver._archiver().image("t-seg", bad=[])
+        hot = saver._archiver().hot("t-seg", saver._sync_chain().tiers)
+        assert healed.holds(hot.checkpoints.values(), hot.blobs.values(), hot.writes.values(), hot.ledger)
+
+
+# -- disaster recovery --------------------------------------------------------------------------
+
+
+def _lose_every_hot_tier(saver: DurableSaver, redis_prefix: str) -> None:
+    """Postgres' database dropped and created empty, Redis' keys flushed, the local file gone."""
+    assert saver.postgres_url is not None
+    name = saver.postgres_url.rsplit("/", 1)[1]
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+        admin.execute(f'CREATE DATABASE "{name}"')
+    client = redis_lib.Redis.from_url(REDIS_URL)
+    keys = list(client.scan_iter(match=f"{redis_prefix}:*", count=1000))
+    if keys:
+        client.delete(*keys)
+    client.close()
+
+
+@pytest.mark.parametrize("face", ["sync", "async"])
+def test_the_whole_store_is_rebuilt_from_the_archive(
+    make_saver: SaverFactory, archive_url: str, redis_prefix: str, face: str
+) -> None:
+    with make_saver(FULL, archive=archive_url, redis_key_prefix=redis_prefix) as saver:
+        graph = interrupt_graph().compile(checkpointer=saver)
+        graph.invoke({"messages": [], "n": 0}, cfg("t-dr-int"))
+        loop = loop_graph(3).compile(checkpointer=saver)
+        loop.invoke({"messages": [], "n": 0}, cfg("t-dr-loop"))
+        loop.invoke({"messages": [], "n": 0}, cfg("t-dr-old"))
+        histories = {t: _history(loop, cfg(t)) for t in ("t-dr-loop", "t-dr-old")}
+        histories["t-dr-int"] = _history(graph, cfg("t-dr-int"))
+        assert saver.archive_idle(0.0, thread_ids=["t-dr-old"]).archived == ["t-dr-old"]
+        assert saver.drain_archive().caught_up  # type: ignore[union-attr]
+    _lose_every_hot_tier(saver, redis_prefix)
+    with make_saver(FULL, archive=archive_url, redis_key_prefix=redis_prefix, sqlite_name="new.sqlite") as fresh:
+        if face == "sync":
+            report = fresh.restore()
+        else:
+
+            async def arestore() -> Any:
+                try:
+                    return await fresh.arestore()
+                finally:
+                    await fresh.aclose()
+
+            report = asyncio.run(arestore())
+        assert report.threads == 2 and report.archived == 1 and report.bad_segments == []
+        loop = loop_graph(3).compile(checkpointer=fresh)
+        graph = interrupt_graph().compile(checkpointer=fresh)
+        assert _history(loop, cfg("t-dr-loop")) == histories["t-dr-loop"]
+        assert _history(graph, cfg("t-dr-int")) == histories["t-dr-int"]
+        # The archived thread stayed archived, and comes back when read.
+        assert fresh.archived_threads() == ["t-dr-old"]
+        assert _history(loop, cfg("t-dr-old")) == histories["t-dr-old"]
+        assert graph.invoke(Command(resume="ok"), cfg("t-dr-int"))["messages"][-1] == "finished"
+        report = fresh.verify()
+        assert not report.bad and not report.missing
+
+
+def test_restore_until_a_time_leaves_later_segments_out(
+    make_saver: SaverFactory, archive_url: str, redis_prefix: str
+) -> None:
+    with make_saver(FULL, archive=archive_url, redis_key_prefix=redis_prefix) as saver:
+        graph = loop_graph(2).compile(checkpointer=saver)
+        graph.invoke({"messages": [], "n": 0}, cfg("t-pit"))
+        saver.drain_archive()
+        early = graph.get_state(cfg("t-pit")).values
+        cut = time.time()
+        time.sleep(0.01)
+        graph.invoke({"messages": ["later"], "n": 0}, cfg("t-pit"))
+        saver.drain_archive()
+    _lose_every_hot_tier(saver, redis_prefix)
+    with make_saver(FULL, archive=archive_url, redis_key_prefix=redis_prefix, sqlite_name="pit.sqlite") as fresh:
+        report = fresh.restore(["t-pit"], until=cut)
+        assert report.threads == 1
+        assert loop_graph(2).compile(checkpointer=fresh).get_state(cfg("t-pit")).values == early
+
+
+def test_an_archive_url_is_checked(make_saver: SaverFactory) -> None:
+    with pytest.raises(ConfigError, match="s3://"):
+        make_saver("sqlite", archive="https://bucket/prefix")
+    with pytest.raises(ConfigError, match="bucket"):
+        make_saver("sqlite", archive="s3:///prefix")
+    with pytest.raises(ConfigError, match="archive_lag"):
+        make_saver("sqlite", archive="s3://b/p", archive_lag=0)
+    with make_saver("sqlite") as saver, pytest.raises(ConfigError, match="no archive"):
+        saver.archive_idle(0.0)
