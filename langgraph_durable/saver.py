@@ -1709,9 +1709,10 @@ class DurableSaver(BaseCheckpointSaver[str]):
         """Rebuild the hot tiers from the archive, after they were lost: every
         thread it holds (or `thread_ids`), as of the newest segment (or the
         newest written by `until`, seconds since the epoch: a point in time,
-        to the replica's pass). Archived threads stay archived (the hot tiers
-        get their marker back). Safe to run again; ``langgraph-durable
-        restore --all`` runs it."""
+        to the replica's pass). With every thread, archived threads stay
+        archived (the hot tiers get their marker back); a thread named is
+        brought back. Safe to run again; ``langgraph-durable restore``
+        runs it."""
         return self._archiver().restore(thread_ids, until=until)
 
     async def arestore(self, thread_ids: Sequence[str] | None = None, *, until: float | None = None) -> RestoreReport:

@@ -461,3 +461,54 @@ def test_an_archive_url_is_checked(make_saver: SaverFactory) -> None:
         make_saver("sqlite", archive="s3://b/p", archive_lag=0)
     with make_saver("sqlite") as saver, pytest.raises(ConfigError, match="no archive"):
         saver.archive_idle(0.0)
+
+
+# -- threads whose values are rebuilt from other records -------------------------------------------
+
+
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+async def test_delta_channel_and_list_piece_threads_come_back_the_same(
+    make_saver: SaverFactory, archive_url: str, use_async: bool
+) -> None:
+    from tests.test_delta import RUNS, _cfg, _history, _invoke, delta_graph
+
+    # list_snapshot_every=4: the growing message list is stored as pieces.
+    saver = make_saver(FULL, archive=archive_url, list_snapshot_every=4)
+    try:
+        delta = delta_graph().compile(checkpointer=saver)
+        pieces = loop_graph(9).compile(checkpointer=saver)
+        for run in RUNS:
+            await _invoke(delta, run, _cfg("t-delta"), use_async)
+        await _invoke(pieces, {"messages": [], "n": 0}, _cfg("t-pieces"), use_async)
+        before = {
+            "t-delta": await _history(delta, _cfg("t-delta"), use_async),
+            "t-pieces": await _history(pieces, _cfg("t-pieces"), use_async),
+        }
+        # A pin in the middle of the delta thread: retention keeps it and
+        # every ancestor its delta channels are rebuilt from.
+        snaps = list(delta.get_state_history(_cfg("t-delta")))
+        pinned = snaps[len(snaps) // 2]
+        saver.pin(pinned.config)
+        saver.apply_retention(RetentionPolicy(keep_last=1), thread_ids=["t-delta"])
+        pinned_values = delta.get_state(pinned.config).values
+        assert pinned_values == dict(next(v for s, v in before["t-delta"] if s == pinned.metadata["step"]))
+        before = {
+            "t-delta": await _history(delta, _cfg("t-delta"), use_async),
+            "t-pieces": await _history(pieces, _cfg("t-pieces"), use_async),
+        }
+        if use_async:
+            report = await saver.aarchive_idle(0.0)
+        else:
+            report = saver.archive_idle(0.0)
+        assert sorted(report.archived) == ["t-pieces"]  # the pinned thread stays
+        saver.unpin(pinned.config)
+        assert saver.archive_idle(0.0).archived == ["t-delta"]
+        assert hot_thread_ids(saver) == set()
+        for thread, graph in (("t-delta", delta), ("t-pieces", pieces)):
+            assert await _history(graph, _cfg(thread), use_async) == before[thread]
+        assert delta.get_state(pinned.config).values == pinned_values
+    finally:
+        if use_async:
+            await saver.aclose()
+        else:
+            saver.close()

@@ -85,7 +85,10 @@ def test_help_lists_public_commands_and_the_environment(capsys: pytest.CaptureFi
         cli.main(["--help"])
     assert info.value.code == 0
     out = capsys.readouterr().out
-    for name in ("demo", "threads", "history", "show", "verify", "repair", "doctor", "actions", "resolve-action"):
+    for name in (
+        "demo", "threads", "history", "show", "verify", "repair", "doctor", "actions", "resolve-action", "archive",
+        "restore", "pin", "unpin", "pins",
+    ):  # fmt: skip
         assert f"\n    {name}" in out
     assert "_demo-worker" not in out and "demo-worker" not in out
     for var in (
@@ -96,6 +99,7 @@ def test_help_lists_public_commands_and_the_environment(capsys: pytest.CaptureFi
         "LANGGRAPH_DURABLE_REDIS_KEY_PREFIX",
         "LANGGRAPH_DURABLE_POSTGRES_URL",
         "LANGGRAPH_DURABLE_WRITE",
+        "LANGGRAPH_DURABLE_ARCHIVE_URL",
     ):
         assert var in out
     assert "exit status" in out and "130" in out

@@ -359,10 +359,10 @@ class AsyncArchiver:
     async def restore(self, thread_ids: Sequence[str] | None = None, *, until: float | None = None) -> RestoreReport:
         """Rebuild the hot tiers from the archive: every thread it holds (or
         `thread_ids`), as of its newest segment (or the newest cut by
-        `until`). A thread that was archived stays there, marked in the hot
-        tiers as it was (its next read brings it back). Records already in
-        a tier are written again as they are (immutable): running it twice
-        is harmless."""
+        `until`). With every thread, one that was archived stays there,
+        marked in the hot tiers as it was (its next read brings it back); a
+        thread named is brought back. Records already in a tier are written
+        again as they are (immutable): running it twice is harmless."""
         await self.chain.ensure_setup()
         tiers = list(self.chain.tiers)
         report = RestoreReport()
@@ -371,7 +371,7 @@ class AsyncArchiver:
             image = await self.image(thread_id, until=until, bad=report.bad_segments)
             if image.empty:
                 continue
-            if thread_id in archived and until is None:
+            if thread_id in archived and until is None and thread_ids is None:
                 newest = max(cid for _, cid in image.checkpoints) if image.checkpoints else None
                 if newest is not None:
                     for tier in tiers:
