@@ -720,6 +720,8 @@ class DurableSaver(BaseCheckpointSaver[str]):
                 )
                 if self.archive_url is not None:
                     self._sync.archived_key = ArchiveStore(self.archive_url).store_key
+                if self._archive_replica is not None:
+                    self._archive_replica.start()  # its first rescan ships what a dead process left
             return self._sync
 
     def _async_chain(self) -> AsyncTierChain:
@@ -756,6 +758,8 @@ class DurableSaver(BaseCheckpointSaver[str]):
             )
             if self.archive_url is not None:
                 self._async.archived_key = AsyncArchiveStore(self.archive_url).store_key
+            if self._archive_replica is not None:
+                self._archive_replica.start()  # see _sync_chain
             self._async_loop = loop
             self._async_closer = self._close_at_loop_end(self._async, loop)
         return self._async
@@ -912,7 +916,9 @@ class DurableSaver(BaseCheckpointSaver[str]):
             self._sweeper.stop()
         if self._archive_replica is not None:
             # What was written since the last pass, within the drain's time.
-            if self.drain_timeout and self._archive_replica.lag().threads and (self._sync or self._async):
+            # (Also with nothing noted: the first rescan may still be noting
+            # what a killed process left.)
+            if self.drain_timeout and (self._sync or self._async):
                 left = self._archive_replica.flush(self.drain_timeout)
                 if not left.caught_up:
                     logger.warning(
@@ -1051,7 +1057,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         try:
             token, until = (None, None) if first else self._lease_token(config)
             tup = chain.get_tuple(config, lease_token=token, trusted_until=until)
-            if tup is None and self._brought_back(config):
+            if tup is None and self._brought_back(config, held=first):
                 tup = chain.get_tuple(config)
             if tup is not None and first:
                 tup = chain.validate(tup, self._validators, self._on_validation)
@@ -1141,7 +1147,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
                 await self._run_end_settled(chain, config)
             token, until = (None, None) if first else self._lease_token(config)
             tup = await chain.get_tuple(config, lease_token=token, trusted_until=until)
-            if tup is None and await self._abrought_back(config):
+            if tup is None and await self._abrought_back(config, held=first):
                 tup = await chain.get_tuple(config)
             if tup is not None and first:
                 tup = await chain.validate(tup, self._validators, self._on_validation)
@@ -1298,10 +1304,12 @@ class DurableSaver(BaseCheckpointSaver[str]):
     def record_action(self, thread_id: str, entry: LedgerEntry) -> None:
         """Write a ledger entry through every tier (used by `ledger.action`)."""
         self._sync_chain().record_action(thread_id_of(thread_id, what="record_action"), entry)
+        self._note_archive(str(thread_id))
 
     async def arecord_action(self, thread_id: str, entry: LedgerEntry) -> None:
         """Async `record_action`."""
         await self._async_chain().record_action(thread_id_of(thread_id, what="record_action"), entry)
+        self._note_archive(str(thread_id))
 
     def resolve_action(
         self, thread_id: str, key: str, *, done: bool, result: Any = None, force: bool = False
@@ -1566,26 +1574,19 @@ class DurableSaver(BaseCheckpointSaver[str]):
         return noted
 
     def _archive_forget(self, thread_id: str) -> None:
-        """After `delete_thread`: the thread is no longer archived (its marker
-        goes now, so no read brings it back), and its archive copy goes with
-        the replica's next pass. The object store down: logged, and the
-        replica's pass finishes it."""
+        """After `delete_thread`: the thread is no longer archived (the hot
+        tiers' flag goes, so no read brings it back, whatever the object
+        store says), and its archive copy goes with the replica's next pass."""
         if self.archive_url is None or self.read_only:
             return
         self._note_archive(thread_id)
-        try:
-            self._archiver().forget(str(thread_id))
-        except TierUnavailable as exc:
-            logger.warning("delete_thread(%r): the archive could not be told (%s); its replica will", thread_id, exc)
+        self._archiver().forget(str(thread_id))
 
     async def _aarchive_forget(self, thread_id: str) -> None:
         if self.archive_url is None or self.read_only:
             return
         self._note_archive(thread_id)
-        try:
-            await self._aarchiver().forget(str(thread_id))
-        except TierUnavailable as exc:
-            logger.warning("delete_thread(%r): the archive could not be told (%s); its replica will", thread_id, exc)
+        await self._aarchiver().forget(str(thread_id))
 
     def _archived_thread_of(self, config: RunnableConfig) -> str | None:
         """The thread a read found nothing of, if it may live in the archive."""
@@ -1594,24 +1595,32 @@ class DurableSaver(BaseCheckpointSaver[str]):
         thread_id = (config.get("configurable") or {}).get("thread_id")
         return None if thread_id is None else str(thread_id)
 
-    def _brought_back(self, config: RunnableConfig) -> bool:
-        """A read found nothing of the thread: if the hot tiers say it was
-        removed (a deletion marker) and the archive holds it as archived,
-        copy it back into the hot tiers. Whether it did."""
+    def _brought_back(self, config: RunnableConfig, *, held: bool = False) -> bool:
+        """A read found nothing of the thread: if the hot tiers flag it
+        archived, copy it back into them (one read of the system of record
+        on such a miss; the object store only for an archived thread).
+        Whether it did. Under the thread's writer lease: the caller's run's
+        (`held`), this saver's kept one, or taken for it."""
         thread_id = self._archived_thread_of(config)
-        if thread_id is None or not self._sync_chain().deleted_through(thread_id):
+        if thread_id is None:
             return False
-        if not self._archiver().bring_back(thread_id):
+        leases = self._sync_leases()
+        mine = held or self._lease_token(config)[0] is not None
+        hold, release = (None, None) if mine else (leases.hold, leases.release_quietly)
+        if not self._archiver().bring_back(thread_id, hold=hold, release=release):
             return False
         self.archive_restores += 1
         self._note_archive(thread_id)
         return True
 
-    async def _abrought_back(self, config: RunnableConfig) -> bool:
+    async def _abrought_back(self, config: RunnableConfig, *, held: bool = False) -> bool:
         thread_id = self._archived_thread_of(config)
-        if thread_id is None or not await self._async_chain().deleted_through(thread_id):
+        if thread_id is None:
             return False
-        if not await self._aarchiver().bring_back(thread_id):
+        leases = self._async_leases()
+        mine = held or self._lease_token(config)[0] is not None
+        hold, release = (None, None) if mine else (leases.hold, leases.release_quietly)
+        if not await self._aarchiver().bring_back(thread_id, hold=hold, release=release):
             return False
         self.archive_restores += 1
         self._note_archive(thread_id)

@@ -238,6 +238,8 @@ class Tiers:
     redis: str | None
     redis_prefix: str
     postgres: str | None
+    archive: str | None = None  # s3://BUCKET/PREFIX: the workers ship to it
+    archive_env: tuple[str, ...] = ()  # its AWS_* variables, NAME=VALUE
 
     def argv(self) -> list[str]:
         out = ["--sqlite", self.sqlite or ""]
@@ -245,6 +247,10 @@ class Tiers:
             out += ["--redis", self.redis, "--redis-key-prefix", self.redis_prefix]
         if self.postgres:
             out += ["--postgres", self.postgres]
+        if self.archive:
+            out += ["--archive", self.archive]
+            for item in self.archive_env:
+                out += ["--archive-env", item]
         return out
 
     def names(self) -> list[str]:
@@ -857,6 +863,38 @@ class Harness:
                             f"{w['checkpoint_id']} are gone from {tier} (present: {dict(present)})"
                         )
                 fig.corruptions += one.corruptions_detected
+        if self.tiers.archive:
+            self._check_archive(thread, checkpoints, writes, fig, problems)
+
+    def _check_archive(
+        self,
+        thread: str,
+        checkpoints: set[tuple[str, str]],
+        writes: list[dict[str, Any]],
+        fig: Figures,
+        problems: list[str],
+    ) -> None:
+        """Every acknowledged checkpoint and write reached the archive: the
+        last worker's close ships what its run and the killed ones left."""
+        assert self.tiers.archive is not None
+        for item in self.tiers.archive_env:
+            name, _, value = item.partition("=")
+            os.environ[name] = value
+        with self.tiers.saver(*self.tiers.names()) as saver:
+            saver.archive_url = self.tiers.archive
+            image = saver._archiver().image(thread)
+        for ns, cid in sorted(checkpoints - set(image.checkpoints)):
+            fig.lost_checkpoints += 1
+            problems.append(f"acknowledged checkpoint {cid} (namespace {ns!r}) never reached the archive")
+        for w in writes:
+            present = Counter(
+                row.channel
+                for (ns, cid, task, _), row in image.writes.items()
+                if (ns, cid, task) == (w["ns"], w["checkpoint_id"], w["task_id"])
+            )
+            if any(present[ch] < n for ch, n in Counter(w["channels"]).items()):
+                fig.lost_writes += 1
+                problems.append(f"acknowledged writes {w['channels']} of task {w['task_id']} never reached the archive")
 
 
 def crash_test(

@@ -445,6 +445,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--api", choices=["sync", "async"], default="sync", help="graph.invoke or graph.ainvoke")
     p.add_argument("--write", choices=["shared", "all", "local"], default="shared", help="the saver's write mode")
     p.add_argument("--lease-linger", type=float, default=0.0, help="seconds a run's lease is kept after it ends")
+    p.add_argument("--archive", default="", help="s3://BUCKET/PREFIX of the archive, or '' for none")
+    p.add_argument("--archive-env", action="append", default=[], help="NAME=VALUE of the archive's AWS_* variables")
     args = p.parse_args(argv)
     if not args.serve:
         missing = [f"--{n}" for n in ("thread", "effects", "acks") if not getattr(args, n)]
@@ -463,6 +465,12 @@ def make_saver(args: argparse.Namespace) -> AckingSaver:
         options["lease_linger"] = args.lease_linger
     if args.redis_key_prefix:
         options["redis_key_prefix"] = args.redis_key_prefix
+    if args.archive:
+        # A forked worker has the fork server's environment, set up before the test's.
+        for item in args.archive_env:
+            name, _, value = item.partition("=")
+            os.environ[name] = value
+        options["archive"] = args.archive
     return AckingSaver(acks=args.acks, **options)
 
 

@@ -19,7 +19,7 @@ from langgraph.types import Command
 from langgraph_durable import DurableSaver, RetentionPolicy
 from langgraph_durable.archive.segments import THREADS, segments_prefix
 from langgraph_durable.archive.store import ArchiveStore
-from langgraph_durable.errors import ConfigError
+from langgraph_durable.errors import ConfigError, CorruptCheckpoint, ThreadBusy
 from tests.conftest import CONFIGS, POSTGRES_URL, REDIS_URL, SaverFactory
 from tests.graphs import _ahistory, _history, interrupt_graph, loop_graph, subgraph_graph
 
@@ -368,12 +368,28 @@ def test_one_bad_segment_is_left_out_and_reported(make_saver: SaverFactory, arch
         # The first run's records are all there; nothing of the other thread.
         assert image.checkpoints and all(k[1] for k in image.checkpoints)
         assert all(row.thread_id == "t-seg" for row in image.checkpoints.values())
-        # The hot tiers keep the thread whole; the next ship writes what the archive lacks again.
-        shipped = saver._archiver().ship("t-seg")
-        assert shipped > 0
-        healed = saver._archiver().image("t-seg", bad=[])
-        hot = saver._archiver().hot("t-seg", saver._sync_chain().tiers)
+    # The hot tiers keep the thread whole; the next process's ship writes
+    # what the archive lacks again, and archiving checks the copy afresh.
+    with make_saver(FULL, archive=archive_url, sqlite_name="next.sqlite") as again:
+        assert again._archiver().ship("t-seg") > 0
+        healed = again._archiver().image("t-seg", bad=[])
+        hot = again._archiver().hot("t-seg", again._sync_chain().tiers)
         assert healed.holds(hot.checkpoints.values(), hot.blobs.values(), hot.writes.values(), hot.ledger)
+        state = graph.get_state(cfg("t-seg")).values
+        assert again.archive_idle(0.0, thread_ids=["t-seg"]).archived == ["t-seg"]
+        # Checked when archived: the copy without the bad segment held everything.
+        assert loop_graph(2).compile(checkpointer=again).get_state(cfg("t-seg")).values == state
+        # A segment found bad after the copy was checked is never trusted:
+        # the thread stays archived rather than come back without it.
+        assert again.archive_idle(0.0, thread_ids=["t-seg"]).archived == ["t-seg"]
+        newest = store.keys(segments_prefix("t-seg"))[-1]
+        data = bytearray(store.get(newest) or b"")
+        data[-5] ^= 0xFF
+        store.put(newest, bytes(data))
+        with pytest.raises(CorruptCheckpoint, match="do not verify"):
+            again.get_tuple(cfg("t-seg"))
+        assert again.archived_threads() == ["t-seg"]
+        assert "t-seg" not in hot_thread_ids(again)
 
 
 # -- disaster recovery --------------------------------------------------------------------------
@@ -512,3 +528,166 @@ async def test_delta_channel_and_list_piece_threads_come_back_the_same(
             await saver.aclose()
         else:
             saver.close()
+
+
+# -- seams: what another saver, a fault or a late write does meanwhile -----------------------------
+
+
+def test_a_deleted_thread_stays_deleted_while_the_object_store_is_down(
+    make_saver: SaverFactory, s3_env: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.conftest import make_bucket
+    from tests.proxy import TcpProxy
+
+    bucket = make_bucket(s3_env)
+    parts = urlsplit(s3_env)
+    with TcpProxy(parts.hostname or "127.0.0.1", parts.port or 80) as proxy:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{proxy.port}")
+        with make_saver(FULL, archive=f"s3://{bucket}/down") as saver:
+            graph = loop_graph(2).compile(checkpointer=saver)
+            graph.invoke({"messages": [], "n": 0}, cfg("t-gone"))
+            assert saver.archive_idle(0.0).archived == ["t-gone"]
+            proxy.cut()
+            saver.delete_thread("t-gone")  # the store cannot be told: the hot tiers' flag decides
+            assert graph.get_state(cfg("t-gone")).values == {}
+            assert saver.get_tuple(cfg("t-gone")) is None
+            proxy.restore()
+            assert saver.get_tuple(cfg("t-gone")) is None
+            saver.drain_archive()
+            assert saver.restore(["t-gone"]).threads == 0
+
+
+def test_a_plain_read_brings_back_under_the_lease(make_saver: SaverFactory, archive_url: str) -> None:
+    with make_saver(FULL, archive=archive_url) as saver:
+        loop_graph(2).compile(checkpointer=saver).invoke({"messages": [], "n": 0}, cfg("t-held"))
+        assert saver.archive_idle(0.0).archived == ["t-held"]
+    with (
+        make_saver(FULL, archive=archive_url, sqlite_name="a.sqlite") as a,
+        make_saver(FULL, archive=archive_url, sqlite_name="b.sqlite", on_busy="raise") as b,
+    ):
+        lease = a._sync_leases().hold("t-held")  # another replica is archiving or bringing it back
+        try:
+            with pytest.raises(ThreadBusy):
+                b.get_tuple(cfg("t-held"))
+            assert b.archived_threads() == ["t-held"]
+        finally:
+            a._sync_leases().release_quietly(lease)
+        assert b.get_tuple(cfg("t-held")) is not None
+        assert b.archived_threads() == []
+
+
+def test_a_write_during_a_ship_is_shipped_by_the_next_pass() -> None:
+    from langgraph_durable.archive.replica import ArchiveReplica
+
+    shipped: list[str] = []
+    replica: ArchiveReplica
+
+    def ship(thread_id: str) -> int:
+        shipped.append(thread_id)
+        if len(shipped) == 1:
+            replica.note(thread_id)  # a step of the thread lands while it ships
+        return 1
+
+    replica = ArchiveReplica(ship, lag=3600.0)
+    try:
+        replica.note("t")
+        assert replica.run_pass() == 1
+        assert replica.lag().threads == 1  # still noted
+        assert replica.run_pass() == 1
+        assert replica.lag().threads == 0 and shipped == ["t", "t"]
+    finally:
+        replica.stop()
+
+
+def test_write_behind_ships_to_the_archive_only_what_the_shared_tiers_hold(
+    make_saver: SaverFactory, archive_url: str, postgres_proxy: tuple[Any, str]
+) -> None:
+    proxy, url = postgres_proxy
+    with make_saver("sqlite+postgres", postgres=url, archive=archive_url, write="local") as saver:
+        graph = loop_graph(2).compile(checkpointer=saver)
+        graph.invoke({"messages": [], "n": 0}, cfg("t-behind"))
+        saver.drain()
+        proxy.cut()
+        graph.invoke({"messages": ["while postgres is away"], "n": 0}, cfg("t-behind"))
+        left = saver.drain_archive(timeout=5)
+        assert left is not None and left.threads == 1  # the journal still owes it: kept noted
+        proxy.restore()
+        assert saver.drain(30).caught_up
+        assert saver.drain_archive().caught_up  # type: ignore[union-attr]
+        image = saver._archiver().image("t-behind")
+        newest = graph.get_state(cfg("t-behind")).config["configurable"]["checkpoint_id"]
+        assert ("", newest) in image.checkpoints
+
+
+def test_an_operators_answer_reaches_the_archive(make_saver: SaverFactory, archive_url: str) -> None:
+    from langgraph_durable.ledger import LedgerEntry
+
+    with make_saver(FULL, archive=archive_url) as saver:
+        saver.record_action("t-ledger", LedgerEntry("email:1", "intent", updated_at=1.0))
+        assert saver.lag().archive.threads == 1  # type: ignore[union-attr]
+        saver.drain_archive()
+        saver.resolve_action("t-ledger", "email:1", done=True, result="sent")
+        assert saver.lag().archive.threads == 1  # type: ignore[union-attr]
+        saver.drain_archive()
+        entry = saver._codec.decode_ledger("t-ledger", "email:1", saver._archiver().image("t-ledger").ledger["email:1"])
+        assert entry.state == "done" and entry.result == "sent"
+
+
+def test_a_copy_lost_after_a_bring_back_does_not_delete_the_archives(
+    make_saver: SaverFactory, archive_url: str
+) -> None:
+    from tests.tamper import CHECKPOINT, Rec, postgres_store
+
+    with make_saver("redis+postgres", archive=archive_url) as saver:
+        graph = loop_graph(3).compile(checkpointer=saver)
+        graph.invoke({"messages": [], "n": 0}, cfg("t-lost"))
+        oldest = list(graph.get_state_history(cfg("t-lost")))[-1].config["configurable"]["checkpoint_id"]
+        assert saver.archive_idle(0.0).archived == ["t-lost"]
+        assert graph.get_state(cfg("t-lost")).values["n"] == 3  # brought back
+        assert saver.postgres_url is not None
+        pg = postgres_store(saver.postgres_url)
+        try:
+            pg.delete("t-lost", Rec(CHECKPOINT, "", (oldest,)))  # Postgres loses one copy
+        finally:
+            pg.close()
+        graph.invoke({"messages": ["more"], "n": 0}, cfg("t-lost"))
+        saver.drain_archive()
+        assert ("", oldest) in saver._archiver().image("t-lost").checkpoints
+
+
+def test_a_restore_never_moves_a_ledger_entry_backwards(make_saver: SaverFactory, archive_url: str) -> None:
+    from langgraph_durable.ledger import LedgerEntry
+
+    with make_saver(FULL, archive=archive_url) as saver:
+        loop_graph(2).compile(checkpointer=saver).invoke({"messages": [], "n": 0}, cfg("t-led"))
+        saver.record_action("t-led", LedgerEntry("charge:1", "intent", updated_at=1.0))
+        saver.drain_archive()  # the archive holds the intent
+        saver.resolve_action("t-led", "charge:1", done=True, result="r-1")
+        assert saver.restore(["t-led"]).threads == 1
+        assert saver.actions("t-led")["charge:1"].state == "done"
+
+
+def test_compaction_folds_old_segments_and_keeps_every_record(
+    make_saver: SaverFactory, archive_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from langgraph_durable.archive import archiver, archiver_async
+
+    for module in (archiver, archiver_async):
+        monkeypatch.setattr(module, "COMPACT_AFTER_S", 0.0)
+        monkeypatch.setattr(module, "COMPACT_AT", 4)
+    with make_saver(FULL, archive=archive_url) as saver:
+        graph = loop_graph(1).compile(checkpointer=saver)
+        times = []
+        for i in range(6):
+            graph.invoke({"messages": [f"run {i}"], "n": 0}, cfg("t-compact"))
+            saver.drain_archive()
+            times.append(time.time())
+            time.sleep(0.002)
+        keys = store_of(archive_url).keys(segments_prefix("t-compact"))
+        assert len(keys) < 6  # folded
+        image = saver._archiver().image("t-compact")
+        hot = saver._archiver().hot("t-compact", saver._sync_chain().tiers)
+        assert image.holds(hot.checkpoints.values(), hot.blobs.values(), hot.writes.values(), hot.ledger)
+        assert len(image.checkpoints) == len(hot.checkpoints)
+        assert saver.archive_idle(0.0).archived == ["t-compact"]
+        assert len(list(saver.list(cfg("t-compact")))) == len(hot.checkpoints)

@@ -135,7 +135,7 @@ def test_doctor_reports_the_archive(flags: list[str], capsys: pytest.CaptureFixt
 def test_archive_commands_without_an_archive_say_how_to_configure_one(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, out, err = run(capsys, "archive", "--idle-after", "30d", "--sqlite", str(tmp_path / "x.sqlite"))
+    code, _out, err = run(capsys, "archive", "--idle-after", "30d", "--sqlite", str(tmp_path / "x.sqlite"))
     assert code == cli.EXIT_CANNOT_RUN
     assert len(err.strip().splitlines()) == 1
     assert "--archive" in err and "LANGGRAPH_DURABLE_ARCHIVE_URL" in err

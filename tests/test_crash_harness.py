@@ -21,6 +21,7 @@ pre-imported server), LANGGRAPH_DURABLE_CRASH_API=async (graph.ainvoke).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -132,6 +133,33 @@ def test_kill_and_resume_keeping_leases(request: pytest.FixtureRequest, spawner:
         settings=Settings(api=_env("API", "sync"), lease_linger=30.0),
     )
     _report("sqlite+redis+postgres lease_linger=30", "sync", seed, fig)
+
+
+@pytest.mark.s3
+def test_kill_and_resume_with_an_archive(
+    request: pytest.FixtureRequest, spawner: Spawner, tmp_path: Path, archive_url: str
+) -> None:
+    """``archive=``: every worker ships to the archive behind its steps; a
+    killed worker's unshipped threads are shipped by the next one (its
+    replica's rescan, or its own run's ship of the thread), and at the end
+    the archive holds every acknowledged checkpoint and write."""
+    kills_env = _env("KILLS")
+    seed = _env("SEED", "ci")
+    aws = tuple(f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith("AWS_"))
+    tiers = dataclasses.replace(
+        _tiers(request, "sqlite+redis+postgres", tmp_path), archive=archive_url, archive_env=aws
+    )
+    fig = crash_test(
+        spawner,
+        tiers,
+        "sync",
+        tmp_path,
+        kills=int(kills_env) if kills_env else CI_KILLS_DEFAULT,
+        seed=seed,
+        time_limit=None if kills_env else 60.0,
+        settings=Settings(api=_env("API", "sync")),
+    )
+    _report("sqlite+redis+postgres archive", "sync", seed, fig)
 
 
 def test_the_worker_program_itself(request: pytest.FixtureRequest, tmp_path: Path) -> None:

@@ -7,24 +7,42 @@ is, and whether it holds everything the hot tiers hold is `segments`'. The
 hot tiers are reached through the tier chain (its guarded tiers, the same
 breakers and timeouts as every other call); the object store through
 `store.ArchiveStore`.
+
+Whether a thread is archived is the hot tiers' word, not the object
+store's: archiving writes an ``archived`` flag into every tier (with the
+deletion marker the thread had before) just before it deletes the thread
+there, a bring-back clears it just after it wrote the thread back, and
+``delete_thread`` clears it. So a read that misses asks the system of
+record, never the object store, unless the thread was archived; a deleted
+thread is never brought back, even while the object store cannot be told;
+and the replica tells a deleted thread (deletion marker, no flag) from an
+archived one. Archiving and bringing back both run under the thread's
+writer lease, so neither races the other or a run. The ``archived/``
+objects in the store only list the archived threads for people and for a
+restore after the hot tiers were lost.
 """
 
 from __future__ import annotations
 
 import base64
+import json
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..errors import DurableError, ThreadBusy
+from ..errors import CorruptCheckpoint, DurableError, ThreadBusy, TierUnavailable
+from ..ledger import LedgerEntry, newest_entry
 from ..model.codec import thread_id_of
 from ..model.pins import is_pin_key, pins_of
 from ..model.records import BadRecord, open_envelope_any
 from ..retention import age_seconds
+from ..tiers.base import archived_key
 from ..tiers.protocol import Tier
-from .reports import ArchiveOutcome, HotCopy, RestoreReport
+from .reports import ArchiveOutcome, HotCopy, NotYet, RestoreReport
 from .segments import (
+    ARCHIVED,
     THREADS,
     Segment,
     ThreadImage,
@@ -45,8 +63,15 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("langgraph_durable")
 
-# A thread's segments are folded into one when a ship finds this many.
+# Segments older than this are folded into one when a ship finds
+# `COMPACT_AT` of them: a restore ``--until`` a time within it is exact to
+# the replica's pass, and one before it to the compaction.
+COMPACT_AFTER_S = 24 * 3600.0
 COMPACT_AT = 16
+# What the replica remembers of the archive copies it shipped last, so a
+# pass reads only the segments written since (least recently used out).
+MEMO_THREADS = 64
+MEMO_BYTES = 16 * 1024 * 1024
 
 
 class Archiver:
@@ -56,6 +81,8 @@ class Archiver:
         self.store = store
         self.chain = chain
         self._key_kept = False
+        self._memo: OrderedDict[str, tuple[list[str], ThreadImage, int]] = OrderedDict()
+        self._memo_bytes = 0
 
     # -- reading the archive ---------------------------------------------------------
 
@@ -66,27 +93,64 @@ class Archiver:
     def segment_keys(self, thread_id: str) -> list[str]:
         return self.store.keys(segments_prefix(thread_id))
 
-    def image(self, thread_id: str, *, until: float | None = None, bad: list[str] | None = None) -> ThreadImage:
-        """The thread's archive copy, its segments verified and replayed in
-        order (those cut after `until` left out). A segment that does not
-        verify is left out too and named in `bad` (else logged)."""
+    def _segments(self, thread_id: str, keys: Sequence[str], bad: list[str] | None) -> list[Segment]:
         segments: list[Segment] = []
-        for key in self.segment_keys(thread_id):
-            if until is not None and name_time(key) > until:
-                continue
+        for key in keys:
             data = self.store.get(key)
             if data is None:
-                continue  # compacted meanwhile
+                continue  # compacted meanwhile: the compacted segment holds it
             try:
                 segments.append(Segment.open(thread_id, key, data, self._keys))
             except BadRecord as exc:
                 if bad is not None:
                     bad.append(key)
                 logger.warning("archive segment %s of thread %r is unusable (%s); left out", key, thread_id, exc.reason)
-        return ThreadImage.fold(thread_id, segments)
+        return segments
+
+    def image(
+        self,
+        thread_id: str,
+        *,
+        until: float | None = None,
+        bad: list[str] | None = None,
+        keys: Sequence[str] | None = None,
+    ) -> ThreadImage:
+        """The thread's archive copy, its segments (or those of `keys`)
+        verified and replayed in order, those cut after `until` left out. A
+        segment that does not verify is left out too and named in `bad`."""
+        self.chain.ensure_setup()  # the store's key, which verifies the segments
+        listed = list(keys) if keys is not None else self.segment_keys(thread_id)
+        chosen = [k for k in listed if until is None or name_time(k) <= until]
+        return ThreadImage.fold(thread_id, self._segments(thread_id, chosen, bad))
+
+    def _image_for_ship(self, thread_id: str, keys: list[str], bad: list[str]) -> ThreadImage:
+        """`image`, from what this archiver remembers of the thread plus the
+        segments listed since (all of them again when another writer's
+        segment sorts among the known ones, or one of them is gone)."""
+        memo = self._memo.pop(thread_id, None)
+        if memo is not None:
+            self._memo_bytes -= memo[2]
+            known, image, _ = memo
+            if keys[: len(known)] == known:
+                image = _copy(image)
+                for segment in self._segments(thread_id, keys[len(known) :], bad):
+                    image.apply(segment)
+                return image
+        return ThreadImage.fold(thread_id, self._segments(thread_id, keys, bad))
+
+    def _remember(self, thread_id: str, keys: list[str], image: ThreadImage) -> None:
+        size = image.size_bytes
+        if size > MEMO_BYTES // 4:
+            return
+        self._memo[thread_id] = keys, image, size
+        self._memo_bytes += size
+        while self._memo and (len(self._memo) > MEMO_THREADS or self._memo_bytes > MEMO_BYTES):
+            _, (_, _, dropped) = self._memo.popitem(last=False)
+            self._memo_bytes -= dropped
 
     def marker(self, thread_id: str) -> dict[str, Any] | None:
-        """The thread's ``archived`` marker: it left the hot tiers. None if it did not."""
+        """The thread's ``archived`` object in the store (its listing entry). None if there is none."""
+        self.chain.ensure_setup()
         data = self.store.get(marker_key(thread_id))
         if data is None:
             return None
@@ -96,10 +160,8 @@ class Archiver:
             logger.warning("the archive marker of thread %r is unusable (%s); ignored", thread_id, exc.reason)
             return None
 
-    def archived_threads(self) -> list[str]:
-        """Threads that live only in the archive."""
-        from .segments import ARCHIVED
-
+    def listed_archived(self) -> list[str]:
+        """Threads with an ``archived/`` object in the store."""
         out: list[str] = []
         for key in self.store.keys(f"{ARCHIVED}/"):
             try:
@@ -107,6 +169,11 @@ class Archiver:
             except ValueError:
                 continue
         return sorted(out)
+
+    def archived_threads(self) -> list[str]:
+        """Threads that live only in the archive: listed there, and flagged
+        archived in the hot tiers."""
+        return [t for t in self.listed_archived() if self.flag(t) is not None]
 
     def archived_thread_ids(self) -> list[str]:
         """Every thread with a copy in the archive."""
@@ -118,16 +185,51 @@ class Archiver:
                 continue
         return sorted(out)
 
+    # -- the hot tiers' word -------------------------------------------------------------
+
+    def flag(self, thread_id: str) -> dict[str, Any] | None:
+        """The thread's ``archived`` flag, as the most authoritative tier that
+        answers has it: None if the thread is not archived."""
+        self.chain.ensure_setup()
+        for tier in self.chain.roles.by_authority():
+            try:
+                value = tier.read_meta(archived_key(thread_id))
+            except TierUnavailable:
+                continue
+            return _flag(value)
+        return None
+
+    def _set_flag(self, thread_id: str, value: dict[str, Any] | None, tiers: Sequence[Tier]) -> None:
+        text = json.dumps(value, sort_keys=True) if value is not None else None
+        for tier in tiers:
+            tier.write_meta(archived_key(thread_id), text)
+
+    def forget(self, thread_id: str) -> None:
+        """After ``delete_thread``: the thread is not archived any more
+        (deleted), in every tier that answers, and its listing entry goes
+        (the replica's next pass records the deletion in its copy)."""
+        for tier in self.chain.tiers:
+            try:
+                tier.write_meta(archived_key(thread_id), None)
+            except TierUnavailable:
+                continue
+        self._forget_memo(thread_id)
+        with _quietly():
+            self.store.delete([marker_key(thread_id)])
+
     # -- reading the hot tiers -------------------------------------------------------
 
     def hot(self, thread_id: str, tiers: Sequence[Tier]) -> HotCopy:
         """What `tiers` hold of the thread, each record verified (a bad copy
-        is not archived: the read path or `repair` deals with it)."""
+        is not archived: the read path or `repair` deals with it, but it
+        counts as held), and its ledger reconciled as reads reconcile it."""
         copy = HotCopy()
+        ledgers: dict[str, list[tuple[LedgerEntry, bytes]]] = {}
         # The most authoritative tier's copy first: where tiers differ, its bytes win.
         for tier in reversed(tiers):
             records = tier.thread_records(thread_id)
             for c in records.checkpoints:
+                copy.seen.add((c.checkpoint_ns, c.checkpoint_id))
                 if self._intact(c.context, c.envelope):
                     copy.checkpoints.setdefault((c.checkpoint_ns, c.checkpoint_id), c)
             for b in records.blobs:
@@ -137,10 +239,15 @@ class Archiver:
                 if self._intact(w.context, w.envelope):
                     copy.writes.setdefault((w.checkpoint_ns, w.checkpoint_id, w.task_id, w.idx), w)
             for key, envelope in tier.read_ledger(thread_id).items():
-                copy.ledger.setdefault(key, envelope)
+                try:
+                    entry = self.chain.codec.decode_ledger(thread_id, key, envelope)
+                except (BadRecord, DurableError):
+                    continue
+                ledgers.setdefault(key, []).append((entry, envelope))
             marker = tier.head(thread_id, "").deleted_through
             if marker and marker > (copy.deleted_through or ""):
                 copy.deleted_through = marker
+        copy.ledger = {key: newest_entry(copies)[1] for key, copies in ledgers.items()}
         return copy
 
     def _intact(self, context: str, envelope: bytes) -> bool:
@@ -155,56 +262,76 @@ class Archiver:
     def ship(self, thread_id: str, *, tiers: Sequence[Tier] | None = None) -> int:
         """Write what the hot tiers hold of the thread and its archive copy
         lacks as one segment, with the deletions they recorded. The records
-        shipped (0 when the copy was current)."""
+        shipped (0 when the copy was current). Raises `NotYet` while the
+        local journal still owes the shared tiers some of the thread."""
         self.chain.ensure_setup()
+        if tiers is None and self.chain.journal.owes(thread_id):
+            raise NotYet(thread_id)
         asked = list(tiers) if tiers is not None else [self.chain.roles.last_resort]
+        at = time.time()  # the segment's time: what the hot tiers held then
         hot = self.hot(thread_id, asked)
-        image = self.image(thread_id)
+        keys = self.segment_keys(thread_id)
+        bad: list[str] = []
+        image = self._image_for_ship(thread_id, keys, bad)
         segment = image.missing(hot.checkpoints.values(), hot.blobs.values(), hot.writes.values(), hot.ledger)
-        absent = [key for key in image.checkpoints if key not in hot.checkpoints]
+        absent = [key for key in image.checkpoints if key not in hot.seen]
         if absent:
             segment.gone = self._recorded_gone(thread_id, absent, hot.deleted_through, asked[-1])
-        if not hot.checkpoints and not hot.ledger and hot.deleted_through and not image.empty:
+        if not hot.seen and not hot.ledger and hot.deleted_through and not image.empty:
             # Nothing left in the hot tiers, under a deletion marker: deleted,
-            # unless it was archived (then the hot tiers are meant to be empty).
-            if self.marker(thread_id) is not None:
+            # unless it was archived (then they are meant to be empty).
+            if self.flag(thread_id) is not None:
+                self._remember(thread_id, keys, image)
                 return 0
             segment.deleted_through = hot.deleted_through
         if not segment:
+            self._remember(thread_id, keys, image)
             return 0
         self._keep_key()
-        keys = self.segment_keys(thread_id)
-        compact = len(keys) >= COMPACT_AT and segment.deleted_through is None
-        if compact:
-            # One segment holding the whole copy, the older ones then deleted:
-            # a bring-back reads a bounded number of objects. Replayed after
-            # any older segment a crash left behind, it ends in the same state.
-            # What the archive holds that the hot tiers lost (not recorded
-            # as deleted) stays in it.
-            gone = set(segment.gone)
-            whole = Segment(thread_id)
-            whole.checkpoints = [c for k, c in {**image.checkpoints, **hot.checkpoints}.items() if k not in gone]
-            whole.blobs = list({**image.blobs, **hot.blobs}.values())
-            whole.writes = [w for k, w in {**image.writes, **hot.writes}.items() if (k[0], k[1]) not in gone]
-            whole.ledger = {**image.ledger, **hot.ledger}
-            whole.gone = sorted(gone | image.gone)
-            segment = whole
         newest, writes = _head(hot)
-        name = segments_prefix(thread_id) + segment_name(time.time(), head_tag(newest, writes))
+        name = segments_prefix(thread_id) + segment_name(at, head_tag(newest, writes, hot.ledger))
         self.store.put(name, segment.seal(name, self.chain.codec.key))
-        if compact:
-            self.store.delete([k for k in keys if k != name])
-        if segment.deleted_through is not None and not hot.checkpoints:
+        image.apply(segment)
+        keys = sorted([*keys, name])
+        if segment.deleted_through is not None and not hot.seen:
             # The thread was deleted: what the archive held of it goes too,
             # but the segment that says so (a replay of older segments left
-            # by an interrupted delete ends in it).
-            self.store.delete([k for k in self.segment_keys(thread_id) if k != name])
+            # by an interrupted delete ends in it), and any it cannot read.
+            self.store.delete([k for k in keys if k != name and k not in bad])
+            keys = [k for k in keys if k == name or k in bad]
+        elif not bad:
+            keys = self._compact(thread_id, keys, at)
+        self._remember(thread_id, keys, image)
         return segment.records + len(segment.gone)
+
+    def _compact(self, thread_id: str, keys: list[str], now: float) -> list[str]:
+        """Fold the thread's segments older than `COMPACT_AFTER_S` into one
+        when there are `COMPACT_AT` of them: exactly those listed, named
+        with the newest one's time (a restore ``--until`` a later time
+        still has them). Only when every segment verified."""
+        old = [k for k in keys if name_time(k) < now - COMPACT_AFTER_S]
+        if len(old) < COMPACT_AT:
+            return keys
+        bad: list[str] = []
+        folded = self.image(thread_id, keys=old, bad=bad)
+        if bad:
+            return keys
+        whole = Segment(thread_id, at=name_time(old[-1]))
+        whole.checkpoints = list(folded.checkpoints.values())
+        whole.blobs = list(folded.blobs.values())
+        whole.writes = list(folded.writes.values())
+        whole.ledger = dict(folded.ledger)
+        whole.gone = sorted(folded.gone)
+        whole.deleted_through = folded.deleted_through
+        name = segments_prefix(thread_id) + segment_name(whole.at, name_tag(old[-1]))
+        self.store.put(name, whole.seal(name, self.chain.codec.key))
+        self.store.delete(old)
+        return sorted([name, *(k for k in keys if k not in old)])
 
     def _recorded_gone(
         self, thread_id: str, absent: Sequence[tuple[str, str]], deleted_through: str | None, tier: Tier
     ) -> list[tuple[str, str]]:
-        """Which archived checkpoints the hot tiers lack because they were
+        """Which archived checkpoints no hot tier holds because they were
         deleted (recorded: `mark_gone`, a deletion marker), not lost: a tier
         that lost a record does not get to delete the archive's copy."""
         gone = [(ns, cid) for ns, cid in absent if deleted_through and cid <= deleted_through]
@@ -219,23 +346,28 @@ class Archiver:
         the store's own key (a key of the user's stays the user's)."""
         if self._key_kept or not self.chain.store_key or not self.chain.codec.key:
             return
-        self.store.keep_store_key(base64.b64encode(self.chain.codec.key).decode())
+        text = base64.b64encode(self.chain.codec.key).decode()
+        kept = self.store.keep_store_key(text)
+        if kept != text:
+            logger.error(
+                "the archive keeps another store key than this store's: its segments were written by another "
+                "store under this prefix, or the store's key was created anew. A restore from this archive "
+                "would not verify them; give each store its own archive prefix."
+            )
         self._key_kept = True
 
     def changed(self, thread_id: str) -> bool:
         """Whether the thread's newest checkpoint or its pending writes differ
-        from what its newest segment was cut at: from a listing and one head."""
+        from what its newest segment was cut at, or its ledger does: from a
+        listing, one head and one ledger read."""
         keys = self.segment_keys(thread_id)
-        head = self.chain.roles.last_resort.head(thread_id, "")
-        tag = head_tag(head.checkpoint_id, [(w.task_id, w.idx) for w in head.writes])
+        tier = self.chain.roles.last_resort
+        head = tier.head(thread_id, "")
+        ledger = tier.read_ledger(thread_id)
+        tag = head_tag(head.checkpoint_id, [(w.task_id, w.idx) for w in head.writes], ledger)
         if not keys:
             return head.checkpoint_id is not None
         return name_tag(keys[-1]) != tag
-
-    def forget(self, thread_id: str) -> None:
-        """The thread was deleted: it is no longer archived, and its copy goes
-        (with the replica's next pass, which records the deletion)."""
-        self.store.delete([marker_key(thread_id)])
 
     # -- archiving idle threads ------------------------------------------------------
 
@@ -250,25 +382,18 @@ class Archiver:
         release: Callable[[Any], Any],
     ) -> ArchiveOutcome:
         """Move one thread to the archive if its newest checkpoint is older
-        than `idle_after` seconds: ship it, read its archive copy back and
-        check that it holds every record any hot tier holds, byte for byte,
-        then mark it archived and delete it from the hot tiers. Under the
-        thread's writer lease (`hold`), so no run writes it meanwhile; a
-        pinned thread, a busy one, or one a tier cannot be read from stays."""
+        than `idle_after` seconds: under its writer lease (`hold`), ship it,
+        read its archive copy back and check that it holds every record any
+        hot tier holds, byte for byte, flag it archived in every tier and
+        delete it there. A pinned thread, a busy one, one a tier cannot be
+        read from, or one whose ledger changed meanwhile stays."""
         thread_id = thread_id_of(thread_id, what="archive_idle")
         outcome = ArchiveOutcome(thread_id)
         tiers = list(self.chain.tiers)
         hot = self.hot(thread_id, tiers)
-        if not hot.checkpoints:
-            outcome.skipped = "no checkpoints"
-            return outcome
-        if self._pinned(thread_id, hot.ledger):
-            outcome.skipped = "pinned"
-            return outcome
-        newest_ts = self._newest_ts(hot)
-        idle = age_seconds(newest_ts, now) if newest_ts else None
-        if idle is None or idle < idle_after:
-            outcome.skipped = "not idle"
+        reason = self._keeps(thread_id, hot, idle_after, now)
+        if reason:
+            outcome.skipped = reason
             return outcome
         outcome.records = hot.records
         if dry_run:
@@ -281,24 +406,58 @@ class Archiver:
             return outcome
         try:
             hot = self.hot(thread_id, tiers)  # again, under the lease
+            reason = self._keeps(thread_id, hot, idle_after, now)
+            if reason:
+                outcome.skipped = reason
+                return outcome
+            # Shipped from a fresh read of the copy (not what this process
+            # remembers of it), which is then checked once more.
+            self._forget_memo(thread_id)
             self.ship(thread_id, tiers=tiers)
-            image = self.image(thread_id)
+            known_bad: list[str] = []
+            image = self.image(thread_id, bad=known_bad)
             if not image.holds(hot.checkpoints.values(), hot.blobs.values(), hot.writes.values(), hot.ledger):
                 outcome.skipped = "archive copy incomplete"
                 logger.warning("thread %r not archived: its archive copy lacks records the hot tiers hold", thread_id)
                 return outcome
+            # A pin or an operator's answer recorded meanwhile (they take no
+            # lease) would be deleted with the thread: look once more.
+            if self.hot(thread_id, tiers).ledger != hot.ledger:
+                outcome.skipped = "ledger changed"
+                return outcome
             newest = max(cid for _, cid in hot.checkpoints)
-            info = {"at": now, "newest": newest, "newest_ts": newest_ts, "records": hot.records}
+            info = {"at": now, "newest": newest, "records": hot.records}
             self.store.put(marker_key(thread_id), seal_marker(thread_id, info, self.chain.codec.key))
-            # With its marker (`delete_thread`): a copy another replica's
-            # cache still holds is known to be gone, not lost.
+            # Segments that did not verify when the copy was checked: what
+            # they held, the others hold too. Any other found bad later is not.
+            flag = {**info, "previous_marker": hot.deleted_through, "known_bad": known_bad}
+            self._set_flag(thread_id, flag, tiers)
+            # With its deletion marker (`delete_thread`): a copy another
+            # replica's cache still holds is known to be gone, not lost.
             self.chain.maintenance.delete_thread(thread_id)
             self.chain.forget_thread(thread_id)
+            self._forget_memo(thread_id)
             outcome.archived = True
-            outcome.records = hot.records
         finally:
             release(lease)
         return outcome
+
+    def _keeps(self, thread_id: str, hot: HotCopy, idle_after: float, now: float) -> str:
+        """Why the thread stays in the hot tiers ("" if it does not)."""
+        if not hot.checkpoints:
+            return "no checkpoints"
+        if self._pinned(thread_id, hot.ledger):
+            return "pinned"
+        newest_ts = self._newest_ts(hot)
+        idle = age_seconds(newest_ts, now) if newest_ts else None
+        if idle is None or idle < idle_after:
+            return "not idle"
+        return ""
+
+    def _forget_memo(self, thread_id: str) -> None:
+        memo = self._memo.pop(thread_id, None)
+        if memo is not None:
+            self._memo_bytes -= memo[2]
 
     def _pinned(self, thread_id: str, ledger: dict[str, bytes]) -> bool:
         entries = {}
@@ -322,21 +481,52 @@ class Archiver:
 
     # -- bringing back -----------------------------------------------------------------
 
-    def bring_back(self, thread_id: str) -> bool:
-        """If the thread lives only in the archive, copy it back into every
-        hot tier and drop its marker. Whether it did."""
-        if self.marker(thread_id) is None:
+    def bring_back(
+        self, thread_id: str, *, hold: Callable[[str], Any] | None = None, release: Callable[[Any], Any] | None = None
+    ) -> bool:
+        """If the hot tiers flag the thread archived, copy it back into every
+        hot tier and clear the flag. Whether it did. Under the thread's
+        writer lease: taken with `hold` (None: the caller's run holds it).
+        A segment that does not verify leaves the thread archived and raises
+        `CorruptCheckpoint`: serving an older state as the newest would be
+        serving what was not the newest."""
+        if self.flag(thread_id) is None:
             return False
-        image = self.image(thread_id)
-        self._write(image, list(self.chain.tiers))
-        self.store.delete([marker_key(thread_id)])
+        lease = hold(thread_id) if hold is not None else None
+        try:
+            flag = self.flag(thread_id)  # again, under the lease
+            if flag is None:
+                return False
+            found: list[str] = []
+            image = self.image(thread_id, bad=found)
+            bad = sorted(set(found) - set(flag.get("known_bad") or ()))
+            if bad:
+                raise CorruptCheckpoint(
+                    f"thread {thread_id!r} is archived, and {len(bad)} of its archive segments do not verify "
+                    f"({', '.join(bad)}): it stays archived rather than come back without them. "
+                    "`langgraph-durable restore` brings back what verifies, if that is what you want.",
+                    key=f"{thread_id}/archive",
+                    reasons=[f"archive: {key}: does not verify" for key in bad],
+                )
+            tiers = list(self.chain.tiers)
+            self._write(image, tiers)
+            for tier in tiers:
+                tier.mark_deleted(thread_id, flag.get("previous_marker"))
+            self._set_flag(thread_id, None, tiers)
+        finally:
+            if lease is not None and release is not None:
+                release(lease)
+        with _quietly():
+            self.store.delete([marker_key(thread_id)])
         self.chain.forget_thread(thread_id)
         logger.info("thread %r brought back from the archive (%d records)", thread_id, image.records)
         return True
 
     def _write(self, image: ThreadImage, tiers: Sequence[Tier]) -> None:
         """The image's records into `tiers`: values, then checkpoints oldest
-        first with their writes, in one transaction per tier where it can."""
+        first with their writes, in one transaction per tier where it can;
+        a ledger entry only where it is newer than the tier's (an entry
+        never moves backwards)."""
         thread_id = image.thread_id
         checkpoints = sorted(image.checkpoints.values(), key=lambda r: (r.checkpoint_id, r.checkpoint_ns))
         blobs = list(image.blobs.values())
@@ -347,42 +537,103 @@ class Archiver:
                 tier.write_batch(batch, writes)
             elif blobs:
                 tier.write_blobs(blobs)
+            held = tier.read_ledger(thread_id) if image.ledger else {}
             for key, envelope in image.ledger.items():
-                tier.write_ledger(thread_id, key, envelope)
+                if self._newer(thread_id, key, envelope, held.get(key)):
+                    tier.write_ledger(thread_id, key, envelope)
             if image.gone:
                 tier.mark_gone(thread_id, sorted(image.gone))
+
+    def _newer(self, thread_id: str, key: str, envelope: bytes, held: bytes | None) -> bool:
+        if held is None or held == envelope:
+            return held is None
+        codec = self.chain.codec
+        try:
+            mine = codec.decode_ledger(thread_id, key, envelope)
+        except (BadRecord, DurableError):
+            return False
+        try:
+            theirs = codec.decode_ledger(thread_id, key, held)
+        except (BadRecord, DurableError):
+            return True  # a damaged entry: the archive's intact one replaces it
+        return newest_entry([(theirs, 0), (mine, 1)])[1] == 1
 
     # -- disaster recovery -------------------------------------------------------------
 
     def restore(self, thread_ids: Sequence[str] | None = None, *, until: float | None = None) -> RestoreReport:
         """Rebuild the hot tiers from the archive: every thread it holds (or
         `thread_ids`), as of its newest segment (or the newest cut by
-        `until`). With every thread, one that was archived stays there,
-        marked in the hot tiers as it was (its next read brings it back); a
-        thread named is brought back. Records already in a tier are written
-        again as they are (immutable): running it twice is harmless."""
+        `until`). With every thread, one listed as archived stays there,
+        flagged in the hot tiers as it was (its next read brings it back);
+        a thread named is brought back. Records already in a tier are
+        written again as they are (immutable): running it twice is harmless."""
         self.chain.ensure_setup()
         tiers = list(self.chain.tiers)
         report = RestoreReport()
-        archived = set(self.archived_threads())
+        listed = set(self.listed_archived())
         for thread_id in thread_ids if thread_ids is not None else self.archived_thread_ids():
             image = self.image(thread_id, until=until, bad=report.bad_segments)
             if image.empty:
                 continue
-            if thread_id in archived and until is None and thread_ids is None:
-                newest = max(cid for _, cid in image.checkpoints) if image.checkpoints else None
-                if newest is not None:
+            flag = self.flag(thread_id)
+            if thread_ids is None and until is None and (thread_id in listed or flag is not None):
+                if flag is None and image.checkpoints:
+                    newest = max(cid for _, cid in image.checkpoints)
+                    self._set_flag(thread_id, {"newest": newest, "previous_marker": None}, tiers)
                     for tier in tiers:
                         tier.mark_deleted(thread_id, newest)
                 report.archived += 1
                 continue
             self._write(image, tiers)
-            if thread_id in archived:
-                self.store.delete([marker_key(thread_id)])
+            if flag is not None:
+                for tier in tiers:
+                    tier.mark_deleted(thread_id, flag.get("previous_marker"))
+                self._set_flag(thread_id, None, tiers)
+            if thread_id in listed:
+                with _quietly():
+                    self.store.delete([marker_key(thread_id)])
             self.chain.forget_thread(thread_id)
             report.threads += 1
             report.records += image.records
         return report
+
+
+def _flag(value: str | None) -> dict[str, Any] | None:
+    if not value:
+        return None
+    try:
+        flag = json.loads(value)
+    except ValueError:
+        return {"previous_marker": None}  # a flag all the same: the thread is archived
+    return flag if isinstance(flag, dict) else {"previous_marker": None}
+
+
+def _copy(image: ThreadImage) -> ThreadImage:
+    return ThreadImage(
+        image.thread_id,
+        dict(image.checkpoints),
+        dict(image.blobs),
+        dict(image.writes),
+        dict(image.ledger),
+        image.deleted_through,
+        set(image.gone),
+        image.segments,
+        image.newest_at,
+    )
+
+
+class _quietly:
+    """The object store's listing entries are informational: a failure to
+    drop one is logged, never raised."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+        if isinstance(exc, TierUnavailable):
+            logger.warning("archive: %s (its listing entry stays until the next bring-back or restore)", exc)
+            return True
+        return False
 
 
 def _head(hot: HotCopy) -> tuple[str | None, list[tuple[str, int]]]:

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from ..engine.tasks import BackgroundTask
 from ..errors import DurableError, TierUnavailable
 from ..model.backlog import ArchiveLag
+from .reports import NotYet
 
 logger = logging.getLogger("langgraph_durable")
 
@@ -52,6 +53,7 @@ class ArchiveReplica(BackgroundTask):
         self._rescan = rescan
         self.lag_bound = lag
         self._noted: dict[str, float] = {}  # thread id -> when first noted since its last ship
+        self._notes_seen: dict[str, int] = {}  # thread id -> notes so far: one noted during its ship stays
         self._notes = threading.Lock()
         self._wake = threading.Event()
         self._pass = threading.Lock()  # one pass at a time, background or flush
@@ -59,6 +61,9 @@ class ArchiveReplica(BackgroundTask):
         self.segments = 0
         self.records = 0
         self._last_rescan = 0.0
+        self._last_pass = time.monotonic()
+        self._rescanned = threading.Event()  # the first rescan is over (or failed)
+        self._hurry = threading.Event()  # a flush waits for the rescan: no more pacing
 
     # -- the step path -------------------------------------------------------------
 
@@ -66,6 +71,7 @@ class ArchiveReplica(BackgroundTask):
         """The thread changed: ship it with the next pass."""
         with self._notes:
             self._noted.setdefault(thread_id, time.monotonic())
+            self._notes_seen[thread_id] = self._notes_seen.get(thread_id, 0) + 1
         if not self.running:
             self.start()
 
@@ -81,6 +87,11 @@ class ArchiveReplica(BackgroundTask):
     def flush(self, timeout: float | None = None) -> ArchiveLag:
         """Ship every noted thread now (a drain, ``close``); at most `timeout` seconds."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        if self._rescan is not None and self.running:
+            # What a killed process left is noted by the first rescan: wait
+            # for it (a small store's takes a moment), within the deadline.
+            self._hurry.set()
+            self._rescanned.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
         self.run_pass(deadline)
         return self.lag()
 
@@ -88,15 +99,17 @@ class ArchiveReplica(BackgroundTask):
         """Ship each thread noted before the pass started. The threads shipped."""
         with self._pass:
             with self._notes:
-                batch = dict(self._noted)
+                batch = {t: (at, self._notes_seen[t]) for t, at in self._noted.items()}
             done = 0
-            for thread_id, noted_at in sorted(batch.items(), key=lambda item: item[1]):
+            for thread_id, (_, seen) in sorted(batch.items(), key=lambda item: item[1][0]):
                 if deadline is not None and time.monotonic() > deadline:
                     break
                 if self.stopping and deadline is None:
                     break
                 try:
                     shipped = self._ship(thread_id)
+                except NotYet:
+                    continue  # the local journal still owes the shared tiers some of it
                 except TierUnavailable as exc:
                     if self._reachable:
                         logger.warning("archive replica: %s; the noted threads stay noted until it answers", exc)
@@ -111,8 +124,11 @@ class ArchiveReplica(BackgroundTask):
                     logger.warning("archive replica: the object store answers again")
                 self._reachable = True
                 with self._notes:
-                    if self._noted.get(thread_id) == noted_at:
-                        del self._noted[thread_id]  # not noted again meanwhile
+                    if self._notes_seen.get(thread_id) == seen:
+                        # Not noted again while it shipped (what a write
+                        # during the ship added waits for the next pass).
+                        del self._noted[thread_id]
+                        del self._notes_seen[thread_id]
                 if shipped:
                     self.segments += 1
                     self.records += shipped
@@ -122,19 +138,27 @@ class ArchiveReplica(BackgroundTask):
     def _run(self) -> None:
         if self._rescan is not None:
             self._rescan_now()
-        while not self._stopping.wait(self.lag_bound / 2):
-            try:
-                self.run_pass()
-            except Exception:  # a pass never takes the process down
-                logger.exception("archive replica pass failed; trying again in %.0f s", self.lag_bound / 2)
+        while not self._stopping.wait(max(0.0, self.lag_bound / 2 - (time.monotonic() - self._last_pass))):
+            self._pass_now()
             if self._rescan is not None and time.monotonic() - self._last_rescan > RESCAN_EVERY_S:
                 self._rescan_now()
+
+    def _pass_now(self) -> None:
+        self._last_pass = time.monotonic()
+        try:
+            self.run_pass()
+        except Exception:  # a pass never takes the process down
+            logger.exception("archive replica pass failed; trying again in %.0f s", self.lag_bound / 2)
 
     def _rescan_now(self) -> None:
         assert self._rescan is not None
         self._last_rescan = time.monotonic()
 
         def paced() -> bool:
+            if time.monotonic() - self._last_pass > self.lag_bound / 2:
+                self._pass_now()  # a long rescan keeps the passes on time
+            if self._hurry.is_set():
+                return not self.stopping
             return not self._stopping.wait(1.0 / RESCAN_RATE)
 
         try:
@@ -142,6 +166,8 @@ class ArchiveReplica(BackgroundTask):
         except Exception as exc:  # the tiers or the store down: the next rescan tries again
             logger.warning("archive replica: rescan failed (%s); trying again in %.0f s", exc, RESCAN_EVERY_S)
             return
+        finally:
+            self._rescanned.set()
         if noted:
             logger.info("archive replica: rescan found %d thread(s) the archive is behind on", noted)
 

@@ -7,6 +7,11 @@ from dataclasses import dataclass, field
 from ..model.records import BlobRow, CheckpointRow, WriteRow
 
 
+class NotYet(Exception):
+    """Internal: the thread cannot be shipped whole yet (the local journal
+    still owes the shared tiers some of it); the replica keeps it noted."""
+
+
 @dataclass
 class HotCopy:
     """Every verified record of one thread that the asked tiers hold."""
@@ -16,6 +21,9 @@ class HotCopy:
     writes: dict[tuple[str, str, str, int], WriteRow] = field(default_factory=dict)
     ledger: dict[str, bytes] = field(default_factory=dict)
     deleted_through: str | None = None
+    seen: set[tuple[str, str]] = field(default_factory=set)
+    """(ns, checkpoint id) of every checkpoint some tier holds, intact or
+    not: one held only as a bad copy is damaged, not deleted."""
 
     @property
     def records(self) -> int:

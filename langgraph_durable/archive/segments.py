@@ -33,7 +33,7 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,11 +73,16 @@ def marker_key(thread_id: str) -> str:
     return f"{ARCHIVED}/{thread_folder(thread_id)}"
 
 
-def head_tag(checkpoint_id: str | None, write_keys: Iterable[tuple[str, int]]) -> str:
-    """A digest of a thread's newest checkpoint and its pending writes' keys."""
+def head_tag(
+    checkpoint_id: str | None, write_keys: Iterable[tuple[str, int]], ledger: Mapping[str, bytes] | None = None
+) -> str:
+    """A digest of a thread's newest checkpoint, its pending writes' keys
+    and its ledger (actions and pins)."""
     h = hashlib.sha256((checkpoint_id or "").encode())
     for task_id, idx in sorted(write_keys):
         h.update(b"\x00" + task_id.encode() + b"\x00" + str(idx).encode())
+    for key, envelope in sorted((ledger or {}).items()):
+        h.update(b"\x01" + key.encode() + b"\x00" + hashlib.sha256(envelope).digest())
     return h.hexdigest()[:12]
 
 
@@ -222,6 +227,16 @@ class ThreadImage:
     @property
     def records(self) -> int:
         return len(self.checkpoints) + len(self.blobs) + len(self.writes) + len(self.ledger)
+
+    @property
+    def size_bytes(self) -> int:
+        """About the memory it holds: its records' envelopes."""
+        return (
+            sum(len(r.envelope) for r in self.checkpoints.values())
+            + sum(len(r.envelope) for r in self.blobs.values())
+            + sum(len(r.envelope) for r in self.writes.values())
+            + sum(len(v) for v in self.ledger.values())
+        )
 
     def head(self, ns: str = "") -> tuple[str | None, list[tuple[str, int]]]:
         """The newest checkpoint of `ns` and its pending writes' keys."""

@@ -156,10 +156,13 @@ class ArchiveStore:
             ) from None
         return str(text)
 
-    def keep_store_key(self, text: str) -> None:
-        """Keep a copy of the store's key, unless one is kept already."""
-        if self.get(STORE_KEY_OBJECT) is None:
+    def keep_store_key(self, text: str) -> str:
+        """Keep a copy of the store's key, unless one is kept already; the one kept."""
+        kept = self.store_key()
+        if kept is None:
             self.put(STORE_KEY_OBJECT, json.dumps({"store_key": text}).encode())
+            return text
+        return kept
 
     def delete(self, keys: Sequence[str]) -> None:
         if not keys:

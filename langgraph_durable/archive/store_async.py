@@ -158,10 +158,13 @@ class AsyncArchiveStore:
             ) from None
         return str(text)
 
-    async def keep_store_key(self, text: str) -> None:
-        """Keep a copy of the store's key, unless one is kept already."""
-        if await self.get(STORE_KEY_OBJECT) is None:
+    async def keep_store_key(self, text: str) -> str:
+        """Keep a copy of the store's key, unless one is kept already; the one kept."""
+        kept = await self.store_key()
+        if kept is None:
             await self.put(STORE_KEY_OBJECT, json.dumps({"store_key": text}).encode())
+            return text
+        return kept
 
     async def delete(self, keys: Sequence[str]) -> None:
         if not keys:

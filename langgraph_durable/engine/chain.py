@@ -1062,18 +1062,6 @@ class TierChain:
     def _everywhere(self, call: Callable[[Tier], Any]) -> None:
         _raise_first(run_all([functools.partial(call, t) for t in self.tiers]))
 
-    def deleted_through(self, thread_id: str) -> str | None:
-        """The thread's deletion marker (`mark_deleted`) as the most
-        authoritative tier that answers has it: None if it was never removed
-        from the hot tiers (deleted, or archived)."""
-        self.ensure_setup()
-        for tier in self.roles.by_authority():
-            try:
-                return tier.head(thread_id, "").deleted_through
-            except TierUnavailable:
-                continue
-        return None
-
     def forget_thread(self, thread_id: str) -> None:
         """Drop what this process remembers of the thread (it left the hot
         tiers, or came back into them from elsewhere): the next read asks the tiers."""

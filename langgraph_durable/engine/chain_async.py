@@ -1077,18 +1077,6 @@ class AsyncTierChain:
     async def _everywhere(self, call: Callable[[AsyncTier], Any]) -> None:
         _raise_first(await arun_all([functools.partial(call, t) for t in self.tiers]))
 
-    async def deleted_through(self, thread_id: str) -> str | None:
-        """The thread's deletion marker (`mark_deleted`) as the most
-        authoritative tier that answers has it: None if it was never removed
-        from the hot tiers (deleted, or archived)."""
-        await self.ensure_setup()
-        for tier in self.roles.by_authority():
-            try:
-                return (await tier.head(thread_id, "")).deleted_through
-            except TierUnavailable:
-                continue
-        return None
-
     def forget_thread(self, thread_id: str) -> None:
         """Drop what this process remembers of the thread (it left the hot
         tiers, or came back into them from elsewhere): the next read asks the tiers."""

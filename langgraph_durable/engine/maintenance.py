@@ -248,7 +248,10 @@ class Maintenance:
         its delta channels are rebuilt from; delete: the whole thread."""
         for thread_id in [thread_id_of(t, what="prune") for t in thread_ids]:
             self.deltas.forget(thread_id)
-            if strategy == "delete" and not self.pinned(thread_id):
+            pinned = strategy == "delete" and bool(self.pinned(thread_id))
+            if pinned:
+                logger.info("prune(strategy='delete') keeps thread %r's pinned checkpoints (and its newest)", thread_id)
+            if strategy == "delete" and not pinned:
                 # As `delete_thread`: with its marker, so that a copy another
                 # replica's local cache still holds is known to be deleted,
                 # not taken for one the shared tiers lost and written back.

@@ -119,6 +119,11 @@ def deleted_key(thread_id: str) -> str:
     return f"deleted:{thread_id}"
 
 
+def archived_key(thread_id: str) -> str:
+    """The meta key of a thread's ``archived`` flag (`archive.archiver_async`)."""
+    return f"archived:{thread_id}"
+
+
 def pack_fields(fields: Sequence[Any]) -> bytes:
     return ormsgpack.packb(list(fields))
 
