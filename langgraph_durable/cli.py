@@ -502,6 +502,8 @@ def _scan(args: argparse.Namespace, out: Output, *, repair: bool) -> int:
             report = run(args.thread, progress=progress)
         tiers = saver.tier_names
     code = EXIT_FINDINGS if (report.unrestorable if repair else report.bad or report.missing) else EXIT_OK
+    if report.archive is not None and not report.archive.ok:
+        code = EXIT_FINDINGS
     out.document({"command": args.command, "tiers": tiers, "ok": code == EXIT_OK, "report": report})
     for copy in [*report.bad, *report.missing]:
         state = ""
@@ -518,6 +520,20 @@ def _scan(args: argparse.Namespace, out: Output, *, repair: bool) -> int:
             else ""
         )
     )
+    if report.archive is not None:
+        a = report.archive
+        for key in a.bad_segments:
+            out.line(f"archive: UNUSABLE segment {key} (it does not verify)")
+        for thread_id in a.rolled_back:
+            out.line(
+                f"archive: ROLLED BACK  thread {thread_id!r}: the archive holds newer checkpoints than every hot tier, "
+                "and no deletion covers them (`restore THREAD` brings them back)"
+            )
+        out.line(
+            f"archive: {a.threads} thread(s), {a.segments} segment(s), {len(a.bad_segments)} unusable, "
+            f"{len(a.rolled_back)} rolled back, {a.behind} not shipped yet"
+            + ("" if a.signed else " (unsigned: checksums only)")
+        )
     if report.undecodable:
         # Intact, and left as they are: this reader lacks what decodes them.
         for line in report.undecodable[:5]:

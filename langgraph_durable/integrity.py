@@ -194,6 +194,9 @@ class ScanReport:
     # encrypted store read without its serializer, a type the allowlist
     # blocks. Left exactly as they are; each says what it needs.
     undecodable: list[str] = field(default_factory=list)
+    # With an archive (``archive=``): its segments verified and each thread's
+    # hot copy held against it (`archive.reports.ArchiveCheck`).
+    archive: Any = None
 
 
 def record_label(kind: str, row: Any) -> str:

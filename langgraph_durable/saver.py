@@ -1403,8 +1403,14 @@ class DurableSaver(BaseCheckpointSaver[str]):
     def verify(self, thread_id: str | None = None, *, progress: Callable[[int, int], None] | None = None) -> ScanReport:
         """Check every copy of every record in every tier (one thread or all).
         Changes nothing; `ScanReport.bad` lists each bad copy with its tier and key.
+        With an archive, `ScanReport.archive` says which of its segments do
+        not verify and which threads the hot tiers hold older than it does
+        (rolled back, or lost everywhere), an `archive.reports.ArchiveCheck`.
         `progress(done, total)` is called after each thread."""
-        return self._sync_chain().scan(thread_id, repair=False, progress=progress)
+        report = self._sync_chain().scan(thread_id, repair=False, progress=progress)
+        if self.archive_url is not None:
+            report.archive = self._archiver().check(None if thread_id is None else [thread_id])
+        return report
 
     def repair(self, thread_id: str | None = None, *, progress: Callable[[int, int], None] | None = None) -> ScanReport:
         """`verify`, then replace each bad copy with an intact copy from another
@@ -1416,7 +1422,10 @@ class DurableSaver(BaseCheckpointSaver[str]):
         self, thread_id: str | None = None, *, progress: Callable[[int, int], None] | None = None
     ) -> ScanReport:
         """Async `verify`."""
-        return await self._async_chain().scan(thread_id, repair=False, progress=progress)
+        report = await self._async_chain().scan(thread_id, repair=False, progress=progress)
+        if self.archive_url is not None:
+            report.archive = await self._aarchiver().check(None if thread_id is None else [thread_id])
+        return report
 
     async def arepair(
         self, thread_id: str | None = None, *, progress: Callable[[int, int], None] | None = None

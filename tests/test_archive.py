@@ -6,6 +6,7 @@ S3-compatible server (moto's) on loopback; faults through a TCP proxy."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 from typing import Any
@@ -691,3 +692,55 @@ def test_compaction_folds_old_segments_and_keeps_every_record(
         assert len(image.checkpoints) == len(hot.checkpoints)
         assert saver.archive_idle(0.0).archived == ["t-compact"]
         assert len(list(saver.list(cfg("t-compact")))) == len(hot.checkpoints)
+
+
+# -- verify: the archive's word against every hot tier's ---------------------------------------
+
+
+def test_verify_finds_a_whole_store_rolled_back_and_a_bad_segment(
+    make_saver: SaverFactory, archive_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from langgraph_durable import cli
+    from tests.tamper import CHECKPOINT, Rec, open_stores
+
+    with make_saver(FULL, archive=archive_url) as saver:
+        graph = loop_graph(3).compile(checkpointer=saver)
+        graph.invoke({"messages": [], "n": 0}, cfg("t-roll"))
+        graph.invoke({"messages": [], "n": 0}, cfg("t-fine"))
+        state = graph.get_state(cfg("t-roll")).values
+        saver.drain_archive()
+        report = saver.verify()
+        assert report.archive is not None and report.archive.ok and report.archive.signed
+        # Every hot tier goes back to an older backup: the newest checkpoint is gone from each.
+        newest = graph.get_state(cfg("t-roll")).config["configurable"]["checkpoint_id"]
+        assert saver.redis_url is not None
+        for store in open_stores(saver, saver.redis_url):
+            try:
+                store.delete("t-roll", Rec(CHECKPOINT, "", (newest,)))
+            finally:
+                store.close()
+        flags = [
+            "--sqlite", saver.sqlite_path or "", "--redis", saver.redis_url, "--redis-key-prefix",
+            saver.redis_key_prefix, "--postgres", saver.postgres_url or "", "--archive", archive_url,
+        ]  # fmt: skip
+    code = cli.main(["verify", *flags])
+    out = capsys.readouterr().out
+    assert code == cli.EXIT_FINDINGS
+    assert "archive: ROLLED BACK  thread 't-roll'" in out and "t-fine" not in out.split("ROLLED BACK")[1]
+    with make_saver(FULL, archive=archive_url) as saver:
+        report = saver.verify()
+        assert report.archive.rolled_back == ["t-roll"]
+        assert saver.restore(["t-roll"]).threads == 1
+        assert loop_graph(3).compile(checkpointer=saver).get_state(cfg("t-roll")).values == state
+        assert saver.verify().archive.ok
+        # A damaged segment is reported, never trusted.
+        store = store_of(archive_url)
+        key = store.keys(segments_prefix("t-fine"))[0]
+        data = bytearray(store.get(key) or b"")
+        data[-3] ^= 0x01
+        store.put(key, bytes(data))
+        check = saver.verify().archive
+        assert check.bad_segments == [key] and not check.ok
+    code = cli.main(["verify", "--json", *flags])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == cli.EXIT_FINDINGS and doc["report"]["archive"]["bad_segments"] == [key]

@@ -133,3 +133,12 @@ async def test_conformance_write_behind_without_redis(make_saver: Any, face: str
 @pytest.mark.parametrize("face", ["async", "sync"])
 async def test_conformance_bounded_tiers(make_saver: Any, face: str) -> None:
     await _run_suite(make_saver, "sqlite+redis+postgres", face, local_max_bytes=64 * 1024, redis_ttl=60)
+
+
+# With an archive whose replica ships every 0.1 s while the suite runs (and
+# every saver's close ships the rest): deletes, copies and prunes meet it.
+@pytest.mark.s3
+@pytest.mark.parametrize("face", ["async", "sync"])
+@pytest.mark.parametrize("tiers", ["sqlite", "sqlite+redis+postgres"])
+async def test_conformance_with_an_archive(make_saver: Any, archive_url: str, tiers: str, face: str) -> None:
+    await _run_suite(make_saver, tiers, face, archive=archive_url, archive_lag=0.2)

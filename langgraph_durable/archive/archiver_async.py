@@ -42,7 +42,7 @@ from ..model.records import BadRecord, open_envelope_any
 from ..retention import age_seconds
 from ..tiers.base import archived_key
 from ..tiers.protocol_async import AsyncTier
-from .reports import ArchiveOutcome, HotCopy, NotYet, RestoreReport
+from .reports import ArchiveCheck, ArchiveOutcome, HotCopy, NotYet, RestoreReport
 from .segments import (
     ARCHIVED,
     THREADS,
@@ -559,6 +559,46 @@ class AsyncArchiver:
         except (BadRecord, DurableError):
             return True  # a damaged entry: the archive's intact one replaces it
         return newest_entry([(theirs, 0), (mine, 1)])[1] == 1
+
+    # -- verify ------------------------------------------------------------------------
+
+    async def check(self, thread_ids: Sequence[str] | None = None) -> ArchiveCheck:
+        """`verify`'s look at the archive: every segment of these threads
+        (default: every thread the archive or a hot tier holds) verified,
+        and each thread's hot copy held against it. A thread whose hot
+        tiers lack checkpoints newer than the newest they hold, which the
+        archive holds and no deletion covers, was rolled back (or lost them
+        everywhere). Reads only."""
+        await self.chain.ensure_setup()
+        report = ArchiveCheck(signed=bool(self.chain.codec.key))
+        tiers = list(self.chain.tiers)
+        if thread_ids is None:
+            hot_ids: set[str] = set()
+            for tier in tiers:
+                hot_ids.update(await tier.thread_ids())
+            thread_ids = sorted(hot_ids | set(await self.archived_thread_ids()))
+        for thread_id in thread_ids:
+            report.threads += 1
+            keys = await self.segment_keys(thread_id)
+            report.segments += len(keys)
+            image = await self.image(thread_id, keys=keys, bad=report.bad_segments)
+            if await self.flag(thread_id) is not None:
+                continue  # archived: the hot tiers are meant to be empty
+            hot = await self.hot(thread_id, tiers)
+            if not image.holds(hot.checkpoints.values(), hot.blobs.values(), hot.writes.values(), hot.ledger):
+                report.behind += 1
+            for ns in sorted({ns for ns, _ in image.checkpoints}):
+                held = max((cid for n, cid in hot.seen if n == ns), default="")
+                newer = [cid for n, cid in image.checkpoints if n == ns and cid > held]
+                if not newer:
+                    continue
+                gone = set(
+                    await self._recorded_gone(thread_id, [(ns, c) for c in newer], hot.deleted_through, tiers[-1])
+                )
+                if len(gone) < len(newer):
+                    report.rolled_back.append(thread_id)
+                    break
+        return report
 
     # -- disaster recovery -------------------------------------------------------------
 

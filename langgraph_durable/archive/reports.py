@@ -60,3 +60,28 @@ class RestoreReport:
     records: int = 0
     archived: int = 0  # threads left in the archive, marked in the hot tiers
     bad_segments: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ArchiveCheck:
+    """What `verify` found in the archive (``archive=``)."""
+
+    threads: int = 0
+    segments: int = 0
+    bad_segments: list[str] = field(default_factory=list)
+    """Segments that do not verify: damaged, planted, or sealed by another store."""
+    rolled_back: list[str] = field(default_factory=list)
+    """Threads whose hot tiers lack checkpoints newer than those they hold
+    that the archive holds, with no deletion recorded: every hot tier lost
+    them, or was restored from an older backup (or ``restore --until``).
+    With a key (the store's own or the user's) the archive's segments
+    cannot be forged, so its word stands."""
+    behind: int = 0
+    """Threads whose archive copy lacks records the hot tiers hold: the
+    replica's lag (a finding only if it lasts)."""
+    signed: bool = True
+    """Whether the segments are sealed with a key (else they are only checksummed)."""
+
+    @property
+    def ok(self) -> bool:
+        return not self.bad_segments and not self.rolled_back
