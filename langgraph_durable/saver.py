@@ -645,7 +645,8 @@ class DurableSaver(BaseCheckpointSaver[str]):
         ``LANGGRAPH_DURABLE_POSTGRES_URL`` (and
         ``LANGGRAPH_DURABLE_POSTGRES_PREPARED_STATEMENTS``, true or false),
         ``LANGGRAPH_DURABLE_SERDE`` (``module:attr`` of the serializer, or of a
-        function returning it), ``LANGGRAPH_DURABLE_WRITE``, ``LANGGRAPH_DURABLE_LEASE_LINGER`` and
+        function returning it), ``LANGGRAPH_DURABLE_WRITE``, ``LANGGRAPH_DURABLE_LEASE_LINGER``,
+        ``LANGGRAPH_DURABLE_ARCHIVE_URL`` (``s3://BUCKET/PREFIX``) and
         ``LANGGRAPH_DURABLE_SIGNING_KEY`` (plus ``LANGGRAPH_DURABLE_OLD_SIGNING_KEYS``,
         comma-separated, during a key rotation). Keyword options override them."""
         from_env = env_options(os.environ, DEFAULT_SQLITE_PATH)
