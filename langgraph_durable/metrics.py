@@ -63,7 +63,9 @@ class TierCall:
     """One call to one tier.
 
     Attributes:
-        tier: ``"sqlite"``, ``"redis"`` or ``"postgres"``.
+        tier: ``"sqlite"``, ``"redis"`` or ``"postgres"``; ``"archive"`` for
+            the archive's operations (``"ship"``, ``"bring_back"``,
+            ``"archive_thread"``), each a whole operation, not one object call.
         op: the tier operation (`tiers.protocol_async.AsyncTier`'s method:
             ``"head"``, ``"read_blobs"``, ``"write_checkpoint"``...; ``"probe"``
             for `DurableSaver.health`'s).

@@ -50,7 +50,7 @@ from .engine.sweeper import RetentionSweeper
 from .errors import ConfigError, TierUnavailable
 from .integrity import IntegrityPolicy, OnCorruption, ScanReport
 from .ledger import LedgerEntry, damaged_entry, operator_answer
-from .metrics import MetricsHook, MetricsSink
+from .metrics import MetricsHook, MetricsSink, Outcome, TierCall
 from .model.backlog import DEFAULT_CALL_TIMEOUT_S, ArchiveLag, JournalEntry, Lag, MemoryBacklog, WriteMode
 from .model.breaker import Breakers
 from .model.carried import SeenVersions
@@ -1560,7 +1560,27 @@ class DurableSaver(BaseCheckpointSaver[str]):
         return asked
 
     def _archive_ship(self, thread_id: str) -> int:
-        return self._archiver().ship(thread_id)
+        with self._archive_call("ship"):
+            return self._archiver().ship(thread_id)
+
+    @contextlib.contextmanager
+    def _archive_call(self, op: str) -> Iterator[None]:
+        """Report one archive operation to the metrics hooks as a `TierCall`
+        of tier ``"archive"`` (``ship``, ``bring_back``, ``archive_thread``)."""
+        sink = (self._origin or self)._metrics
+        if sink is None:
+            yield
+            return
+        started = time.perf_counter()
+        outcome: Outcome = "error"
+        try:
+            yield
+            outcome = "ok"
+        except TierUnavailable:
+            outcome = "unavailable"
+            raise
+        finally:
+            sink(TierCall("archive", op, time.perf_counter() - started, outcome))
 
     def _archive_rescan(self, note: Callable[[str], None], paced: Callable[[], bool]) -> int:
         """Note every thread the archive is behind on: those whose head differs
@@ -1617,8 +1637,12 @@ class DurableSaver(BaseCheckpointSaver[str]):
         leases = self._sync_leases()
         mine = held or self._lease_token(config)[0] is not None
         hold, release = (None, None) if mine else (leases.hold, leases.release_quietly)
-        if not self._archiver().bring_back(thread_id, hold=hold, release=release):
+        archiver = self._archiver()
+        if archiver.flag(thread_id) is None:
             return False
+        with self._archive_call("bring_back"):
+            if not archiver.bring_back(thread_id, hold=hold, release=release):
+                return False
         self.archive_restores += 1
         self._note_archive(thread_id)
         return True
@@ -1630,8 +1654,12 @@ class DurableSaver(BaseCheckpointSaver[str]):
         leases = self._async_leases()
         mine = held or self._lease_token(config)[0] is not None
         hold, release = (None, None) if mine else (leases.hold, leases.release_quietly)
-        if not await self._aarchiver().bring_back(thread_id, hold=hold, release=release):
+        archiver = self._aarchiver()
+        if await archiver.flag(thread_id) is None:
             return False
+        with self._archive_call("bring_back"):
+            if not await archiver.bring_back(thread_id, hold=hold, release=release):
+                return False
         self.archive_restores += 1
         self._note_archive(thread_id)
         return True
@@ -1670,8 +1698,8 @@ class DurableSaver(BaseCheckpointSaver[str]):
             if pace is not None:
                 pace()
             leases.ask_kept_back(thread_id, "archive_idle")
-            report.threads.append(
-                archiver.archive_thread(
+            with self._archive_call("archive_thread"):
+                outcome = archiver.archive_thread(
                     thread_id,
                     idle_after=older_than,
                     now=when,
@@ -1679,7 +1707,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
                     hold=leases.hold,
                     release=leases.release_quietly,
                 )
-            )
+            report.threads.append(outcome)
         return report
 
     async def aarchive_idle(
@@ -1705,8 +1733,8 @@ class DurableSaver(BaseCheckpointSaver[str]):
             await chain.catch_up()
         for thread_id in ids:
             await leases.ask_kept_back(thread_id, "archive_idle")
-            report.threads.append(
-                await archiver.archive_thread(
+            with self._archive_call("archive_thread"):
+                outcome = await archiver.archive_thread(
                     thread_id,
                     idle_after=older_than,
                     now=when,
@@ -1714,7 +1742,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
                     hold=leases.hold,
                     release=leases.release_quietly,
                 )
-            )
+            report.threads.append(outcome)
         return report
 
     def archived_threads(self) -> builtins.list[str]:

@@ -744,3 +744,17 @@ def test_verify_finds_a_whole_store_rolled_back_and_a_bad_segment(
     code = cli.main(["verify", "--json", *flags])
     doc = json.loads(capsys.readouterr().out)
     assert code == cli.EXIT_FINDINGS and doc["report"]["archive"]["bad_segments"] == [key]
+
+
+def test_archive_operations_reach_the_metrics_hooks(make_saver: SaverFactory, archive_url: str) -> None:
+    from langgraph_durable.metrics import TierStats
+
+    stats = TierStats()
+    with make_saver(FULL, archive=archive_url, metrics=stats) as saver:
+        graph = loop_graph(2).compile(checkpointer=saver)
+        graph.invoke({"messages": [], "n": 0}, cfg("t-metrics"))
+        saver.drain_archive()
+        saver.archive_idle(0.0)
+        graph.get_state(cfg("t-metrics"))
+        ops = {s.op: s.calls for s in stats.ops("archive")}
+        assert ops == {"ship": 1, "archive_thread": 1, "bring_back": 1}
