@@ -15,8 +15,9 @@ from .errors import (
     UndecodableRecord,
 )
 from .integrity import CorruptionEvent, CorruptionHook
-from .ledger import LedgerEntry, action, durable_action
+from .ledger import LedgerEntry, action, apin_here, durable_action, pin_here
 from .metrics import CorruptCopy, MetricsHook, OpenTelemetryMetrics, TierCall, TierStats
+from .model.pins import Pin
 from .retention import RetentionPolicy, RetentionReport
 from .saver import DurableSaver
 from .validation import (
@@ -41,10 +42,13 @@ __all__ = [
     "Rewind",
     "ValidationOutcome",
     "action",
+    "apin_here",
     "check",
     "durable_action",
     "max_age",
     "paths_exist",
+    "Pin",
+    "pin_here",
     "pin_version",
     "reject",
     "rewind",

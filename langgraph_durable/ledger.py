@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import TracebackType
-from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
+from typing import Any, Literal, Protocol, TypeVar, cast, runtime_checkable
 
 from langgraph.config import get_config
 
@@ -193,6 +193,43 @@ def durable_action(key: str | Callable[..., str], *, idempotent: bool = False) -
         return run  # type: ignore[return-value]
 
     return decorate
+
+
+class Pinning(Protocol):
+    def pin(self, config: Any, *, label: str = "", check: bool = True) -> Any: ...
+    async def apin(self, config: Any, *, label: str = "", check: bool = True) -> Any: ...
+
+
+def _root_checkpoint(what: str) -> tuple[Pinning, dict[str, Any]]:
+    try:
+        config = get_config()
+    except RuntimeError as exc:
+        raise ConfigError(f"{what}() must be used inside a LangGraph node (it reads the run's config).") from exc
+    configurable = config.get("configurable") or {}
+    saver = configurable.get(CHECKPOINTER_KEY)
+    root = (configurable.get("checkpoint_map") or {}).get("")
+    if not hasattr(saver, "pin") or root is None:
+        raise ConfigError(
+            f"{what}() needs the graph to be compiled with checkpointer=DurableSaver(...); "
+            f"this run's checkpointer is {type(saver).__name__}."
+        )
+    target = {"thread_id": str(configurable["thread_id"]), "checkpoint_ns": "", "checkpoint_id": root}
+    return cast(Pinning, saver), {"configurable": target}
+
+
+def pin_here(label: str = "") -> Any:
+    """Inside a node: pin the root graph's checkpoint this step started
+    from, before the node does something risky. Retention, ``prune``,
+    ``delete_for_runs`` and archiving keep it until it is unpinned, and
+    ``graph.invoke(None, pin.config)`` resumes from it. Returns the `Pin`."""
+    saver, config = _root_checkpoint("pin_here")
+    return saver.pin(config, label=label, check=False)  # it may still be on its way (durability="async")
+
+
+async def apin_here(label: str = "") -> Any:
+    """`pin_here` in an async node."""
+    saver, config = _root_checkpoint("apin_here")
+    return await saver.apin(config, label=label, check=False)
 
 
 def ledger_record_key(thread_id: str, key: str) -> str:

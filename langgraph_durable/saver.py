@@ -1784,29 +1784,36 @@ class DurableSaver(BaseCheckpointSaver[str]):
         checkpoint_id = configurable.get("checkpoint_id")
         return thread_id, ns, checkpoint_id
 
-    def pin(self, config: RunnableConfig, *, label: str = "") -> Pin:
+    def pin(self, config: RunnableConfig, *, label: str = "", check: bool = True) -> Pin:
         """Pin a checkpoint (the one `config` names, else the thread's
         latest): retention, ``prune``, ``delete_for_runs`` and `archive_idle`
         never remove it or anything it is rebuilt from, until `unpin`.
-        Resume from it with ``graph.invoke(None, pin.config)``."""
+        Resume from it with ``graph.invoke(None, pin.config)``. With
+        `check` (default) the checkpoint must exist, else `ConfigError`;
+        `pin_here` pins the checkpoint its step started from without
+        looking, as it may still be on its way to the tiers."""
         thread_id, ns, checkpoint_id = self._pin_target(config)
-        tup = self.get_tuple(
-            config if checkpoint_id else {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns}}
-        )
-        if tup is None:
-            raise ConfigError(f"pin: thread {thread_id!r} has no checkpoint {checkpoint_id or '(latest)'} to pin.")
-        checkpoint_id = tup.config["configurable"]["checkpoint_id"]
+        if check or not checkpoint_id:
+            target = config if checkpoint_id else {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns}}
+            tup = self.get_tuple(cast(RunnableConfig, target))
+            if tup is None:
+                raise ConfigError(f"pin: thread {thread_id!r} has no checkpoint {checkpoint_id or '(latest)'} to pin.")
+            checkpoint_id = tup.config["configurable"]["checkpoint_id"]
+        assert checkpoint_id is not None
         self._sync_chain().record_entry(thread_id, pin_entry(ns, checkpoint_id, label))
         self._note_archive(thread_id)
         return Pin(thread_id, ns, checkpoint_id, label, time.time())
 
-    async def apin(self, config: RunnableConfig, *, label: str = "") -> Pin:
+    async def apin(self, config: RunnableConfig, *, label: str = "", check: bool = True) -> Pin:
+        """Async `pin`."""
         thread_id, ns, checkpoint_id = self._pin_target(config)
-        target = config if checkpoint_id else {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns}}
-        tup = await self.aget_tuple(cast(RunnableConfig, target))
-        if tup is None:
-            raise ConfigError(f"pin: thread {thread_id!r} has no checkpoint {checkpoint_id or '(latest)'} to pin.")
-        checkpoint_id = tup.config["configurable"]["checkpoint_id"]
+        if check or not checkpoint_id:
+            target = config if checkpoint_id else {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns}}
+            tup = await self.aget_tuple(cast(RunnableConfig, target))
+            if tup is None:
+                raise ConfigError(f"pin: thread {thread_id!r} has no checkpoint {checkpoint_id or '(latest)'} to pin.")
+            checkpoint_id = tup.config["configurable"]["checkpoint_id"]
+        assert checkpoint_id is not None
         await self._async_chain().record_entry(thread_id, pin_entry(ns, checkpoint_id, label))
         self._note_archive(thread_id)
         return Pin(thread_id, ns, checkpoint_id, label, time.time())

@@ -40,10 +40,28 @@ class ResumeContext:
     metadata: Mapping[str, Any]
     pending_writes: tuple[PendingWrite, ...]
     age: timedelta
+    pins: tuple[Any, ...] = ()
+    """The thread's pinned checkpoints (`model.pins.Pin`), oldest pin first."""
 
     @property
     def checkpoint_id(self) -> str:
         return str(self.checkpoint.checkpoint["id"])
+
+    def rewind_to_pin(self, reason: str) -> Decision:
+        """A decision for a validator: resume from the newest pinned
+        checkpoint of this namespace at or before this one (``saver.pin``,
+        ``pin_here``); this one itself if it is pinned (resume). Rejects,
+        saying so, when the thread has none."""
+        pinned = sorted(
+            p.checkpoint_id
+            for p in self.pins
+            if p.checkpoint_ns == self.checkpoint_ns and p.checkpoint_id <= self.checkpoint_id
+        )
+        if not pinned:
+            return reject(f"{reason}; and no pinned checkpoint to rewind to")
+        if pinned[-1] == self.checkpoint_id:
+            return None
+        return rewind(reason, to=pinned[-1])
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +113,7 @@ def validator_name(v: Any) -> str:
     return getattr(v, "__name__", None) or type(v).__name__
 
 
-def make_context(tup: CheckpointTuple, now: datetime | None = None) -> ResumeContext:
+def make_context(tup: CheckpointTuple, now: datetime | None = None, pins: Iterable[Any] = ()) -> ResumeContext:
     configurable = tup.config["configurable"]
     try:
         written = datetime.fromisoformat(tup.checkpoint["ts"])
@@ -111,6 +129,7 @@ def make_context(tup: CheckpointTuple, now: datetime | None = None) -> ResumeCon
         metadata=dict(tup.metadata or {}),
         pending_writes=tuple(tup.pending_writes or ()),
         age=(now or datetime.now(UTC)) - written,
+        pins=tuple(pins),
     )
 
 

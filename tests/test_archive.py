@@ -758,3 +758,71 @@ def test_archive_operations_reach_the_metrics_hooks(make_saver: SaverFactory, ar
         graph.get_state(cfg("t-metrics"))
         ops = {s.op: s.calls for s in stats.ops("archive")}
         assert ops == {"ship": 1, "archive_thread": 1, "bring_back": 1}
+
+
+@pytest.mark.parametrize("face", ["sync", "async"])
+def test_a_node_pins_before_a_risky_step_and_a_validator_rewinds_to_it(
+    make_saver: SaverFactory, face: str
+) -> None:
+    from langgraph.graph import END, START, StateGraph
+    from langgraph.types import interrupt
+
+    from langgraph_durable import apin_here, pin_here
+    from tests.graphs import LoopState
+
+    broken = {"now": False}
+
+    def risky(state: LoopState) -> dict[str, Any]:
+        pin_here("before risky")
+        return {"messages": ["risky done"], "n": state.get("n", 0) + 1}
+
+    async def arisky(state: LoopState) -> dict[str, Any]:
+        await apin_here("before risky")
+        return {"messages": ["risky done"], "n": state.get("n", 0) + 1}
+
+    def wait(state: LoopState) -> dict[str, Any]:
+        return {"messages": [f"answer {interrupt('go on?')}"]}
+
+    g = StateGraph(LoopState)
+    g.add_node("prepare", lambda s: {"messages": ["prepared"]})
+    g.add_node("risky", risky if face == "sync" else arisky)
+    g.add_node("wait", wait)
+    g.add_edge(START, "prepare")
+    g.add_edge("prepare", "risky")
+    g.add_edge("risky", "wait")
+    g.add_edge("wait", END)
+
+    def undo_if_broken(ctx: Any) -> Any:
+        return ctx.rewind_to_pin("the risky step broke something") if broken["now"] else None
+
+    outcomes: list[Any] = []
+    saver = make_saver("sqlite+postgres", validators=[undo_if_broken], on_validation=outcomes.append)
+    graph = g.compile(checkpointer=saver)
+
+    async def go() -> list[Any]:
+        async with saver:
+            await graph.ainvoke({"messages": [], "n": 0}, cfg("t-risky"))
+            pins = await saver.apins("t-risky")
+            broken["now"] = True
+            await graph.ainvoke(Command(resume="yes"), cfg("t-risky"))
+            return pins
+
+    if face == "sync":
+        with saver:
+            graph.invoke({"messages": [], "n": 0}, cfg("t-risky"))
+            pins = saver.pins("t-risky")
+            broken["now"] = True
+            graph.invoke(Command(resume="yes"), cfg("t-risky"))
+            state = graph.get_state(cfg("t-risky"))
+    else:
+        pins = asyncio.run(go())
+        with make_saver("sqlite+postgres") as again:
+            state = g.compile(checkpointer=again).get_state(cfg("t-risky"))
+    assert [p.label for p in pins] == ["before risky"]
+    # Resumed from (a fork of) the pinned checkpoint: risky ran again from
+    # the state it was pinned with, and the thread waits at the interrupt.
+    last = outcomes[-1]
+    assert last.resumed_from != last.checkpoint_id
+    assert [name for name, _ in last.decisions] == ["undo_if_broken", "undo_if_broken"]
+    assert last.decisions[0][1].checkpoint_id == pins[0].checkpoint_id
+    assert state.values == {"messages": ["prepared", "risky done"], "n": 1} and state.next == ("wait",)

@@ -1036,7 +1036,7 @@ class TierChain:
 
     def validate(self, tup: CheckpointTuple, validators: Sequence[Any], hook: ValidationHook | None) -> CheckpointTuple:
         """The checkpoint a run may resume from (`resume.ResumeGate`)."""
-        return ResumeGate(self.actions, self.get_tuple, self.put).validate(tup, validators, hook)
+        return ResumeGate(self.ledger_entries, self.get_tuple, self.put).validate(tup, validators, hook)
 
     # -- verify / repair ------------------------------------------------------------
 

@@ -1051,7 +1051,7 @@ class AsyncTierChain:
         self, tup: CheckpointTuple, validators: Sequence[Any], hook: ValidationHook | None
     ) -> CheckpointTuple:
         """The checkpoint a run may resume from (`resume_async.AsyncResumeGate`)."""
-        return await AsyncResumeGate(self.actions, self.get_tuple, self.put).validate(tup, validators, hook)
+        return await AsyncResumeGate(self.ledger_entries, self.get_tuple, self.put).validate(tup, validators, hook)
 
     # -- verify / repair ------------------------------------------------------------
 

@@ -21,6 +21,7 @@ from langgraph.checkpoint.base.id import uuid6
 from ..errors import ResumeRejected
 from ..ledger import unconfirmed_message
 from ..model.decisions import resume_step
+from ..model.pins import pins_of, without_pins
 from ..validation import Reject, ValidationHook, ValidationOutcome, make_context, validator_name
 from .concurrency import refuse_awaitable
 
@@ -55,7 +56,9 @@ class ResumeGate:
             except Exception:  # a hook never breaks a run
                 logger.exception("on_validation hook failed")
 
-        unconfirmed = sorted(k for k, e in self.ledger(thread_id).items() if e.escalated())
+        entries = self.ledger(thread_id)
+        unconfirmed = sorted(k for k, e in without_pins(entries).items() if e.escalated())
+        pins = pins_of(thread_id, entries)
         if unconfirmed:
             decisions.append(("unconfirmed_actions", Reject(unconfirmed_message(thread_id, unconfirmed))))
             outcome(None)
@@ -69,7 +72,7 @@ class ResumeGate:
             )
         candidate = tup
         while True:
-            context = make_context(candidate)
+            context = make_context(candidate, pins=pins)
             decision: Any = None
             name = ""
             for v in validators:

@@ -23,6 +23,7 @@ from langgraph.checkpoint.base.id import uuid6
 from ..errors import ResumeRejected
 from ..ledger import unconfirmed_message
 from ..model.decisions import resume_step
+from ..model.pins import pins_of, without_pins
 from ..validation import Reject, ValidationHook, ValidationOutcome, make_context, validator_name
 from .concurrency import amaybe_await, refuse_awaitable
 
@@ -62,7 +63,9 @@ class AsyncResumeGate:
             except Exception:  # a hook never breaks a run
                 logger.exception("on_validation hook failed")
 
-        unconfirmed = sorted(k for k, e in (await self.ledger(thread_id)).items() if e.escalated())
+        entries = await self.ledger(thread_id)
+        unconfirmed = sorted(k for k, e in without_pins(entries).items() if e.escalated())
+        pins = pins_of(thread_id, entries)
         if unconfirmed:
             decisions.append(("unconfirmed_actions", Reject(unconfirmed_message(thread_id, unconfirmed))))
             await outcome(None)
@@ -76,7 +79,7 @@ class AsyncResumeGate:
             )
         candidate = tup
         while True:
-            context = make_context(candidate)
+            context = make_context(candidate, pins=pins)
             decision: Any = None
             name = ""
             for v in validators:
