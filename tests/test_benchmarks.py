@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from .conftest import POSTGRES_URL, REDIS_URL
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -107,4 +109,24 @@ def test_the_memory_benchmark_runs_every_saver_in_its_own_process_and_checks_its
         assert f"## {saver}" in out and f"| {saver} | 300 |" in out
     durable = out[out.index("## DurableSaver") :]
     assert "| 300 |" in durable  # the last sample, with the memos' estimate
+    assert "wrote " not in out  # the results file is written only with --write
+
+
+@pytest.mark.s3
+def test_the_archive_benchmark_measures_every_part_and_reads_every_thread_back() -> None:
+    out = run_benchmark("bench_archive.py", "--quick")  # it starts and stops its own moto S3 server
+    assert "None." in out[out.rindex("## Problems") :]
+    assert "moto's S3 server" in out  # its latencies are not a real S3's, and the output says so
+    cost = out[out.index("## 1. What the archive stores per thread") :]
+    assert "| 4 | " in cost  # a row after each of the 4 runs
+    assert "| a pass after every run | after `archive_idle` | 0 | 0 | " in cost  # nothing of it left in Postgres
+    bring = out[out.index("## 2. The first read of an archived thread") :]
+    for face in ("sync (`get_state`)", "async (`aget_state`)"):
+        for checkpoints in (10, 100):
+            assert f"| {face} | {checkpoints} | " in bring
+    steps = out[out.index("## 3. The replica's cost on the step path") :]
+    assert steps.count("| no archive | ") == 2 and steps.count("| 1.00x | - |") == 2
+    restore = out[out.index("## 4. `restore()`") :]
+    assert "| `restore()` into empty tiers (sync) | 3 | " in restore
+    assert "| `arestore()` into empty tiers (async) | 3 | " in restore
     assert "wrote " not in out  # the results file is written only with --write
