@@ -219,25 +219,33 @@ class Archiver:
 
     # -- reading the hot tiers -------------------------------------------------------
 
-    def hot(self, thread_id: str, tiers: Sequence[Tier]) -> HotCopy:
+    def hot(self, thread_id: str, tiers: Sequence[Tier], *, known: ThreadImage | None = None) -> HotCopy:
         """What `tiers` hold of the thread, each record verified (a bad copy
         is not archived: the read path or `repair` deals with it, but it
-        counts as held), and its ledger reconciled as reads reconcile it."""
+        counts as held), and its ledger reconciled as reads reconcile it. A
+        record `known` holds byte for byte was verified when it was shipped:
+        it is not verified again."""
         copy = HotCopy()
+        verified = _Verified(known)
         ledgers: dict[str, list[tuple[LedgerEntry, bytes]]] = {}
         # The most authoritative tier's copy first: where tiers differ, its bytes win.
         for tier in reversed(tiers):
             records = tier.thread_records(thread_id)
             for c in records.checkpoints:
-                copy.seen.add((c.checkpoint_ns, c.checkpoint_id))
-                if self._intact(c.context, c.envelope):
-                    copy.checkpoints.setdefault((c.checkpoint_ns, c.checkpoint_id), c)
+                ckey = c.checkpoint_ns, c.checkpoint_id
+                copy.seen.add(ckey)
+                if ckey not in copy.checkpoints and (
+                    verified.checkpoint(ckey, c) or self._intact(c.context, c.envelope)
+                ):
+                    copy.checkpoints[ckey] = c
             for b in records.blobs:
-                if self._intact(b.context, b.envelope):
-                    copy.blobs.setdefault((b.checkpoint_ns, b.channel, b.version), b)
+                bkey = b.checkpoint_ns, b.channel, b.version
+                if bkey not in copy.blobs and (verified.blob(bkey, b) or self._intact(b.context, b.envelope)):
+                    copy.blobs[bkey] = b
             for w in records.writes:
-                if self._intact(w.context, w.envelope):
-                    copy.writes.setdefault((w.checkpoint_ns, w.checkpoint_id, w.task_id, w.idx), w)
+                wkey = w.checkpoint_ns, w.checkpoint_id, w.task_id, w.idx
+                if wkey not in copy.writes and (verified.write(wkey, w) or self._intact(w.context, w.envelope)):
+                    copy.writes[wkey] = w
             for key, envelope in tier.read_ledger(thread_id).items():
                 try:
                     entry = self.chain.codec.decode_ledger(thread_id, key, envelope)
@@ -269,10 +277,10 @@ class Archiver:
             raise NotYet(thread_id)
         asked = list(tiers) if tiers is not None else [self.chain.roles.last_resort]
         at = time.time()  # the segment's time: what the hot tiers held then
-        hot = self.hot(thread_id, asked)
         keys = self.segment_keys(thread_id)
         bad: list[str] = []
         image = self._image_for_ship(thread_id, keys, bad)
+        hot = self.hot(thread_id, asked, known=image)
         segment = image.missing(hot.checkpoints.values(), hot.blobs.values(), hot.writes.values(), hot.ledger)
         absent = [key for key in image.checkpoints if key not in hot.seen]
         if absent:
@@ -634,6 +642,23 @@ class Archiver:
             report.threads += 1
             report.records += image.records
         return report
+
+
+class _Verified:
+    """Whether a hot record is one the archive copy holds byte for byte
+    (so it verified when it was shipped)."""
+
+    def __init__(self, image: ThreadImage | None) -> None:
+        self.image = image
+
+    def checkpoint(self, key: tuple[str, str], row: Any) -> bool:
+        return self.image is not None and self.image.checkpoints.get(key) == row
+
+    def blob(self, key: tuple[str, str, str], row: Any) -> bool:
+        return self.image is not None and self.image.blobs.get(key) == row
+
+    def write(self, key: tuple[str, str, str, int], row: Any) -> bool:
+        return self.image is not None and self.image.writes.get(key) == row
 
 
 def _flag(value: str | None) -> dict[str, Any] | None:

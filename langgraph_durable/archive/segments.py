@@ -33,6 +33,7 @@ import hashlib
 import json
 import os
 import time
+import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,7 +45,7 @@ from ..model.records import BadRecord, BlobRow, CheckpointRow, WriteRow, open_en
 ROOT = "v1"
 THREADS = f"{ROOT}/threads"
 ARCHIVED = f"{ROOT}/archived"
-SEGMENT_TAG = "langgraph-durable-segment"
+SEGMENT_TAG = "langgraph-durable-segment+zlib"  # msgpack, zlib-compressed
 MARKER_TAG = "langgraph-durable-archived"
 
 CheckpointKey = tuple[str, str]  # ns, checkpoint id
@@ -140,7 +141,7 @@ class Segment:
             "gone": [list(g) for g in self.gone],
             "deleted_through": self.deleted_through,
         }
-        return seal(_context(self.thread_id, name), SEGMENT_TAG, ormsgpack.packb(body), key=key)
+        return seal(_context(self.thread_id, name), SEGMENT_TAG, zlib.compress(ormsgpack.packb(body), 6), key=key)
 
     @classmethod
     def open(cls, thread_id: str, name: str, data: bytes, keys: Sequence[bytes]) -> Segment:
@@ -150,7 +151,7 @@ class Segment:
         if tag != SEGMENT_TAG:
             raise BadRecord(f"not a segment (type tag {tag!r})")
         try:
-            body = ormsgpack.unpackb(payload)
+            body = ormsgpack.unpackb(zlib.decompress(payload))
             if body["thread"] != thread_id:
                 raise BadRecord("segment of another thread")
             t = thread_id
@@ -167,7 +168,7 @@ class Segment:
                 gone=[(str(ns), str(cid)) for ns, cid in body["gone"]],
                 deleted_through=body["deleted_through"],
             )
-        except (KeyError, TypeError, ValueError, ormsgpack.MsgpackDecodeError) as exc:
+        except (KeyError, TypeError, ValueError, zlib.error, ormsgpack.MsgpackDecodeError) as exc:
             raise BadRecord(f"segment has an unexpected shape ({exc})") from None
 
 
