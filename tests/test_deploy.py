@@ -1,5 +1,6 @@
 """The deployment examples under deploy/ parse, hang together, and only set
-variables the saver reads; the example app compiles and runs."""
+variables the saver (and its archive's object store) reads; the example app
+compiles and runs. No container is run: the files are read."""
 
 from __future__ import annotations
 
@@ -18,20 +19,30 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 import yaml
 
 import langgraph_durable
+import langgraph_durable.archive.store_async
 from langgraph_durable import DurableSaver
+from langgraph_durable.archive import parse_archive_url
 from langgraph_durable.model.backlog import WRITE_MODES
+from langgraph_durable.options import ENV_ARCHIVE_URL
 from langgraph_durable.saver import DEFAULT_DRAIN_TIMEOUT_S, ENV_SQLITE
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
 COMPOSE = DEPLOY / "docker-compose.yml"
 STATEFULSET = DEPLOY / "kubernetes" / "statefulset.yaml"
+README = DEPLOY / "README.md"
 APP = DEPLOY / "app.py"
 PREFIX = "LANGGRAPH_DURABLE_"
+AWS = "AWS_"
+# URLs that cannot carry a password, so a ConfigMap may hold them: the
+# archive's is s3://BUCKET/PREFIX (credentials come from AWS_*), and the
+# object store's endpoint is a plain address.
+CREDENTIAL_FREE_URLS = {ENV_ARCHIVE_URL, "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"}
 
 
 # -- what the saver reads ---------------------------------------------------------
@@ -71,8 +82,21 @@ def _env_constants_in_source(module_name: str) -> set[str]:
 
 def test_saver_env_names_come_from_the_code() -> None:
     names = saver_env_names()
-    assert ENV_SQLITE in names
+    assert {ENV_SQLITE, ENV_ARCHIVE_URL} <= names
     assert all(n.startswith(PREFIX) for n in names), names
+
+
+def archive_env_names() -> set[str]:
+    """The ``AWS_*`` variables the archive's object store names: those it
+    reads itself (endpoint, region) and those it leaves to its S3 client
+    (credentials), as its source names them."""
+    source = Path(langgraph_durable.archive.store_async.__file__).read_text()
+    return set(re.findall(r"\bAWS_[A-Z0-9_]*[A-Z0-9]\b", source))
+
+
+def test_archive_env_names_come_from_the_code() -> None:
+    names = archive_env_names()
+    assert {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION", "AWS_ENDPOINT_URL"} <= names, names
 
 
 # -- loading the files -------------------------------------------------------------
@@ -127,6 +151,40 @@ def interpolate(value: str, given: dict[str, str]) -> str:
     return SUBST.sub(one, value)
 
 
+def dot_env() -> dict[str, str]:
+    """A filled-in .env: every name .env.example lists, blanks given a value
+    (long enough for a signing key, URL-safe for a password)."""
+    return {name: value or f"example-{name.lower().replace('_', '-')}" for name, value in env_example().items()}
+
+
+def compose_values(service: str) -> dict[str, str]:
+    """A service's environment as the container gets it, from `dot_env`."""
+    given = dot_env()
+    return {k: interpolate(v, given) for k, v in compose_env(service).items()}
+
+
+def compose_words(value: str | list[Any] | None) -> list[str]:
+    """A compose command / entrypoint / healthcheck test as words."""
+    if value is None:
+        return []
+    return shlex.split(value) if isinstance(value, str) else [str(w) for w in value]
+
+
+def compose_mounts(service: str) -> dict[str, str]:
+    """Mount target -> source of a service's volumes."""
+    mounts = {}
+    for volume in load_compose()["services"][service].get("volumes", []):
+        source, target = volume.split(":")[:2] if isinstance(volume, str) else (volume["source"], volume["target"])
+        mounts[target] = source
+    return mounts
+
+
+def services_of_image(image: str) -> list[str]:
+    """The compose services running `image` (any tag)."""
+    services = load_compose()["services"]
+    return [name for name, svc in services.items() if str(svc.get("image", "")).partition(":")[0] == image]
+
+
 def k8s_env_names() -> set[str]:
     """Names the manifest sets: container env, and every ConfigMap / Secret key."""
     names = {e["name"] for e in agent_container().get("env", [])}
@@ -146,6 +204,23 @@ def k8s_env_value(name: str) -> str:
     ref = entry["valueFrom"]["configMapKeyRef"]
     (config_map,) = [d for d in k8s_kind("ConfigMap") if d["metadata"]["name"] == ref["name"]]
     return str(config_map["data"][ref["key"]])
+
+
+def k8s_secret_refs() -> list[dict[str, Any]]:
+    """The container's ``secretKeyRef`` entries."""
+    env = agent_container().get("env", [])
+    return [e["valueFrom"]["secretKeyRef"] for e in env if "secretKeyRef" in e.get("valueFrom", {})]
+
+
+def created_secret_keys(text: str) -> dict[str, set[str]]:
+    """Secret name -> the keys the ``kubectl create secret generic`` commands
+    in `text` (a shell block, or comment lines) give it."""
+    lines = [line.lstrip("#").strip() for line in text.splitlines()]
+    joined = " ".join(line.removesuffix("\\").strip() for line in lines)
+    found: dict[str, set[str]] = {}
+    for m in re.finditer(r"kubectl create secret generic (\S+)((?:\s+--from-literal=\w+=\S*)+)", joined):
+        found.setdefault(m.group(1), set()).update(re.findall(r"--from-literal=(\w+)=", m.group(2)))
+    return found
 
 
 def env_example() -> dict[str, str]:
@@ -187,9 +262,10 @@ def _calls(tree: ast.Module, name: str) -> Iterator[ast.Call]:
                 yield node
 
 
-def drain_budget() -> float:
+def drain_budget(archive: bool = False) -> float:
     """Seconds app.py may spend draining after SIGTERM: the handler's timeout,
-    then (SystemExit leaves the ``with`` block) close()'s drain_timeout."""
+    then (SystemExit leaves the ``with`` block) close()'s drain_timeout, and
+    with an `archive` as long again for close() to ship to it."""
     tree = app_tree()
     (handler,) = _calls(tree, "drain_on_sigterm")
     timeouts = [k.value for k in handler.keywords if k.arg == "timeout"]
@@ -199,7 +275,7 @@ def drain_budget() -> float:
         for k in call.keywords:
             if k.arg == "drain_timeout":
                 close = _constant(tree, k.value)
-    return sigterm + close
+    return sigterm + close * (2 if archive else 1)
 
 
 def seconds(duration: str | int | float) -> float:
@@ -226,9 +302,33 @@ def test_every_saver_variable_the_files_set_is_read_by_the_saver() -> None:
         assert not unknown, f"{where} sets {sorted(unknown)}, which the saver does not read (it reads {sorted(known)})"
     # ... and the ones a deployment needs are there.
     needed = {"LANGGRAPH_DURABLE_SQLITE", "LANGGRAPH_DURABLE_REDIS_URL", "LANGGRAPH_DURABLE_POSTGRES_URL"}
-    needed |= {"LANGGRAPH_DURABLE_SIGNING_KEY"}
+    needed |= {"LANGGRAPH_DURABLE_SIGNING_KEY", ENV_ARCHIVE_URL}
     assert needed <= set(compose_env("agent"))
     assert needed <= k8s_env_names()
+
+
+def test_the_aws_variables_are_the_archive_stores_and_the_same_in_both_files() -> None:
+    known = archive_env_names()
+    compose = {n for n in compose_env("agent") if n.startswith(AWS)}
+    k8s = {e["name"] for e in agent_container()["env"] if e["name"].startswith(AWS)}
+    for where, names in (("docker-compose.yml agent", compose), ("kubernetes/statefulset.yaml", k8s)):
+        unknown = names - known
+        assert not unknown, f"{where} sets {sorted(unknown)}, which the archive store does not read ({sorted(known)})"
+        assert {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION"} <= names, f"{where}: {sorted(names)}"
+    assert compose == k8s, f"compose sets {sorted(compose)}, the StatefulSet {sorted(k8s)}"
+    # The archive is the agent's alone: no other service is handed the saver's settings.
+    for service in load_compose()["services"]:
+        if service != "agent":
+            assert not {n for n in compose_env(service) if n.startswith((PREFIX, AWS))}, service
+
+
+def test_both_files_name_an_archive_the_saver_accepts() -> None:
+    for where, url in (
+        ("docker-compose.yml", compose_values("agent")[ENV_ARCHIVE_URL]),
+        ("kubernetes/statefulset.yaml", k8s_env_value(ENV_ARCHIVE_URL)),
+    ):
+        bucket, _ = parse_archive_url(url)
+        assert re.fullmatch(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]", bucket), f"{where}: {bucket!r} is no S3 bucket name"
 
 
 def test_secrets_are_never_literal() -> None:
@@ -240,16 +340,21 @@ def test_secrets_are_never_literal() -> None:
     assert "${LANGGRAPH_DURABLE_SIGNING_KEY:?" in compose_env("agent")["LANGGRAPH_DURABLE_SIGNING_KEY"]
     assert "${POSTGRES_PASSWORD:?" in compose_env("agent")["LANGGRAPH_DURABLE_POSTGRES_URL"]
     for entry in agent_container()["env"]:
-        if secretish.search(entry["name"]) or entry["name"].endswith("_URL"):
-            assert "secretKeyRef" in entry.get("valueFrom", {}), f"{entry['name']} must come from a Secret"
+        name = entry["name"]
+        if secretish.search(name) or (name.endswith("_URL") and name not in CREDENTIAL_FREE_URLS):
+            assert "secretKeyRef" in entry.get("valueFrom", {}), f"{name} must come from a Secret"
+        elif name in CREDENTIAL_FREE_URLS:
+            assert "value" not in entry, f"{name}: from the ConfigMap or a Secret, not written in the StatefulSet"
+    for config_map in k8s_kind("ConfigMap"):
+        for name in CREDENTIAL_FREE_URLS & set(config_map.get("data") or {}):
+            assert not urlsplit(config_map["data"][name]).username, f"{name} in a ConfigMap must hold no credentials"
     assert not k8s_kind("Secret"), "the Secret is created out of band, not committed with values"
     assert all(v == "" for k, v in env_example().items() if secretish.search(k))
 
 
 def test_the_saver_accepts_what_compose_sets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    given = {"LANGGRAPH_DURABLE_SIGNING_KEY": "k" * 32, "POSTGRES_PASSWORD": "pw"}
-    env = {k: interpolate(v, given) for k, v in compose_env("agent").items()}
-    for name in saver_env_names():
+    env = compose_values("agent")
+    for name in saver_env_names() | {n for n in os.environ if n.startswith(AWS)}:
         monkeypatch.delenv(name, raising=False)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
@@ -259,6 +364,7 @@ def test_the_saver_accepts_what_compose_sets(tmp_path: Path, monkeypatch: pytest
         assert saver.redis_url == env["LANGGRAPH_DURABLE_REDIS_URL"]
         assert saver.postgres_url == env["LANGGRAPH_DURABLE_POSTGRES_URL"]
         assert saver.write == env["LANGGRAPH_DURABLE_WRITE"]
+        assert saver.archive_url == env[ENV_ARCHIVE_URL]
     finally:
         saver.close()
     assert k8s_env_value("LANGGRAPH_DURABLE_WRITE") in WRITE_MODES
@@ -275,17 +381,12 @@ def test_compose_services_volume_and_health() -> None:
 
     # The local tier on a named volume, mounted at the SQLite file's directory.
     sqlite_dir = os.path.dirname(compose_env("agent")["LANGGRAPH_DURABLE_SQLITE"])
-    mounts = {}
-    for volume in agent["volumes"]:
-        source, target = volume.split(":")[:2] if isinstance(volume, str) else (volume["source"], volume["target"])
-        mounts[target] = source
+    mounts = compose_mounts("agent")
     assert sqlite_dir in mounts, f"nothing mounted at {sqlite_dir}"
     assert mounts[sqlite_dir] in (compose.get("volumes") or {}), "the SQLite directory must be a named volume"
 
     # Redis: AOF on, fsynced every second.
-    command = services["redis"]["command"]
-    words = shlex.split(command) if isinstance(command, str) else [str(w) for w in command]
-    joined = " ".join(words)
+    joined = " ".join(compose_words(services["redis"]["command"]))
     assert "--appendonly yes" in joined
     assert "--appendfsync everysec" in joined
 
@@ -297,9 +398,94 @@ def test_compose_services_volume_and_health() -> None:
         assert agent["depends_on"][name]["condition"] == "service_healthy"
 
 
+def test_compose_archive_is_minio_on_the_compose_network(monkeypatch: pytest.MonkeyPatch) -> None:
+    compose = load_compose()
+    services = compose["services"]
+    (minio,) = services_of_image("minio/minio")
+    server = services[minio]
+    env = compose_values("agent")
+
+    # MinIO: the server on a named volume, its console on :9001, a healthcheck.
+    words = compose_words(server.get("entrypoint")) + compose_words(server["command"])
+    assert words[words.index("server") + 1] == "/data", words
+    assert words[words.index("--console-address") + 1] == ":9001", words
+    assert compose_mounts(minio).get("/data") in (compose.get("volumes") or {}), "MinIO's /data must be a named volume"
+    assert compose_words(server.get("healthcheck", {}).get("test")), "MinIO has no healthcheck"
+
+    # The agent's endpoint is that service, on the port its API listens on.
+    endpoint = urlsplit(env["AWS_ENDPOINT_URL"])
+    port = words[words.index("--address") + 1].rpartition(":")[2] if "--address" in words else "9000"
+    assert endpoint.scheme == "http" and endpoint.hostname == minio, env["AWS_ENDPOINT_URL"]
+    assert str(endpoint.port) == port, f"MinIO's API listens on {port}, the agent calls {endpoint.port}"
+    # ... with the credentials MinIO is started with.
+    server_env = compose_values(minio)
+    assert env["AWS_ACCESS_KEY_ID"] == server_env["MINIO_ROOT_USER"]
+    assert env["AWS_SECRET_ACCESS_KEY"] == server_env["MINIO_ROOT_PASSWORD"]
+
+    # The archive store takes these settings (making it sends no request).
+    pytest.importorskip("obstore")
+    from langgraph_durable.archive.store import ArchiveStore
+
+    for name in [n for n in os.environ if n.startswith(AWS)]:
+        monkeypatch.delenv(name)
+    for name, value in env.items():
+        if name.startswith(AWS):
+            monkeypatch.setenv(name, value)
+    store = ArchiveStore(env[ENV_ARCHIVE_URL], env=env)
+    assert (store.bucket, store.prefix) == parse_archive_url(env[ENV_ARCHIVE_URL])
+
+
+def test_compose_makes_the_bucket_before_the_agent_starts() -> None:
+    services = load_compose()["services"]
+    (minio,) = services_of_image("minio/minio")
+    (maker,) = services_of_image("minio/mc")
+    job = services[maker]
+    env = compose_values("agent")
+    bucket, _ = parse_archive_url(env[ENV_ARCHIVE_URL])
+
+    # One shot: made once MinIO is healthy, never restarted (a finished
+    # container that restarts would never count as completed).
+    assert job["depends_on"][minio]["condition"] == "service_healthy"
+    assert str(job.get("restart", "no")) in ("no", "on-failure"), job.get("restart")
+    # It makes the archive's bucket, on the agent's endpoint, idempotently.
+    script = " ".join(compose_words(job.get("entrypoint")) + compose_words(job.get("command")))
+    script = script.replace("$$", "$")  # compose's escape: the container's shell expands these
+    aliases = dict(re.findall(r"mc alias set (\S+) (\S+)", script))
+    made = re.findall(r"mc mb (?:--\S+ )*(\S+)/(\S+)", script)
+    assert made, f"{maker} makes no bucket: {script}"
+    assert "--ignore-existing" in script or "-p" in script.split(), "making the bucket again must not fail"
+    assert any(b == bucket and aliases.get(a) == env["AWS_ENDPOINT_URL"] for a, b in made), (
+        f"{maker} must make {bucket!r} at {env['AWS_ENDPOINT_URL']}: {script}"
+    )
+    # With MinIO's credentials, from the same .env variables.
+    job_env = compose_env(maker)
+    for name in ("MINIO_ROOT_USER", "MINIO_ROOT_PASSWORD"):
+        assert job_env[name] == compose_env(minio)[name], name
+        assert f"${name}" in script or f"${{{name}}}" in script, f"{maker} does not use {name}"
+
+    # The agent starts after both, and stops before MinIO.
+    depends = services["agent"]["depends_on"]
+    assert depends.get(maker, {}).get("condition") == "service_completed_successfully", f"agent: {maker} first"
+    assert depends.get(minio, {}).get("condition") == "service_healthy", f"agent: {minio} first"
+
+
+def test_compose_publishes_no_ports() -> None:
+    for name, service in load_compose()["services"].items():
+        assert not service.get("ports"), f"{name} publishes ports: everything stays on the compose network"
+        assert service.get("network_mode") is None, name
+
+
+def test_every_variable_compose_requires_is_in_the_env_example() -> None:
+    required = set(re.findall(r"(?<!\$)\$\{(\w+):?\?", COMPOSE.read_text()))
+    assert {"MINIO_ROOT_USER", "MINIO_ROOT_PASSWORD"} <= required
+    missing = required - set(env_example())
+    assert not missing, f".env.example does not list {sorted(missing)}, which compose requires"
+
+
 def test_compose_grace_period_covers_the_drain() -> None:
     grace = seconds(load_compose()["services"]["agent"]["stop_grace_period"])
-    assert grace > drain_budget(), f"stop_grace_period {grace} s must exceed the drain budget {drain_budget()} s"
+    budget = drain_budget(archive=bool(compose_env("agent").get(ENV_ARCHIVE_URL)))
+    assert grace > budget, f"stop_grace_period {grace} s must exceed the drain budget {budget} s"
 
 
 def test_compose_builds_the_dockerfile_and_it_copies_files_that_exist() -> None:
@@ -308,7 +494,11 @@ def test_compose_builds_the_dockerfile_and_it_copies_files_that_exist() -> None:
     dockerfile = context / ("Dockerfile" if isinstance(build, str) else build.get("dockerfile", "Dockerfile"))
     assert dockerfile.is_file()
     text = dockerfile.read_text()
-    assert re.search(r"pip install [\"']?langgraph-durable", text)
+    install = re.search(r"pip install [\"']?langgraph-durable(?:\[([^\]]*)\])?", text)
+    assert install
+    extras = {e.strip() for e in (install.group(1) or "").split(",")}
+    if compose_env("agent").get(ENV_ARCHIVE_URL) or ENV_ARCHIVE_URL in k8s_env_names():
+        assert "s3" in extras, "the archive needs the s3 extra: pip install 'langgraph-durable[s3]'"
     copies = [line.split()[1:-1] for line in text.splitlines() if line.startswith("COPY ")]
     assert copies, "the Dockerfile copies no app"
     for sources in copies:
@@ -340,11 +530,46 @@ def test_statefulset_claims_the_sqlite_directory() -> None:
 def test_statefulset_grace_period_covers_the_drain() -> None:
     spec = statefulset()["spec"]["template"]["spec"]
     grace = spec["terminationGracePeriodSeconds"]
+    budget = drain_budget(archive=ENV_ARCHIVE_URL in k8s_env_names())
     # A preStop hook's time comes out of the same grace period.
-    assert "lifecycle" not in agent_container() or grace > drain_budget() + 5
-    assert grace > drain_budget(), (
-        f"terminationGracePeriodSeconds {grace} must exceed the drain budget {drain_budget()} s"
-    )
+    assert "lifecycle" not in agent_container() or grace > budget + 5
+    assert grace > budget, f"terminationGracePeriodSeconds {grace} must exceed the drain budget {budget} s"
+
+
+def test_statefulset_archive_settings() -> None:
+    env = {e["name"]: e for e in agent_container()["env"]}
+    # Credentials from the Secret, where and which region from the ConfigMap.
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        assert "secretKeyRef" in env[name]["valueFrom"], name
+    for name in (ENV_ARCHIVE_URL, "AWS_REGION"):
+        assert "configMapKeyRef" in env[name]["valueFrom"], name
+        assert k8s_env_value(name)
+    # The endpoint is optional: AWS S3 needs none.
+    if "AWS_ENDPOINT_URL" in env:
+        ref = env["AWS_ENDPOINT_URL"]["valueFrom"]["configMapKeyRef"]
+        assert ref.get("optional") is True, "AWS_ENDPOINT_URL must be optional (AWS S3 needs none)"
+        (config_map,) = [d for d in k8s_kind("ConfigMap") if d["metadata"]["name"] == ref["name"]]
+        if ref["key"] in (config_map.get("data") or {}):
+            assert urlsplit(config_map["data"][ref["key"]]).scheme in ("http", "https")
+
+
+def test_the_kubectl_commands_create_every_key_the_statefulset_needs() -> None:
+    refs = k8s_secret_refs()
+    needed: dict[str, set[str]] = {}
+    for ref in refs:
+        if not ref.get("optional"):
+            needed.setdefault(ref["name"], set()).add(ref["key"])
+    assert "AWS_SECRET_ACCESS_KEY" in set().union(*needed.values())
+    readme = README.read_text().partition("## Kubernetes")[2]
+    for where, text in (("kubernetes/statefulset.yaml", STATEFULSET.read_text()), ("README.md", readme)):
+        created = created_secret_keys(text)
+        for secret, keys in needed.items():
+            missing = keys - created.get(secret, set())
+            assert not missing, f"{where}: `kubectl create secret generic {secret}` does not set {sorted(missing)}"
+        # ... and sets nothing the StatefulSet does not read.
+        for secret, keys in created.items():
+            read = {r["key"] for r in refs if r["name"] == secret}
+            assert keys <= read, f"{where}: {secret} gets {sorted(keys - read)}, which no container reads"
 
 
 def test_statefulset_probes_watch_the_apps_heartbeat(app: ModuleType) -> None:
