@@ -31,7 +31,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from .archive.archiver import Archiver
 from .archive.archiver_async import AsyncArchiver
 from .archive.replica import DEFAULT_ARCHIVE_LAG_S, ArchiveReplica
-from .archive.reports import ArchiveReport, RestoreReport
+from .archive.reports import ArchiveOutcome, ArchiveReport, RestoreReport
 from .archive.store import ArchiveStore
 from .archive.store_async import AsyncArchiveStore, parse_archive_url
 from .engine import importing
@@ -47,7 +47,7 @@ from .engine.lease_keeper import LeaseKeeper
 from .engine.lease_keeper_async import AsyncLeaseKeeper
 from .engine.replicator import WRITE_BEHIND_GAP_S, Replicator
 from .engine.sweeper import RetentionSweeper
-from .errors import ConfigError, TierUnavailable
+from .errors import ConfigError, ThreadBusy, TierUnavailable
 from .integrity import IntegrityPolicy, OnCorruption, ScanReport
 from .ledger import LedgerEntry, damaged_entry, operator_answer
 from .metrics import MetricsHook, MetricsSink, Outcome, TierCall
@@ -1104,11 +1104,36 @@ class DurableSaver(BaseCheckpointSaver[str]):
 
     def delete_thread(self, thread_id: str) -> None:
         chain = self._sync_chain()
-        self._sync_leases().ask_kept_back(thread_id, "delete_thread")  # another saver's kept lease (lease_linger)
-        with self._replicator.exclusive():
-            chain.catch_up()  # what is owed first: nothing deleted is shipped later
-            chain.delete_thread(thread_id)
-        self._archive_forget(thread_id)
+        leases = self._sync_leases()
+        leases.ask_kept_back(thread_id, "delete_thread")  # another saver's kept lease (lease_linger)
+        held = self._hold_archived(thread_id)
+        try:
+            with self._replicator.exclusive():
+                chain.catch_up()  # what is owed first: nothing deleted is shipped later
+                chain.delete_thread(thread_id)
+            self._archive_forget(thread_id)
+        finally:
+            if held is not None:
+                leases.unhold(held)
+
+    def _hold_archived(self, thread_id: str) -> Any:
+        """With an archive: the thread's lease for a delete, so that no
+        bring-back of it (which holds it) is half done meanwhile. A run
+        holding it: the delete goes ahead without, as it always did."""
+        if self.archive_url is None or self.read_only:
+            return None
+        try:
+            return self._sync_leases().hold(str(thread_id))
+        except (ThreadBusy, TierUnavailable):
+            return None
+
+    async def _ahold_archived(self, thread_id: str) -> Any:
+        if self.archive_url is None or self.read_only:
+            return None
+        try:
+            return await self._async_leases().hold(str(thread_id))
+        except (ThreadBusy, TierUnavailable):
+            return None
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         chain = self._sync_chain()
@@ -1198,11 +1223,17 @@ class DurableSaver(BaseCheckpointSaver[str]):
 
     async def adelete_thread(self, thread_id: str) -> None:
         chain = self._async_chain()
-        await self._async_leases().ask_kept_back(thread_id, "delete_thread")  # see delete_thread
-        async with self._replicator.aexclusive():
-            await chain.catch_up()  # see delete_thread
-            await chain.delete_thread(thread_id)
-        await self._aarchive_forget(thread_id)
+        leases = self._async_leases()
+        await leases.ask_kept_back(thread_id, "delete_thread")  # see delete_thread
+        held = await self._ahold_archived(thread_id)
+        try:
+            async with self._replicator.aexclusive():
+                await chain.catch_up()  # see delete_thread
+                await chain.delete_thread(thread_id)
+            await self._aarchive_forget(thread_id)
+        finally:
+            if held is not None:
+                await leases.unhold(held)
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
         chain = self._async_chain()
@@ -1636,7 +1667,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
             return False
         leases = self._sync_leases()
         mine = held or self._lease_token(config)[0] is not None
-        hold, release = (None, None) if mine else (leases.hold, leases.release_quietly)
+        hold, release = (None, None) if mine else (leases.hold, leases.unhold)
         archiver = self._archiver()
         if archiver.flag(thread_id) is None:
             return False
@@ -1653,7 +1684,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
             return False
         leases = self._async_leases()
         mine = held or self._lease_token(config)[0] is not None
-        hold, release = (None, None) if mine else (leases.hold, leases.release_quietly)
+        hold, release = (None, None) if mine else (leases.hold, leases.unhold)
         archiver = self._aarchiver()
         if await archiver.flag(thread_id) is None:
             return False
@@ -1698,15 +1729,20 @@ class DurableSaver(BaseCheckpointSaver[str]):
             if pace is not None:
                 pace()
             leases.ask_kept_back(thread_id, "archive_idle")
-            with self._archive_call("archive_thread"):
-                outcome = archiver.archive_thread(
-                    thread_id,
-                    idle_after=older_than,
-                    now=when,
-                    dry_run=dry_run,
-                    hold=leases.hold,
-                    release=leases.release_quietly,
-                )
+            try:
+                with self._archive_call("archive_thread"):
+                    outcome = archiver.archive_thread(
+                        thread_id,
+                        idle_after=older_than,
+                        now=when,
+                        dry_run=dry_run,
+                        hold=leases.hold,
+                        release=leases.unhold,
+                    )
+            except TierUnavailable as exc:
+                if exc.tier == "archive":
+                    raise  # the object store is down: no thread can be archived
+                outcome = ArchiveOutcome(str(thread_id), skipped=f"{exc.tier} tier unreachable")
             report.threads.append(outcome)
         return report
 
@@ -1733,15 +1769,20 @@ class DurableSaver(BaseCheckpointSaver[str]):
             await chain.catch_up()
         for thread_id in ids:
             await leases.ask_kept_back(thread_id, "archive_idle")
-            with self._archive_call("archive_thread"):
-                outcome = await archiver.archive_thread(
-                    thread_id,
-                    idle_after=older_than,
-                    now=when,
-                    dry_run=dry_run,
-                    hold=leases.hold,
-                    release=leases.release_quietly,
-                )
+            try:
+                with self._archive_call("archive_thread"):
+                    outcome = await archiver.archive_thread(
+                        thread_id,
+                        idle_after=older_than,
+                        now=when,
+                        dry_run=dry_run,
+                        hold=leases.hold,
+                        release=leases.unhold,
+                    )
+            except TierUnavailable as exc:
+                if exc.tier == "archive":
+                    raise  # see archive_idle
+                outcome = ArchiveOutcome(str(thread_id), skipped=f"{exc.tier} tier unreachable")
             report.threads.append(outcome)
         return report
 

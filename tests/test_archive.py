@@ -761,9 +761,7 @@ def test_archive_operations_reach_the_metrics_hooks(make_saver: SaverFactory, ar
 
 
 @pytest.mark.parametrize("face", ["sync", "async"])
-def test_a_node_pins_before_a_risky_step_and_a_validator_rewinds_to_it(
-    make_saver: SaverFactory, face: str
-) -> None:
+def test_a_node_pins_before_a_risky_step_and_a_validator_rewinds_to_it(make_saver: SaverFactory, face: str) -> None:
     from langgraph.graph import END, START, StateGraph
     from langgraph.types import interrupt
 
@@ -826,3 +824,103 @@ def test_a_node_pins_before_a_risky_step_and_a_validator_rewinds_to_it(
     assert [name for name, _ in last.decisions] == ["undo_if_broken", "undo_if_broken"]
     assert last.decisions[0][1].checkpoint_id == pins[0].checkpoint_id
     assert state.values == {"messages": ["prepared", "risky done"], "n": 1} and state.next == ("wait",)
+
+
+def test_a_pin_written_while_its_thread_is_archived_deletes_nothing(make_saver: SaverFactory, archive_url: str) -> None:
+    from langgraph_durable.model.pins import pin_entry
+
+    with make_saver(FULL, archive=archive_url) as saver:
+        graph = loop_graph(4).compile(checkpointer=saver)
+        graph.invoke({"messages": [], "n": 0}, cfg("t-late-pin"))
+        before = _history(graph, cfg("t-late-pin"))
+        newest = graph.get_state(cfg("t-late-pin")).config["configurable"]["checkpoint_id"]
+        assert saver.archive_idle(0.0).archived == ["t-late-pin"]
+        # Another replica's pin() read the thread before it was archived and writes its entry now.
+        saver._sync_chain().record_entry("t-late-pin", pin_entry("", newest, "late"))
+        saver._note_archive("t-late-pin")
+        saver.drain_archive()
+        image = saver._archiver().image("t-late-pin")
+        assert len(image.checkpoints) == len(before) and not image.gone
+        assert _history(graph, cfg("t-late-pin")) == before  # brought back whole
+        assert [p.label for p in saver.pins("t-late-pin")] == ["late"]
+
+
+def test_archiving_skips_a_thread_this_savers_own_run_holds(make_saver: SaverFactory, archive_url: str) -> None:
+    from tests.graphs import looping
+
+    outcomes: list[Any] = []
+    saver = make_saver(FULL, archive=archive_url)
+
+    def step(state: Any) -> dict[str, Any]:
+        if state.get("n", 0) == 1:
+            outcomes.append(saver.archive_idle(0.0, thread_ids=["t-own"]).threads[0])
+        return {"messages": ["x"], "n": state.get("n", 0) + 1}
+
+    with saver:
+        graph = looping(step, 3).compile(checkpointer=saver)
+        graph.invoke({"messages": [], "n": 0}, cfg("t-own"))
+        assert outcomes[0].skipped == "busy"
+        assert graph.get_state(cfg("t-own")).values["n"] == 3
+        assert saver.archive_idle(0.0).archived == ["t-own"]
+
+
+def test_a_delete_waits_for_a_bring_back_in_flight(make_saver: SaverFactory, archive_url: str) -> None:
+    import threading
+
+    with make_saver(FULL, archive=archive_url) as saver:
+        loop_graph(2).compile(checkpointer=saver).invoke({"messages": [], "n": 0}, cfg("t-race"))
+        assert saver.archive_idle(0.0).archived == ["t-race"]
+    with (
+        make_saver(FULL, archive=archive_url, sqlite_name="a.sqlite") as a,
+        make_saver(FULL, archive=archive_url, sqlite_name="b.sqlite") as b,
+    ):
+        archiver = a._archiver()
+        lease = a._sync_leases().hold("t-race")  # A is bringing it back
+        deleting = threading.Thread(target=b.delete_thread, args=("t-race",))
+        deleting.start()
+        time.sleep(0.2)
+        assert deleting.is_alive()  # B waits for A's lease
+        archiver.bring_back("t-race")  # A finishes (under the lease it holds)
+        a._sync_leases().unhold(lease)
+        deleting.join(10)
+        assert not deleting.is_alive()
+        assert b.get_tuple(cfg("t-race")) is None and a.get_tuple(cfg("t-race")) is None
+        assert b.archived_threads() == []
+
+
+def test_an_archived_thread_comes_back_while_redis_is_down(
+    make_saver: SaverFactory, archive_url: str, redis_proxy: tuple[Any, str]
+) -> None:
+    proxy, url = redis_proxy
+    with make_saver(FULL, redis=url, archive=archive_url) as saver:
+        graph = loop_graph(3).compile(checkpointer=saver)
+        graph.invoke({"messages": [], "n": 0}, cfg("t-noredis"))
+        state = graph.get_state(cfg("t-noredis")).values
+        assert saver.archive_idle(0.0).archived == ["t-noredis"]
+        proxy.cut()
+        assert graph.get_state(cfg("t-noredis")).values == state
+        out = graph.invoke({"messages": ["on"], "n": 0}, cfg("t-noredis"))
+        assert out["n"] == 3 and "on" in out["messages"]
+        proxy.restore()
+
+
+def test_a_restore_until_a_time_before_a_compaction_finds_what_existed_then(
+    make_saver: SaverFactory, archive_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from langgraph_durable.archive import archiver, archiver_async
+
+    for module in (archiver, archiver_async):
+        monkeypatch.setattr(module, "COMPACT_AFTER_S", 0.0)
+        monkeypatch.setattr(module, "COMPACT_AT", 4)
+    with make_saver(FULL, archive=archive_url) as saver:
+        graph = loop_graph(1).compile(checkpointer=saver)
+        counts, times = [], []
+        for i in range(6):
+            graph.invoke({"messages": [f"run {i}"], "n": 0}, cfg("t-pit2"))
+            saver.drain_archive()
+            counts.append(len(list(saver.list(cfg("t-pit2")))))
+            times.append(time.time())
+            time.sleep(0.005)
+        assert len(store_of(archive_url).keys(segments_prefix("t-pit2"))) < 6  # folded
+        for count, at in zip(counts, times):
+            assert len(saver._archiver().image("t-pit2", until=at).checkpoints) == count

@@ -121,7 +121,7 @@ class Archiver:
         self.chain.ensure_setup()  # the store's key, which verifies the segments
         listed = list(keys) if keys is not None else self.segment_keys(thread_id)
         chosen = [k for k in listed if until is None or name_time(k) <= until]
-        return ThreadImage.fold(thread_id, self._segments(thread_id, chosen, bad))
+        return ThreadImage.fold(thread_id, self._segments(thread_id, chosen, bad), until=until)
 
     def _image_for_ship(self, thread_id: str, keys: list[str], bad: list[str]) -> ThreadImage:
         """`image`, from what this archiver remembers of the thread plus the
@@ -199,6 +199,20 @@ class Archiver:
             return _flag(value)
         return None
 
+    def _unflag(self, thread_id: str, flag: dict[str, Any], tiers: Sequence[Tier]) -> None:
+        """The thread is back: its previous deletion marker again, and no
+        flag, in the authority first (which must answer) and every other
+        tier that answers (one that does not keeps a flag the authority's
+        word overrides)."""
+        for tier in tiers:
+            try:
+                tier.mark_deleted(thread_id, flag.get("previous_marker"))
+                tier.write_meta(archived_key(thread_id), None)
+            except TierUnavailable as exc:
+                if tier is tiers[0]:
+                    raise
+                logger.warning("archive: %s tier keeps thread %r flagged archived (%s)", tier.name, thread_id, exc)
+
     def _set_flag(self, thread_id: str, value: dict[str, Any] | None, tiers: Sequence[Tier]) -> None:
         text = json.dumps(value, sort_keys=True) if value is not None else None
         for tier in tiers:
@@ -208,11 +222,13 @@ class Archiver:
         """After ``delete_thread``: the thread is not archived any more
         (deleted), in every tier that answers, and its listing entry goes
         (the replica's next pass records the deletion in its copy)."""
-        for tier in self.chain.tiers:
+        tiers = list(self.chain.roles.by_authority())
+        for tier in tiers:
             try:
                 tier.write_meta(archived_key(thread_id), None)
             except TierUnavailable:
-                continue
+                if tier is tiers[0]:
+                    raise  # its flag would bring the thread back: delete again when it answers
         self._forget_memo(thread_id)
         with _quietly():
             self.store.delete([marker_key(thread_id)])
@@ -282,15 +298,18 @@ class Archiver:
         image = self._image_for_ship(thread_id, keys, bad)
         hot = self.hot(thread_id, asked, known=image)
         segment = image.missing(hot.checkpoints.values(), hot.blobs.values(), hot.writes.values(), hot.ledger)
-        absent = [key for key in image.checkpoints if key not in hot.seen]
+        # Archived (flagged): the hot tiers are meant to lack what it held,
+        # under the deletion marker archiving left; a pin or an answer
+        # written meanwhile is shipped, nothing is taken for deleted.
+        flag = self.flag(thread_id) if hot.deleted_through else None
+        archived_through = str(flag.get("newest") or "") if flag is not None else ""
+        absent = [key for key in image.checkpoints if key not in hot.seen and key[1] > archived_through]
         if absent:
-            segment.gone = self._recorded_gone(thread_id, absent, hot.deleted_through, asked[-1])
-        if not hot.seen and not hot.ledger and hot.deleted_through and not image.empty:
-            # Nothing left in the hot tiers, under a deletion marker: deleted,
-            # unless it was archived (then they are meant to be empty).
-            if self.flag(thread_id) is not None:
-                self._remember(thread_id, keys, image)
-                return 0
+            marker = hot.deleted_through if flag is None else None
+            segment.gone = self._recorded_gone(thread_id, absent, marker, asked[-1])
+        if not hot.seen and not hot.ledger and hot.deleted_through and not image.empty and flag is None:
+            # Nothing left in the hot tiers, under a deletion marker, and not
+            # archived: deleted.
             segment.deleted_through = hot.deleted_through
         if not segment:
             self._remember(thread_id, keys, image)
@@ -315,8 +334,9 @@ class Archiver:
     def _compact(self, thread_id: str, keys: list[str], now: float) -> list[str]:
         """Fold the thread's segments older than `COMPACT_AFTER_S` into one
         when there are `COMPACT_AT` of them: exactly those listed, named
-        with the newest one's time (a restore ``--until`` a later time
-        still has them). Only when every segment verified."""
+        with the oldest one's time and keeping when each entry was first
+        shipped (a restore ``--until`` any time finds what it found before).
+        Only when every segment verified."""
         old = [k for k in keys if name_time(k) < now - COMPACT_AFTER_S]
         if len(old) < COMPACT_AT:
             return keys
@@ -324,13 +344,7 @@ class Archiver:
         folded = self.image(thread_id, keys=old, bad=bad)
         if bad:
             return keys
-        whole = Segment(thread_id, at=name_time(old[-1]))
-        whole.checkpoints = list(folded.checkpoints.values())
-        whole.blobs = list(folded.blobs.values())
-        whole.writes = list(folded.writes.values())
-        whole.ledger = dict(folded.ledger)
-        whole.gone = sorted(folded.gone)
-        whole.deleted_through = folded.deleted_through
+        whole = folded.compacted(name_time(old[0]))
         name = segments_prefix(thread_id) + segment_name(whole.at, name_tag(old[-1]))
         self.store.put(name, whole.seal(name, self.chain.codec.key))
         self.store.delete(old)
@@ -516,11 +530,9 @@ class Archiver:
                     key=f"{thread_id}/archive",
                     reasons=[f"archive: {key}: does not verify" for key in bad],
                 )
-            tiers = list(self.chain.tiers)
+            tiers = list(self.chain.roles.by_authority())
             self._write(image, tiers)
-            for tier in tiers:
-                tier.mark_deleted(thread_id, flag.get("previous_marker"))
-            self._set_flag(thread_id, None, tiers)
+            self._unflag(thread_id, flag, tiers)
         finally:
             if lease is not None and release is not None:
                 release(lease)
@@ -531,26 +543,45 @@ class Archiver:
         return True
 
     def _write(self, image: ThreadImage, tiers: Sequence[Tier]) -> None:
-        """The image's records into `tiers`: values, then checkpoints oldest
-        first with their writes, in one transaction per tier where it can;
-        a ledger entry only where it is newer than the tier's (an entry
-        never moves backwards)."""
+        """The image's records into `tiers`, the authority first (`tiers`
+        as `roles.by_authority` orders them): values, then checkpoints
+        oldest first with their writes, in one transaction per tier where it
+        can; a ledger entry only where it is newer than the tier's (an entry
+        never moves backwards). The authority unreachable raises before
+        anything is written; another tier that is down is left to reads."""
         thread_id = image.thread_id
         checkpoints = sorted(image.checkpoints.values(), key=lambda r: (r.checkpoint_id, r.checkpoint_ns))
         blobs = list(image.blobs.values())
         writes = list(image.writes.values())
         for tier in tiers:
-            if checkpoints:
-                batch = [(c, blobs if i == 0 else []) for i, c in enumerate(checkpoints)]
-                tier.write_batch(batch, writes)
-            elif blobs:
-                tier.write_blobs(blobs)
-            held = tier.read_ledger(thread_id) if image.ledger else {}
-            for key, envelope in image.ledger.items():
-                if self._newer(thread_id, key, envelope, held.get(key)):
-                    tier.write_ledger(thread_id, key, envelope)
-            if image.gone:
-                tier.mark_gone(thread_id, sorted(image.gone))
+            try:
+                self._write_tier(tier, thread_id, checkpoints, blobs, writes, image)
+            except TierUnavailable as exc:
+                if tier is tiers[0]:
+                    raise  # the authority: nothing was written anywhere
+                # Another tier's copy comes from reads (read-repair) and `repair`.
+                logger.warning("archive: %s tier missed thread %r coming back (%s)", tier.name, thread_id, exc)
+
+    def _write_tier(
+        self,
+        tier: Tier,
+        thread_id: str,
+        checkpoints: Sequence[Any],
+        blobs: Sequence[Any],
+        writes: Sequence[Any],
+        image: ThreadImage,
+    ) -> None:
+        if checkpoints:
+            batch = [(c, blobs if i == 0 else []) for i, c in enumerate(checkpoints)]
+            tier.write_batch(batch, writes)
+        elif blobs:
+            tier.write_blobs(blobs)
+        held = tier.read_ledger(thread_id) if image.ledger else {}
+        for key, envelope in image.ledger.items():
+            if self._newer(thread_id, key, envelope, held.get(key)):
+                tier.write_ledger(thread_id, key, envelope)
+        if image.gone:
+            tier.mark_gone(thread_id, sorted(image.gone))
 
     def _newer(self, thread_id: str, key: str, envelope: bytes, held: bytes | None) -> bool:
         if held is None or held == envelope:
@@ -588,9 +619,9 @@ class Archiver:
             keys = self.segment_keys(thread_id)
             report.segments += len(keys)
             image = self.image(thread_id, keys=keys, bad=report.bad_segments)
-            if self.flag(thread_id) is not None:
-                continue  # archived: the hot tiers are meant to be empty
             hot = self.hot(thread_id, tiers)
+            if not hot.seen and self.flag(thread_id) is not None:
+                continue  # archived: the hot tiers are meant to be empty
             if not image.holds(hot.checkpoints.values(), hot.blobs.values(), hot.writes.values(), hot.ledger):
                 report.behind += 1
             for ns in sorted({ns for ns, _ in image.checkpoints}):
@@ -614,7 +645,7 @@ class Archiver:
         a thread named is brought back. Records already in a tier are
         written again as they are (immutable): running it twice is harmless."""
         self.chain.ensure_setup()
-        tiers = list(self.chain.tiers)
+        tiers = list(self.chain.roles.by_authority())
         report = RestoreReport()
         listed = set(self.listed_archived())
         for thread_id in thread_ids if thread_ids is not None else self.archived_thread_ids():
@@ -622,7 +653,8 @@ class Archiver:
             if image.empty:
                 continue
             flag = self.flag(thread_id)
-            if thread_ids is None and until is None and (thread_id in listed or flag is not None):
+            hot_rows = bool(tiers_first(tiers).thread_records(thread_id).checkpoints)
+            if thread_ids is None and until is None and not hot_rows and (thread_id in listed or flag is not None):
                 if flag is None and image.checkpoints:
                     newest = max(cid for _, cid in image.checkpoints)
                     self._set_flag(thread_id, {"newest": newest, "previous_marker": None}, tiers)
@@ -632,9 +664,7 @@ class Archiver:
                 continue
             self._write(image, tiers)
             if flag is not None:
-                for tier in tiers:
-                    tier.mark_deleted(thread_id, flag.get("previous_marker"))
-                self._set_flag(thread_id, None, tiers)
+                self._unflag(thread_id, flag, tiers)
             if thread_id in listed:
                 with _quietly():
                     self.store.delete([marker_key(thread_id)])
@@ -661,6 +691,10 @@ class _Verified:
         return self.image is not None and self.image.writes.get(key) == row
 
 
+def tiers_first(tiers: Sequence[Tier]) -> Tier:
+    return tiers[0]
+
+
 def _flag(value: str | None) -> dict[str, Any] | None:
     if not value:
         return None
@@ -682,6 +716,7 @@ def _copy(image: ThreadImage) -> ThreadImage:
         set(image.gone),
         image.segments,
         image.newest_at,
+        dict(image.first),
     )
 
 

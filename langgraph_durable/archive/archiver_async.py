@@ -123,7 +123,7 @@ class AsyncArchiver:
         await self.chain.ensure_setup()  # the store's key, which verifies the segments
         listed = list(keys) if keys is not None else await self.segment_keys(thread_id)
         chosen = [k for k in listed if until is None or name_time(k) <= until]
-        return ThreadImage.fold(thread_id, await self._segments(thread_id, chosen, bad))
+        return ThreadImage.fold(thread_id, await self._segments(thread_id, chosen, bad), until=until)
 
     async def _image_for_ship(self, thread_id: str, keys: list[str], bad: list[str]) -> ThreadImage:
         """`image`, from what this archiver remembers of the thread plus the
@@ -201,6 +201,20 @@ class AsyncArchiver:
             return _flag(value)
         return None
 
+    async def _unflag(self, thread_id: str, flag: dict[str, Any], tiers: Sequence[AsyncTier]) -> None:
+        """The thread is back: its previous deletion marker again, and no
+        flag, in the authority first (which must answer) and every other
+        tier that answers (one that does not keeps a flag the authority's
+        word overrides)."""
+        for tier in tiers:
+            try:
+                await tier.mark_deleted(thread_id, flag.get("previous_marker"))
+                await tier.write_meta(archived_key(thread_id), None)
+            except TierUnavailable as exc:
+                if tier is tiers[0]:
+                    raise
+                logger.warning("archive: %s tier keeps thread %r flagged archived (%s)", tier.name, thread_id, exc)
+
     async def _set_flag(self, thread_id: str, value: dict[str, Any] | None, tiers: Sequence[AsyncTier]) -> None:
         text = json.dumps(value, sort_keys=True) if value is not None else None
         for tier in tiers:
@@ -210,11 +224,13 @@ class AsyncArchiver:
         """After ``delete_thread``: the thread is not archived any more
         (deleted), in every tier that answers, and its listing entry goes
         (the replica's next pass records the deletion in its copy)."""
-        for tier in self.chain.tiers:
+        tiers = list(self.chain.roles.by_authority())
+        for tier in tiers:
             try:
                 await tier.write_meta(archived_key(thread_id), None)
             except TierUnavailable:
-                continue
+                if tier is tiers[0]:
+                    raise  # its flag would bring the thread back: delete again when it answers
         self._forget_memo(thread_id)
         with _quietly():
             await self.store.delete([marker_key(thread_id)])
@@ -284,15 +300,18 @@ class AsyncArchiver:
         image = await self._image_for_ship(thread_id, keys, bad)
         hot = await self.hot(thread_id, asked, known=image)
         segment = image.missing(hot.checkpoints.values(), hot.blobs.values(), hot.writes.values(), hot.ledger)
-        absent = [key for key in image.checkpoints if key not in hot.seen]
+        # Archived (flagged): the hot tiers are meant to lack what it held,
+        # under the deletion marker archiving left; a pin or an answer
+        # written meanwhile is shipped, nothing is taken for deleted.
+        flag = await self.flag(thread_id) if hot.deleted_through else None
+        archived_through = str(flag.get("newest") or "") if flag is not None else ""
+        absent = [key for key in image.checkpoints if key not in hot.seen and key[1] > archived_through]
         if absent:
-            segment.gone = await self._recorded_gone(thread_id, absent, hot.deleted_through, asked[-1])
-        if not hot.seen and not hot.ledger and hot.deleted_through and not image.empty:
-            # Nothing left in the hot tiers, under a deletion marker: deleted,
-            # unless it was archived (then they are meant to be empty).
-            if await self.flag(thread_id) is not None:
-                self._remember(thread_id, keys, image)
-                return 0
+            marker = hot.deleted_through if flag is None else None
+            segment.gone = await self._recorded_gone(thread_id, absent, marker, asked[-1])
+        if not hot.seen and not hot.ledger and hot.deleted_through and not image.empty and flag is None:
+            # Nothing left in the hot tiers, under a deletion marker, and not
+            # archived: deleted.
             segment.deleted_through = hot.deleted_through
         if not segment:
             self._remember(thread_id, keys, image)
@@ -317,8 +336,9 @@ class AsyncArchiver:
     async def _compact(self, thread_id: str, keys: list[str], now: float) -> list[str]:
         """Fold the thread's segments older than `COMPACT_AFTER_S` into one
         when there are `COMPACT_AT` of them: exactly those listed, named
-        with the newest one's time (a restore ``--until`` a later time
-        still has them). Only when every segment verified."""
+        with the oldest one's time and keeping when each entry was first
+        shipped (a restore ``--until`` any time finds what it found before).
+        Only when every segment verified."""
         old = [k for k in keys if name_time(k) < now - COMPACT_AFTER_S]
         if len(old) < COMPACT_AT:
             return keys
@@ -326,13 +346,7 @@ class AsyncArchiver:
         folded = await self.image(thread_id, keys=old, bad=bad)
         if bad:
             return keys
-        whole = Segment(thread_id, at=name_time(old[-1]))
-        whole.checkpoints = list(folded.checkpoints.values())
-        whole.blobs = list(folded.blobs.values())
-        whole.writes = list(folded.writes.values())
-        whole.ledger = dict(folded.ledger)
-        whole.gone = sorted(folded.gone)
-        whole.deleted_through = folded.deleted_through
+        whole = folded.compacted(name_time(old[0]))
         name = segments_prefix(thread_id) + segment_name(whole.at, name_tag(old[-1]))
         await self.store.put(name, whole.seal(name, self.chain.codec.key))
         await self.store.delete(old)
@@ -518,11 +532,9 @@ class AsyncArchiver:
                     key=f"{thread_id}/archive",
                     reasons=[f"archive: {key}: does not verify" for key in bad],
                 )
-            tiers = list(self.chain.tiers)
+            tiers = list(self.chain.roles.by_authority())
             await self._write(image, tiers)
-            for tier in tiers:
-                await tier.mark_deleted(thread_id, flag.get("previous_marker"))
-            await self._set_flag(thread_id, None, tiers)
+            await self._unflag(thread_id, flag, tiers)
         finally:
             if lease is not None and release is not None:
                 await release(lease)
@@ -533,26 +545,45 @@ class AsyncArchiver:
         return True
 
     async def _write(self, image: ThreadImage, tiers: Sequence[AsyncTier]) -> None:
-        """The image's records into `tiers`: values, then checkpoints oldest
-        first with their writes, in one transaction per tier where it can;
-        a ledger entry only where it is newer than the tier's (an entry
-        never moves backwards)."""
+        """The image's records into `tiers`, the authority first (`tiers`
+        as `roles.by_authority` orders them): values, then checkpoints
+        oldest first with their writes, in one transaction per tier where it
+        can; a ledger entry only where it is newer than the tier's (an entry
+        never moves backwards). The authority unreachable raises before
+        anything is written; another tier that is down is left to reads."""
         thread_id = image.thread_id
         checkpoints = sorted(image.checkpoints.values(), key=lambda r: (r.checkpoint_id, r.checkpoint_ns))
         blobs = list(image.blobs.values())
         writes = list(image.writes.values())
         for tier in tiers:
-            if checkpoints:
-                batch = [(c, blobs if i == 0 else []) for i, c in enumerate(checkpoints)]
-                await tier.write_batch(batch, writes)
-            elif blobs:
-                await tier.write_blobs(blobs)
-            held = await tier.read_ledger(thread_id) if image.ledger else {}
-            for key, envelope in image.ledger.items():
-                if self._newer(thread_id, key, envelope, held.get(key)):
-                    await tier.write_ledger(thread_id, key, envelope)
-            if image.gone:
-                await tier.mark_gone(thread_id, sorted(image.gone))
+            try:
+                await self._write_tier(tier, thread_id, checkpoints, blobs, writes, image)
+            except TierUnavailable as exc:
+                if tier is tiers[0]:
+                    raise  # the authority: nothing was written anywhere
+                # Another tier's copy comes from reads (read-repair) and `repair`.
+                logger.warning("archive: %s tier missed thread %r coming back (%s)", tier.name, thread_id, exc)
+
+    async def _write_tier(
+        self,
+        tier: AsyncTier,
+        thread_id: str,
+        checkpoints: Sequence[Any],
+        blobs: Sequence[Any],
+        writes: Sequence[Any],
+        image: ThreadImage,
+    ) -> None:
+        if checkpoints:
+            batch = [(c, blobs if i == 0 else []) for i, c in enumerate(checkpoints)]
+            await tier.write_batch(batch, writes)
+        elif blobs:
+            await tier.write_blobs(blobs)
+        held = await tier.read_ledger(thread_id) if image.ledger else {}
+        for key, envelope in image.ledger.items():
+            if self._newer(thread_id, key, envelope, held.get(key)):
+                await tier.write_ledger(thread_id, key, envelope)
+        if image.gone:
+            await tier.mark_gone(thread_id, sorted(image.gone))
 
     def _newer(self, thread_id: str, key: str, envelope: bytes, held: bytes | None) -> bool:
         if held is None or held == envelope:
@@ -590,9 +621,9 @@ class AsyncArchiver:
             keys = await self.segment_keys(thread_id)
             report.segments += len(keys)
             image = await self.image(thread_id, keys=keys, bad=report.bad_segments)
-            if await self.flag(thread_id) is not None:
-                continue  # archived: the hot tiers are meant to be empty
             hot = await self.hot(thread_id, tiers)
+            if not hot.seen and await self.flag(thread_id) is not None:
+                continue  # archived: the hot tiers are meant to be empty
             if not image.holds(hot.checkpoints.values(), hot.blobs.values(), hot.writes.values(), hot.ledger):
                 report.behind += 1
             for ns in sorted({ns for ns, _ in image.checkpoints}):
@@ -618,7 +649,7 @@ class AsyncArchiver:
         a thread named is brought back. Records already in a tier are
         written again as they are (immutable): running it twice is harmless."""
         await self.chain.ensure_setup()
-        tiers = list(self.chain.tiers)
+        tiers = list(self.chain.roles.by_authority())
         report = RestoreReport()
         listed = set(await self.listed_archived())
         for thread_id in thread_ids if thread_ids is not None else await self.archived_thread_ids():
@@ -626,7 +657,8 @@ class AsyncArchiver:
             if image.empty:
                 continue
             flag = await self.flag(thread_id)
-            if thread_ids is None and until is None and (thread_id in listed or flag is not None):
+            hot_rows = bool((await tiers_first(tiers).thread_records(thread_id)).checkpoints)
+            if thread_ids is None and until is None and not hot_rows and (thread_id in listed or flag is not None):
                 if flag is None and image.checkpoints:
                     newest = max(cid for _, cid in image.checkpoints)
                     await self._set_flag(thread_id, {"newest": newest, "previous_marker": None}, tiers)
@@ -636,9 +668,7 @@ class AsyncArchiver:
                 continue
             await self._write(image, tiers)
             if flag is not None:
-                for tier in tiers:
-                    await tier.mark_deleted(thread_id, flag.get("previous_marker"))
-                await self._set_flag(thread_id, None, tiers)
+                await self._unflag(thread_id, flag, tiers)
             if thread_id in listed:
                 with _quietly():
                     await self.store.delete([marker_key(thread_id)])
@@ -665,6 +695,10 @@ class _Verified:
         return self.image is not None and self.image.writes.get(key) == row
 
 
+def tiers_first(tiers: Sequence[AsyncTier]) -> AsyncTier:
+    return tiers[0]
+
+
 def _flag(value: str | None) -> dict[str, Any] | None:
     if not value:
         return None
@@ -686,6 +720,7 @@ def _copy(image: ThreadImage) -> ThreadImage:
         set(image.gone),
         image.segments,
         image.newest_at,
+        dict(image.first),
     )
 
 

@@ -100,6 +100,11 @@ def name_tag(key: str) -> str:
     return key.rsplit("/", 1)[-1].rsplit("-", 1)[-1].removesuffix(".seg")
 
 
+def ident(kind: str, *parts: object) -> str:
+    """An entry of a thread's copy, named for `Segment.times`."""
+    return "\x00".join([kind, *(str(p) for p in parts)])
+
+
 def _context(thread_id: str, name: str) -> str:
     return f"s\x00{thread_id}\x00{name.rsplit('/', 1)[-1]}"
 
@@ -116,6 +121,10 @@ class Segment:
     ledger: dict[str, bytes] = field(default_factory=dict)
     gone: list[CheckpointKey] = field(default_factory=list)
     deleted_through: str | None = None
+    times: dict[str, float] = field(default_factory=dict)
+    """When each entry was first shipped (`ident`), where it was before
+    `at`: a compacted segment's, so that a restore ``--until`` a time older
+    than the compaction still finds what existed then."""
 
     def __bool__(self) -> bool:
         return bool(self.checkpoints or self.blobs or self.writes or self.ledger or self.gone or self.deleted_through)
@@ -140,6 +149,7 @@ class Segment:
             "l": [[k, v] for k, v in sorted(self.ledger.items())],
             "gone": [list(g) for g in self.gone],
             "deleted_through": self.deleted_through,
+            "t": [[k, v] for k, v in sorted(self.times.items())],
         }
         return seal(_context(self.thread_id, name), SEGMENT_TAG, zlib.compress(ormsgpack.packb(body), 6), key=key)
 
@@ -167,6 +177,7 @@ class Segment:
                 ledger={str(k): bytes(v) for k, v in body["l"]},
                 gone=[(str(ns), str(cid)) for ns, cid in body["gone"]],
                 deleted_through=body["deleted_through"],
+                times={str(k): float(v) for k, v in body.get("t", ())},
             )
         except (KeyError, TypeError, ValueError, zlib.error, ormsgpack.MsgpackDecodeError) as exc:
             raise BadRecord(f"segment has an unexpected shape ({exc})") from None
@@ -185,41 +196,89 @@ class ThreadImage:
     gone: set[CheckpointKey] = field(default_factory=set)
     segments: int = 0
     newest_at: float = 0.0
+    first: dict[str, float] = field(default_factory=dict)
+    """When each entry held was first shipped (`ident`): what a compacted segment keeps."""
 
     @classmethod
-    def fold(cls, thread_id: str, segments: Iterable[Segment]) -> ThreadImage:
+    def fold(cls, thread_id: str, segments: Iterable[Segment], *, until: float | None = None) -> ThreadImage:
         image = cls(thread_id)
         for segment in segments:
-            image.apply(segment)
+            image.apply(segment, until=until)
         return image
 
-    def apply(self, s: Segment) -> None:
+    def apply(self, s: Segment, *, until: float | None = None) -> None:
         """Deletions first (a segment records what was gone when it was cut),
-        then what it brought."""
+        then what it brought; with `until`, only what was shipped by then."""
+
+        def when(ident: str) -> float | None:
+            """When the entry was shipped; None if after `until`."""
+            at = s.times.get(ident, s.at)
+            if until is not None and at > until:
+                return None
+            return min(at, self.first.get(ident, at))
+
         self.segments += 1
         self.newest_at = max(self.newest_at, s.at)
-        if s.deleted_through is not None:
+        if s.deleted_through is not None and (at := when("d")) is not None:
             # The thread was deleted through this id: everything before goes.
             m = s.deleted_through
             self.deleted_through = max(self.deleted_through or "", m)
+            self.first["d"] = at
             self.checkpoints = {k: r for k, r in self.checkpoints.items() if k[1] > m}
             self.writes = {k: r for k, r in self.writes.items() if k[1] > m}
             if not self.checkpoints:
                 self.blobs.clear()
                 self.ledger.clear()
         for key in s.gone:
+            if (at := when(ident("g", *key))) is None:
+                continue
             self.gone.add(key)
+            self.first[ident("g", *key)] = at
             self.checkpoints.pop(key, None)
             for wk in [wk for wk in self.writes if (wk[0], wk[1]) == key]:
                 del self.writes[wk]
         for c in s.checkpoints:
-            self.checkpoints[(c.checkpoint_ns, c.checkpoint_id)] = c
-            self.gone.discard((c.checkpoint_ns, c.checkpoint_id))
+            key = (c.checkpoint_ns, c.checkpoint_id)
+            if (at := when(ident("c", *key))) is None:
+                continue
+            self.checkpoints[key] = c
+            self.first[ident("c", *key)] = at
+            self.gone.discard(key)
         for b in s.blobs:
-            self.blobs[(b.checkpoint_ns, b.channel, b.version)] = b
+            bkey = (b.checkpoint_ns, b.channel, b.version)
+            if (at := when(ident("b", *bkey))) is not None:
+                self.blobs[bkey] = b
+                self.first[ident("b", *bkey)] = at
         for w in s.writes:
-            self.writes[(w.checkpoint_ns, w.checkpoint_id, w.task_id, w.idx)] = w
-        self.ledger.update(s.ledger)
+            wkey = (w.checkpoint_ns, w.checkpoint_id, w.task_id, w.idx)
+            if (at := when(ident("w", *wkey))) is not None:
+                self.writes[wkey] = w
+                self.first[ident("w", *wkey)] = at
+        for k, v in s.ledger.items():
+            if (at := when(ident("l", k))) is not None:
+                self.ledger[k] = v
+                self.first[ident("l", k)] = at
+
+    def compacted(self, at: float) -> Segment:
+        """One segment holding all of this image, each entry with when it
+        was first shipped, cut at `at` (the oldest folded segment's time)."""
+        whole = Segment(self.thread_id, at=at)
+        whole.checkpoints = list(self.checkpoints.values())
+        whole.blobs = list(self.blobs.values())
+        whole.writes = list(self.writes.values())
+        whole.ledger = dict(self.ledger)
+        whole.gone = sorted(self.gone)
+        whole.deleted_through = self.deleted_through
+        idents = (
+            [ident("c", *k) for k in self.checkpoints]
+            + [ident("b", *k) for k in self.blobs]
+            + [ident("w", *k) for k in self.writes]
+            + [ident("l", k) for k in self.ledger]
+            + [ident("g", *k) for k in self.gone]
+            + (["d"] if self.deleted_through is not None else [])
+        )
+        whole.times = {i: self.first[i] for i in idents if i in self.first}
+        return whole
 
     @property
     def empty(self) -> bool:

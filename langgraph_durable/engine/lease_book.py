@@ -169,6 +169,10 @@ class LeaseBook:
         # hand-off listener may give one back first, when another replica
         # asks for it (`claim_ending`).
         self._ending: OrderedDict[str, Lease] = OrderedDict()
+        # Threads this saver holds outside a run (`start_hold`: archiving, a
+        # bring-back, a delete), so that two such changes, or one and a run
+        # of this very saver, never take the lease from each other.
+        self._holding: set[str] = set()
         # Estimated bytes of `_lingering` and of `_handoffs` (`_kept_size`).
         self._kept_bytes = 0
         self._handoff_bytes = 0
@@ -477,6 +481,29 @@ class LeaseBook:
                 return False
             self._unhand(lease.thread_id)
             return True
+
+    def start_hold(self, thread_id: str) -> bool:
+        """Mark the thread held outside a run, if no run of this saver and
+        no other such change holds it (a lease taken again by the same
+        holder would fence that one out; an ended run's, whose end is not
+        handled yet, writes nothing more). A kept lease is let go (the
+        change takes the thread over). Whether it was marked; `end_hold`
+        unmarks it."""
+        self._after_fork()
+        with self._lock:
+            if thread_id in self._holding or thread_id in self._held:
+                return False
+            self._unlinger(thread_id)
+            self._holding.add(thread_id)
+            return True
+
+    def end_hold(self, thread_id: str) -> None:
+        with self._lock:
+            self._holding.discard(thread_id)
+
+    def holding(self, thread_id: str) -> bool:
+        with self._lock:
+            return thread_id in self._holding
 
     def held(self, thread_id: str) -> Lease | None:
         self._after_fork()

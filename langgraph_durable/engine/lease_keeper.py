@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import logging
 import os
 import socket
@@ -39,7 +40,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata
 
 from ..engine.lease_book import LeaseBook, in_gc
-from ..errors import DurableError, LeaseLost, TierUnavailable
+from ..errors import DurableError, LeaseLost, ThreadBusy, TierUnavailable
 from ..model.codec import thread_id_of, thread_of
 from ..model.lease import (
     HAND_OFF_POLL_FIRST_S,
@@ -63,6 +64,10 @@ logger = logging.getLogger("langgraph_durable")
 
 # Locks that serialize a thread's lease moves (`_moving`), chosen by thread id.
 MOVE_LOCK_STRIPES = 64
+
+# How long a run waits for this saver's own change to its thread made
+# outside a run (archiving it, bringing it back: `hold`) to end.
+HOLD_WAIT_S = 10.0
 
 
 class LeaseKeeper:
@@ -339,10 +344,39 @@ class LeaseKeeper:
 
     def hold(self, thread_id: str) -> Lease:
         """Take the thread's writer lease for a change made outside a run
-        (`archive_idle`): as a run takes it (another saver's kept lease is
-        asked for; a run going on raises `ThreadBusy` with ``on_busy="raise"``).
-        Give it back with `release_quietly`."""
-        return self._acquire(thread_id_of(thread_id, what="hold"))
+        (archiving, a bring-back, a delete): as a run takes it (another
+        saver's kept lease is asked for; a run going on raises `ThreadBusy`
+        with ``on_busy="raise"``). A run of this saver, or another such
+        change of it, holding the thread raises `ThreadBusy` too: taking
+        the lease again would fence it out. Give it back with `unhold`."""
+        thread_id = thread_id_of(thread_id, what="hold")
+        marked = self.book.start_hold(thread_id)
+        if not marked and self.book.held(thread_id) is not None:
+            # A run of this saver that has ended is forgotten when its stream
+            # writer is freed, which a reference cycle may put off until the
+            # garbage collector runs: let it run once, then look again.
+            gc.collect()
+            marked = self.book.start_hold(thread_id)
+        if not marked:
+            raise ThreadBusy(
+                f"thread {thread_id!r} is being run or changed by this saver; try again when that is over.",
+                thread_id=thread_id,
+                holder=self.book.holder,
+                token=0,
+                expires_in=0.0,
+            )
+        try:
+            return self._acquire(thread_id, holding=True)
+        except BaseException:
+            self.book.end_hold(thread_id)
+            raise
+
+    def unhold(self, lease: Lease) -> None:
+        """Give back a lease `hold` took."""
+        try:
+            self.release_quietly(lease)
+        finally:
+            self.book.end_hold(lease.thread_id)
 
     # -- release --------------------------------------------------------------------
 
@@ -379,9 +413,25 @@ class LeaseKeeper:
 
     # -- acquire --------------------------------------------------------------------
 
-    def _acquire(self, thread_id: str) -> Lease:
+    def _acquire(self, thread_id: str, *, holding: bool = False) -> Lease:
         """Take the lease in the most authoritative tier that answers (the
-        next one when a tier fails, unless ``write="all"``)."""
+        next one when a tier fails, unless ``write="all"``). Unless `holding`
+        (`hold`'s own call), a change of this saver's that holds the thread
+        outside a run (archiving it, bringing it back) is waited for first,
+        up to `HOLD_WAIT_S`: taking the lease again would fence it out."""
+        if not holding and self.book.holding(thread_id):
+            deadline = time.monotonic() + max(HOLD_WAIT_S, self.book.wait if self.book.on_busy == "wait" else 0.0)
+            while self.book.holding(thread_id):
+                if time.monotonic() > deadline:
+                    raise ThreadBusy(
+                        f"thread {thread_id!r} is being archived or brought back by this saver for more than "
+                        f"{HOLD_WAIT_S:.0f} s; try again.",
+                        thread_id=thread_id,
+                        holder=self.book.holder,
+                        token=0,
+                        expires_in=0.0,
+                    )
+                sleep(0.01)
         self.chain.ensure_setup()
         probed = False
         while True:
