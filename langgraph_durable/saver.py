@@ -1799,12 +1799,14 @@ class DurableSaver(BaseCheckpointSaver[str]):
         newest written by `until`, seconds since the epoch: a point in time,
         to the replica's pass). With every thread, archived threads stay
         archived (the hot tiers get their marker back); a thread named is
-        brought back. Safe to run again; ``langgraph-durable restore``
-        runs it."""
-        return self._archiver().restore(thread_ids, until=until)
+        brought back, under its writer lease (`ThreadBusy` while a run holds
+        it). Safe to run again; ``langgraph-durable restore`` runs it."""
+        leases = self._sync_leases()
+        return self._archiver().restore(thread_ids, until=until, hold=leases.hold, release=leases.unhold)
 
     async def arestore(self, thread_ids: Sequence[str] | None = None, *, until: float | None = None) -> RestoreReport:
-        return await self._aarchiver().restore(thread_ids, until=until)
+        leases = self._async_leases()
+        return await self._aarchiver().restore(thread_ids, until=until, hold=leases.hold, release=leases.unhold)
 
     def drain_archive(self, timeout: float | None = None) -> ArchiveLag | None:
         """Ship every thread written since the archive replica's last pass

@@ -637,41 +637,66 @@ class Archiver:
 
     # -- disaster recovery -------------------------------------------------------------
 
-    def restore(self, thread_ids: Sequence[str] | None = None, *, until: float | None = None) -> RestoreReport:
+    def restore(
+        self,
+        thread_ids: Sequence[str] | None = None,
+        *,
+        until: float | None = None,
+        hold: Callable[[str], Any] | None = None,
+        release: Callable[[Any], Any] | None = None,
+    ) -> RestoreReport:
         """Rebuild the hot tiers from the archive: every thread it holds (or
         `thread_ids`), as of its newest segment (or the newest cut by
         `until`). With every thread, one listed as archived stays there,
         flagged in the hot tiers as it was (its next read brings it back);
-        a thread named is brought back. Records already in a tier are
-        written again as they are (immutable): running it twice is harmless."""
+        a thread named is brought back, under its writer lease (`hold`, if
+        given: a run going on raises `ThreadBusy`). Records already in a
+        tier are written again as they are (immutable): running it twice is
+        harmless."""
         self.chain.ensure_setup()
         tiers = list(self.chain.roles.by_authority())
         report = RestoreReport()
         listed = set(self.listed_archived())
         for thread_id in thread_ids if thread_ids is not None else self.archived_thread_ids():
-            image = self.image(thread_id, until=until, bad=report.bad_segments)
-            if image.empty:
-                continue
-            flag = self.flag(thread_id)
-            hot_rows = bool(tiers_first(tiers).thread_records(thread_id).checkpoints)
-            if thread_ids is None and until is None and not hot_rows and (thread_id in listed or flag is not None):
-                if flag is None and image.checkpoints:
-                    newest = max(cid for _, cid in image.checkpoints)
-                    self._set_flag(thread_id, {"newest": newest, "previous_marker": None}, tiers)
-                    for tier in tiers:
-                        tier.mark_deleted(thread_id, newest)
-                report.archived += 1
-                continue
-            self._write(image, tiers)
-            if flag is not None:
-                self._unflag(thread_id, flag, tiers)
-            if thread_id in listed:
-                with _quietly():
-                    self.store.delete([marker_key(thread_id)])
-            self.chain.forget_thread(thread_id)
-            report.threads += 1
-            report.records += image.records
+            lease = hold(thread_id) if hold is not None and thread_ids is not None else None
+            try:
+                self._restore_one(thread_id, thread_ids is None, until, tiers, listed, report)
+            finally:
+                if lease is not None and release is not None:
+                    release(lease)
         return report
+
+    def _restore_one(
+        self,
+        thread_id: str,
+        every: bool,
+        until: float | None,
+        tiers: Sequence[Tier],
+        listed: set[str],
+        report: RestoreReport,
+    ) -> None:
+        image = self.image(thread_id, until=until, bad=report.bad_segments)
+        if image.empty:
+            return
+        flag = self.flag(thread_id)
+        hot_rows = bool(tiers_first(tiers).thread_records(thread_id).checkpoints)
+        if every and until is None and not hot_rows and (thread_id in listed or flag is not None):
+            if flag is None and image.checkpoints:
+                newest = max(cid for _, cid in image.checkpoints)
+                self._set_flag(thread_id, {"newest": newest, "previous_marker": None}, tiers)
+                for tier in tiers:
+                    tier.mark_deleted(thread_id, newest)
+            report.archived += 1
+            return
+        self._write(image, tiers)
+        if flag is not None:
+            self._unflag(thread_id, flag, tiers)
+        if thread_id in listed:
+            with _quietly():
+                self.store.delete([marker_key(thread_id)])
+        self.chain.forget_thread(thread_id)
+        report.threads += 1
+        report.records += image.records
 
 
 class _Verified:
