@@ -85,6 +85,9 @@ ENVIRONMENT_HELP = f"""environment (the tier flags override it; a flag given as 
   {ENV_ARCHIVE_URL:<36} s3://BUCKET/PREFIX of the archive (object storage);
   {"":<36} its endpoint and credentials from the AWS_* variables"""
 
+# The exit-status table is in the top-level help only; a command's own says where.
+SUBCOMMAND_EPILOG = "exit status: 0 ok, 1 findings, 2 usage, 3 could not run; `langgraph-durable --help` says more."
+
 JSON_HELP = "print one JSON document on stdout instead of text (same exit status)"
 
 # Maintenance needs every tier: write="all" makes setup fail on one that is down.
@@ -1268,7 +1271,7 @@ def build_parser(*, internal: str | None = None) -> argparse.ArgumentParser:
         p = commands.add_parser(
             cmd.name,
             description=cmd.description,
-            epilog=EXIT_CODES_HELP,
+            epilog=SUBCOMMAND_EPILOG,
             formatter_class=_Formatter,
             **extra,
         )

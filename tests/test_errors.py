@@ -646,7 +646,9 @@ def test_cli_exit_codes(tmp_path: Any, capsys: Any) -> None:
     capsys.readouterr()
     with pytest.raises(SystemExit):
         cli.main(["verify", "--help"])
-    assert "exit status" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    # One line pointing at the top-level help, not the whole table again.
+    assert " ".join(cli.SUBCOMMAND_EPILOG.split()) in " ".join(out.split()) and "130" not in out
 
 
 # -- one saver, successive event loops ------------------------------------------------
@@ -722,3 +724,21 @@ def test_successive_asyncio_runs_close_their_connections(
     assert not worker.is_alive(), f"an asyncio.run() hung at loop shutdown after {results}"
     assert results == [1, sync_face, 11, sync_face, 21, sync_face], sync_face
     saver.close()
+
+
+@pytest.mark.parametrize("face", ["sync", "async"])
+def test_a_redis_database_the_server_does_not_have_is_one_line(face: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from langgraph_durable import cli
+
+    url = REDIS_URL.rsplit("/", 1)[0] + "/99"
+    saver = DurableSaver(sqlite=None, redis=url)
+    with pytest.raises(ConfigError, match=r"names a database this Redis server does not have.*e\.g\. /0"):
+        if face == "sync":
+            saver.setup()
+        else:
+            asyncio.run(saver.asetup())
+    saver.close()
+    code = cli.main(["threads", "--sqlite", "", "--redis", url])
+    err = capsys.readouterr().err
+    assert code == cli.EXIT_CANNOT_RUN
+    assert len(err.strip().splitlines()) == 1 and "DB index is out of range" in err

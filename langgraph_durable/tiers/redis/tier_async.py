@@ -544,7 +544,20 @@ class AsyncRedisTier:
     async def setup(self) -> None:
         """Connect, and the first time find out whether this is a cluster.
         `TierUnavailable` if the server (or the cluster) cannot be reached;
-        a later call tries again."""
+        a later call tries again. `ConfigError` if the URL names a database
+        the server does not have."""
+        try:
+            await self._setup()
+        except ResponseError as exc:
+            if "DB index is out of range" not in str(exc):
+                raise
+            raise ConfigError(
+                f"redis= {self.where} names a database this Redis server does not have (DB index is out of "
+                "range): use one of its databases (0 to 15 unless its `databases` setting says otherwise), "
+                "e.g. /0."
+            ) from None
+
+    async def _setup(self) -> None:
         with self._io:
             answered = False  # asking (INFO) already showed the server answers
             if self.cluster is None:
