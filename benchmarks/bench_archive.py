@@ -857,20 +857,33 @@ def main(argv: list[str] | None = None) -> int:
             body += guarded(problems, "cost", lambda: part_cost(res, moto, args, problems))
             body += ["## 2. The first read of an archived thread, against a hot one", ""]
 
-            def bring_back() -> list[str]:
-                faces = {"sync (`get_state`)": part_bring_back_sync(res, moto, args.threads, problems)}
-                faces["async (`aget_state`)"] = asyncio.run(part_bring_back_async(res, moto, args.threads, problems))
-                return bring_back_table(faces, args.threads)
+            def both_faces(sync: Any, asynchronous: Any, table: Any, n: int, names: tuple[str, str]) -> Any:
+                """A part run on the sync face, then the async one, as one table."""
+                return lambda: table(
+                    {
+                        names[0]: sync(res, moto, n, problems),
+                        names[1]: asyncio.run(asynchronous(res, moto, n, problems)),
+                    },
+                    n,
+                )
 
-            body += guarded(problems, "bring-back", bring_back)
+            body += guarded(
+                problems,
+                "bring-back",
+                both_faces(
+                    part_bring_back_sync,
+                    part_bring_back_async,
+                    bring_back_table,
+                    args.threads,
+                    ("sync (`get_state`)", "async (`aget_state`)"),
+                ),
+            )
             body += ["## 3. The replica's cost on the step path, paired", ""]
-
-            def steps() -> list[str]:
-                faces = {"sync": part_steps_sync(res, moto, args.rounds, problems)}
-                faces["async"] = asyncio.run(part_steps_async(res, moto, args.rounds, problems))
-                return steps_table(faces, args.rounds)
-
-            body += guarded(problems, "step path", steps)
+            body += guarded(
+                problems,
+                "step path",
+                both_faces(part_steps_sync, part_steps_async, steps_table, args.rounds, ("sync", "async")),
+            )
             body += ["## 4. `restore()` of the whole store after the hot tiers are lost", ""]
             body += guarded(problems, "restore", lambda: part_restore(res, moto, args, problems))
     finally:

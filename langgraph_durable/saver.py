@@ -31,7 +31,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from .archive.archiver import Archiver
 from .archive.archiver_async import AsyncArchiver
 from .archive.replica import DEFAULT_ARCHIVE_LAG_S, ArchiveReplica
-from .archive.reports import ArchiveOutcome, ArchiveReport, RestoreReport
+from .archive.reports import ArchiveReport, RestoreReport
 from .archive.store import ArchiveStore
 from .archive.store_async import AsyncArchiveStore, parse_archive_url
 from .engine import importing
@@ -1725,26 +1725,17 @@ class DurableSaver(BaseCheckpointSaver[str]):
         ids = thread_ids if thread_ids is not None else sorted({t for tier in chain.tiers for t in tier.thread_ids()})
         with self._replicator.exclusive():
             chain.catch_up()  # what is owed first: the hot tiers hold everything
-        for thread_id in ids:
-            if pace is not None:
-                pace()
-            leases.ask_kept_back(thread_id, "archive_idle")
-            try:
-                with self._archive_call("archive_thread"):
-                    outcome = archiver.archive_thread(
-                        thread_id,
-                        idle_after=older_than,
-                        now=when,
-                        dry_run=dry_run,
-                        hold=leases.hold,
-                        release=leases.unhold,
-                    )
-            except TierUnavailable as exc:
-                if exc.tier == "archive":
-                    raise  # the object store is down: no thread can be archived
-                outcome = ArchiveOutcome(str(thread_id), skipped=f"{exc.tier} tier unreachable")
-            report.threads.append(outcome)
-        return report
+        return archiver.archive_threads(
+            ids,
+            report,
+            idle_after=older_than,
+            now=when,
+            hold=leases.hold,
+            release=leases.unhold,
+            ask=leases.ask_kept_back,
+            timed=self._archive_call,
+            pace=pace,
+        )
 
     async def aarchive_idle(
         self,
@@ -1767,24 +1758,16 @@ class DurableSaver(BaseCheckpointSaver[str]):
             ids = list(thread_ids)
         async with self._replicator.aexclusive():
             await chain.catch_up()
-        for thread_id in ids:
-            await leases.ask_kept_back(thread_id, "archive_idle")
-            try:
-                with self._archive_call("archive_thread"):
-                    outcome = await archiver.archive_thread(
-                        thread_id,
-                        idle_after=older_than,
-                        now=when,
-                        dry_run=dry_run,
-                        hold=leases.hold,
-                        release=leases.unhold,
-                    )
-            except TierUnavailable as exc:
-                if exc.tier == "archive":
-                    raise  # see archive_idle
-                outcome = ArchiveOutcome(str(thread_id), skipped=f"{exc.tier} tier unreachable")
-            report.threads.append(outcome)
-        return report
+        return await archiver.archive_threads(
+            ids,
+            report,
+            idle_after=older_than,
+            now=when,
+            hold=leases.hold,
+            release=leases.unhold,
+            ask=leases.ask_kept_back,
+            timed=self._archive_call,
+        )
 
     def archived_threads(self) -> builtins.list[str]:
         """Threads that live only in the archive (``threads --archived``)."""

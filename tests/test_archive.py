@@ -6,9 +6,11 @@ S3-compatible server (moto's) on loopback; faults through a TCP proxy."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 import uuid
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -27,6 +29,20 @@ from tests.graphs import _ahistory, _history, interrupt_graph, loop_graph, subgr
 pytestmark = [pytest.mark.s3]
 
 FULL = "sqlite+redis+postgres"
+
+
+@contextlib.contextmanager
+def store_behind_a_proxy(s3_env: str, monkeypatch: pytest.MonkeyPatch, prefix: str) -> Iterator[tuple[Any, str]]:
+    """A bucket of its own reached through a TCP proxy (cut it to take the
+    object store away) and its ``s3://`` URL."""
+    from tests.conftest import make_bucket
+    from tests.proxy import TcpProxy
+
+    bucket = make_bucket(s3_env)
+    parts = urlsplit(s3_env)
+    with TcpProxy(parts.hostname or "127.0.0.1", parts.port or 80) as proxy:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{proxy.port}")
+        yield proxy, f"s3://{bucket}/{prefix}"
 
 
 def cfg(thread_id: str) -> dict[str, Any]:
@@ -271,14 +287,7 @@ def test_an_action_key_in_the_reserved_space_is_refused(make_saver: SaverFactory
 def test_the_object_store_down_mid_archive_deletes_nothing_hot(
     make_saver: SaverFactory, s3_env: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tests.conftest import make_bucket
-    from tests.proxy import TcpProxy
-
-    bucket = make_bucket(s3_env)
-    parts = urlsplit(s3_env)
-    with TcpProxy(parts.hostname or "127.0.0.1", parts.port or 80) as proxy:
-        monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{proxy.port}")
-        url = f"s3://{bucket}/cut"
+    with store_behind_a_proxy(s3_env, monkeypatch, "cut") as (proxy, url):
         with make_saver(FULL, archive=url) as saver:
             graph = loop_graph(3).compile(checkpointer=saver)
             for t in ("t-a", "t-b"):
@@ -537,14 +546,8 @@ async def test_delta_channel_and_list_piece_threads_come_back_the_same(
 def test_a_deleted_thread_stays_deleted_while_the_object_store_is_down(
     make_saver: SaverFactory, s3_env: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tests.conftest import make_bucket
-    from tests.proxy import TcpProxy
-
-    bucket = make_bucket(s3_env)
-    parts = urlsplit(s3_env)
-    with TcpProxy(parts.hostname or "127.0.0.1", parts.port or 80) as proxy:
-        monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{proxy.port}")
-        with make_saver(FULL, archive=f"s3://{bucket}/down") as saver:
+    with store_behind_a_proxy(s3_env, monkeypatch, "down") as (proxy, url):
+        with make_saver(FULL, archive=url) as saver:
             graph = loop_graph(2).compile(checkpointer=saver)
             graph.invoke({"messages": [], "n": 0}, cfg("t-gone"))
             assert saver.archive_idle(0.0).archived == ["t-gone"]
@@ -668,14 +671,18 @@ def test_a_restore_never_moves_a_ledger_entry_backwards(make_saver: SaverFactory
         assert saver.actions("t-led")["charge:1"].state == "done"
 
 
-def test_compaction_folds_old_segments_and_keeps_every_record(
-    make_saver: SaverFactory, archive_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+def compact_soon(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Segments fold as soon as there are 4, whatever their age."""
     from langgraph_durable.archive import archiver, archiver_async
 
     for module in (archiver, archiver_async):
         monkeypatch.setattr(module, "COMPACT_AFTER_S", 0.0)
         monkeypatch.setattr(module, "COMPACT_AT", 4)
+
+
+@pytest.mark.usefixtures("compact_soon")
+def test_compaction_folds_old_segments_and_keeps_every_record(make_saver: SaverFactory, archive_url: str) -> None:
     with make_saver(FULL, archive=archive_url) as saver:
         graph = loop_graph(1).compile(checkpointer=saver)
         times = []
@@ -904,14 +911,10 @@ def test_an_archived_thread_comes_back_while_redis_is_down(
         proxy.restore()
 
 
+@pytest.mark.usefixtures("compact_soon")
 def test_a_restore_until_a_time_before_a_compaction_finds_what_existed_then(
-    make_saver: SaverFactory, archive_url: str, monkeypatch: pytest.MonkeyPatch
+    make_saver: SaverFactory, archive_url: str
 ) -> None:
-    from langgraph_durable.archive import archiver, archiver_async
-
-    for module in (archiver, archiver_async):
-        monkeypatch.setattr(module, "COMPACT_AFTER_S", 0.0)
-        monkeypatch.setattr(module, "COMPACT_AT", 4)
     with make_saver(FULL, archive=archive_url) as saver:
         graph = loop_graph(1).compile(checkpointer=saver)
         counts, times = [], []

@@ -5,7 +5,6 @@ as text and as JSON, with their exit status."""
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,21 +14,16 @@ import pytest
 
 from langgraph_durable import DurableSaver, cli
 
+from . import test_cli
 from .conftest import REDIS_URL
 from .graphs import interrupt_graph, loop_graph
 
 pytestmark = [pytest.mark.s3]
 
 
-@pytest.fixture(autouse=True)
-def no_tier_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in list(os.environ):
-        if name.startswith("LANGGRAPH_DURABLE_") and not name.startswith("LANGGRAPH_DURABLE_TEST_"):
-            monkeypatch.delenv(name)
-
-
-def _cfg(thread: str) -> Any:
-    return {"configurable": {"thread_id": thread}}
+# test_cli's: no LANGGRAPH_DURABLE_* variable of the environment reaches a command.
+no_tier_env = test_cli.no_tier_env
+_cfg = test_cli._cfg
 
 
 @pytest.fixture

@@ -30,6 +30,7 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from ..errors import CorruptCheckpoint, DurableError, ThreadBusy, TierUnavailable
@@ -40,7 +41,7 @@ from ..model.records import BadRecord, open_envelope_any
 from ..retention import age_seconds
 from ..tiers.base import archived_key
 from ..tiers.protocol import Tier
-from .reports import ArchiveCheck, ArchiveOutcome, HotCopy, NotYet, RestoreReport
+from .reports import ArchiveCheck, ArchiveOutcome, ArchiveReport, HotCopy, NotYet, RestoreReport
 from .segments import (
     ARCHIVED,
     THREADS,
@@ -463,6 +464,39 @@ class Archiver:
         finally:
             release(lease)
         return outcome
+
+    def archive_threads(
+        self,
+        thread_ids: Sequence[str],
+        report: ArchiveReport,
+        *,
+        idle_after: float,
+        now: float,
+        hold: Callable[[str], Any],
+        release: Callable[[Any], Any],
+        ask: Callable[[str, str], Any],
+        timed: Callable[[str], AbstractContextManager[None]],
+        pace: Callable[[], None] | None = None,
+    ) -> ArchiveReport:
+        """`archive_thread` for each of `thread_ids`, into `report`: first
+        `ask(thread_id, what)` another saver for the lease it keeps, each
+        timed by `timed(op)` (the metrics hooks). A hot tier that cannot be
+        read leaves that thread as it is; the object store down stops."""
+        for thread_id in thread_ids:
+            if pace is not None:
+                pace()
+            ask(thread_id, "archive_idle")
+            try:
+                with timed("archive_thread"):
+                    outcome = self.archive_thread(
+                        thread_id, idle_after=idle_after, now=now, dry_run=report.dry_run, hold=hold, release=release
+                    )
+            except TierUnavailable as exc:
+                if exc.tier == "archive":
+                    raise  # the object store is down: no thread can be archived
+                outcome = ArchiveOutcome(str(thread_id), skipped=f"{exc.tier} tier unreachable")
+            report.threads.append(outcome)
+        return report
 
     def _keeps(self, thread_id: str, hot: HotCopy, idle_after: float, now: float) -> str:
         """Why the thread stays in the hot tiers ("" if it does not)."""
