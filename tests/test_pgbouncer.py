@@ -102,6 +102,7 @@ async def test_prepared_statements_break_behind_transaction_pooling(
     replicas = [make_saver("postgres", postgres=pooled_url, postgres_prepared_statements=prepared) for _ in range(2)]
     graphs = [lease_worker.counter().compile(checkpointer=s) for s in replicas]
     failed: ConfigError | None = None
+    ran_other: psycopg.errors.DataError | None = None
     try:
         for i in range(runs):
             try:
@@ -111,17 +112,25 @@ async def test_prepared_statements_break_behind_transaction_pooling(
             except ConfigError as exc:
                 failed = exc  # in the 4th to 6th turn, in practice
                 break
+            except psycopg.errors.DataError as exc:
+                # The worse case the option's docstring names: a bind to
+                # another client's statement with the same number of
+                # parameters ran that statement; a type error shows it.
+                ran_other = exc
+                break
     finally:
         for s in replicas:
             with contextlib.suppress(ConfigError):  # releasing the lease may meet the same broken statement
                 _ = s.close() if face == "sync" else await s.aclose()
     if not prepared:
-        assert failed is None
+        assert failed is None and ran_other is None
         with make_saver("postgres") as direct:  # straight to Postgres
             for n in range(2):
                 state = direct.get_tuple({"configurable": {"thread_id": f"replica-{n}"}}).checkpoint
                 assert state["channel_values"]["count"] == runs
         return
+    if ran_other is not None:
+        return  # broken as documented, without a message the tier can recognize
     assert failed is not None, f"{runs} turns of two replicas through the pooler met no broken prepared statement"
     assert "postgres_prepared_statements=False" in str(failed)
     assert isinstance(failed.__cause__, psycopg.Error)
