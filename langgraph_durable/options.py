@@ -25,6 +25,7 @@ from .model.codec import serde_from_spec
 from .retention import RetentionPolicy
 from .tiers.redis.tier_async import check_url as check_redis_url
 from .tiers.registry import KINDS, POSTGRES, REDIS, SQLITE, TierKind
+from .tiers.supplied import Supplied, supplied_postgres, supplied_redis
 
 # The tiers' own variables come from their kinds (tiers/registry.py).
 ENV_SQLITE = SQLITE.env
@@ -64,7 +65,9 @@ class TierOptions:
 
     sqlite: str | None
     redis: str | None
+    """Where Redis is: the URL given, or where a given client points."""
     postgres: str | None
+    """Where Postgres is: the URL given, or where a given pool points."""
     redis_key_prefix: str
     redis_cluster: bool | None
     redis_ttl: float | None
@@ -74,6 +77,10 @@ class TierOptions:
     connect_timeout: float
     call_timeout: float | None
     drain_timeout: float
+    redis_client: Supplied | None = None
+    """The redis-py client the caller passed as ``redis=`` (theirs to close)."""
+    postgres_pool: Supplied | None = None
+    """The psycopg pool the caller passed as ``postgres=`` (theirs to close)."""
 
     @property
     def shared(self) -> bool:
@@ -84,11 +91,13 @@ class TierOptions:
         """Where `kind`'s tier is (None: not configured)."""
         return {SQLITE: self.sqlite, REDIS: self.redis, POSTGRES: self.postgres}[kind]
 
-    def arguments(self, kind: TierKind) -> dict[str, Any]:
-        """The keyword arguments of a shared tier's class, besides its URL.
-        One bound for a call on both faces: `call_timeout`."""
+    def arguments(self, kind: TierKind, *, asynchronous: bool) -> dict[str, Any]:
+        """The keyword arguments of a shared tier's class on one face, besides
+        its URL: the caller's pool or client if it serves that face. One
+        bound for a call on both faces: `call_timeout`."""
         if kind is REDIS:
             return {
+                "client": self.redis_client.for_face(asynchronous) if self.redis_client else None,
                 "key_prefix": self.redis_key_prefix,
                 "socket_timeout": self.call_timeout,
                 "connect_timeout": self.connect_timeout,
@@ -97,6 +106,7 @@ class TierOptions:
             }
         if kind is POSTGRES:
             return {
+                "pool": self.postgres_pool.for_face(asynchronous) if self.postgres_pool else None,
                 "pool_size": self.postgres_pool_size,
                 "connect_timeout": self.connect_timeout,
                 "call_timeout": self.call_timeout,
@@ -167,8 +177,8 @@ class Options:
         cls,
         *,
         sqlite: str | os.PathLike[str] | None,
-        redis: str | None,
-        postgres: str | None,
+        redis: object,
+        postgres: object,
         signing_key: bytes | str | None,
         signing_keys: Sequence[bytes | str | None] | None,
         permissive_decoding: bool,
@@ -222,7 +232,10 @@ class Options:
         if sqlite is None and redis is None and postgres is None:
             raise ConfigError("DurableSaver needs at least one tier: pass sqlite=, redis= or postgres=.")
         if local_max_bytes is not None and (
-            not isinstance(local_max_bytes, int) or local_max_bytes < 1 or sqlite is None or (redis or postgres) is None
+            not isinstance(local_max_bytes, int)
+            or local_max_bytes < 1
+            or sqlite is None
+            or (redis is None and postgres is None)
         ):
             raise ConfigError(
                 "local_max_bytes= bounds the local SQLite cache of the shared tiers: it needs sqlite= and redis= "
@@ -236,11 +249,26 @@ class Options:
             )
         if sqlite is not None and not isinstance(sqlite, (str, os.PathLike)):
             raise ConfigError(f"sqlite= must be a file path, ':memory:' or None, not {type(sqlite).__name__}.")
-        if redis is not None:
-            REDIS.check(redis)
-            check_redis_url(redis, redis_cluster)
-        if postgres is not None:
-            POSTGRES.check(postgres)
+        redis_client = supplied_redis(redis)
+        redis_url: str | None = None
+        if redis_client is not None:
+            redis_url = redis_client.url
+            if redis_cluster is None:
+                redis_cluster = redis_client.cluster
+            elif redis_cluster != redis_client.cluster:
+                raise ConfigError(
+                    f"redis_cluster={redis_cluster} does not match the client given as redis= (a "
+                    f"{type(redis_client.obj).__name__}): leave redis_cluster unset."
+                )
+        elif redis is not None:
+            redis_url = REDIS.check(redis)
+            check_redis_url(redis_url, redis_cluster)
+        postgres_pool = supplied_postgres(postgres)
+        postgres_url: str | None = None
+        if postgres_pool is not None:
+            postgres_url = postgres_pool.url
+        elif postgres is not None:
+            postgres_url = POSTGRES.check(postgres)
         if postgres_pool_size < 1:
             raise ConfigError(f"postgres_pool_size must be at least 1, got {postgres_pool_size}.")
         if not isinstance(postgres_prepared_statements, bool):
@@ -272,8 +300,8 @@ class Options:
         return cls(
             tiers=TierOptions(
                 sqlite=os.fspath(sqlite) if sqlite is not None else None,
-                redis=redis,
-                postgres=postgres,
+                redis=redis_url,
+                postgres=postgres_url,
                 redis_key_prefix=redis_key_prefix,
                 redis_cluster=redis_cluster,
                 redis_ttl=redis_ttl,
@@ -283,6 +311,8 @@ class Options:
                 connect_timeout=connect_timeout,
                 call_timeout=call_timeout,
                 drain_timeout=drain_timeout,
+                redis_client=redis_client,
+                postgres_pool=postgres_pool,
             ),
             integrity=IntegrityOptions(keys, permissive_decoding, on_corruption, max_record_bytes),
             write=WriteOptions(write, list_snapshot_every, local_fsync),

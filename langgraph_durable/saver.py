@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -119,6 +119,9 @@ from .tiers.redis.tier import RedisTier
 from .tiers.redis.tier_async import DEFAULT_KEY_PREFIX
 from .tiers.registry import DEFAULT_SQLITE_PATH, KINDS, POSTGRES, REDIS, SQLITE
 from .tiers.sqlite.tier import DEFAULT_BUSY_TIMEOUT_S, AsyncSqliteTier, SqliteTier
+
+if TYPE_CHECKING:
+    from .tiers.supplied import PostgresPool, RedisClient
 from .validation import RUNTIME_KEY, VERSION_KEY, ValidationHook, Validator, is_resume_of_a_run
 
 logger = logging.getLogger("langgraph_durable")
@@ -172,7 +175,7 @@ async def _close_at_loop_shutdown(chain: AsyncTierChain) -> None:
     pool's close() re-raises their cancellation before it closes its idle
     connections: drain() (psycopg_pool 3.3+) closes those first."""
     for tier in chain.raw_shared:
-        if isinstance(tier, AsyncPostgresTier) and tier._opened and hasattr(tier.pool, "drain"):
+        if isinstance(tier, AsyncPostgresTier) and tier._opened and tier.owns_pool and hasattr(tier.pool, "drain"):
             await tier.pool.drain()
     with contextlib.suppress(asyncio.CancelledError):
         await chain.close()
@@ -203,7 +206,30 @@ class DurableSaver(BaseCheckpointSaver[str]):
             names the sentinels and the monitored primary's service name
             (the credentials are the primary's; sentinel port 26379 if
             omitted), and the primary is found again after a failover.
-        postgres: a ``postgresql://`` URL, or None.
+            Or a redis-py client of your own (``redis.Redis``,
+            ``redis.asyncio.Redis`` or either ``RedisCluster``, made with
+            ``decode_responses=False``, the default): the saver uses it on
+            its face (sync or async methods) and opens a client of its own,
+            to the same server, for the other. Yours is left open on close;
+            its timeouts and retries are yours, so give it a
+            ``socket_timeout`` if a stalled server must not hold a sync call.
+        postgres: a ``postgresql://`` URL, or None. Or a psycopg pool of
+            your own (``psycopg_pool.ConnectionPool`` or
+            ``AsyncConnectionPool``), opened before the saver first uses it,
+            for instance shared with a ``PostgresStore``::
+
+                pool = AsyncConnectionPool(url, kwargs={"autocommit": True, "row_factory": dict_row})
+                await pool.open()
+                store = AsyncPostgresStore(pool)
+                saver = DurableSaver(postgres=pool)
+                graph = builder.compile(checkpointer=saver, store=store)
+
+            The saver sets what it needs on each connection it borrows
+            (autocommit, tuple rows, and no prepared statements if
+            ``postgres_prepared_statements=False``) and puts the
+            connection's own settings back when it returns it. The other
+            face (the sync methods, for an async pool) gets a pool of its
+            own to the same server. Yours is left open on close.
         serde: the serializer (default: LangGraph's JsonPlusSerializer).
         signing_key: bytes or str (16 bytes or more). Makes each record's
             checksum an HMAC, so records planted without the key are rejected.
@@ -431,8 +457,8 @@ class DurableSaver(BaseCheckpointSaver[str]):
         self,
         *,
         sqlite: str | None = DEFAULT_SQLITE_PATH,
-        redis: str | None = None,
-        postgres: str | None = None,
+        redis: str | RedisClient | None = None,
+        postgres: str | PostgresPool | None = None,
         serde: SerializerProtocol | None = None,
         signing_key: bytes | str | None = None,
         signing_keys: Sequence[bytes | str | None] | None = None,
@@ -618,7 +644,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
                 self._ask_hand_off,
                 self._hand_off_give_back,
                 self._renew_kept,
-                where=redact(postgres) if postgres is not None else redact(redis or ""),
+                where=redact(tiers.postgres or tiers.redis or ""),
                 claim_ending=write != "local",
             )
 
@@ -629,8 +655,8 @@ class DurableSaver(BaseCheckpointSaver[str]):
         cls,
         *,
         sqlite: str | None = DEFAULT_SQLITE_PATH,
-        redis: str | None = None,
-        postgres: str | None = None,
+        redis: str | RedisClient | None = None,
+        postgres: str | PostgresPool | None = None,
         **options: Any,
     ) -> DurableSaver:
         """Same as the constructor; reads well as ``with DurableSaver.from_urls(...) as saver``."""
@@ -667,7 +693,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         """This saver's shared tiers, on one face, as the registry makes them."""
         tiers = self.options.tiers
         return [
-            kind.tier_class(asynchronous=asynchronous)(url, **tiers.arguments(kind))
+            kind.tier_class(asynchronous=asynchronous)(url, **tiers.arguments(kind, asynchronous=asynchronous))
             for kind in KINDS
             if kind.role is not Role.LOCAL and (url := tiers.url(kind))
         ]

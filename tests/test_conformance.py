@@ -142,3 +142,32 @@ async def test_conformance_bounded_tiers(make_saver: Any, face: str) -> None:
 @pytest.mark.parametrize("tiers", ["sqlite", "sqlite+redis+postgres"])
 async def test_conformance_with_an_archive(make_saver: Any, archive_url: str, tiers: str, face: str) -> None:
     await _run_suite(make_saver, tiers, face, archive=archive_url, archive_lag=0.2)
+
+
+# Connections the application owns: a psycopg pool and a redis-py client of
+# the face under test, made the way an app sharing them with a PostgresStore
+# would (dict rows, no autocommit), given as postgres= and redis=.
+@pytest.mark.parametrize("face", ["async", "sync"])
+async def test_conformance_with_your_own_connections(make_saver: Any, postgres_url: str, face: str) -> None:
+    import redis as redis_lib
+    import redis.asyncio as aredis
+    from psycopg.rows import dict_row
+    from psycopg_pool import AsyncConnectionPool, ConnectionPool
+
+    from .conftest import REDIS_URL
+
+    if face == "async":
+        apool = AsyncConnectionPool(postgres_url, kwargs={"row_factory": dict_row}, open=False)
+        aclient = aredis.Redis.from_url(REDIS_URL)
+        async with apool:
+            await _run_suite(make_saver, "sqlite+redis+postgres", face, postgres=apool, redis=aclient)
+            assert not apool.closed
+            await aclient.ping()
+        await aclient.aclose()
+    else:
+        with ConnectionPool(postgres_url, kwargs={"row_factory": dict_row}) as pool:
+            client = redis_lib.Redis.from_url(REDIS_URL)
+            await _run_suite(make_saver, "sqlite+redis+postgres", face, postgres=pool, redis=client)
+            assert not pool.closed
+            client.ping()
+            client.close()

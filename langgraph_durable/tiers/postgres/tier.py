@@ -26,7 +26,7 @@ from collections.abc import Callable, Generator, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import psycopg
-from psycopg.rows import TupleRow
+from psycopg.rows import TupleRow, tuple_row
 from psycopg.types.json import Jsonb
 
 from ...errors import ConfigError, DurableError, TierUnavailable
@@ -64,6 +64,8 @@ def renew_every(ttl: float) -> float:
 
 
 DEFAULT_CONNECT_TIMEOUT_S = 5.0
+# psycopg's own default: a statement is prepared on its sixth run on a connection.
+PREPARE_THRESHOLD = 5
 
 _ERRORS = (psycopg.OperationalError,)
 # libpq: notice a peer that vanished without closing (a cut network) within
@@ -138,6 +140,11 @@ class PostgresTier:
     six call timeouts, at least `pools.LONG_CALL_TIMEOUT_S`, 60 s), on both
     faces, past which the connection's socket is shut down and they raise
     `TierUnavailable` too. None: unbounded (both).
+
+    `pool`: the application's own pool for this face (`url` then says where
+    it points, see `tiers.supplied`). The tier borrows its connections with
+    the settings it needs (`_borrowed`), never opens or closes it, and a
+    closed one is a `ConfigError`.
     """
 
     name = "postgres"
@@ -151,6 +158,7 @@ class PostgresTier:
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
         call_timeout: float | None = DEFAULT_CALL_TIMEOUT_S,
         prepared_statements: bool = True,
+        pool: ConnectionPool | None = None,
     ) -> None:
         self.url = url
         self.where = redact(url)
@@ -165,7 +173,9 @@ class PostgresTier:
         # or renewed a lease, by (thread, holder, token): a fenced write
         # renews it only `renew_every` seconds later (`_fenced`).
         self._renewed: dict[tuple[str, str, int], float] = {}
-        self.pool = self._new_pool()
+        # The application's pool is theirs: used, never opened nor closed here.
+        self.owns_pool = pool is None
+        self.pool = self._new_pool() if pool is None else pool
         self._opened = False
 
     @contextlib.contextmanager
@@ -216,11 +226,11 @@ class PostgresTier:
         wait = self.connect_timeout
         if timed and self.call_timeout is not None:
             wait = min(wait, self.call_timeout)
-        with self.pool.connection(timeout=wait) as conn:
+        with self.pool.connection(timeout=wait) as conn, self._borrowed(conn):
             watch = None
             try:
                 with (
-                    self.pool.watch(conn, self.call_timeout)
+                    ConnectionPool.watch(conn, self.call_timeout)
                     if timed
                     else watched(conn, self.long_call_timeout) as watch
                 ):
@@ -233,6 +243,34 @@ class PostgresTier:
                 if watch is not None and watch.fired:
                     conn.close()
                 conn._lgd_returned_at = time.monotonic()  # type: ignore[attr-defined]
+
+    @contextlib.contextmanager
+    def _borrowed(self, conn: Any) -> Iterator[None]:
+        """A connection of the application's pool, set up as this tier's own
+        are (autocommit, tuple rows, no prepared statements if so
+        configured) while the tier uses it, and given back with its own
+        settings. Attribute changes, no round trip. A connection of the
+        tier's own pool already has them."""
+        if self.owns_pool:
+            yield
+            return
+        saved = conn.autocommit, conn.row_factory, conn.prepare_threshold
+        if not conn.autocommit:
+            conn.set_autocommit(True)
+        conn.row_factory = tuple_row
+        # As on the tier's own connections: psycopg's default, or never. An
+        # app's threshold of 0 (PostgresStore's advice) would prepare the
+        # migrations' multi-statement scripts, which the server refuses.
+        conn.prepare_threshold = PREPARE_THRESHOLD if self.prepared_statements else None
+        try:
+            yield
+        finally:
+            conn.row_factory, conn.prepare_threshold = saved[1], saved[2]
+            if not saved[0]:
+                # Not inside a transaction, or the connection is broken (the
+                # pool discards it): either way nothing to put back.
+                with contextlib.suppress(psycopg.Error):
+                    conn.set_autocommit(False)
 
     def _stalled(self, exc: BaseException) -> TierUnavailable:
         return TierUnavailable(
@@ -310,7 +348,16 @@ class PostgresTier:
         answers. psycopg_pool retries a refused connect until its timeout,
         so a server known down at once (nothing listening) would cost every
         new process `connect_timeout` here; the direct connection fails at
-        once instead, and the tier's breaker then skips it."""
+        once instead, and the tier's breaker then skips it. The
+        application's pool is theirs to open."""
+        if not self._opened and not self.owns_pool:
+            if self.pool.closed:
+                raise ConfigError(
+                    f"the psycopg pool given as postgres= ({self.where}) is not open: open it "
+                    "(`pool.open()`, `await pool.open()`, or `with`/`async with` the pool) before the saver uses "
+                    "it; the saver never opens or closes a pool it was given."
+                )
+            self._opened = True
         if not self._opened:
             error = self._connect_error()
             if error is not None:
@@ -380,7 +427,8 @@ class PostgresTier:
                     conn.execute(sql.INSERT_SCHEMA_VERSION, (version,))
 
     def close(self) -> None:
-        self.pool.close()
+        if self.owns_pool:
+            self.pool.close()
         self._opened = False
 
     # -- writes ---------------------------------------------------------------------

@@ -402,7 +402,12 @@ class AsyncRedisTier:
     whether the server is a Redis Cluster node; True or False says so.
     `socket_timeout` bounds each command on both faces (the saver passes its
     ``call_timeout``: a stalled server raises, and the tier counts as
-    down); `connect_timeout` (default: `socket_timeout`) bounds connecting."""
+    down); `connect_timeout` (default: `socket_timeout`) bounds connecting.
+
+    `client`: the application's own client for this face (`url` then says
+    where it points, see `tiers.supplied`; `cluster` whether it is a
+    cluster client). The tier uses it as given, timeouts included, and
+    never closes it."""
 
     name = "redis"
     role = Role.HOT
@@ -416,6 +421,7 @@ class AsyncRedisTier:
         cluster: bool | None = None,
         ttl: float | None = None,
         connect_timeout: float | None = None,
+        client: Any = None,
     ) -> None:
         connect_timeout = socket_timeout if connect_timeout is None else connect_timeout
         check_url(url, cluster)
@@ -448,7 +454,12 @@ class AsyncRedisTier:
         # Typed Any: redis-py types replies as bytes | str whatever
         # decode_responses says; with False they are always bytes.
         self.client: Any
-        if url.startswith(SENTINEL_SCHEME):
+        # The application's client is theirs: used, never closed here.
+        self.owns_client = client is None
+        if client is not None:
+            self.client = client
+            cluster = isinstance(client, RedisCluster)
+        elif url.startswith(SENTINEL_SCHEME):
             cluster = False
             address = sentinel_address(url)
             self._sentinel = Sentinel(
@@ -469,7 +480,7 @@ class AsyncRedisTier:
             self.client = Redis.from_url(url, **self._options)
         # None until `setup` has found out.
         self.cluster: bool | None = cluster
-        self.clustered = False  # talking through the cluster client
+        self.clustered = bool(client is not None and cluster)  # talking through the cluster client
         self._register_scripts()
 
     def _register_scripts(self) -> None:
@@ -708,6 +719,12 @@ class AsyncRedisTier:
     async def _use_cluster(self) -> None:
         """Talk to the whole cluster through redis-py's cluster client, which
         follows the slot map from the node the URL names."""
+        if not self.owns_client:
+            raise ConfigError(
+                f"the Redis client given as redis= ({self.where}) talks to one node of a Redis Cluster: "
+                "pass a RedisCluster client (redis.cluster.RedisCluster, or redis.asyncio.cluster.RedisCluster "
+                "for an async one) or the node's URL."
+            )
         try:
             client = RedisCluster.from_url(self.url, **self._options)
         except RedisClusterException as exc:
@@ -730,7 +747,8 @@ class AsyncRedisTier:
         )
 
     async def close(self) -> None:
-        await aclose_redis(self.client)
+        if self.owns_client:
+            await aclose_redis(self.client)
         if self._sentinel is not None:
             for sentinel in self._sentinel.sentinels:
                 await sentinel.aclose()
