@@ -1,37 +1,106 @@
-"""langgraph-durable: a tiered, checksummed LangGraph checkpoint saver."""
+"""langgraph-durable: a tiered, checksummed LangGraph checkpoint saver.
+
+The public names below are imported when first used (PEP 562), so the
+command line's ``--help`` and ``--version`` do not load LangGraph and the
+database drivers: ``from langgraph_durable import DurableSaver`` works as
+usual.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
-from .engine.importing import ImportConflict, ImportReport
-from .errors import (
-    ConfigError,
-    CorruptCheckpoint,
-    DurableError,
-    LeaseLost,
-    RecordTooLarge,
-    ResumeRejected,
-    SerializationError,
-    ThreadBusy,
-    TierUnavailable,
-    UndecodableRecord,
-)
-from .integrity import CorruptionEvent, CorruptionHook
-from .ledger import LedgerEntry, action, apin_here, durable_action, pin_here
-from .metrics import CorruptCopy, MetricsHook, OpenTelemetryMetrics, TierCall, TierStats
-from .model.pins import Pin
-from .retention import RetentionPolicy, RetentionReport
-from .saver import DurableSaver
-from .validation import (
-    Reject,
-    ResumeContext,
-    Rewind,
-    ValidationOutcome,
-    check,
-    max_age,
-    paths_exist,
-    pin_version,
-    reject,
-    rewind,
-)
+
+if TYPE_CHECKING:
+    from .engine.importing import ImportConflict, ImportReport
+    from .errors import (
+        ConfigError,
+        CorruptCheckpoint,
+        DurableError,
+        LeaseLost,
+        RecordTooLarge,
+        ResumeRejected,
+        SerializationError,
+        ThreadBusy,
+        TierUnavailable,
+        UndecodableRecord,
+    )
+    from .integrity import CorruptionEvent, CorruptionHook
+    from .ledger import LedgerEntry, action, apin_here, durable_action, pin_here
+    from .metrics import CorruptCopy, MetricsHook, OpenTelemetryMetrics, TierCall, TierStats
+    from .model.pins import Pin
+    from .retention import RetentionPolicy, RetentionReport
+    from .saver import DurableSaver
+    from .validation import (
+        Reject,
+        ResumeContext,
+        Rewind,
+        ValidationOutcome,
+        check,
+        max_age,
+        paths_exist,
+        pin_version,
+        reject,
+        rewind,
+    )
+
+# Each public name and the module that defines it.
+_EXPORTS = {
+    "ImportConflict": ".engine.importing",
+    "ImportReport": ".engine.importing",
+    "ConfigError": ".errors",
+    "CorruptCheckpoint": ".errors",
+    "DurableError": ".errors",
+    "LeaseLost": ".errors",
+    "RecordTooLarge": ".errors",
+    "ResumeRejected": ".errors",
+    "SerializationError": ".errors",
+    "ThreadBusy": ".errors",
+    "TierUnavailable": ".errors",
+    "UndecodableRecord": ".errors",
+    "CorruptionEvent": ".integrity",
+    "CorruptionHook": ".integrity",
+    "LedgerEntry": ".ledger",
+    "action": ".ledger",
+    "apin_here": ".ledger",
+    "durable_action": ".ledger",
+    "pin_here": ".ledger",
+    "CorruptCopy": ".metrics",
+    "MetricsHook": ".metrics",
+    "OpenTelemetryMetrics": ".metrics",
+    "TierCall": ".metrics",
+    "TierStats": ".metrics",
+    "Pin": ".model.pins",
+    "RetentionPolicy": ".retention",
+    "RetentionReport": ".retention",
+    "DurableSaver": ".saver",
+    "Reject": ".validation",
+    "ResumeContext": ".validation",
+    "Rewind": ".validation",
+    "ValidationOutcome": ".validation",
+    "check": ".validation",
+    "max_age": ".validation",
+    "paths_exist": ".validation",
+    "pin_version": ".validation",
+    "reject": ".validation",
+    "rewind": ".validation",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value  # once: later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))
+
 
 __all__ = [
     "__version__",

@@ -31,13 +31,14 @@ from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import CheckpointTuple
-from langgraph.checkpoint.serde.types import INTERRUPT
-
 from .retention import age_seconds
 
 if TYPE_CHECKING:
+    # Types only: the command line's help imports this module for
+    # SIZE_MEANING without loading LangGraph.
+    from langchain_core.runnables import RunnableConfig
+    from langgraph.checkpoint.base import CheckpointTuple
+
     from .saver import DurableSaver
 
 __all__ = [
@@ -133,6 +134,8 @@ def _thread_config(
 
 
 def _interrupts(writes: Iterable[tuple[str, str, Any]]) -> tuple[InterruptInfo, ...]:
+    from langgraph.checkpoint.serde.types import INTERRUPT
+
     found = []
     for task_id, channel, value in writes:
         if channel != INTERRUPT:

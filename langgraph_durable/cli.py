@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
 import json
 import logging
 import os
@@ -23,18 +24,16 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, fields, is_dataclass
 from datetime import UTC, datetime
-from typing import Any, TextIO, cast
+from typing import TYPE_CHECKING, Any, TextIO, cast
 
 from rich.console import Console, JustifyMethod
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from . import __version__, browse, demo, ledger
-from .archive.store_async import ENV_ARCHIVE_URL
-from .engine import importing
-from .errors import DurableError, printable
-from .model.roles import Role
-from .options import (
+from . import __version__, browse
+from .environment import (
+    DEFAULT_KEY_PREFIX,
+    ENV_ARCHIVE_URL,
     ENV_LEASE_LINGER,
     ENV_OLD_SIGNING_KEYS,
     ENV_POSTGRES_PREPARED_STATEMENTS,
@@ -44,10 +43,35 @@ from .options import (
     ENV_SIGNING_KEY,
     ENV_WRITE,
 )
+from .errors import DurableError, printable
+from .model.roles import Role
 from .retention import RetentionPolicy
-from .saver import DurableSaver
-from .tiers.redis.tier_async import DEFAULT_KEY_PREFIX
 from .tiers.registry import DEFAULT_SQLITE_PATH, KINDS, POSTGRES, REDIS, SQLITE
+
+
+def _lazy(name: str) -> Any:
+    """Module `name`, loaded when one of its attributes is first used."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.find_spec(name)
+    assert spec is not None and spec.loader is not None, name
+    spec.loader = importlib.util.LazyLoader(spec.loader)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+# The saver, LangGraph and the drivers load when a command runs, not for
+# --help, --version or a usage error.
+if TYPE_CHECKING:
+    from . import demo, ledger
+    from .engine import importing
+    from .saver import DurableSaver
+else:
+    demo = _lazy(f"{__package__}.demo")
+    ledger = _lazy(f"{__package__}.ledger")
+    importing = _lazy(f"{__package__}.engine.importing")
 
 # Exit status, documented in --help.
 EXIT_OK = 0

@@ -18,6 +18,20 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .environment import (  # noqa: F401 (where they were always imported from)
+    ENV_ARCHIVE_URL,
+    ENV_LEASE_LINGER,
+    ENV_OLD_SIGNING_KEYS,
+    ENV_POSTGRES_PREPARED_STATEMENTS,
+    ENV_POSTGRES_URL,
+    ENV_REDIS_KEY_PREFIX,
+    ENV_REDIS_TTL,
+    ENV_REDIS_URL,
+    ENV_SERDE,
+    ENV_SIGNING_KEY,
+    ENV_SQLITE,
+    ENV_WRITE,
+)
 from .errors import ConfigError
 from .integrity import OnCorruption
 from .model.backlog import WRITE_MODES, WriteMode
@@ -26,26 +40,6 @@ from .retention import RetentionPolicy
 from .tiers.redis.tier_async import check_url as check_redis_url
 from .tiers.registry import KINDS, POSTGRES, REDIS, SQLITE, TierKind
 from .tiers.supplied import Supplied, supplied_postgres, supplied_redis
-
-# The tiers' own variables come from their kinds (tiers/registry.py).
-ENV_SQLITE = SQLITE.env
-ENV_REDIS_URL = REDIS.env
-ENV_POSTGRES_URL = POSTGRES.env
-ENV_SIGNING_KEY = "LANGGRAPH_DURABLE_SIGNING_KEY"
-ENV_SERDE = "LANGGRAPH_DURABLE_SERDE"  # module:attr of the serializer (from_env only)
-ENV_WRITE = "LANGGRAPH_DURABLE_WRITE"
-ENV_ARCHIVE_URL = "LANGGRAPH_DURABLE_ARCHIVE_URL"  # s3://BUCKET/PREFIX of the archive
-# Several deployments (or a server and its tests) sharing one Redis database.
-ENV_REDIS_KEY_PREFIX = "LANGGRAPH_DURABLE_REDIS_KEY_PREFIX"
-# Seconds after which an idle thread leaves Redis (redis_ttl).
-ENV_REDIS_TTL = "LANGGRAPH_DURABLE_REDIS_TTL"
-# Seconds a run's lease is kept after it ends (lease_linger).
-ENV_LEASE_LINGER = "LANGGRAPH_DURABLE_LEASE_LINGER"
-# Comma-separated keys still accepted for verification (rotation); the word
-# "unsigned" accepts records without a key.
-ENV_OLD_SIGNING_KEYS = "LANGGRAPH_DURABLE_OLD_SIGNING_KEYS"
-# "false" behind a pooler in transaction mode (PgBouncer): see postgres_prepared_statements.
-ENV_POSTGRES_PREPARED_STATEMENTS = "LANGGRAPH_DURABLE_POSTGRES_PREPARED_STATEMENTS"
 
 # The keyword arguments `env_options` fills from the environment, and the
 # variables they come from (for its errors).

@@ -565,3 +565,21 @@ def test_prune_dry_run_then_for_real(capsys: pytest.CaptureFixture[str], store: 
     with pytest.raises(SystemExit) as usage:
         cli.main(["prune", "--keep-for", "7x", *store])
     assert usage.value.code == cli.EXIT_USAGE and "is not a duration" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["--version"], ["verify", "--help"], ["no-such-command"]])
+def test_help_version_and_usage_errors_load_no_driver(argv: list[str]) -> None:
+    """--help, --version and a usage error answer without loading LangGraph,
+    the database drivers or the saver (they take a fraction of a second)."""
+    probe = (
+        "import sys\n"
+        "from langgraph_durable import cli\n"
+        "try:\n"
+        f"    cli.main({argv!r})\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "heavy = ('langgraph', 'psycopg', 'redis', 'obstore', 'langgraph_durable.saver')\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy or m in heavy))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout[-2000:]

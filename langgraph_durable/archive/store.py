@@ -22,8 +22,8 @@ from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
+from ..environment import ENV_ARCHIVE_URL
 from ..errors import ConfigError, TierUnavailable
-from ..options import ENV_ARCHIVE_URL
 
 __all__ = ["ENV_ARCHIVE_URL", "ArchiveStore", "parse_archive_url"]
 

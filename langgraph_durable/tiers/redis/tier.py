@@ -104,13 +104,13 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 from redis.sentinel import Sentinel
 
+from ...environment import DEFAULT_KEY_PREFIX
 from ...errors import ConfigError, TierUnavailable
 from ...model.lease import Fence, Lease, hand_off_channel, hand_off_message, lease_lost
 from ...model.records import BlobRow, CheckpointRow, Row, WriteRow, metadata_matches
 from ...model.roles import Role
 from ..base import BlobKey, Head, QuarantinedRecord, ThreadRecords, _fields, close_redis, redact
 
-DEFAULT_KEY_PREFIX = "langgraph_durable"
 DEFAULT_SOCKET_TIMEOUT_S = 5.0
 # Threads whose last keep-alive (`_keep_alive`) a tier remembers.
 KEEP_ALIVE_MEMO = 10_000
