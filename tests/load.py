@@ -20,7 +20,7 @@ two consecutive acknowledged checkpoints of one run.
 
 With ``write="local"`` (write-behind) a checkpoint reaches the shared tiers
 only when the replicator ships it, and another replica sees it only then
-(README, "Reads during an outage and during catch-up"); a record shipped after
+(docs/concepts/write-modes.md, "Reads during an outage and during catch-up"); a record shipped after
 another replica took the thread over is refused, never grafted. So a worker
 hands a thread back only after ``drain()`` (one pass of the replicator, which
 ships everything owed when it started): ``handoff_drain=True``, the default.

@@ -106,7 +106,7 @@ def test_a_refused_write_behind_checkpoint_stays_out_of_the_shared_history(
     """Replica A runs the thread with write="local"; before A's replicator
     ships it, replica B takes the thread over (A keeps the lease until its
     run has shipped, but the lease expires first), so A's records are
-    refused when shipped, as the README says. B's run ships when B drains,
+    refused when shipped, as docs/concepts/write-modes.md says. B's run ships when B drains,
     which gives B's lease back.
     A then runs the thread again. Nothing A's refused run wrote may reach the
     shared history: every checkpoint there must have its parent and channel
