@@ -7,24 +7,50 @@ reuses: `tier_flags` (the tier options, added for it when ``tiers=True``),
 writes: rich tables and lines for people, one JSON document with
 ``--json``), `progress_bar` (a rich progress bar fed ``(done, total)``) and
 `demo.saver_from_args` (a saver from the tier flags and the environment).
+
+With ``--json`` every command prints exactly one JSON document on stdout,
+the envelope (`envelope`)::
+
+    {
+      "command": "verify",              # the subcommand
+      "ok": true,                       # true exactly when the exit status is 0
+      "version": "0.1.0",               # langgraph-durable's version
+      "ts": "2026-11-28T08:00:00.000Z", # when it was written, ISO 8601 UTC
+      "report": {...},                  # the command's own fields ({} if none)
+      "error": {                        # only when ok is false
+        "type": "TierUnavailable",      # the DurableError's class, else findings,
+                                        # usage, cannot_run or interrupted
+        "message": "...",               # the line stderr shows (findings: the summary)
+        "exit_status": 3
+      }
+    }
+
+A command calls ``out.document(report)``; `Output.finish` and `Output.fail`
+write the envelope once. Every time in a report is ISO 8601 UTC (`iso_utc`).
+Usage errors are one line on stderr (exit 2), an unknown option or command
+with the likely one (`_Parser`); with ``--json`` the envelope too. Only light
+modules are imported before the arguments are parsed: ``--help`` and
+``--version`` do not load LangGraph or a tier driver.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import importlib.util
 import json
 import logging
 import os
 import pprint
+import re
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, fields, is_dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, TextIO, cast
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO, cast
 
 from rich.console import Console, JustifyMethod
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -86,10 +112,17 @@ EXIT_CODES_HELP = f"""exit status:
   {EXIT_FINDINGS:<4} findings: verify found bad or missing copies, repair could not restore some, doctor
        found a tier down, resolve-action refused (no such action, or one already answered
        without --force), history/show found no such thread or checkpoint, the demo failed
-  {EXIT_USAGE:<4} usage error (usage on stderr; no JSON)
+  {EXIT_USAGE:<4} usage error: one line on stderr (an unknown option or command names the likely one)
   {EXIT_CANNOT_RUN:<4} could not run: a tier unreachable, a configuration error (one line on stderr
-       says why; with --json also {{"error": ..., "exit_code": 3}} on stdout)
+       says why)
   {EXIT_INTERRUPTED:<4} interrupted (Ctrl-C)"""
+
+JSON_ENVELOPE_HELP = """--json: one JSON document on stdout, the same shape for every command (and for a
+usage error or a failure, with the exit status below):
+  {"command": "verify", "ok": true, "version": "0.1.0", "ts": "2026-11-28T08:00:00.000Z",
+   "report": {...the command's own fields...},
+   "error": {"type": "TierUnavailable", "message": "...", "exit_status": 3}}   (only when not ok)
+  times are ISO 8601 UTC; docs/operations/json.md shows each command's report"""
 
 ENVIRONMENT_HELP = f"""environment (the tier flags override it; a flag given as '' switches its tier off):
   {SQLITE.env:<36} {SQLITE.what}
@@ -188,19 +221,59 @@ def progress_bar(
             line(*seen[0])
 
 
+# The envelope's error type when no exception names it, by exit status.
+_ERROR_TYPES = {1: "findings", 2: "usage", 3: "cannot_run", 130: "interrupted"}
+
+
+def iso_utc(seconds: float | None) -> str | None:
+    """Seconds since the epoch as ISO 8601 UTC (``2026-11-28T08:03:59.123Z``); None stays None."""
+    if seconds is None:
+        return None
+    return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def envelope(command: str, report: Any, *, error: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The one JSON document every command prints with ``--json`` (see the
+    module docstring): ``ok`` is true when the exit status is 0. `report` is
+    made plain JSON data by `browse.jsonable`."""
+    if report is not None:
+        report = browse.jsonable(report)
+    doc: dict[str, Any] = {
+        "command": command,
+        "ok": error is None,
+        "version": __version__,
+        "ts": iso_utc(time.time()),
+        "report": {} if report is None else report,
+    }
+    if error is not None:
+        doc["error"] = error
+    return doc
+
+
+def _write_json(doc: Any) -> None:
+    sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+    sys.stdout.flush()
+
+
 class Output:
     """Where a command writes. Without ``--json``: lines and rich tables on
     stdout. With it: nothing on stdout but the one JSON document
     (`document`). Progress and notes go to stderr either way."""
 
-    def __init__(self, json_mode: bool = False) -> None:
+    def __init__(self, json_mode: bool = False, command: str = "") -> None:
         self.json = json_mode
+        self.command = command
         self.out = make_console(sys.stdout)
         self.err = make_console(sys.stderr)
+        self._report: Any = None
+        self._summary = ""  # the last line of human output: the message of a failing envelope
+        self._sent = False
 
     def line(self, text: str = "", *, style: str | None = None) -> None:
         """A line of human output (nothing with --json), control characters
         escaped (`printable`): ids and values are anyone's text."""
+        if text.strip():
+            self._summary = " ".join(text.split())
         if not self.json:
             self.out.out(printable(text, newlines=True), style=style)
 
@@ -220,17 +293,38 @@ class Output:
         """A line on stderr, with or without --json."""
         self.err.out(printable(text, newlines=True))
 
-    def document(self, doc: Any) -> None:
-        """The JSON document (only with --json), values made plain by `browse.jsonable`."""
-        if self.json:
-            sys.stdout.write(json.dumps(browse.jsonable(doc), indent=2) + "\n")
-            sys.stdout.flush()
+    def document(self, report: Any) -> None:
+        """The command's report: with --json, the ``report`` of the envelope
+        (`envelope`) written when the command ends (`finish`) or fails (`fail`)."""
+        self._report = report
+
+    def finish(self, code: int) -> int:
+        """Write the envelope (with --json, once) for a command that ended
+        with exit status `code`; returns `code`. A non-zero status without a
+        `fail` carries the command's last line as its message (``findings``)."""
+        if code != EXIT_OK and not self._sent:
+            return self._send(code, self._summary or f"exit status {code}", _ERROR_TYPES.get(code, "error"))
+        if self.json and not self._sent:
+            self._sent = True
+            _write_json(envelope(self.command, self._report))
+        return code
 
     def fail(self, message: str, code: int, *, prefix: str = "error: ") -> int:
-        """Report a failure in one line on stderr (and as JSON with --json); returns `code`."""
+        """Report a failure in one line on stderr (and with --json as the
+        envelope's ``error``); returns `code`. Its ``type`` is the class of the
+        `DurableError` being handled (ConfigError, TierUnavailable...), else
+        what the exit status says (findings, usage, interrupted)."""
         message = " ".join(message.split())
         print(f"langgraph-durable: {prefix}{printable(message)}", file=sys.stderr)
-        self.document({"error": message, "exit_code": code})
+        handled = sys.exc_info()[1]
+        kind = type(handled).__name__ if isinstance(handled, DurableError) else _ERROR_TYPES.get(code, "error")
+        return self._send(code, message, kind)
+
+    def _send(self, code: int, message: str, kind: str) -> int:
+        if self.json and not self._sent:
+            self._sent = True
+            error = {"type": kind, "message": message, "exit_status": code}
+            _write_json(envelope(self.command, self._report, error=error))
         return code
 
     def progress(
@@ -399,7 +493,7 @@ def _threads(args: argparse.Namespace, out: Output) -> int:
     if args.archived:
         with open_saver(args, **LOOK) as saver:
             archived = saver.archived_threads()
-        out.document({"command": "threads", "archived": archived})
+        out.document({"archived": archived})
         for thread_id in archived:
             out.line(thread_id)
         out.line(f"{len(archived)} archived thread(s): a read or run brings one back (or `restore THREAD`)")
@@ -531,7 +625,7 @@ def _scan(args: argparse.Namespace, out: Output, *, repair: bool) -> int:
     code = EXIT_FINDINGS if (report.unrestorable if repair else report.bad or report.missing) else EXIT_OK
     if report.archive is not None and not report.archive.ok:
         code = EXIT_FINDINGS
-    out.document({"command": args.command, "tiers": tiers, "ok": code == EXIT_OK, "report": report})
+    out.document({"tiers": tiers, **browse.jsonable(report)})
     for copy in [*report.bad, *report.missing]:
         state = ""
         if repair:
@@ -589,7 +683,7 @@ def _import(args: argparse.Namespace, out: Output) -> int:
                 merge=args.merge,
                 thread_prefix=args.thread_prefix,
             )
-    out.document({"command": "import", "ok": report.ok, "report": report.as_dict()})
+    out.document(report.as_dict())
     # Ids and reasons come from the source: printed escaped (`printable`).
     for rejected in report.rejected:
         out.line(f"SKIPPED  {rejected}")
@@ -617,7 +711,7 @@ def _prune(args: argparse.Namespace, out: Output) -> int:
             report = saver.apply_retention(
                 policy, thread_ids=[args.thread] if args.thread else None, dry_run=args.dry_run, progress=progress
             )
-    out.document({"command": "prune", "policy": policy, "report": report.as_dict()})
+    out.document({"policy": policy, **report.as_dict()})
     for thread_id in report.left_alone:
         out.line(f"left alone  {thread_id} (unconfirmed non-resumable actions: see `actions`)")
     would = "would be " if args.dry_run else ""
@@ -696,7 +790,7 @@ def _quarantined(q: Any) -> dict[str, Any]:
         "kind": q.kind,
         "key": q.key,
         "reason": q.reason,
-        "detected_at": q.detected_at,
+        "detected_at": iso_utc(q.detected_at),
         "size_bytes": len(q.record),
         "restorable": q.fields is not None,
     }
@@ -765,9 +859,7 @@ def _archive(args: argparse.Namespace, out: Output) -> int:
         report = saver.archive_idle(
             args.idle_after, thread_ids=[args.thread] if args.thread else None, dry_run=args.dry_run
         )
-    out.document(
-        {"command": "archive", "dry_run": report.dry_run, "threads": [dataclasses.asdict(t) for t in report.threads]}
-    )
+    out.document({"dry_run": report.dry_run, "threads": [dataclasses.asdict(t) for t in report.threads]})
     would = "would be " if args.dry_run else ""
     for t in report.threads:
         if t.archived:
@@ -784,7 +876,7 @@ def _restore(args: argparse.Namespace, out: Output) -> int:
     with open_saver(args) as saver:
         saver._archiver()
         report = saver.restore(None if args.all else args.threads, until=args.until)
-    out.document({"command": "restore", "report": dataclasses.asdict(report)})
+    out.document(dataclasses.asdict(report))
     for key in report.bad_segments:
         out.line(f"UNUSABLE  {key} (left out: it does not verify)")
     out.line(
@@ -800,7 +892,7 @@ def _pin_dict(pin: Any) -> dict[str, Any]:
         "checkpoint_ns": pin.checkpoint_ns,
         "checkpoint_id": pin.checkpoint_id,
         "label": pin.label,
-        "pinned_at": pin.pinned_at,
+        "pinned_at": iso_utc(pin.pinned_at),
     }
 
 
@@ -810,7 +902,7 @@ def _pin(args: argparse.Namespace, out: Output) -> int:
         configurable["checkpoint_id"] = args.checkpoint
     with open_saver(args) as saver:
         pin = saver.pin({"configurable": configurable}, label=args.label)
-    out.document({"command": "pin", "pin": _pin_dict(pin)})
+    out.document({"pin": _pin_dict(pin)})
     out.line(f"pinned  {pin.thread_id} {pin.checkpoint_id}{' (' + pin.label + ')' if pin.label else ''}")
     return EXIT_OK
 
@@ -819,7 +911,7 @@ def _unpin(args: argparse.Namespace, out: Output) -> int:
     configurable = {"thread_id": args.thread, "checkpoint_ns": args.ns, "checkpoint_id": args.checkpoint}
     with open_saver(args) as saver:
         removed = saver.unpin({"configurable": configurable})
-    out.document({"command": "unpin", "removed": removed})
+    out.document({"removed": removed})
     if not removed:
         return out.fail(f"thread {args.thread!r} has no pin on checkpoint {args.checkpoint!r}", EXIT_FINDINGS)
     out.line(f"unpinned  {args.thread} {args.checkpoint}")
@@ -829,7 +921,7 @@ def _unpin(args: argparse.Namespace, out: Output) -> int:
 def _pins(args: argparse.Namespace, out: Output) -> int:
     with open_saver(args, **LOOK) as saver:
         found = saver.pins(args.thread)
-    out.document({"command": "pins", "pins": [_pin_dict(p) for p in found]})
+    out.document({"pins": [_pin_dict(p) for p in found]})
     t = table("checkpoint", "namespace", "label", ("pinned", "right"))
     for p in found:
         t.add_row(p.checkpoint_id, _ns_label(p.checkpoint_ns), p.label or "-", _age(time.time() - p.pinned_at))
@@ -848,7 +940,7 @@ def _doctor(args: argparse.Namespace, out: Output) -> int:
     with demo.saver_from_args(args, **LOOK, connect_timeout=args.timeout) as saver:
         health = saver.health()
         write = saver.write
-    out.document({"ok": health.ok, "write": write, **{f.name: getattr(health, f.name) for f in fields(health)}})
+    out.document({"write": write, **{f.name: getattr(health, f.name) for f in fields(health) if f.name != "ok"}})
     t = table("tier", "reachable", ("latency", "right"), "breaker", ("owed", "right"))
     for tier in health.tiers:
         latency = f"{tier.latency_ms:.1f} ms" if tier.latency_ms is not None else "-"
@@ -882,7 +974,7 @@ def _entry(e: ledger.LedgerEntry) -> dict[str, Any]:
         "escalated": e.escalated(),
         "idempotent": e.idempotent,
         "result": e.result,
-        "updated_at": e.updated_at,
+        "updated_at": iso_utc(e.updated_at) if e.updated_at else None,
         "resolved_by": e.resolved_by,
     }
 
@@ -1264,6 +1356,70 @@ COMMANDS: list[Command] = [
 ]
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argparse parser whose usage errors are one line on stderr (exit 2),
+    naming the command and, for a mistyped option or command, the likely one:
+    ``langgraph-durable doctor: unknown option --postgress (did you mean
+    --postgres?)``. With ``--json`` on the command line, the envelope (its
+    ``error`` of type ``usage``) goes to stdout as well."""
+
+    argv: Sequence[str] = ()  # the command line, set by `parse`
+
+    def error(self, message: str) -> NoReturn:
+        choice = re.match(r"argument COMMAND: invalid choice: '(.*?)'", message)
+        if choice:
+            message = _unknown("command", choice[1], _public_commands())
+        if "(did you mean " not in message:
+            message += f" (see `{self.prog} --help`)"
+        print(f"{self.prog}: {message}", file=sys.stderr)
+        if "--json" in self.argv:
+            command = self.prog.removeprefix("langgraph-durable").strip()
+            error = {"type": "usage", "message": message, "exit_status": EXIT_USAGE}
+            _write_json(envelope(command, None, error=error))
+        self.exit(EXIT_USAGE)
+
+
+def _public_commands() -> list[str]:
+    return [c.name for c in COMMANDS if not c.internal]
+
+
+def _unknown(what: str, given: str, known: Sequence[str]) -> str:
+    """``unknown option --postgress (did you mean --postgres?)``."""
+    close = difflib.get_close_matches(given, known, n=1, cutoff=0.6)
+    return f"unknown {what} {given}" + (f" (did you mean {close[0]}?)" if close else "")
+
+
+def _unknown_option(parser: argparse.ArgumentParser, argv: Sequence[str]) -> str | None:
+    """The first option in `argv` (after the command) that `parser` does not
+    take, as `_unknown` words it; None if there is none. Checked before
+    parsing, so that a typo is what is reported, not a required option it
+    hides."""
+    known = [o for action in parser._actions for o in action.option_strings]
+    for token in argv:
+        if token == "--":
+            break
+        if not token.startswith("-") or token == "-" or re.fullmatch(r"-\d+(\.\d*)?|-\.\d+", token):
+            continue
+        name = token.split("=", 1)[0]
+        if name in known or (name.startswith("--") and any(o.startswith(name) for o in known)):
+            continue  # exact, or an abbreviation argparse accepts
+        return _unknown("option", name, [o for o in known if o.startswith("--")] or known)
+    return None
+
+
+def parse(argv: Sequence[str]) -> argparse.Namespace:
+    """`argv` parsed (usage errors exit 2, `_Parser`)."""
+    argv = list(argv)
+    internal = argv[0] if argv and any(c.internal and c.name == argv[0] for c in COMMANDS) else None
+    parser = build_parser(internal=internal, argv=argv)
+    if argv and argv[0] in parser._subcommands:  # type: ignore[attr-defined]
+        sub = parser._subcommands[argv[0]]  # type: ignore[attr-defined]
+        unknown = _unknown_option(sub, argv[1:])
+        if unknown is not None:
+            sub.error(unknown)
+    return parser.parse_args(argv)
+
+
 class _Formatter(argparse.HelpFormatter):
     """Wraps prose; keeps the line breaks of text that has them (the
     environment and exit status tables)."""
@@ -1274,20 +1430,25 @@ class _Formatter(argparse.HelpFormatter):
         return super()._fill_text(text, width, indent)
 
 
-def build_parser(*, internal: str | None = None) -> argparse.ArgumentParser:
-    """The parser of every public command (and of the `internal` one, if named)."""
-    parser = argparse.ArgumentParser(
+def build_parser(*, internal: str | None = None, argv: Sequence[str] = ()) -> argparse.ArgumentParser:
+    """The parser of every public command (and of the `internal` one, if
+    named); `argv` is the command line it is for (its usage errors answer
+    in JSON when it has ``--json``)."""
+    _Parser.argv = list(argv)
+    parser = _Parser(
         prog="langgraph-durable",
         description="Tiered (SQLite -> Redis -> Postgres), checksummed LangGraph checkpoints: inspect, "
         "check, repair and operate the store of a DurableSaver. Every command takes --json (one JSON document "
         "on stdout) and the tier flags --sqlite, --redis, --postgres (default: the environment, below).",
-        epilog=f"{ENVIRONMENT_HELP}\n\n{EXIT_CODES_HELP}\n\n`langgraph-durable COMMAND --help` describes a command.",
+        epilog=f"{ENVIRONMENT_HELP}\n\n{JSON_ENVELOPE_HELP}\n\n{EXIT_CODES_HELP}\n\n"
+        "`langgraph-durable COMMAND --help` describes a command.",
         formatter_class=_Formatter,
     )
     parser.add_argument(
         "--version", action="version", version=f"langgraph-durable {__version__}", help="print the version and exit"
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    subcommands: dict[str, argparse.ArgumentParser] = {}
     for cmd in COMMANDS:
         if cmd.internal and cmd.name != internal:
             continue
@@ -1305,24 +1466,24 @@ def build_parser(*, internal: str | None = None) -> argparse.ArgumentParser:
         if cmd.tiers:
             tier_flags(p)
         p.set_defaults(spec=cmd, parser=p)
+        subcommands[cmd.name] = p
+    parser._subcommands = subcommands  # type: ignore[attr-defined]
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    internal = argv[0] if argv and any(c.internal and c.name == argv[0] for c in COMMANDS) else None
-    args = build_parser(internal=internal).parse_args(argv)
+    args = parse(sys.argv[1:] if argv is None else argv)
     # The command's own output says what went wrong, in one line; the saver's
     # warnings (a tier down, a degraded read) would repeat it on stderr
     # through logging's last-resort handler. An app that set up logging keeps them.
     package_logger = logging.getLogger("langgraph_durable")
     if not logging.getLogger().handlers and package_logger.level == logging.NOTSET:
         package_logger.setLevel(logging.ERROR)
-    out = Output(getattr(args, "json", False))
+    out = Output(getattr(args, "json", False), args.command)
     # A tier that cannot be reached or a wrong setting is the user's to fix,
     # not a bug: one line saying what is wrong, not a driver's traceback.
     try:
-        return args.spec.run(args, out)
+        return out.finish(args.spec.run(args, out))
     except DurableError as exc:
         return out.fail(str(exc), EXIT_CANNOT_RUN)
     except KeyboardInterrupt:

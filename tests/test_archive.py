@@ -750,7 +750,7 @@ def test_verify_finds_a_whole_store_rolled_back_and_a_bad_segment(
         assert check.bad_segments == [key] and not check.ok
     code = cli.main(["verify", "--json", *flags])
     doc = json.loads(capsys.readouterr().out)
-    assert code == cli.EXIT_FINDINGS and doc["report"]["archive"]["bad_segments"] == [key]
+    assert code == cli.EXIT_FINDINGS and not doc["ok"] and doc["report"]["archive"]["bad_segments"] == [key]
 
 
 def test_archive_operations_reach_the_metrics_hooks(make_saver: SaverFactory, archive_url: str) -> None:

@@ -19,6 +19,7 @@ import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -68,9 +69,33 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     return code, captured.out, captured.err
 
 
-def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, Any]:
+ENVELOPE = {"command", "ok", "version", "ts", "report"}
+
+
+def check_envelope(code: int, command: str, doc: Any) -> Any:
+    """`doc` is the --json envelope of `command` that ended with exit status `code`."""
+    assert set(doc) == ENVELOPE | ({"error"} if code else set()), doc
+    assert doc["command"] == command and doc["ok"] is (code == 0) and doc["version"] == __version__
+    assert doc["ts"].endswith("Z") and datetime.fromisoformat(
+        doc["ts"].replace("Z", "+00:00")
+    ).utcoffset() == timedelta(0)
+    assert isinstance(doc["report"], dict)
+    if code:
+        error = doc["error"]
+        assert set(error) == {"type", "message", "exit_status"} and error["exit_status"] == code and error["message"]
+    return doc
+
+
+def run_envelope(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, Any]:
+    """Exit status and the whole --json envelope (checked)."""
     code, out, _ = run(capsys, *argv, "--json")
-    return code, json.loads(out)  # one document, nothing else
+    return code, check_envelope(code, argv[0], json.loads(out))  # one document, nothing else
+
+
+def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, Any]:
+    """Exit status and the report of the --json envelope (checked)."""
+    code, doc = run_envelope(capsys, *argv)
+    return code, doc["report"]
 
 
 def _rows(out: str) -> list[list[str]]:
@@ -108,7 +133,7 @@ def test_help_lists_public_commands_and_the_environment(capsys: pytest.CaptureFi
         cli.main(["no-such-command"])
     assert info.value.code == cli.EXIT_USAGE
     err = capsys.readouterr().err
-    assert "invalid choice" in err and "_demo-worker" not in err
+    assert err == "langgraph-durable: unknown command no-such-command (see `langgraph-durable --help`)\n"
 
 
 def test_every_command_and_option_is_described() -> None:
@@ -192,8 +217,8 @@ def test_history(store: list[str], capsys: pytest.CaptureFixture[str]) -> None:
 
     code, out, err = run(capsys, "history", "nobody", *store)
     assert code == cli.EXIT_FINDINGS and out == "" and "thread 'nobody' has no checkpoints" in err
-    code, doc = run_json(capsys, "history", "nobody", *store)
-    assert code == cli.EXIT_FINDINGS and doc["exit_code"] == 1 and "nobody" in doc["error"]
+    code, doc = run_envelope(capsys, "history", "nobody", *store)
+    assert code == cli.EXIT_FINDINGS and doc["error"]["type"] == "findings" and "nobody" in doc["error"]["message"]
 
 
 def test_show(store: list[str], capsys: pytest.CaptureFixture[str]) -> None:
@@ -233,8 +258,9 @@ def test_show(store: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     assert code == cli.EXIT_FINDINGS and f"no checkpoint {missing!r}" in err
     code, out, err = run(capsys, "show", "asks", "no-such-checkpoint", *store)
     assert code == cli.EXIT_CANNOT_RUN and "is not a checkpoint id" in err
-    code, doc = run_json(capsys, "show", "nobody", *store)
-    assert code == cli.EXIT_FINDINGS and doc == {"error": "thread 'nobody' has no checkpoint", "exit_code": 1}
+    code, doc = run_envelope(capsys, "show", "nobody", *store)
+    assert code == cli.EXIT_FINDINGS and doc["report"] == {}
+    assert doc["error"] == {"type": "findings", "message": "thread 'nobody' has no checkpoint", "exit_status": 1}
 
 
 # -- integrity ------------------------------------------------------------------------------
@@ -262,20 +288,20 @@ def test_verify_repair_and_quarantine(store: list[str], capsys: pytest.CaptureFi
     assert code == cli.EXIT_OK and "4 thread(s)" in out and " 0 bad" in out
     assert "verifying tiers sqlite -> redis -> postgres" in err and "4/4 threads" in err
     code, doc = run_json(capsys, "verify", *store)
-    assert code == cli.EXIT_OK and doc["ok"] is True and doc["report"]["threads"] == 4
-    assert doc["report"]["bad"] == [] and doc["report"]["copies_checked"] > 0
+    assert code == cli.EXIT_OK and doc["threads"] == 4 and doc["tiers"] == ["sqlite", "redis", "postgres"]
+    assert doc["bad"] == [] and doc["copies_checked"] > 0
 
     cid = _damage_local_copy(store, "loop")
     code, out, _ = run(capsys, "verify", "--thread", "loop", *store)
     assert code == cli.EXIT_FINDINGS
     assert out.splitlines()[0].startswith(f"sqlite: thread 'loop' checkpoint {cid}") and "1 bad" in out
-    code, doc = run_json(capsys, "verify", "--thread", "loop", *store)
-    assert code == cli.EXIT_FINDINGS and doc["ok"] is False
+    code, doc = run_envelope(capsys, "verify", "--thread", "loop", *store)
+    assert code == cli.EXIT_FINDINGS and doc["error"]["type"] == "findings" and "1 bad" in doc["error"]["message"]
     [bad] = doc["report"]["bad"]
     assert bad["tier"] == "sqlite" and bad["kind"] == "checkpoint" and bad["thread_id"] == "loop" and cid in bad["key"]
 
     code, doc = run_json(capsys, "repair", *store)
-    assert code == cli.EXIT_OK and doc["command"] == "repair" and len(doc["report"]["restored"]) == 1
+    assert code == cli.EXIT_OK and len(doc["restored"]) == 1
 
     code, out, _ = run(capsys, "quarantine", "list", *store)
     assert code == cli.EXIT_OK and out.splitlines()[-1] == "1 quarantined record(s)"
@@ -299,7 +325,7 @@ def test_doctor(store: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     assert [r[:2] for r in _rows(out)[1:4]] == [["sqlite", "yes"], ["redis", "yes"], ["postgres", "yes"]]
     assert out.splitlines()[-1].startswith("write mode 'shared'; 0 record(s) owed")
     code, doc = run_json(capsys, "doctor", *store)
-    assert code == cli.EXIT_OK and doc["ok"] is True and doc["write"] == "shared"
+    assert code == cli.EXIT_OK and doc["write"] == "shared"
     assert [(t["name"], t["reachable"], t["breaker"]["state"]) for t in doc["tiers"]] == [
         ("sqlite", True, "closed"),
         ("redis", True, "closed"),
@@ -327,8 +353,8 @@ def test_actions_and_resolve_action(store: list[str], capsys: pytest.CaptureFixt
     code, out, err = run(capsys, "resolve-action", "--thread", "asks", "--key", "email:2", "--done", *store)
     assert code == cli.EXIT_FINDINGS and out == ""
     assert "thread 'asks' has no action 'email:2'" in err and "'email:1'" in err
-    code, doc = run_json(capsys, "resolve-action", "--thread", "nobody", "--key", "email:1", "--done", *store)
-    assert code == cli.EXIT_FINDINGS and "has no action 'email:1'" in doc["error"]
+    code, doc = run_envelope(capsys, "resolve-action", "--thread", "nobody", "--key", "email:1", "--done", *store)
+    assert code == cli.EXIT_FINDINGS and "has no action 'email:1'" in doc["error"]["message"]
 
     # The escalated one, answered with its result.
     code, out, err = run(
@@ -345,8 +371,8 @@ def test_actions_and_resolve_action(store: list[str], capsys: pytest.CaptureFixt
         code, out, err = run(capsys, "resolve-action", "--thread", "asks", "--key", key, "--not-done", *store)
         assert code == cli.EXIT_FINDINGS and f"action {key!r} of thread 'asks' is already confirmed done" in err
         assert "--force" in err
-    code, doc = run_json(capsys, "resolve-action", "--thread", "asks", "--key", "charge:1", "--not-done", *store)
-    assert code == cli.EXIT_FINDINGS and "already confirmed done (by the code that ran it)" in doc["error"]
+    code, doc = run_envelope(capsys, "resolve-action", "--thread", "asks", "--key", "charge:1", "--not-done", *store)
+    assert code == cli.EXIT_FINDINGS and "already confirmed done (by the code that ran it)" in doc["error"]["message"]
     code, doc = run_json(
         capsys, "resolve-action", "--thread", "asks", "--key", "charge:1", "--not-done", "--force", *store
     )
@@ -421,8 +447,9 @@ def test_a_tier_that_cannot_be_reached_is_exit_3_with_json(tmp_path: Path, capsy
     for command in (["threads"], ["history", "t"], ["show", "t"], ["verify"], ["actions", "--thread", "t"]):
         code, out, err = run(capsys, *command, *flags, "--json")
         assert code == cli.EXIT_CANNOT_RUN, command
-        doc = json.loads(out)
-        assert doc["exit_code"] == 3 and doc["error"].startswith("redis tier at ") and "secret" not in out
+        doc = check_envelope(code, command[0], json.loads(out))
+        assert doc["error"]["type"] == "TierUnavailable" and doc["error"]["message"].startswith("redis tier at ")
+        assert "secret" not in out
         assert err.startswith("langgraph-durable: error: redis tier at ") and err.count("\n") == 1
 
 
@@ -489,7 +516,7 @@ def test_import_from_a_sqlite_saver_file_then_again(
     assert code == 0, err
     assert f"2 thread(s), 3 namespace(s): {total} checkpoint(s)" in out and "verified" in out
     code, doc = run_json(capsys, "import", "--from", str(source), *flags)
-    assert code == 0 and doc["ok"] and doc["report"]["checkpoints"] == 0 and doc["report"]["skipped"] == total
+    assert code == 0 and doc["checkpoints"] == 0 and doc["skipped"] == total
     code, doc = run_json(capsys, "history", "asks", *flags)
     assert code == 0 and doc["checkpoints"][0]["interrupts"]
     code, out, err = run(capsys, "import", "--from", str(tmp_path / "nope.sqlite"), *flags)
@@ -545,8 +572,7 @@ def test_prune_dry_run_then_for_real(capsys: pytest.CaptureFixture[str], store: 
     stored = _stored(store)
     every = {c["checkpoint_id"] for c in before["checkpoints"]}
     assert _checkpoint_ids(stored, "loop") == {"sqlite": every, "postgres": every, "redis": every}
-    code, doc = run_json(capsys, "prune", "--keep-last", "1", "--dry-run", *store)
-    report = doc["report"]
+    code, report = run_json(capsys, "prune", "--keep-last", "1", "--dry-run", *store)
     assert code == 0 and report["dry_run"] and report["threads"] == 4 and report["checkpoints_deleted"] > 0
     assert report["left_alone"] == ["asks"]  # an unconfirmed action
     # A dry run changes nothing, in any tier.

@@ -47,8 +47,9 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 
 
 def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, Any]:
+    """Exit status and the report of the --json envelope (checked)."""
     code, out, _ = run(capsys, *argv, "--json")
-    return code, json.loads(out)
+    return code, test_cli.check_envelope(code, argv[0], json.loads(out))["report"]
 
 
 def test_archive_threads_archived_and_restore(flags: list[str], capsys: pytest.CaptureFixture[str]) -> None:
@@ -81,7 +82,7 @@ def test_archive_threads_archived_and_restore(flags: list[str], capsys: pytest.C
     assert doc["archived"] == []
 
     code, doc = run_json(capsys, "restore", "--all", *flags)
-    assert code == cli.EXIT_OK and doc["report"]["threads"] == 2 and doc["report"]["bad_segments"] == []
+    assert code == cli.EXIT_OK and doc["threads"] == 2 and doc["bad_segments"] == []
 
 
 def test_restore_needs_threads_or_all(flags: list[str], capsys: pytest.CaptureFixture[str]) -> None:

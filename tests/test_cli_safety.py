@@ -98,7 +98,7 @@ def test_an_encrypted_store_through_every_read_command(
     # With the application's serializer the same commands read it all.
     for command in (["threads"], ["history", "t"], ["show", "t"], ["verify"]):
         code = cli.main([*command, *flags, "--serde", SERDE, "--json"])
-        doc = json.loads(capsys.readouterr().out)
+        doc = json.loads(capsys.readouterr().out)["report"]
         assert code == cli.EXIT_OK, (command, doc)
         if command == ["history", "t"]:
             assert len(doc["checkpoints"]) == checkpoints
@@ -170,7 +170,7 @@ def test_ids_are_escaped_on_a_pipe(hostile_store: list[str], capsys: pytest.Capt
             assert "\\x1b" in captured.out or "\\u202e" in captured.out
     # --json stays exact: the ids read back as they are.
     assert cli.main(["threads", *hostile_store, "--json"]) == cli.EXIT_OK
-    doc = json.loads(capsys.readouterr().out)
+    doc = json.loads(capsys.readouterr().out)["report"]
     assert sorted(t["thread_id"] for t in doc["threads"]) == sorted(HOSTILE)
 
 

@@ -77,7 +77,9 @@ def test_demo_json_and_a_tier_switched_off(tmp_path: Path) -> None:
         timeout=120,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    result = json.loads(done.stdout)
+    envelope = json.loads(done.stdout)
+    assert envelope["command"] == "demo" and envelope["ok"] is True
+    result = envelope["report"]
     assert result["ok"] is True and result["tiers"] == ["sqlite"] and result["steps_lost"] == 0
     assert result["killed_at_step"] == 2 and result["steps_in_final_state"] == 4 and result["worker_exit_code"] == 0
     assert "SIGKILL -> worker" in done.stderr and "saved 4/4 steps" in done.stderr

@@ -209,7 +209,7 @@ def test_the_cli_reports_skipped_rows_escaped_and_exits_1(
     assert any("os:system" in line and planted["shell"] in line for line in skipped)
     code = cli.main(["import", "--from", str(path), *flags, "--json"])
     doc = json.loads(capsys.readouterr().out)
-    assert code == cli.EXIT_FINDINGS and not doc["ok"]
+    assert code == cli.EXIT_FINDINGS and not doc["ok"] and not doc["report"]["ok"]
     assert doc["report"]["rejected_count"] == 5 and doc["report"]["skipped"] == 30
 
 

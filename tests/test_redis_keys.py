@@ -523,7 +523,7 @@ def test_the_command_line_keeps_to_its_prefix(base: str, capsys: pytest.CaptureF
     theirs = _keys_of(base + ":{x}")
     store = ["--sqlite", "", "--redis", REDIS_URL, "--redis-key-prefix", base, "--json"]
     assert cli.main(["threads", *store]) == cli.EXIT_OK
-    assert [t["thread_id"] for t in json.loads(capsys.readouterr().out)["threads"]] == ["mine"]
+    assert [t["thread_id"] for t in json.loads(capsys.readouterr().out)["report"]["threads"]] == ["mine"]
     for command in ("verify", "repair"):
         assert cli.main([command, *store]) == cli.EXIT_OK
         assert json.loads(capsys.readouterr().out)["report"]["threads"] == 1

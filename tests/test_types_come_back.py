@@ -323,7 +323,7 @@ def test_the_cli_shows_a_class_it_cannot_import_as_its_data(
         path = saver.sqlite_path
     monkeypatch.delattr(typed_state, "Order")
     assert cli.main(["show", "t", "--sqlite", str(path), "--json"]) == cli.EXIT_OK
-    shown = json.loads(capsys.readouterr().out)["channel_values"]["order"]
+    shown = json.loads(capsys.readouterr().out)["report"]["channel_values"]["order"]
     assert shown == {"id": "o1", "items": [{"id": "i1", "qty": 2}, {"id": "i2", "qty": 5}], "color": "blue"}
 
 
