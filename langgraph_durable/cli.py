@@ -781,8 +781,11 @@ def _prune_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dry-run", action="store_true", help="count what would be deleted; delete nothing")
 
 
-def _quarantined(q: Any) -> dict[str, Any]:
-    return {
+_ON_RESTORE = {"restore": "yes", "keep": "no: intact copy in place", "refuse": "no: cannot be put back"}
+
+
+def _quarantined(q: Any, outcome: tuple[str, str] | None = None) -> dict[str, Any]:
+    doc = {
         "id": f"{q.tier}:{q.id}",
         "tier": q.tier,
         "thread_id": q.thread_id,
@@ -792,35 +795,34 @@ def _quarantined(q: Any) -> dict[str, Any]:
         "reason": q.reason,
         "detected_at": iso_utc(q.detected_at),
         "size_bytes": len(q.record),
-        "restorable": q.fields is not None,
     }
+    if outcome is not None:
+        # What `quarantine restore` would do with it now (`DurableSaver.restore_outcomes`).
+        doc["restorable"] = outcome[0] == "restore"
+        doc["on_restore"] = outcome[0]
+        doc["on_restore_why"] = outcome[1]
+    return doc
 
 
 def _quarantine(args: argparse.Namespace, out: Output) -> int:
+    if args.action != "purge" and (args.older_than is not None or args.dry_run):
+        args.parser.error("--older-than and --dry-run are for `quarantine purge`.")
+    if args.action != "restore" and (args.ids or args.all):
+        args.parser.error(f"`quarantine {args.action}` takes neither ids nor --all (they are for restore).")
+    if args.action == "purge" and args.older_than is None:
+        args.parser.error("`quarantine purge` needs --older-than DURATION (e.g. 30d, 12h).")
+    # list only looks (a read-only saver: it never purges, restores or repairs).
     with open_saver(args, **STRICT, read_only=args.action == "list") as saver:
         if args.action == "list":
-            if args.ids or args.all:
-                args.parser.error("`quarantine list` takes neither ids nor --all (they are for restore).")
-            records = saver.quarantined(args.thread)
-            out.document({"records": [_quarantined(q) for q in records]})
-            t = table("id", "thread", "namespace", "record", "reason", "restorable")
-            for q in records:
-                t.add_row(
-                    f"{q.tier}:{q.id}",
-                    q.thread_id,
-                    _ns_label(q.checkpoint_ns),
-                    q.key,
-                    q.reason,
-                    "yes" if q.fields is not None else "no",
-                )
-            if records:
-                out.table(t)
-            out.line(f"{len(records)} quarantined record(s)")
-            return EXIT_OK
+            return _quarantine_list(saver, args, out)
+        if args.action == "purge":
+            return _quarantine_purge(saver, args, out)
         if args.all:
             if args.ids:
                 args.parser.error("give quarantine ids or --all, not both.")
-            chosen: list[Any] = [q for q in saver.quarantined(args.thread) if q.fields is not None]
+            found = saver.quarantined(args.thread)
+            outcomes = saver.restore_outcomes(found)
+            chosen: list[Any] = [q for q, (verdict, _) in zip(found, outcomes) if verdict != "refuse"]
         elif args.ids:
             chosen = list(args.ids)
         else:
@@ -832,6 +834,41 @@ def _quarantine(args: argparse.Namespace, out: Output) -> int:
     for q in kept:
         out.line(f"kept      {q.tier}:{q.id}  thread {q.thread_id!r} {q.key} (an intact copy is in place)")
     out.line(f"{len(restored)} restored, {len(kept)} kept; the next read verifies them again")
+    return EXIT_OK
+
+
+def _quarantine_list(saver: DurableSaver, args: argparse.Namespace, out: Output) -> int:
+    records = saver.quarantined(args.thread)
+    outcomes = saver.restore_outcomes(records)
+    out.document({"records": [_quarantined(q, o) for q, o in zip(records, outcomes)]})
+    t = table("id", "thread", "namespace", "record", "reason", ("age", "right"), "restorable")
+    for q, (verdict, _) in zip(records, outcomes):
+        t.add_row(
+            f"{q.tier}:{q.id}",
+            q.thread_id,
+            _ns_label(q.checkpoint_ns),
+            q.key,
+            q.reason,
+            _age(max(0.0, time.time() - q.detected_at)),
+            _ON_RESTORE[verdict],
+        )
+    if records:
+        out.table(t)
+    out.line(f"{len(records)} quarantined record(s), {sum(v == 'restore' for v, _ in outcomes)} restorable")
+    return EXIT_OK
+
+
+def _quarantine_purge(saver: DurableSaver, args: argparse.Namespace, out: Output) -> int:
+    purged = saver.purge_quarantined(args.older_than, thread_id=args.thread, dry_run=args.dry_run)
+    out.document(
+        {"dry_run": args.dry_run, "older_than_seconds": args.older_than, "purged": [_quarantined(q) for q in purged]}
+    )
+    verb = "would purge" if args.dry_run else "purged"
+    for q in purged:
+        out.line(f"{verb}  {q.tier}:{q.id}  thread {q.thread_id!r} {q.key} ({_age(time.time() - q.detected_at)} old)")
+    by_tier = {name: sum(q.tier == name for q in purged) for name in saver.tier_names}
+    counts = ", ".join(f"{n} in {name}" for name, n in by_tier.items())
+    out.line(f"{len(purged)} quarantined record(s) {'would be ' if args.dry_run else ''}purged ({counts})")
     return EXIT_OK
 
 
@@ -1161,10 +1198,22 @@ def _resolve_args(p: argparse.ArgumentParser) -> None:
 
 
 def _quarantine_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("action", choices=("list", "restore"), help="list the quarantined copies, or restore some")
+    p.add_argument(
+        "action",
+        choices=("list", "restore", "purge"),
+        help="list the quarantined copies (and what restore would do with each), restore some, or purge old ones",
+    )
     p.add_argument("ids", nargs="*", help="with restore: ids as `list` prints them (tier:id)")
     p.add_argument("--thread", default=None, help="only this thread (default: every thread)")
-    p.add_argument("--all", action="store_true", help="with restore: every restorable record (of --thread)")
+    p.add_argument("--all", action="store_true", help="with restore: every record that can be put back (of --thread)")
+    p.add_argument(
+        "--older-than",
+        type=_duration,
+        default=None,
+        metavar="DURATION",
+        help="with purge: delete for good the copies quarantined longer ago than this (e.g. 30d, 12h), in every tier",
+    )
+    p.add_argument("--dry-run", action="store_true", help="with purge: list what would be purged; delete nothing")
 
 
 def _worker_args(p: argparse.ArgumentParser) -> None:
@@ -1276,9 +1325,12 @@ COMMANDS: list[Command] = [
     ),
     Command(
         "quarantine",
-        "list quarantined record copies, or put them back",
+        "list quarantined record copies, put them back, or purge old ones",
         "Bad copies and withdrawn checkpoints are moved into their tier's quarantine, never deleted. "
-        "`list` shows them; `restore` puts them back (the next read verifies them again).",
+        "`list` shows them and what `restore` would do with each now (restorable: yes, or no when an intact "
+        "copy is already in its place, e.g. after `repair`, or when it cannot be put back); `restore` puts "
+        "them back (the next read verifies them again); `purge --older-than DURATION` deletes for good the "
+        "copies quarantined longer ago than that, in every tier (--dry-run lists them). Only purge deletes.",
         _quarantine_args,
         _quarantine,
     ),
@@ -1417,7 +1469,10 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
         unknown = _unknown_option(sub, argv[1:])
         if unknown is not None:
             sub.error(unknown)
-    return parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # said by the command's parser, which names the command
+        args.parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
 
 
 class _Formatter(argparse.HelpFormatter):

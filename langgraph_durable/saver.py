@@ -14,6 +14,7 @@ import random
 import threading
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from datetime import timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, cast
 
@@ -146,6 +147,14 @@ DEFERRED_WAIT_S = 5.0
 RUN_SHIPS_ITS_OWN_S = 1.0
 # Threads a background retention sweep visits per second, at most.
 DEFAULT_RETENTION_RATE = 20.0
+
+
+def _seconds(duration: float | timedelta) -> float:
+    """`duration` in seconds; it must be above 0."""
+    seconds = duration.total_seconds() if isinstance(duration, timedelta) else float(duration)
+    if not seconds > 0:
+        raise ConfigError(f"older_than must be a duration above 0, got {duration!r}")
+    return seconds
 
 
 def _resolve(
@@ -1448,6 +1457,40 @@ class DurableSaver(BaseCheckpointSaver[str]):
         chain = self._async_chain()
         await chain.ensure_setup()
         return [q for tier in chain.tiers for q in await tier.list_quarantine(thread_id)]
+
+    def restore_outcomes(self, records: Sequence[QuarantinedRecord]) -> builtins.list[tuple[str, str]]:
+        """What `restore_quarantined` would do with each of `records` now,
+        changing nothing: ``(verdict, why)`` with verdict ``"restore"`` (put
+        back: its place holds no intact copy), ``"keep"`` (an intact copy is
+        in its place, after `repair` say: it stays quarantined) or
+        ``"refuse"`` (it cannot be put back)."""
+        return self._sync_chain().restore_outcomes(records)
+
+    async def arestore_outcomes(self, records: Sequence[QuarantinedRecord]) -> builtins.list[tuple[str, str]]:
+        """Async `restore_outcomes`."""
+        return await self._async_chain().restore_outcomes(records)
+
+    def purge_quarantined(
+        self, older_than: float | timedelta, *, thread_id: str | None = None, dry_run: bool = False
+    ) -> builtins.list[QuarantinedRecord]:
+        """Delete for good, from every tier, the quarantined copies detected
+        more than `older_than` (seconds, or a timedelta) ago: of `thread_id`,
+        or of every thread. With `dry_run` nothing is deleted. Returns the
+        copies purged (or that would be). A read-only saver refuses
+        (`ConfigError`)."""
+        self._may_purge()
+        return self._sync_chain().purge_quarantined(_seconds(older_than), thread_id=thread_id, dry_run=dry_run)
+
+    async def apurge_quarantined(
+        self, older_than: float | timedelta, *, thread_id: str | None = None, dry_run: bool = False
+    ) -> builtins.list[QuarantinedRecord]:
+        """Async `purge_quarantined`."""
+        self._may_purge()
+        return await self._async_chain().purge_quarantined(_seconds(older_than), thread_id=thread_id, dry_run=dry_run)
+
+    def _may_purge(self) -> None:
+        if self.read_only:
+            raise ConfigError("this saver is read-only (read_only=True): it never purges the quarantine.")
 
     def thread_ids(self) -> builtins.list[str]:
         """Every thread with a checkpoint or pending write in some tier,

@@ -304,14 +304,18 @@ def test_verify_repair_and_quarantine(store: list[str], capsys: pytest.CaptureFi
     assert code == cli.EXIT_OK and len(doc["restored"]) == 1
 
     code, out, _ = run(capsys, "quarantine", "list", *store)
-    assert code == cli.EXIT_OK and out.splitlines()[-1] == "1 quarantined record(s)"
-    assert _rows(out)[0] == ["id", "thread", "namespace", "record", "reason", "restorable"]
+    # repair wrote an intact copy in its place: list says restore would keep the bad one out.
+    assert code == cli.EXIT_OK and out.splitlines()[-1] == "1 quarantined record(s), 0 restorable"
+    assert _rows(out)[0] == ["id", "thread", "namespace", "record", "reason", "age", "restorable"]
     row = _rows(out)[1]
     assert row[0].startswith("sqlite:") and row[1:5] == ["loop", "(root)", "checkpoint", cid]
+    assert out.splitlines()[1].endswith(" no: intact copy in place")
     code, doc = run_json(capsys, "quarantine", "list", "--thread", "loop", *store)
     assert code == cli.EXIT_OK
     [q] = doc["records"]
-    assert q["id"] == row[0] and q["tier"] == "sqlite" and q["restorable"] is True and q["size_bytes"] > 0
+    assert q["id"] == row[0] and q["tier"] == "sqlite" and q["size_bytes"] > 0
+    assert q["restorable"] is False and q["on_restore"] == "keep"
+    assert q["detected_at"].endswith("Z")
     code, doc = run_json(capsys, "quarantine", "list", "--thread", "asks", *store)
     assert doc == {"records": []}
     # The intact copy is in place again: restore keeps the bad one out.

@@ -1057,6 +1057,29 @@ class TierChain:
         self.ensure_setup()
         return Scanner(self.tiers, self.codec).restore(records)
 
+    def restore_outcomes(self, records: Sequence[QuarantinedRecord]) -> list[tuple[str, str]]:
+        """What `restore_quarantined` would do with each of `records`
+        (`scan.Scanner.outcome`), changing nothing."""
+        self.ensure_setup()
+        scanner = Scanner(self.tiers, self.codec)
+        return [scanner.outcome(q) for q in records]
+
+    def purge_quarantined(
+        self, older_than: float, *, thread_id: str | None = None, dry_run: bool = False, now: float | None = None
+    ) -> list[QuarantinedRecord]:
+        """Delete, from every tier, the quarantined copies detected more than
+        `older_than` seconds ago (of `thread_id`, or every thread); with
+        `dry_run` only list them. Returns them."""
+        self.ensure_setup()
+        cutoff = (time.time() if now is None else now) - older_than
+        purged: list[QuarantinedRecord] = []
+        for tier in self.tiers:
+            old = [q for q in tier.list_quarantine(thread_id) if q.detected_at < cutoff]
+            if old and not dry_run:
+                tier.drop_quarantined([q.id for q in old])
+            purged.extend(old)
+        return purged
+
     # -- maintenance -------------------------------------------------------------------
 
     def _everywhere(self, call: Callable[[Tier], Any]) -> None:

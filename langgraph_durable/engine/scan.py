@@ -31,6 +31,11 @@ from ..tiers.protocol import Tier
 
 logger = logging.getLogger("langgraph_durable")
 
+# What `Scanner.restore` does with a quarantined copy (`Scanner.outcome`).
+RESTORE = "restore"  # put back: its place holds no intact copy
+KEEP = "keep"  # left in the quarantine: an intact copy is in its place
+REFUSE = "refuse"  # cannot be put back (no row fields, or its tier is not configured)
+
 
 class Scanner:
     """Verifies (and repairs) every copy of every record of a thread."""
@@ -74,25 +79,18 @@ class Scanner:
         """Put quarantined copies back into their tiers' live tables; the next
         read verifies them again. A copy whose slot holds an intact record
         now is not put back over it (it stays quarantined). Returns
-        (restored, kept)."""
-        by_name = {t.name: t for t in self.tiers}
+        (restored, kept). Raises `ConfigError` for a copy that cannot be put
+        back (`outcome` says which and why)."""
         restored: list[QuarantinedRecord] = []
         kept: list[QuarantinedRecord] = []
         for q in records:
-            tier = by_name.get(q.tier)
-            if tier is None:
-                raise ConfigError(
-                    f"quarantined record {q.tier}:{q.id} is in the {q.tier} tier, which this saver has not configured."
-                )
-            row = q.row()
-            if row is None:
-                raise ConfigError(
-                    f"quarantined record {q.tier}:{q.id} ({q.kind} {q.key}) was kept without the fields of its row, "
-                    "so it cannot be put back; it stays in the quarantine for inspection."
-                )
-            if self._intact_in(tier, row):
+            verdict, why = self.outcome(q)
+            if verdict == REFUSE:
+                raise ConfigError(f"quarantined record {q.tier}:{q.id} ({q.kind} {q.key}) {why}")
+            if verdict == KEEP:
                 kept.append(q)
                 continue
+            tier, row = self._by_name()[q.tier], q.row()
             if isinstance(row, CheckpointRow):
                 tier.write_checkpoint(row, [])
             elif isinstance(row, BlobRow):
@@ -102,6 +100,28 @@ class Scanner:
             tier.drop_quarantined([q.id])
             restored.append(q)
         return restored, kept
+
+    def _by_name(self) -> dict[str, Tier]:
+        return {t.name: t for t in self.tiers}
+
+    def outcome(self, q: QuarantinedRecord) -> tuple[str, str]:
+        """What `restore` would do with `q` now, and why: `RESTORE` (its
+        place holds no intact copy), `KEEP` (it does, e.g. after `repair`
+        wrote one: the quarantined copy stays) or `REFUSE` (it cannot be put
+        back). Reads only; what `quarantine list` shows."""
+        tier = self._by_name().get(q.tier)
+        if tier is None:
+            return REFUSE, f"is in the {q.tier} tier, which this saver has not configured."
+        row = q.row()
+        if row is None:
+            return (
+                REFUSE,
+                "was kept without the fields of its row, so it cannot be put back; it stays in the quarantine "
+                "for inspection.",
+            )
+        if self._intact_in(tier, row):
+            return KEEP, "an intact copy is in its place (repaired or rewritten since)"
+        return RESTORE, "its place holds no intact copy"
 
     def _intact_in(self, tier: Tier, row: Any) -> bool:
         """Whether `tier` holds an intact copy of `row`'s record right now."""
