@@ -597,7 +597,9 @@ def test_prune_dry_run_then_for_real(capsys: pytest.CaptureFixture[str], store: 
     assert usage.value.code == cli.EXIT_USAGE and "is not a duration" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("argv", [["--help"], ["--version"], ["verify", "--help"], ["no-such-command"]])
+@pytest.mark.parametrize(
+    "argv", [["--help"], ["--version"], ["verify", "--help"], ["no-such-command"], ["doctor", "--postgress", "x"]]
+)
 def test_help_version_and_usage_errors_load_no_driver(argv: list[str]) -> None:
     """--help, --version and a usage error answer without loading LangGraph,
     the database drivers or the saver (they take a fraction of a second)."""

@@ -1,0 +1,85 @@
+"""Usage errors are one line naming the command and, for a mistyped option
+or command, the likely one (exit 2; with --json the envelope too), and the
+exit-status table is in the top-level help only."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from langgraph_durable import cli
+
+
+def _usage_error(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[str, str]:
+    with pytest.raises(SystemExit) as info:
+        cli.main(list(argv))
+    assert info.value.code == cli.EXIT_USAGE
+    captured = capsys.readouterr()
+    return captured.out, captured.err
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (
+            ["doctor", "--postgress", "X"],
+            "langgraph-durable doctor: unknown option --postgress (did you mean --postgres?)",
+        ),
+        (
+            ["doctor", "--postgress=X"],
+            "langgraph-durable doctor: unknown option --postgress (did you mean --postgres?)",
+        ),
+        # The typo is what is reported, not the required --thread it hides.
+        (["actions", "--thred", "t"], "langgraph-durable actions: unknown option --thred (did you mean --thread?)"),
+        (
+            ["quarantine", "purge", "--older-then", "30d"],
+            "langgraph-durable quarantine: unknown option --older-then (did you mean --older-than?)",
+        ),
+        (["doctr"], "langgraph-durable: unknown command doctr (did you mean doctor?)"),
+        (["qurantine", "list"], "langgraph-durable: unknown command qurantine (did you mean quarantine?)"),
+        (
+            ["doctor", "--zzzzzz"],
+            "langgraph-durable doctor: unknown option --zzzzzz (see `langgraph-durable doctor --help`)",
+        ),
+    ],
+)
+def test_a_typo_is_one_line_naming_the_likely_option(
+    argv: list[str], line: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out, err = _usage_error(capsys, *argv)
+    assert err == line + "\n" and out == ""
+
+
+def test_a_usage_error_with_json_also_prints_the_envelope(capsys: pytest.CaptureFixture[str]) -> None:
+    out, err = _usage_error(capsys, "doctor", "--postgress", "X", "--json")
+    doc = json.loads(out)
+    assert doc["command"] == "doctor" and doc["ok"] is False and doc["report"] == {}
+    assert doc["error"] == {
+        "type": "usage",
+        "message": "unknown option --postgress (did you mean --postgres?)",
+        "exit_status": 2,
+    }
+    assert err.count("\n") == 1
+
+
+def test_an_abbreviation_argparse_accepts_is_not_a_typo(capsys: pytest.CaptureFixture[str]) -> None:
+    # --tim is --timeout: parsed, then the command fails on its own terms (not a usage error).
+    args = cli.parse(["doctor", "--tim", "2"])
+    assert args.timeout == 2.0
+
+
+def test_the_exit_status_table_is_in_the_top_level_help_only(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    top = capsys.readouterr().out
+    assert "exit status:\n" in top and "130" in top and '"exit_status": 3' in top
+    for command in cli.COMMANDS:
+        if command.internal:
+            continue
+        with pytest.raises(SystemExit):
+            cli.main([command.name, "--help"])
+        own = capsys.readouterr().out
+        assert " ".join(cli.SUBCOMMAND_EPILOG.split()) in " ".join(own.split()), command.name
+        assert "130" not in own and "exit status:\n" not in own, command.name
+        assert ("--json" in own) is command.json, command.name
