@@ -1001,6 +1001,11 @@ def _doctor(args: argparse.Namespace, out: Output) -> int:
         f"write mode {write!r}; {lag.records} record(s) owed to the shared tiers{oldest}; "
         f"{health.local_write_failures} local write failure(s) in this check"
     )
+    down = [tier.name for tier in health.tiers if not tier.reachable]
+    if health.archive is not None and not health.archive.reachable:
+        down.append("archive")
+    if down:  # the last line: with --json, the envelope's error message
+        out.line(f"DOWN: {', '.join(down)}")
     return EXIT_OK if health.ok else EXIT_FINDINGS
 
 

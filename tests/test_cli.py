@@ -442,8 +442,9 @@ def test_an_empty_tier_flag_switches_off_the_environments_tier(
     code, doc = run_json(capsys, "threads", *local, "--redis", "", "--postgres", "")
     assert code == cli.EXIT_OK and doc["threads"] == []
     # Only the one switched off.
-    code, doc = run_json(capsys, "doctor", "--timeout", "1", *local, "--postgres", "")
-    assert code == cli.EXIT_FINDINGS and [t["name"] for t in doc["tiers"]] == ["sqlite", "redis"]
+    code, doc = run_envelope(capsys, "doctor", "--timeout", "1", *local, "--postgres", "")
+    assert code == cli.EXIT_FINDINGS and [t["name"] for t in doc["report"]["tiers"]] == ["sqlite", "redis"]
+    assert doc["error"] == {"type": "findings", "message": "DOWN: redis", "exit_status": 1}
 
 
 def test_a_tier_that_cannot_be_reached_is_exit_3_with_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
