@@ -69,7 +69,7 @@ from .environment import (
     ENV_SIGNING_KEY,
     ENV_WRITE,
 )
-from .errors import DurableError, printable
+from .errors import DurableError, as_cli_flags, printable
 from .model.roles import Role
 from .retention import RetentionPolicy
 from .tiers.registry import DEFAULT_SQLITE_PATH, KINDS, POSTGRES, REDIS, SQLITE
@@ -313,8 +313,9 @@ class Output:
         """Report a failure in one line on stderr (and with --json as the
         envelope's ``error``); returns `code`. Its ``type`` is the class of the
         `DurableError` being handled (ConfigError, TierUnavailable...), else
-        what the exit status says (findings, usage, interrupted)."""
-        message = " ".join(message.split())
+        what the exit status says (findings, usage, interrupted). The saver's
+        keywords in it (``postgres=``) are named by their flags (``--postgres``)."""
+        message = as_cli_flags(" ".join(message.split()))
         print(f"langgraph-durable: {prefix}{printable(message)}", file=sys.stderr)
         handled = sys.exc_info()[1]
         kind = type(handled).__name__ if isinstance(handled, DurableError) else _ERROR_TYPES.get(code, "error")
@@ -988,13 +989,13 @@ def _doctor(args: argparse.Namespace, out: Output) -> int:
     out.table(t)
     for tier in health.tiers:
         if tier.error:
-            out.line(f"  {tier.name}: {' '.join(tier.error.split())}")
+            out.line(f"  {tier.name}: {as_cli_flags(' '.join(tier.error.split()))}")
     if health.archive is not None:
         a = health.archive
         state = "reachable" if a.reachable else "NOT reachable"
         out.line(f"archive: {state}; {a.threads} thread(s) not shipped yet, the oldest {a.seconds:.1f} s old")
         if health.archive_error:
-            out.line(f"  archive: {' '.join(health.archive_error.split())}")
+            out.line(f"  archive: {as_cli_flags(' '.join(health.archive_error.split()))}")
     lag = health.lag
     oldest = f", the oldest {lag.seconds:.1f} s old" if lag.records else ""
     out.line(

@@ -7,6 +7,8 @@ of them. Each message says what went wrong *and* what to do about it.
 from __future__ import annotations
 
 import logging
+import re
+from collections.abc import Sequence
 from typing import Any
 
 __all__ = [
@@ -20,6 +22,7 @@ __all__ = [
     "ThreadBusy",
     "TierUnavailable",
     "UndecodableRecord",
+    "as_cli_flags",
     "printable",
 ]
 
@@ -64,12 +67,37 @@ class TierUnavailable(DurableError, ConnectionError):
     partial checkpoint from the tiers that did accept it, so a retry is safe.
     `skipped`: the tier was not called at all, its circuit breaker being
     open after earlier failures.
+
+    `tiers` names every tier that failed the call, `tier` the first of them:
+    a call that no tier could answer (every shared tier down) raises one
+    error naming them all (`TierUnavailable.every`).
     """
 
-    def __init__(self, message: str, *, tier: str, skipped: bool = False) -> None:
+    def __init__(self, message: str, *, tier: str, skipped: bool = False, tiers: Sequence[str] = ()) -> None:
         super().__init__(message)
         self.tier = tier
+        self.tiers: list[str] = list(tiers) or [tier]
         self.skipped = skipped
+
+    @classmethod
+    def every(cls, errors: Sequence[BaseException]) -> BaseException:
+        """The one error to raise when each of `errors` (in tier order) failed
+        the same call: the first if there is one, or if one is not a
+        `TierUnavailable` (a tier answered and refused); else one
+        `TierUnavailable` naming every tier and each one's reason."""
+        if len(errors) == 1 or not all(isinstance(e, TierUnavailable) for e in errors):
+            return errors[0]
+        down = [e for e in errors if isinstance(e, TierUnavailable)]
+        names = list(dict.fromkeys(n for e in down for n in e.tiers))
+        if len(names) == 1:
+            return down[0]
+        reasons = "; ".join(str(e).rstrip(".") for e in down)
+        return cls(
+            f"no tier could be reached ({', '.join(names)}): {reasons}.",
+            tier=names[0],
+            skipped=all(e.skipped for e in down),
+            tiers=names,
+        )
 
 
 class CorruptCheckpoint(DurableError):
@@ -183,6 +211,24 @@ class LeaseLost(DurableError):
 
 
 # -- text an operator reads ------------------------------------------------------------
+
+# A keyword of `DurableSaver` that the command line spells as a flag: messages
+# name the keyword (``postgres=``), the CLI shows them with the flag instead.
+_KEYWORD = re.compile(r"(?<![\w?&.=/:-])(sqlite|redis|postgres|archive)=(?=(['\"])?)")
+_REPEATED_FLAG = re.compile(r"(--(?:sqlite|redis|postgres|archive)), \1\b")
+
+
+def as_cli_flags(message: str) -> str:
+    """`message` as a command-line user reads it: the saver's keywords
+    (``postgres=``, ``redis=``, ``sqlite=``, ``archive=``) named by their
+    flags (``--postgres``...). The Python API's messages keep the keywords;
+    the CLI renders every error it prints through this."""
+
+    def flag(m: re.Match[str]) -> str:
+        return f"--{m.group(1)}" + (" " if m.group(2) else "")
+
+    return _REPEATED_FLAG.sub(r"\1", _KEYWORD.sub(flag, message))
+
 
 _ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 

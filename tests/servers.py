@@ -1,9 +1,12 @@
 """Private servers a test may kill: a `redis-server` of its own on a free
 loopback port (no persistence, like the shared one), restartable on the
-same port."""
+same port; a PostgreSQL server of its own that asks for passwords."""
 
 from __future__ import annotations
 
+import contextlib
+import glob
+import os
 import shutil
 import socket
 import subprocess
@@ -11,6 +14,7 @@ import tempfile
 import time
 from types import TracebackType
 
+import psycopg
 import pytest
 
 
@@ -111,3 +115,70 @@ class S3Server:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.kill()
+
+
+class PrivatePostgres:
+    """A PostgreSQL server of its own on a free loopback port, in a temp
+    directory, whose ``pg_hba.conf`` asks every TCP client for a password
+    (scram-sha-256): the shared server trusts 127.0.0.1, so it accepts a
+    wrong password. ``with PrivatePostgres() as pg: pg.url(password=...)``.
+
+    Role `USER` has password `PASSWORD`; database `DB` exists."""
+
+    USER = "lgd_user"
+    PASSWORD = "right-password"
+    DB = "lgd_db"
+
+    def __init__(self) -> None:
+        bins = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
+        found = shutil.which("initdb")
+        initdb = found or (bins[-1] if bins else None)
+        if initdb is None:
+            pytest.fail("initdb is not installed (apt-get install postgresql)")
+        self.bin = os.path.dirname(initdb)
+        self.port = free_port()
+        self.dir = tempfile.mkdtemp(prefix="lgd-pg-")
+        self.data = os.path.join(self.dir, "data")
+        # initdb and postgres refuse to run as root: run them as `postgres`.
+        self.user: str | None = None
+        if os.geteuid() == 0:
+            self.user = "postgres"
+            shutil.chown(self.dir, user=self.user)
+
+    def _run(self, *argv: str) -> None:
+        subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, user=self.user)
+
+    def url(self, *, user: str | None = None, password: str | None = None, db: str | None = None) -> str:
+        auth = f"{user or self.USER}:{self.PASSWORD if password is None else password}"
+        return f"postgresql://{auth}@127.0.0.1:{self.port}/{db or self.DB}"
+
+    def start(self) -> None:
+        pwfile = os.path.join(self.dir, "pw")
+        with open(pwfile, "w") as f:
+            f.write("superpw\n")
+        if self.user is not None:
+            shutil.chown(pwfile, user=self.user)
+        self._run(os.path.join(self.bin, "initdb"), "-D", self.data, "-U", "lgd_super", "--pwfile", pwfile,
+                  "--auth-local=trust", "--auth-host=scram-sha-256")  # fmt: skip
+        sock = os.path.join(self.dir, "sock")
+        os.mkdir(sock)
+        if self.user is not None:
+            shutil.chown(sock, user=self.user)
+        opts = f"-p {self.port} -c listen_addresses=127.0.0.1 -c unix_socket_directories={sock} -c fsync=off"
+        self._run(os.path.join(self.bin, "pg_ctl"), "-D", self.data, "-o", opts, "-w", "-l",
+                  os.path.join(self.dir, "log"), "start")  # fmt: skip
+        with psycopg.connect(f"postgresql://lgd_super:superpw@127.0.0.1:{self.port}/postgres", autocommit=True) as c:
+            c.execute(f"CREATE ROLE {self.USER} LOGIN PASSWORD '{self.PASSWORD}'")
+            c.execute(f"CREATE DATABASE {self.DB} OWNER {self.USER}")
+
+    def stop(self) -> None:
+        with contextlib.suppress(subprocess.CalledProcessError):
+            self._run(os.path.join(self.bin, "pg_ctl"), "-D", self.data, "-m", "immediate", "stop")
+
+    def __enter__(self) -> PrivatePostgres:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
+        self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)

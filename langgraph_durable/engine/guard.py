@@ -50,6 +50,23 @@ _UNTIMED = frozenset(
 # the breaker, the timeout or metrics.
 _PASSTHROUGH = frozenset({"close", "name", "role"})
 
+# The calls that change what a tier holds (the rest read it): counted apart
+# while the tier is down, for the line logged when it is back.
+_READS = "read_", "head", "list_", "thread_", "gone", "pending_journal", "journal_lag", "version", "probe"
+
+
+def is_write(what: str) -> bool:
+    """Whether tier call `what` writes (as opposed to reading)."""
+    return not what.startswith(_READS)
+
+
+def missed_read(tier: Any) -> None:
+    """A read went without `tier` (a guarded tier that is down): counted,
+    not logged (the tier's going down and coming back are)."""
+    breaker = getattr(tier, "breaker", None)
+    if isinstance(breaker, Breaker):
+        breaker.missed(write=False)
+
 
 def overlap(tiers: Any) -> bool:
     """Whether calls to these (guarded) tiers should overlap in the sync face
@@ -88,6 +105,8 @@ class GuardedTier:
         if not self.breaker.allow(time.monotonic()):
             if self.metrics is not None:
                 self.metrics(TierCall(self.name, what, 0.0, "unavailable"))
+            if what != "setup":
+                self.breaker.missed(write=is_write(what))
             stats = self.breaker.stats(time.monotonic())
             raise TierUnavailable(
                 f"{self.name} tier skipped: it is down ({stats.last_error}); next try in {stats.retry_in_s or 0:.1f} s",
@@ -141,7 +160,8 @@ class GuardedTier:
     def _answered(self, started: float) -> None:
         now = time.monotonic()
         if self.breaker.succeeded(now, now - started):
-            logger.warning("%s tier is reachable again", self.name)
+            outage = self.breaker.last_outage
+            logger.info("%s", outage.describe(self.name) if outage else f"{self.name} tier is back")
 
     def _admitted(self) -> None:
         if self.admitted or self.admit is None:

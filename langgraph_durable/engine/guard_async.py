@@ -53,6 +53,24 @@ _UNTIMED = frozenset(
 _PASSTHROUGH = frozenset({"close", "name", "role"})
 
 
+# The calls that change what a tier holds (the rest read it): counted apart
+# while the tier is down, for the line logged when it is back.
+_READS = ("read_", "head", "list_", "thread_", "gone", "pending_journal", "journal_lag", "version", "probe")
+
+
+def is_write(what: str) -> bool:
+    """Whether tier call `what` writes (as opposed to reading)."""
+    return not what.startswith(_READS)
+
+
+def missed_read(tier: Any) -> None:
+    """A read went without `tier` (a guarded tier that is down): counted,
+    not logged (the tier's going down and coming back are)."""
+    breaker = getattr(tier, "breaker", None)
+    if isinstance(breaker, Breaker):
+        breaker.missed(write=False)
+
+
 def overlap(tiers: Any) -> bool:
     """Whether calls to these (guarded) tiers should overlap in the sync face
     (`breaker.overlap_pays`, from each tier's last answer time)."""
@@ -90,6 +108,8 @@ class AsyncGuardedTier:
         if not self.breaker.allow(time.monotonic()):
             if self.metrics is not None:
                 self.metrics(TierCall(self.name, what, 0.0, "unavailable"))
+            if what != "setup":
+                self.breaker.missed(write=is_write(what))
             stats = self.breaker.stats(time.monotonic())
             raise TierUnavailable(
                 f"{self.name} tier skipped: it is down ({stats.last_error}); next try in {stats.retry_in_s or 0:.1f} s",
@@ -144,7 +164,8 @@ class AsyncGuardedTier:
     def _answered(self, started: float) -> None:
         now = time.monotonic()
         if self.breaker.succeeded(now, now - started):
-            logger.warning("%s tier is reachable again", self.name)
+            outage = self.breaker.last_outage
+            logger.info("%s", outage.describe(self.name) if outage else f"{self.name} tier is back")
 
     async def _admitted(self) -> None:
         if self.admitted or self.admit is None:

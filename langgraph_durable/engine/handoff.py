@@ -262,7 +262,7 @@ class HandOffListener(BackgroundTask):
                     break
                 self._prove(ears)
                 if self._failing:
-                    logger.warning("lease hand-offs: listening again on %s", self.where)
+                    logger.info("lease hand-offs: listening again on %s", self.where)
                     self._failing = False
                 self.book.hearing()
                 self._first_try.set()
@@ -278,7 +278,8 @@ class HandOffListener(BackgroundTask):
                         next_probe = time.monotonic() + self.probe_s
             except Exception as exc:
                 if not self._stopping.is_set() and not self._failing:
-                    logger.warning(
+                    # INFO: the tier's own going down is the one WARNING of an outage.
+                    logger.info(
                         "lease hand-offs: not listening on %s (%s: %s); leases are given back when runs end "
                         "until it works again",
                         self.where,

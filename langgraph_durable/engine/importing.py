@@ -53,7 +53,7 @@ from langgraph.checkpoint.serde.jsonplus import (
     JsonPlusSerializer,
 )
 
-from ..errors import ConfigError, printable
+from ..errors import ConfigError, TierUnavailable, printable
 
 # How many differences between a source checkpoint and its copy, and how
 # many skipped rows, a report keeps (all are counted).
@@ -797,8 +797,39 @@ def open_source(spec: str) -> Iterator[BaseCheckpointSaver]:
             raise ConfigError(
                 "importing from Postgres needs langgraph-checkpoint-postgres: pip install 'langgraph-durable[import]'"
             ) from exc
-        with PostgresSaver.from_conn_string(spec) as saver:
+        import psycopg
+
+        from ..tiers.base import redact
+        from ..tiers.postgres.tier_async import _CONFIG_FAILURES
+
+        shown = redact(spec)
+        try:
+            opened = PostgresSaver.from_conn_string(spec)
+            saver = opened.__enter__()
+        except psycopg.Error as exc:
+            reason = " ".join(str(exc).split())
+            if isinstance(exc, psycopg.OperationalError) and not any(m in reason for m in _CONFIG_FAILURES):
+                raise TierUnavailable(
+                    f"the import source {shown} is unreachable ({reason}): check that the server is running "
+                    "and the URL is right.",
+                    tier="postgres",
+                ) from exc
+            raise ConfigError(
+                f"the import source {shown} refused the connection ({reason}): check the user, password and "
+                "database name in --from."
+            ) from exc
+        try:
+            try:
+                with saver._cursor() as cur:  # the saver's own connection (or a pooled one)
+                    cur.execute("SELECT 1 FROM checkpoints LIMIT 1")
+            except psycopg.errors.UndefinedTable as exc:
+                raise ConfigError(
+                    f"{shown} is not a PostgresSaver database that can be read (it has no checkpoints table): "
+                    "check that --from names the database your application wrote (and set up)."
+                ) from exc
             yield saver
+        finally:
+            opened.__exit__(None, None, None)
         return
     path = spec.removeprefix("sqlite:///") if spec.startswith("sqlite:///") else spec
     if "://" in path:

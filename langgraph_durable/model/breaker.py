@@ -51,6 +51,22 @@ class BreakerStats:
     retry_in_s: float | None  # until the next probe may go (open only)
 
 
+@dataclass(frozen=True)
+class Outage:
+    """One outage of a tier, from its breaker opening to its closing:
+    `seconds` long, with `reads` and `writes` that went without it."""
+
+    seconds: float
+    reads: int
+    writes: int
+
+    def describe(self, tier: str) -> str:
+        return (
+            f"{tier} tier is back after {self.seconds:.1f} s; meanwhile {self.reads} read(s) were served by "
+            f"the other tiers and {self.writes} write(s) went without it (owed ones are shipped to it now)"
+        )
+
+
 class Breaker:
     """The circuit breaker of one tier. Thread-safe."""
 
@@ -77,6 +93,12 @@ class Breaker:
         self._latency: float | None = None
         self._typical: float | None = None  # moving average of the answer times
         self._error: str | None = None
+        # The outage under way (since the breaker opened): when it began and
+        # the calls that went without the tier meanwhile (see `missed`).
+        self._down_since: float | None = None
+        self._missed_reads = 0
+        self._missed_writes = 0
+        self._last_outage: Outage | None = None
 
     @property
     def state(self) -> State:
@@ -126,6 +148,14 @@ class Breaker:
         """A call answered. True if this closed the breaker (the tier is back)."""
         with self._lock:
             reopened = self._state != "closed"
+            if reopened:
+                self._last_outage = Outage(
+                    now - (self._down_since if self._down_since is not None else now),
+                    self._missed_reads,
+                    self._missed_writes,
+                )
+                self._down_since = None
+                self._missed_reads = self._missed_writes = 0
             self._state = "closed"
             self._early_used = False
             self._failures = 0
@@ -140,6 +170,9 @@ class Breaker:
         """A call could not reach the tier. True if this opened the breaker."""
         with self._lock:
             opened = self._state == "closed"
+            if opened:
+                self._down_since = now
+                self._missed_reads = self._missed_writes = 0
             self._failures += 1
             self._error = error
             pause = min(self.backoff_max, self.backoff_first * 2 ** (self._failures - 1))
@@ -148,6 +181,21 @@ class Breaker:
             self._retry_at = now + pause
             self._probe_since = None
             return opened
+
+    def missed(self, *, write: bool) -> None:
+        """A call went without this tier while it was down (skipped by the
+        breaker, or answered by the other tiers): counted for the line
+        logged when the tier is back (`last_outage`)."""
+        with self._lock:
+            if write:
+                self._missed_writes += 1
+            else:
+                self._missed_reads += 1
+
+    @property
+    def last_outage(self) -> Outage | None:
+        """The outage `succeeded` just ended (None before the first)."""
+        return self._last_outage
 
     @property
     def latency(self) -> float | None:
