@@ -229,7 +229,8 @@ class TierChain:
                 if self.write == "all" or (tier is self.local and not self.shared):
                     raise
                 down.append(exc)
-                logger.warning("%s tier is down at setup (%s); carrying on without it", tier.name, exc)
+                # The tier's going down was logged once, by its guard.
+                logger.debug("%s tier is down at setup (%s); carrying on without it", tier.name, exc)
                 continue
             cast(GuardedTier, tier).admitted = True
             up.append(tier)
@@ -239,7 +240,7 @@ class TierChain:
             usable = self.probe_skipped(skipped)
             up += usable
         if not usable:
-            raise down[0]
+            raise TierUnavailable.every(down)
         self._adopt_store_key(up)
         self._check_keys(up)
         if self.read_only:
@@ -490,6 +491,24 @@ class TierChain:
     def tier_named(self, name: str) -> Tier:
         return self.roles.named(name)
 
+    def down_errors(self, tried: Sequence[TierUnavailable]) -> list[TierUnavailable]:
+        """`tried` (the errors of the tiers a call tried), followed by one
+        for each other shared tier its breaker skips now: what to raise
+        (`TierUnavailable.every`) when no shared tier could take the call."""
+        now = time.monotonic()
+        seen = {n for e in tried for n in e.tiers}
+        skipped = []
+        for tier in self.shared:
+            if tier.name in seen or self.breakers[tier.name].available(now):
+                continue
+            stats = self.breakers[tier.name].stats(now)
+            skipped.append(
+                TierUnavailable(
+                    f"{tier.name} tier skipped: it is down ({stats.last_error})", tier=tier.name, skipped=True
+                )
+            )
+        return [*tried, *skipped]
+
     def lease_tier(self) -> Tier:
         """Where a new writer lease is taken: the most authoritative tier
         whose breaker lets calls through (Postgres, else Redis, else SQLite).
@@ -598,7 +617,7 @@ class TierChain:
                     self._local().journal_drop(seq)
                 else:
                     self._local().journal_acked(seq, [t.name for t in took], everyone=self.journal.names)
-            raise failed[0][1]
+            raise TierUnavailable.every([error for _, error in failed])
         if seq is not None:
             # Written by the next local transaction, not one of its own.
             assert self.raw_local is not None
@@ -744,18 +763,18 @@ class TierChain:
 
     def _authority_tier(self, what: str, call: Callable[[Tier], Any]) -> tuple[Tier, Any]:
         """`_authority`, also naming the tier that answered."""
-        last: TierUnavailable | None = None
+        down: list[TierUnavailable] = []
         for i, tier in enumerate(self.roles.by_authority()):
             try:
                 result = call(tier)
             except TierUnavailable as exc:
-                last = exc
+                down.append(exc)
                 continue
             if i:
-                logger.warning("degraded read: %s answered by %s (%s)", what, tier.name, last)
+                logger.debug("degraded read: %s answered by %s (%s)", what, tier.name, down[-1])
             return tier, result
-        assert last is not None
-        raise last
+        assert down
+        raise TierUnavailable.every(down)
 
     # The reader (reads.py) owns every read; these names stay for the
     # maintenance code below.

@@ -237,7 +237,8 @@ class AsyncTierChain:
                 if self.write == "all" or (tier is self.local and not self.shared):
                     raise
                 down.append(exc)
-                logger.warning("%s tier is down at setup (%s); carrying on without it", tier.name, exc)
+                # The tier's going down was logged once, by its guard.
+                logger.debug("%s tier is down at setup (%s); carrying on without it", tier.name, exc)
                 continue
             cast(AsyncGuardedTier, tier).admitted = True
             up.append(tier)
@@ -247,7 +248,7 @@ class AsyncTierChain:
             usable = await self.probe_skipped(skipped)
             up += usable
         if not usable:
-            raise down[0]
+            raise TierUnavailable.every(down)
         await self._adopt_store_key(up)
         await self._check_keys(up)
         if self.read_only:
@@ -498,6 +499,24 @@ class AsyncTierChain:
     def tier_named(self, name: str) -> AsyncTier:
         return self.roles.named(name)
 
+    def down_errors(self, tried: Sequence[TierUnavailable]) -> list[TierUnavailable]:
+        """`tried` (the errors of the tiers a call tried), followed by one
+        for each other shared tier its breaker skips now: what to raise
+        (`TierUnavailable.every`) when no shared tier could take the call."""
+        now = time.monotonic()
+        seen = {n for e in tried for n in e.tiers}
+        skipped = []
+        for tier in self.shared:
+            if tier.name in seen or self.breakers[tier.name].available(now):
+                continue
+            stats = self.breakers[tier.name].stats(now)
+            skipped.append(
+                TierUnavailable(
+                    f"{tier.name} tier skipped: it is down ({stats.last_error})", tier=tier.name, skipped=True
+                )
+            )
+        return [*tried, *skipped]
+
     def lease_tier(self) -> AsyncTier:
         """Where a new writer lease is taken: the most authoritative tier
         whose breaker lets calls through (Postgres, else Redis, else SQLite).
@@ -606,7 +625,7 @@ class AsyncTierChain:
                     await self._local().journal_drop(seq)
                 else:
                     await self._local().journal_acked(seq, [t.name for t in took], everyone=self.journal.names)
-            raise failed[0][1]
+            raise TierUnavailable.every([error for _, error in failed])
         if seq is not None:
             # Written by the next local transaction, not one of its own.
             assert self.raw_local is not None
@@ -755,18 +774,18 @@ class AsyncTierChain:
 
     async def _authority_tier(self, what: str, call: Callable[[AsyncTier], Any]) -> tuple[AsyncTier, Any]:
         """`_authority`, also naming the tier that answered."""
-        last: TierUnavailable | None = None
+        down: list[TierUnavailable] = []
         for i, tier in enumerate(self.roles.by_authority()):
             try:
                 result = await call(tier)
             except TierUnavailable as exc:
-                last = exc
+                down.append(exc)
                 continue
             if i:
-                logger.warning("degraded read: %s answered by %s (%s)", what, tier.name, last)
+                logger.debug("degraded read: %s answered by %s (%s)", what, tier.name, down[-1])
             return tier, result
-        assert last is not None
-        raise last
+        assert down
+        raise TierUnavailable.every(down)
 
     # The reader (reads_async.py) owns every read; these names stay for the
     # maintenance code below.

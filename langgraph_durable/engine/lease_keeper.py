@@ -434,19 +434,22 @@ class LeaseKeeper:
                 sleep(0.01)
         self.chain.ensure_setup()
         probed = False
+        down: list[TierUnavailable] = []
         while True:
             tier = self.chain.lease_tier()
             try:
                 return dataclasses.replace(self._acquire_in(tier, thread_id), tier=tier.name)
-            except TierUnavailable:
+            except TierUnavailable as exc:
                 if self.chain.write == "all":
                     raise
+                down.append(exc)
                 if self.chain.lease_tier() is tier:
                     # Nowhere else to go: try once the shared tiers their
-                    # breakers skip (one may be back), then give up.
+                    # breakers skip (one may be back), then give up, naming
+                    # every tier that is down.
                     others = {t.name for t in self.chain.shared} - {tier.name}
                     if probed or not self.chain.probe_skipped(others):
-                        raise
+                        raise TierUnavailable.every(self.chain.down_errors(down)) from None
                     probed = True
 
     def _acquire_in(self, tier: Any, thread_id: str) -> Lease:

@@ -528,19 +528,22 @@ class AsyncLeaseKeeper:
                 await asleep(0.01)
         await self.chain.ensure_setup()
         probed = False
+        down: list[TierUnavailable] = []
         while True:
             tier = self.chain.lease_tier()
             try:
                 return dataclasses.replace(await self._acquire_in(tier, thread_id), tier=tier.name)
-            except TierUnavailable:
+            except TierUnavailable as exc:
                 if self.chain.write == "all":
                     raise
+                down.append(exc)
                 if self.chain.lease_tier() is tier:
                     # Nowhere else to go: try once the shared tiers their
-                    # breakers skip (one may be back), then give up.
+                    # breakers skip (one may be back), then give up, naming
+                    # every tier that is down.
                     others = {t.name for t in self.chain.shared} - {tier.name}
                     if probed or not await self.chain.probe_skipped(others):
-                        raise
+                        raise TierUnavailable.every(self.chain.down_errors(down)) from None
                     probed = True
 
     async def _acquire_in(self, tier: Any, thread_id: str) -> Lease:

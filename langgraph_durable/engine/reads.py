@@ -111,10 +111,10 @@ class TierReader:
         one, nearest first. `TierUnavailable` only when none is reachable."""
         results = run_all([functools.partial(call, t) for t in self.tiers], overlap=overlap(self.tiers))
         out: list[tuple[Tier, Any]] = []
-        down: TierUnavailable | None = None
+        down: list[TierUnavailable] = []
         for tier, result in zip(self.tiers, results):
             if isinstance(result, TierUnavailable):
-                down = result
+                down.append(result)
                 continue
             if isinstance(result, BaseException):
                 raise result
@@ -122,10 +122,10 @@ class TierReader:
         if not out:
             out = _probe_skipped(self.tiers, results, what, call)
         if not out:
-            assert down is not None
-            raise down
-        if down is not None:
-            logger.warning("degraded read: %s without %s (%s)", what, down.tier, down)
+            assert down
+            raise TierUnavailable.every(down)
+        if down:
+            logger.debug("degraded read: %s without %s (%s)", what, down[-1].tier, down[-1])
         return out
 
     def _repair(self, tiers: Sequence[Tier], write: Callable[[Tier], Any]) -> None:
@@ -1183,22 +1183,23 @@ def _each_of(
             raise r
     if out:
         if len(out) < len(tiers):
-            logger.warning("degraded read: %s from %s only", what, ", ".join(t.name for t, _ in out))
+            logger.debug("degraded read: %s from %s only", what, ", ".join(t.name for t, _ in out))
         return out
     probed = _probe_skipped(tiers, results, what, call)
     if probed:
         return probed
-    down = next(r for r in results if isinstance(r, TierUnavailable))
+    down = [r for r in results if isinstance(r, TierUnavailable)]
     for tier in fallback:
         if tier in tiers:
             continue
         try:
             result = call(tier)
-        except TierUnavailable:
+        except TierUnavailable as exc:
+            down.append(exc)
             continue
-        logger.warning("degraded read: %s answered by %s (%s)", what, tier.name, down)
+        logger.debug("degraded read: %s answered by %s (%s)", what, tier.name, down[0])
         return [(tier, result)]
-    raise down
+    raise TierUnavailable.every(down)
 
 
 def _probe_skipped(

@@ -113,10 +113,10 @@ class AsyncTierReader:
         one, nearest first. `TierUnavailable` only when none is reachable."""
         results = await arun_all([functools.partial(call, t) for t in self.tiers], overlap=overlap(self.tiers))
         out: list[tuple[AsyncTier, Any]] = []
-        down: TierUnavailable | None = None
+        down: list[TierUnavailable] = []
         for tier, result in zip(self.tiers, results):
             if isinstance(result, TierUnavailable):
-                down = result
+                down.append(result)
                 continue
             if isinstance(result, BaseException):
                 raise result
@@ -124,10 +124,10 @@ class AsyncTierReader:
         if not out:
             out = await _probe_skipped(self.tiers, results, what, call)
         if not out:
-            assert down is not None
-            raise down
-        if down is not None:
-            logger.warning("degraded read: %s without %s (%s)", what, down.tier, down)
+            assert down
+            raise TierUnavailable.every(down)
+        if down:
+            logger.debug("degraded read: %s without %s (%s)", what, down[-1].tier, down[-1])
         return out
 
     async def _repair(self, tiers: Sequence[AsyncTier], write: Callable[[AsyncTier], Any]) -> None:
@@ -1211,22 +1211,23 @@ async def _each_of(
             raise r
     if out:
         if len(out) < len(tiers):
-            logger.warning("degraded read: %s from %s only", what, ", ".join(t.name for t, _ in out))
+            logger.debug("degraded read: %s from %s only", what, ", ".join(t.name for t, _ in out))
         return out
     probed = await _probe_skipped(tiers, results, what, call)
     if probed:
         return probed
-    down = next(r for r in results if isinstance(r, TierUnavailable))
+    down = [r for r in results if isinstance(r, TierUnavailable)]
     for tier in fallback:
         if tier in tiers:
             continue
         try:
             result = await call(tier)
-        except TierUnavailable:
+        except TierUnavailable as exc:
+            down.append(exc)
             continue
-        logger.warning("degraded read: %s answered by %s (%s)", what, tier.name, down)
+        logger.debug("degraded read: %s answered by %s (%s)", what, tier.name, down[0])
         return [(tier, result)]
-    raise down
+    raise TierUnavailable.every(down)
 
 
 async def _probe_skipped(
