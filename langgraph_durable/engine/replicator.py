@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 
+from ..errors import ConfigError, TierUnavailable
 from ..model.backlog import Lag
 from .tasks import BackgroundTask
 
@@ -74,6 +75,7 @@ class Replicator(BackgroundTask):
 
     def _run(self) -> None:
         owed = True
+        failed: Exception | None = None
         started = 0.0
         while not self._stopping.is_set():
             self._wake.wait(self.interval if owed else None)
@@ -89,8 +91,11 @@ class Replicator(BackgroundTask):
                 self._pass(background=True)
                 owed = not self._lag().caught_up
             except Exception as exc:  # keep running: the next pass retries
-                logger.warning("replicator pass failed: %s", exc)
+                _pass_failed("replicator", exc, failed)
+                failed = exc
                 owed = True
+            else:
+                failed = None
 
     def _pass(self, *, background: bool = False) -> int:
         """One pass; `background`: this thread's, which may leave some
@@ -119,11 +124,19 @@ class Replicator(BackgroundTask):
         """Ship what is owed until nothing is or `timeout` seconds passed
         (None: one pass); returns what is still owed."""
         deadline = time.monotonic() + (timeout or 0.0)
+        failed: Exception | None = None
         while True:
             try:
                 self._pass()
+            except ConfigError as exc:
+                # A definite configuration error (a database that does not
+                # exist, a wrong password): no later pass can do better, so
+                # the drain ends now, not when its time is up.
+                logger.warning("drain stopped: %s", exc)
+                return self._lag()
             except Exception as exc:
-                logger.warning("drain pass failed: %s", exc)
+                _pass_failed("drain", exc, failed)
+                failed = exc
             lag = self._lag()
             if lag.caught_up or time.monotonic() >= deadline:
                 return lag
@@ -137,3 +150,13 @@ class Replicator(BackgroundTask):
         """Stop the thread (a later `kick` starts a new one)."""
         super().stop(timeout)
         self._urgent.clear()
+
+
+def _pass_failed(which: str, exc: Exception, before: Exception | None) -> None:
+    """Log a failed pass once, not once per pass: a tier that is down was
+    logged as such when it went down (and is again when it is back), so a
+    pass it fails is not; another failure is logged when its reason changes."""
+    if isinstance(exc, TierUnavailable):
+        logger.debug("%s pass failed: %s", which, exc)
+    elif before is None or type(before) is not type(exc) or str(before) != str(exc):
+        logger.warning("%s pass failed: %s", which, exc)
