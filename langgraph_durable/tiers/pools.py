@@ -23,6 +23,7 @@ import os
 import socket
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -40,6 +41,49 @@ _SCHEDULER: Any = getattr(pool_async, "AsyncScheduler", None)
 __all__ = ["LONG_CALL_TIMEOUT_S", "AsyncConnectionPool", "ConnectionPool", "long_call_timeout", "watched"]
 
 logger = logging.getLogger("psycopg.pool")
+
+
+class _OwnPools(logging.Filter):
+    """Quiets psycopg_pool's warnings about the saver's own pools (not an
+    application's): while Postgres is down, a pool that lost its connections
+    tries to open new ones in the background and logs every failed try
+    ("error connecting in 'pool-1'", a dozen in ten seconds) and every
+    connection it throws away. The tier's guard logs the tier going down
+    once and coming back once (`engine/guard_async.py`), so these say
+    nothing more. psycopg_pool's other records (giving up reconnecting
+    after ``reconnect_timeout``) pass."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._lock = threading.Lock()
+        self._names: set[str] = set()
+        self._connections: weakref.WeakSet[Any] = weakref.WeakSet()
+
+    def pool(self, name: str) -> None:
+        with self._lock:
+            self._names.add(name)
+
+    def connection(self, conn: Any) -> None:
+        with self._lock:
+            self._connections.add(conn)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno > logging.WARNING or not isinstance(record.args, tuple) or not record.args:
+            return True
+        msg, first = str(record.msg), record.args[0]
+        with self._lock:
+            if msg.startswith("error connecting in "):
+                return first not in self._names
+            if msg.startswith("discarding "):
+                try:
+                    return first not in self._connections
+                except TypeError:  # not a connection
+                    return True
+        return True
+
+
+OWN = _OwnPools()
+logger.addFilter(OWN)
 
 # The calls that may take long on a healthy server, which `call_timeout` does
 # not bound: `setup` (a migration waits for another replica's migration lock,
@@ -104,6 +148,12 @@ class AsyncConnectionPool(_AsyncConnectionPool):
         if _SCHEDULER is not None and isinstance(sched, _SCHEDULER) and hasattr(sched, "_event"):
             sched._event = _WakeUp()
         super()._start_workers()
+
+    async def _connect(self, timeout: float | None = None) -> Any:
+        OWN.pool(self.name)
+        conn = await super()._connect(timeout)
+        OWN.connection(conn)
+        return conn
 
     @staticmethod
     def watch(conn: Any, seconds: float | None) -> contextlib.nullcontext[Watch | None]:
@@ -245,6 +295,12 @@ def watched(conn: Any, seconds: float | None) -> Iterator[Watch | None]:
 
 class ConnectionPool(_ConnectionPool):
     """psycopg_pool's sync pool, with `watch`: the call timeout of the sync face."""
+
+    def _connect(self, timeout: float | None = None) -> Any:
+        OWN.pool(self.name)
+        conn = super()._connect(timeout)
+        OWN.connection(conn)
+        return conn
 
     @staticmethod
     def watch(conn: Any, seconds: float | None) -> contextlib.AbstractContextManager[Watch | None]:
