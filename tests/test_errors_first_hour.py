@@ -6,6 +6,7 @@ lines first."""
 from __future__ import annotations
 
 import logging
+import random
 import time
 import uuid
 from collections.abc import Iterator
@@ -17,6 +18,7 @@ from langgraph.checkpoint.postgres import PostgresSaver
 
 from langgraph_durable import ConfigError, DurableSaver, TierUnavailable, cli
 from langgraph_durable.errors import as_cli_flags
+from langgraph_durable.model.breaker import Breaker
 from tests.conftest import POSTGRES_URL, database_url
 from tests.servers import PrivatePostgres, free_port
 
@@ -154,13 +156,13 @@ def test_cli_message_names_the_flag(tmp_path: Any, capsys: Any) -> None:
 # -- 4. an outage logged once when it starts, once when it ends -----------------------
 
 
-def test_outage_logged_once_each_way(redis_proxy: Any, redis_prefix: str, caplog: Any) -> None:
+def test_outage_logged_once_each_way(redis_proxy: Any, redis_prefix: str, tmp_path: Any, caplog: Any) -> None:
     proxy, url = redis_proxy
     caplog.set_level(logging.INFO, logger="langgraph_durable")
     config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
     from langgraph.checkpoint.conformance.test_utils import generate_checkpoint
 
-    with DurableSaver(sqlite=str(_tmp_sqlite()), redis=url, redis_key_prefix=redis_prefix) as saver:
+    with DurableSaver(sqlite=str(tmp_path / "local.sqlite"), redis=url, redis_key_prefix=redis_prefix) as saver:
         saver.setup()
         saver.put(config, generate_checkpoint(), {}, {})
         proxy.cut()
@@ -186,10 +188,23 @@ def test_outage_logged_once_each_way(redis_proxy: Any, redis_prefix: str, caplog
         assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
-def _tmp_sqlite() -> str:
-    import tempfile
-
-    return f"{tempfile.mkdtemp(prefix='lgd-first-hour-')}/local.sqlite"
+def test_breaker_counts_an_outage() -> None:
+    b = Breaker("redis", jitter=random.Random(0))
+    assert b.failed(1.0, "refused") is True
+    assert b.failed(2.0, "refused") is False  # still the same outage
+    for _ in range(3):
+        b.missed(write=False)
+    b.missed(write=True)
+    assert b.succeeded(13.3, 0.001) is True
+    outage = b.last_outage
+    assert outage is not None and (outage.reads, outage.writes) == (3, 1)
+    assert outage.seconds == pytest.approx(12.3)
+    assert outage.describe("redis").startswith("redis tier is back after 12.3 s; meanwhile 3 read(s) and 1 write(s)")
+    # The next outage counts from zero.
+    b.failed(20.0, "refused")
+    b.missed(write=True)
+    b.succeeded(21.0, 0.001)
+    assert b.last_outage is not None and (b.last_outage.reads, b.last_outage.writes) == (0, 1)
 
 
 # -- 5. a missing database does not wait out the drain --------------------------------

@@ -62,8 +62,8 @@ class Outage:
 
     def describe(self, tier: str) -> str:
         return (
-            f"{tier} tier is back after {self.seconds:.1f} s; meanwhile {self.reads} read(s) were served by "
-            f"the other tiers and {self.writes} write(s) went without it (owed ones are shipped to it now)"
+            f"{tier} tier is back after {self.seconds:.1f} s; meanwhile {self.reads} read(s) and {self.writes} "
+            "write(s) went without it (what it is owed is shipped to it now)"
         )
 
 
