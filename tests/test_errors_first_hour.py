@@ -230,3 +230,13 @@ def test_missing_database_with_owed_journal_fails_at_once(postgres_url: str, tmp
     assert code == cli.EXIT_CANNOT_RUN
     assert "does not exist" in one_line(err)
     assert time.monotonic() - started < 5.0
+
+
+async def test_refusal_on_the_async_face(private_pg: PrivatePostgres, caplog: Any) -> None:
+    caplog.set_level(logging.DEBUG)
+    started = time.monotonic()
+    with pytest.raises(ConfigError, match="password authentication failed"):
+        async with DurableSaver(sqlite=None, postgres=private_pg.url(password="wrong-password")) as saver:
+            await saver.asetup()
+    assert time.monotonic() - started < 3.0  # the requirement's bound (under a second), generous
+    assert not [r for r in caplog.records if "error connecting" in r.getMessage()]
