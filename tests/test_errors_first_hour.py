@@ -210,12 +210,15 @@ def test_breaker_counts_an_outage() -> None:
 # -- 5. a missing database does not wait out the drain --------------------------------
 
 
-def test_missing_database_with_owed_journal_fails_at_once(postgres_url: str, tmp_path: Any, capsys: Any) -> None:
+def test_missing_database_with_owed_journal_fails_at_once(postgres_proxy: Any, tmp_path: Any, capsys: Any) -> None:
     from langgraph.checkpoint.conformance.test_utils import generate_checkpoint
 
     local = str(tmp_path / "local.sqlite")
     config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
-    with DurableSaver(sqlite=local, postgres=postgres_url, write="local", signing_key=KEY, drain_timeout=0) as s:
+    proxy, url = postgres_proxy
+    with DurableSaver(sqlite=local, postgres=url, write="local", signing_key=KEY, drain_timeout=0) as s:
+        s.setup()
+        proxy.cut()  # so the journal keeps owing what is written now
         s.put(config, generate_checkpoint(), {}, {})
         assert s.lag().records > 0
     missing = database_url(POSTGRES_URL, f"lgd_missing_{uuid.uuid4().hex[:12]}")
