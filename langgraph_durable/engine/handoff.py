@@ -278,8 +278,12 @@ class HandOffListener(BackgroundTask):
                         next_probe = time.monotonic() + self.probe_s
             except Exception as exc:
                 if not self._stopping.is_set() and not self._failing:
-                    # INFO: the tier's own going down is the one WARNING of an outage.
-                    logger.info(
+                    # A server that cannot be reached is an outage, whose one
+                    # WARNING the tier's guard logs; a server that answers but
+                    # does not pass notifications on (a transaction pooler)
+                    # is the deployment's to fix: a WARNING of its own.
+                    logger.log(
+                        logging.WARNING if isinstance(exc, _Deaf) else logging.INFO,
                         "lease hand-offs: not listening on %s (%s: %s); leases are given back when runs end "
                         "until it works again",
                         self.where,
