@@ -60,6 +60,19 @@ def test_import_from_postgres_without_checkpoint_tables(postgres_url: str, tmp_p
             s.import_from(source)
 
 
+@pytest.mark.parametrize("source", ["missing", "unreachable"])
+def test_import_from_a_postgres_source_that_cannot_be_opened(source: str, tmp_path: Any, capsys: Any) -> None:
+    if source == "missing":
+        url, said, kind = database_url(POSTGRES_URL, f"lgd_missing_{uuid.uuid4().hex[:12]}"), "does not exist", "--from"
+    else:
+        url, said, kind = f"postgresql://postgres@127.0.0.1:{free_port()}/test", "unreachable", "server is running"
+    argv = ["import", "--from", url, "--sqlite", str(tmp_path / "s.sqlite"), "--postgres", ""]
+    code, err = run_cli(capsys, argv)
+    assert code == cli.EXIT_CANNOT_RUN
+    line = one_line(err)
+    assert said in line and kind in line
+
+
 # -- 2. a definite Postgres refusal: at once, one line, no pool retries ----------------
 
 
