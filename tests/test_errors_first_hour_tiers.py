@@ -61,7 +61,7 @@ def test_both_shared_tiers_down_at_start_names_both(tmp_path: Any, capsys: Any, 
     with pytest.raises(TierUnavailable) as info:
         saver.setup()
     saver.close()
-    assert time.monotonic() - started < 3.0
+    assert time.monotonic() - started < 10.0  # nothing listens: refused at once, not retried
     assert info.value.tiers == ["redis", "postgres"] and info.value.tier == "redis"
     message = str(info.value)
     assert message.startswith(f"no tier could be reached (redis, postgres): redis tier at {redis} is unreachable (")
@@ -145,8 +145,8 @@ def test_drain_stops_at_a_config_error(postgres_url: str, tmp_path: Any, caplog:
     saver = DurableSaver(sqlite=local, postgres=missing, write="local", signing_key=KEY, drain_timeout=0)
     try:
         started = time.monotonic()
-        saver.drain(10)
-        assert time.monotonic() - started < 2.0  # not the 10 s asked for
+        saver.drain(60)
+        assert time.monotonic() - started < 20.0  # not the 60 s asked for
         stopped = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
         assert len(stopped) == 1, stopped
         assert stopped[0].startswith(f"drain stopped: postgres tier at {missing} refused the connection (")
