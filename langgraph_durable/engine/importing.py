@@ -53,7 +53,7 @@ from langgraph.checkpoint.serde.jsonplus import (
     JsonPlusSerializer,
 )
 
-from ..errors import ConfigError, TierUnavailable, printable
+from ..errors import ConfigError, printable
 
 # How many differences between a source checkpoint and its copy, and how
 # many skipped rows, a report keeps (all are counted).
@@ -800,24 +800,14 @@ def open_source(spec: str) -> Iterator[BaseCheckpointSaver]:
         import psycopg
 
         from ..tiers.base import redact
-        from ..tiers.postgres.tier_async import _CONFIG_FAILURES
+        from ..tiers.postgres.tier_async import connect_error
 
         shown = redact(spec)
         try:
             opened = PostgresSaver.from_conn_string(spec)
             saver = opened.__enter__()
         except psycopg.Error as exc:
-            reason = " ".join(str(exc).split())
-            if isinstance(exc, psycopg.OperationalError) and not any(m in reason for m in _CONFIG_FAILURES):
-                raise TierUnavailable(
-                    f"the import source {shown} is unreachable ({reason}): check that the server is running "
-                    "and the URL is right.",
-                    tier="postgres",
-                ) from exc
-            raise ConfigError(
-                f"the import source {shown} refused the connection ({reason}): check the user, password and "
-                "database name in --from."
-            ) from exc
+            raise connect_error(exc, f"the import source {shown}", "--from") from exc
         try:
             try:
                 with saver._cursor() as cur:  # the saver's own connection (or a pooled one)

@@ -88,6 +88,25 @@ _CONFIG_FAILURES = (
     "not permitted to log in",
     "permission denied",
 )
+
+
+def connect_error(exc: psycopg.Error, subject: str, option: str) -> DurableError:
+    """Why a connection to `subject` did not open, from its error `exc`: the
+    server refused this URL's database, user or password (`ConfigError`,
+    final: retrying cannot help, fix `option`), or it could not be reached
+    (`TierUnavailable`). Both with the server's own words."""
+    reason = " ".join(str(exc).split())
+    if isinstance(exc, psycopg.OperationalError) and not any(m in reason for m in _CONFIG_FAILURES):
+        return TierUnavailable(
+            f"{subject} is unreachable ({reason}). Check that the server is running and the URL is right.",
+            tier="postgres",
+        )
+    return ConfigError(
+        f"{subject} refused the connection ({reason}). Check the user, password and database name in "
+        f"{option}: the database must exist and the user must be allowed to connect."
+    )
+
+
 # What the server says when psycopg's prepared statements (named _pg3_0,
 # _pg3_1, ... by every connection) meet a server session other than the one
 # they were prepared in: the mark of a pooler in transaction mode between us
@@ -403,17 +422,7 @@ class AsyncPostgresTier:
                 tcp_user_timeout=self._tcp_user_timeout_ms(),
             )
         except psycopg.Error as exc:
-            reason = " ".join(str(exc).split())
-            if isinstance(exc, psycopg.OperationalError) and not any(m in reason for m in _CONFIG_FAILURES):
-                return TierUnavailable(
-                    f"postgres tier at {self.where} is unreachable ({reason}). "
-                    "Check that the server is running and the URL is right.",
-                    tier="postgres",
-                )
-            return ConfigError(
-                f"postgres tier at {self.where} refused the connection ({reason}). Check the user, password "
-                "and database name in postgres=: the database must exist and the user must be allowed to connect."
-            )
+            return connect_error(exc, f"postgres tier at {self.where}", "postgres=")
         await conn.close()
         return None
 
