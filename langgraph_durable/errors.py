@@ -79,6 +79,14 @@ class TierUnavailable(DurableError, ConnectionError):
         self.tiers: list[str] = list(tiers) or [tier]
         self.skipped = skipped
 
+    def detached(self) -> TierUnavailable:
+        """This error without its traceback or the error it was raised from:
+        what a call keeps while it tries the other tiers (for `every`).
+        Those hold the frames of the failed call and so the run's config,
+        and a run's end is seen when its config is let go (its lease is
+        given back then), not at the next garbage collection."""
+        return TierUnavailable(str(self), tier=self.tier, skipped=self.skipped, tiers=self.tiers)
+
     @classmethod
     def every(cls, errors: Sequence[BaseException]) -> BaseException:
         """The one error to raise when each of `errors` (in tier order) failed

@@ -228,7 +228,7 @@ class TierChain:
             except TierUnavailable as exc:
                 if self.write == "all" or (tier is self.local and not self.shared):
                     raise
-                down.append(exc)
+                down.append(exc.detached())  # no frames kept: see `TierUnavailable.detached`
                 # The tier's going down was logged once, by its guard.
                 logger.debug("%s tier is down at setup (%s); carrying on without it", tier.name, exc)
                 continue
@@ -768,7 +768,7 @@ class TierChain:
             try:
                 result = call(tier)
             except TierUnavailable as exc:
-                down.append(exc)
+                down.append(exc.detached())  # no frames kept: see `TierUnavailable.detached`
                 continue
             if i:
                 logger.debug("degraded read: %s answered by %s (%s)", what, tier.name, down[-1])

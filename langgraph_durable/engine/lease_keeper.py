@@ -442,7 +442,7 @@ class LeaseKeeper:
             except TierUnavailable as exc:
                 if self.chain.write == "all":
                     raise
-                down.append(exc)
+                down.append(exc.detached())  # no frames kept: see `TierUnavailable.detached`
                 if self.chain.lease_tier() is tier:
                     # Nowhere else to go: try once the shared tiers their
                     # breakers skip (one may be back), then give up, naming

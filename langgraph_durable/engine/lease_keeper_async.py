@@ -536,7 +536,7 @@ class AsyncLeaseKeeper:
             except TierUnavailable as exc:
                 if self.chain.write == "all":
                     raise
-                down.append(exc)
+                down.append(exc.detached())  # no frames kept: see `TierUnavailable.detached`
                 if self.chain.lease_tier() is tier:
                     # Nowhere else to go: try once the shared tiers their
                     # breakers skip (one may be back), then give up, naming

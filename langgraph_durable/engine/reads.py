@@ -1195,7 +1195,7 @@ def _each_of(
         try:
             result = call(tier)
         except TierUnavailable as exc:
-            down.append(exc)
+            down.append(exc.detached())  # no frames kept: see `TierUnavailable.detached`
             continue
         logger.debug("degraded read: %s answered by %s (%s)", what, tier.name, down[0])
         return [(tier, result)]
