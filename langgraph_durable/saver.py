@@ -1795,15 +1795,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         with self._replicator.exclusive():
             chain.catch_up()  # what is owed first: the hot tiers hold everything
         return archiver.archive_threads(
-            ids,
-            report,
-            idle_after=older_than,
-            now=when,
-            hold=leases.hold,
-            release=leases.unhold,
-            ask=leases.ask_kept_back,
-            timed=self._archive_call,
-            pace=pace,
+            ids, report, idle_after=older_than, now=when, pace=pace, **self._archiving_with(leases)
         )
 
     async def aarchive_idle(
@@ -1828,15 +1820,19 @@ class DurableSaver(BaseCheckpointSaver[str]):
         async with self._replicator.aexclusive():
             await chain.catch_up()
         return await archiver.archive_threads(
-            ids,
-            report,
-            idle_after=older_than,
-            now=when,
-            hold=leases.hold,
-            release=leases.unhold,
-            ask=leases.ask_kept_back,
-            timed=self._archive_call,
+            ids, report, idle_after=older_than, now=when, **self._archiving_with(leases)
         )
+
+    def _archiving_with(self, leases: Any) -> dict[str, Any]:
+        """What archiving a thread needs of one face's lease keeper (its
+        writer lease held, then given back; a kept lease asked for) and the
+        metrics around each archive call."""
+        return {
+            "hold": leases.hold,
+            "release": leases.unhold,
+            "ask": leases.ask_kept_back,
+            "timed": self._archive_call,
+        }
 
     def archived_threads(self) -> builtins.list[str]:
         """Threads that live only in the archive (``threads --archived``)."""
