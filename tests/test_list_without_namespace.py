@@ -83,24 +83,48 @@ def test_sqlite_lists_a_thread_without_a_namespace_from_an_index(make_saver: Sav
                 assert "lgd_checkpoints_thread_recent" in plan and "TEMP B-TREE" not in plan, plan
 
 
-def test_postgres_can_list_a_thread_without_a_namespace_from_an_index(make_saver: SaverFactory) -> None:
-    """With sorting made prohibitive, the plan of the tier's statement shape
-    reads the index in order."""
+@pytest.mark.parametrize("face", ["sync", "async"])
+async def test_postgres_lists_a_thread_without_a_namespace_from_an_index(
+    make_saver: SaverFactory, monkeypatch: pytest.MonkeyPatch, face: str
+) -> None:
+    """With sorting made prohibitive, the plan of each statement the tier
+    sends for such a listing (with and without ``before``), with its own
+    parameters, reads the index in order."""
     thread = f"t-{uuid.uuid4().hex[:8]}"
-    with make_saver("postgres") as saver:
+    sent: list[tuple[str, tuple[Any, ...]]] = []
+    execute, aexecute = psycopg.Cursor.execute, psycopg.AsyncCursor.execute
+
+    def recording(cur: Any, query: Any, params: Any = None, **kwargs: Any) -> Any:
+        sent.append((str(query), tuple(params or ())))
+        return execute(cur, query, params, **kwargs)
+
+    async def arecording(cur: Any, query: Any, params: Any = None, **kwargs: Any) -> Any:
+        sent.append((str(query), tuple(params or ())))
+        return await aexecute(cur, query, params, **kwargs)
+
+    before = {"configurable": {"thread_id": thread, "checkpoint_id": "ffffffff-ffff-ffff-ffff-ffffffffffff"}}
+    async with make_saver("postgres") as saver:
         _fill(saver, thread, 3)
         url = saver._sync_chain().raw_shared[0].url
+        # Caught at the driver, not rebuilt here, so a change to the tier's
+        # statement (or to which statement it picks) is what gets planned.
+        monkeypatch.setattr(psycopg.Cursor, "execute", recording)
+        monkeypatch.setattr(psycopg.AsyncCursor, "execute", arecording)
+        for kwargs in ({}, {"before": before}):
+            if face == "sync":
+                _listed(saver, thread, limit=10, **kwargs)
+            else:
+                [t async for t in saver.alist({"configurable": {"thread_id": thread}}, limit=10, **kwargs)]
+        monkeypatch.undo()
+    listing = [(q, p) for q, p in sent if q.lstrip().startswith("SELECT") and "FROM lgd_checkpoints" in q]
+    assert len(listing) == 2, sent
+    assert before["configurable"]["checkpoint_id"] in listing[1][1], listing  # `before` reached the server
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("SET enable_sort = off")
         conn.execute("SET enable_seqscan = off")
-        for extra, params in (("", (thread,)), (" AND checkpoint_id < %s", (thread, "z"))):
-            rows = conn.execute(
-                "EXPLAIN SELECT * FROM lgd_checkpoints WHERE thread_id = %s" + extra
-                + " ORDER BY checkpoint_id DESC LIMIT 10",
-                params,
-            ).fetchall()  # fmt: skip
-            plan = " / ".join(r[0] for r in rows)
-            assert "lgd_checkpoints_thread_recent" in plan and "Sort" not in plan, plan
+        for statement, params in listing:
+            plan = " / ".join(r[0] for r in conn.execute("EXPLAIN " + statement, params).fetchall())
+            assert "lgd_checkpoints_thread_recent" in plan and "Sort" not in plan, (statement, plan)
 
 
 def test_an_index_left_invalid_by_a_failed_concurrent_build_is_built_again(make_saver: SaverFactory) -> None:
