@@ -25,6 +25,7 @@ from langgraph_durable.archive.store import ArchiveStore
 from langgraph_durable.errors import ConfigError, CorruptCheckpoint, ThreadBusy
 from tests.conftest import CONFIGS, POSTGRES_URL, REDIS_URL, SaverFactory
 from tests.graphs import _ahistory, _history, interrupt_graph, loop_graph, subgraph_graph
+from tests.waiting import LIVENESS_S
 
 pytestmark = [pytest.mark.s3]
 
@@ -871,7 +872,12 @@ def test_archiving_skips_a_thread_this_savers_own_run_holds(make_saver: SaverFac
         assert saver.archive_idle(0.0).archived == ["t-own"]
 
 
-def test_a_delete_waits_for_a_bring_back_in_flight(make_saver: SaverFactory, archive_url: str) -> None:
+def test_a_delete_waits_for_a_bring_back_in_flight(
+    make_saver: SaverFactory, archive_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bring-back is held inside its read of the archive (under the thread's
+    lease) until the delete is seen waiting for that lease; had the delete
+    gone ahead, the bring-back would write the deleted thread back."""
     import threading
 
     with make_saver(FULL, archive=archive_url) as saver:
@@ -881,16 +887,65 @@ def test_a_delete_waits_for_a_bring_back_in_flight(make_saver: SaverFactory, arc
         make_saver(FULL, archive=archive_url, sqlite_name="a.sqlite") as a,
         make_saver(FULL, archive=archive_url, sqlite_name="b.sqlite") as b,
     ):
-        archiver = a._archiver()
-        lease = a._sync_leases().hold("t-race")  # A is bringing it back
-        deleting = threading.Thread(target=b.delete_thread, args=("t-race",))
+        # A's bring-back stops at its listing of the thread's segments.
+        store = a._archiver().store
+        list_keys = store.keys
+        reading, release = threading.Event(), threading.Event()
+
+        def held_keys(prefix: str) -> list[str]:
+            if prefix == segments_prefix("t-race") and threading.current_thread() is bringing:
+                reading.set()
+                assert release.wait(LIVENESS_S), "the test never let the bring-back go on"
+            return list_keys(prefix)
+
+        monkeypatch.setattr(store, "keys", held_keys)
+        # B's looks at the lease while it takes it for the delete (`hold`),
+        # as opposed to its first ask for a kept lease, which gives up soon.
+        keeper = b._sync_leases()
+        hold, ask_hand_off = keeper.hold, keeper._ask_hand_off
+        in_hold: list[bool] = []
+        looks: list[str] = []
+        waiting = threading.Event()  # also set when the delete returns
+
+        def holding(thread_id: str) -> Any:
+            in_hold.append(True)
+            return hold(thread_id)
+
+        def asking(tier: Any, thread_id: str, holder: str) -> None:
+            if in_hold and threading.current_thread() is deleting and thread_id == "t-race":
+                looks.append(holder)
+                if len(looks) >= 2:  # looked, slept, looked again: it waits
+                    waiting.set()
+            ask_hand_off(tier, thread_id, holder)
+
+        monkeypatch.setattr(keeper, "hold", holding)
+        monkeypatch.setattr(keeper, "_ask_hand_off", asking)
+
+        brought: list[Any] = []
+        deleted: list[bool] = []
+
+        def delete() -> None:
+            try:
+                b.delete_thread("t-race")
+                deleted.append(True)
+            finally:
+                waiting.set()
+
+        bringing = threading.Thread(target=lambda: brought.append(a.get_tuple(cfg("t-race"))))
+        deleting = threading.Thread(target=delete)
+        bringing.start()
+        assert reading.wait(LIVENESS_S), "the read did not start bringing the thread back"
         deleting.start()
-        time.sleep(0.2)
-        assert deleting.is_alive()  # B waits for A's lease
-        archiver.bring_back("t-race")  # A finishes (under the lease it holds)
-        a._sync_leases().unhold(lease)
-        deleting.join(10)
-        assert not deleting.is_alive()
+        assert waiting.wait(LIVENESS_S), "the delete neither waited for the lease nor returned"
+        assert not deleted, "the delete went ahead while the bring-back was in flight"
+        assert set(looks) == {a._sync_leases().book.holder}  # the lease it waits for is the bring-back's
+        # Let go at once: with on_busy="raise" (the default) the delete waits
+        # for a busy lease only LEASE_HANDOFF_GRACE_S, then goes ahead without it.
+        release.set()
+        bringing.join(LIVENESS_S)
+        deleting.join(LIVENESS_S)
+        assert not bringing.is_alive() and not deleting.is_alive()
+        assert brought[0] is not None and deleted  # the read was served, then the thread deleted
         assert b.get_tuple(cfg("t-race")) is None and a.get_tuple(cfg("t-race")) is None
         assert b.archived_threads() == []
 
