@@ -12,6 +12,7 @@ import logging
 import operator
 import random
 import time
+from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
 from langgraph.graph import END, START, StateGraph
@@ -153,3 +154,60 @@ def keep_and_die(saver_kwargs: dict[str, Any], thread_id: str, host: str, ran: A
         time.sleep(600)  # killed before
     except BaseException as exc:  # reported to the test
         results.put(("error", type(exc).__name__, str(exc)))
+
+
+# -- run as a program, for a test that starts it in a PID namespace of its own --------------
+
+
+def _hold_in_files(saver_kwargs: dict[str, Any], thread_id: str, folder: Path) -> None:
+    """`hold`, signalling through files: ``entered`` when its node runs, then
+    waits for ``proceed``."""
+
+    def wait_inside(state: CountState) -> dict[str, Any]:
+        (folder / "entered").touch()
+        deadline = time.monotonic() + 60
+        while not (folder / "proceed").exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return {"count": state.get("count", 0) + 1}
+
+    with DurableSaver(**saver_kwargs) as saver:
+        graph = counter(wait_inside).compile(checkpointer=saver)
+        return graph.invoke({"hits": ["holder"]}, {"configurable": {"thread_id": thread_id}}, durability="sync")
+
+
+def _contend(saver_kwargs: dict[str, Any], thread_id: str, face: str) -> Any:
+    """One run of the counting graph on `thread_id`, on the given face."""
+    config = {"configurable": {"thread_id": thread_id}}
+
+    async def arun() -> Any:
+        async with DurableSaver(**saver_kwargs) as saver:
+            return await counter().compile(checkpointer=saver).ainvoke({"hits": ["contender"]}, config)
+
+    if face == "async":
+        return asyncio.run(arun())
+    with DurableSaver(**saver_kwargs) as saver:
+        return counter().compile(checkpointer=saver).invoke({"hits": ["contender"]}, config)
+
+
+def main(argv: list[str]) -> None:
+    """``python -m tests.lease_worker hold|contend-sync|contend-async KWARGS_JSON THREAD FOLDER``:
+    writes FOLDER/WHAT.json: ["ok", output, pid] or ["error", type, message, pid]."""
+    import json
+    import os
+
+    what, kwargs, thread_id, folder = argv[0], json.loads(argv[1]), argv[2], Path(argv[3])
+    try:
+        if what == "hold":
+            out = _hold_in_files(kwargs, thread_id, folder)
+        else:
+            out = _contend(kwargs, thread_id, what.removeprefix("contend-"))
+        result = ["ok", out, os.getpid()]
+    except BaseException as exc:  # reported to the test
+        result = ["error", type(exc).__name__, str(exc), os.getpid()]
+    (folder / f"{what}.json").write_text(json.dumps(result))
+
+
+if __name__ == "__main__":
+    import sys
+
+    main(sys.argv[1:])

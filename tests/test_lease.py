@@ -13,8 +13,11 @@ import itertools
 import logging
 import multiprocessing
 import os
+import shutil
 import signal
 import sqlite3
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -39,18 +42,20 @@ from langgraph_durable.model.lease import (
     BusyWait,
     Fence,
     Lease,
+    ProcessId,
     Verdict,
     decide,
     holder_gone,
     lease_lost,
     new_holder,
     parse_holder,
-    pid_alive,
+    process_started,
+    this_process,
     thread_busy,
 )
 from langgraph_durable.validation import RUNTIME_KEY
 from tests import lease_worker
-from tests.conftest import REDIS_URL
+from tests.conftest import REDIS_URL, unavailable
 from tests.graphs import LoopState, subgraph_graph
 from tests.waiting import await_until
 
@@ -80,15 +85,40 @@ def test_busy_wait_backs_off_wakes_at_expiry_and_gives_up_at_the_limit() -> None
 
 def test_holder_identity_and_known_dead_holders() -> None:
     holder = new_holder()
-    host, pid = parse_holder(holder) or ("", 0)
-    assert pid == os.getpid() and holder.startswith(host + ":")
+    me = parse_holder(holder)
+    assert me == this_process() and me.pid == os.getpid() and me.place and me.start
+    assert holder.startswith(f"{me.host}:{me.place}:{me.pid}:{me.start}:")
     assert parse_holder("not a holder") is None
-    dead = f"{host}:4242:abcd"
-    assert holder_gone(dead, host=host, pid=os.getpid(), alive=lambda p: False)
-    assert not holder_gone(dead, host=host, pid=os.getpid(), alive=lambda p: True)
-    assert not holder_gone("elsewhere:4242:abcd", host=host, pid=os.getpid(), alive=lambda p: False)
-    assert not holder_gone(holder, host=host, pid=os.getpid(), alive=lambda p: False)  # this process
-    assert pid_alive(os.getpid())
+    assert parse_holder("h:4242:abcd") == ProcessId("h", "", 4242, "")  # written before places were
+
+    def gone(other: ProcessId, live: dict[int, str]) -> bool:
+        text = f"{other.host}:{other.place or '-'}:{other.pid}:{other.start or '-'}:abcd"
+        return holder_gone(text, me=me, started=live.get)
+
+    here = ProcessId(me.host, me.place, 4242, "777")
+    assert gone(here, {}), "no process has its pid here: dead for sure"
+    assert gone(here, {4242: "778"}), "its pid belongs to a process started later: dead for sure"
+    assert not gone(here, {4242: "777"}), "alive"
+    assert not gone(here, {4242: ""}), "its start time cannot be read: unsure, alive"
+    assert not gone(ProcessId(me.host, me.place, 4242, ""), {4242: "9"}), "no start time recorded: unsure"
+    # Same host name, another PID namespace or machine boot (host-network
+    # containers): its pid means nothing here, dead or not.
+    assert not gone(ProcessId(me.host, "0123456789ab", 4242, "777"), {})
+    assert not gone(ProcessId(me.host, "", 4242, "777"), {})
+    assert not holder_gone("h:4242:abcd", me=me, started={}.get)  # an old holder: waited for
+    assert not gone(ProcessId("elsewhere", me.place, 4242, "777"), {})
+    assert not holder_gone(holder, me=me, started={}.get)  # this process
+    assert gone(ProcessId(me.host, me.place, me.pid, "1"), {}), "this pid's previous owner"
+    assert process_started(os.getpid()) == me.start
+    assert process_started(_a_dead_pid()) is None
+
+
+def _a_dead_pid() -> int:
+    proc = SPAWN.Process(target=int)
+    proc.start()
+    proc.join(60)
+    assert proc.pid is not None
+    return proc.pid
 
 
 class _Runtime:
@@ -329,6 +359,57 @@ def test_a_killed_holder_on_this_host_is_taken_over_at_once(request: pytest.Fixt
             .invoke(None, {"configurable": {"thread_id": thread_id}})
         )
         assert out == {"count": 1, "hits": ["holder"]}
+
+
+HOLDER_PID = 5000  # in its own PID namespace; the contender's has no such process
+
+
+def _in_new_pid_namespace(pid: int, *argv: str) -> subprocess.Popen[bytes]:
+    """`argv` as process `pid` of a PID namespace (and /proc) of its own, as
+    in a container that shares the host's network and host name
+    (``hostNetwork: true``, ``docker --network host``)."""
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        unavailable("unshare (util-linux) is not installed")
+    probe = subprocess.run([unshare, "--pid", "--fork", "--mount-proc", "true"], capture_output=True)
+    if probe.returncode != 0:
+        unavailable(f"this machine does not let the tests make PID namespaces: {probe.stderr.decode().strip()}")
+    # The shell is pid 1; the next process it starts gets ns_last_pid + 1.
+    script = f'echo {pid - 1} > /proc/sys/kernel/ns_last_pid && "$@"; exit $?'
+    return subprocess.Popen(
+        [unshare, "--pid", "--fork", "--mount-proc", "sh", "-c", script, "sh", *argv], cwd=Path(__file__).parent.parent
+    )
+
+
+@pytest.mark.parametrize(("tiers", "face"), [("sqlite", "sync"), ("redis+postgres", "async")])
+def test_a_live_holder_in_another_pid_namespace_on_this_host_is_not_taken_for_dead(
+    request: pytest.FixtureRequest, tmp_path: Path, tiers: str, face: str
+) -> None:
+    """Two containers on one host name: the holder's pid does not exist in
+    the contender's PID namespace, yet the holder is alive. The contender
+    must get ThreadBusy and the holder's run must end well."""
+    import json
+
+    thread_id = f"ns-{uuid.uuid4().hex[:8]}"
+    kwargs = json.dumps(_saver_kwargs(request, tmp_path, tiers, "holder") | {"lease_ttl": 300.0})
+    program = [sys.executable, "-m", "tests.lease_worker"]
+    holder = _in_new_pid_namespace(HOLDER_PID, *program, "hold", kwargs, thread_id, str(tmp_path))
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "entered").exists():
+            assert holder.poll() is None and time.monotonic() < deadline, "the holder never started its run"
+            time.sleep(0.01)
+        contender_kwargs = json.dumps(_saver_kwargs(request, tmp_path, tiers, "contender"))
+        contender = _in_new_pid_namespace(2, *program, f"contend-{face}", contender_kwargs, thread_id, str(tmp_path))
+        assert contender.wait(120) == 0
+        outcome = json.loads((tmp_path / f"contend-{face}.json").read_text())
+        assert outcome[:2] == ["error", "ThreadBusy"], outcome
+        assert outcome[-1] == 2 and f":{HOLDER_PID}:" in outcome[2], "pids as planned"
+    finally:
+        (tmp_path / "proceed").touch()
+        assert holder.wait(120) == 0
+    held = json.loads((tmp_path / "hold.json").read_text())
+    assert held == ["ok", {"count": 1, "hits": ["holder"]}, HOLDER_PID], held
 
 
 # -- takeover after expiry: the stale holder's write is fenced out -------------------------

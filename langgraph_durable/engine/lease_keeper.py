@@ -29,8 +29,6 @@ import contextlib
 import dataclasses
 import gc
 import logging
-import os
-import socket
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -52,7 +50,8 @@ from ..model.lease import (
     Lease,
     decide,
     holder_gone,
-    pid_alive,
+    process_started,
+    this_process,
     thread_busy,
     wait_out,
 )
@@ -502,4 +501,4 @@ class LeaseKeeper:
             logger.debug("could not ask for the lease of thread %r: %s", thread_id, exc)
 
     def _gone(self, holder: str) -> bool:
-        return holder_gone(holder, host=socket.gethostname(), pid=os.getpid(), alive=pid_alive)
+        return holder_gone(holder, me=this_process(), started=process_started)

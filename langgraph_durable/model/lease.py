@@ -38,6 +38,7 @@ import json
 import os
 import secrets
 import socket
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -239,47 +240,112 @@ def read_hand_off(message: str | bytes) -> tuple[str, str] | None:
 # -- who holds a lease --------------------------------------------------------------
 
 
-def new_holder() -> str:
-    """A saver's identity in lease records: ``host:pid:random``."""
-    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+@dataclass(frozen=True, slots=True)
+class ProcessId:
+    """Who a lease holder is, as far as another process can check it.
+
+    A pid means something only inside its PID namespace on one boot of one
+    machine, and containers that share a host name (host-network pods,
+    ``docker --network host``) each have their own namespace: `place` names
+    it (a hash of the boot id and the namespace), so a pid is only probed
+    where it means the same process. `start` (the process's start time)
+    tells a dead holder from a new process that was given its pid. Empty
+    strings mean "not known here": such a holder is never taken for dead.
+    """
+
+    host: str
+    place: str
+    pid: int
+    start: str
 
 
-def parse_holder(holder: str) -> tuple[str, int] | None:
-    """(host, pid) of a holder written by `new_holder`, or None."""
-    parts = holder.rsplit(":", 2)
-    if len(parts) != 3:
-        return None
+def _proc_is_ours() -> bool:
+    """Is /proc mounted for this process's PID namespace? (In a namespace
+    made without its own /proc, /proc/PID names the host's processes.)"""
     try:
-        return parts[0], int(parts[1])
+        return os.readlink("/proc/self") == str(os.getpid())
+    except OSError:
+        return False
+
+
+def _place() -> str:
+    if sys.platform != "linux":
+        return "single-namespace"  # no PID namespaces: a host's pids are its own
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+        namespace = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+    return hashlib.sha256(f"{boot}/{namespace}".encode()).hexdigest()[:12]
+
+
+def this_process() -> ProcessId:
+    pid = os.getpid()
+    return ProcessId(socket.gethostname(), _place(), pid, (process_started(pid) or "") if _proc_is_ours() else "")
+
+
+def new_holder() -> str:
+    """A saver's identity in lease records: ``host:place:pid:start:random``
+    (see `ProcessId`; ``-`` for what is not known)."""
+    me = this_process()
+    return f"{me.host}:{me.place or '-'}:{me.pid}:{me.start or '-'}:{secrets.token_hex(4)}"
+
+
+def parse_holder(holder: str) -> ProcessId | None:
+    """The `ProcessId` of a holder written by `new_holder`, or None. A holder
+    written before the place was recorded (``host:pid:random``) parses with
+    an unknown place: it is waited for, never probed."""
+    parts = holder.rsplit(":", 4)
+    try:
+        if len(parts) == 5:
+            host, place, pid, start, _ = parts
+            return ProcessId(host, "" if place == "-" else place, int(pid), "" if start == "-" else start)
+        host, pid, _ = holder.rsplit(":", 2)
+        return ProcessId(host, "", int(pid), "")
     except ValueError:
         return None
 
 
-def holder_gone(holder: str, *, host: str, pid: int, alive: Any) -> bool:
-    """Is `holder` known dead? Only a process on this same host that no longer
-    exists counts (a crashed worker restarted on the same machine resumes at
-    once instead of waiting out the TTL). Anything unsure counts as alive;
-    taking over from a live holder would still be safe (fencing), but would
-    fail its run. `alive(pid)` probes the process."""
-    parsed = parse_holder(holder)
-    if parsed is None or parsed[0] != host or parsed[1] == pid:
+def holder_gone(holder: str, *, me: ProcessId, started: Any) -> bool:
+    """Is `holder` known dead? Only a process of this host, boot and PID
+    namespace can be checked (a crashed worker restarted on the same machine
+    resumes at once instead of waiting out the TTL): it is gone when no
+    process has its pid, or the one that has it started at another time.
+    Anything unsure counts as alive; taking over from a live holder would
+    still be safe (fencing), but would fail its run. `started(pid)` is
+    `process_started`."""
+    other = parse_holder(holder)
+    if other is None or not other.place or (other.host, other.place) != (me.host, me.place):
         return False
-    return not alive(parsed[1])
+    if other.pid == me.pid:  # this process, or one before it that had its pid
+        return bool(other.start and me.start) and other.start != me.start
+    now = started(other.pid)
+    if now is None:
+        return True
+    return bool(other.start and now) and other.start != now
 
 
-def pid_alive(pid: int) -> bool:
-    """The one OS probe here: does process `pid` exist (and is it no zombie)?"""
+def process_started(pid: int) -> str | None:
+    """The one OS probe here: None when no live process has `pid` (none, or a
+    zombie); else its start time (clock ticks since boot), or "" when this
+    process cannot read it."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
-        return False
+        return None
     except (PermissionError, OSError):
-        return True
+        return ""
+    if not _proc_is_ours():
+        return ""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+            fields = f.read().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
-        return True
+        return ""
+    if fields[0] == "Z":
+        return None
+    return fields[19] if len(fields) > 19 else ""
 
 
 # -- errors -----------------------------------------------------------------------------
