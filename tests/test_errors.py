@@ -13,6 +13,7 @@ import stat
 import threading
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -50,13 +51,87 @@ from .conftest import CONFIGS, REDIS_URL
 from .proxy import TcpProxy
 
 
-def _all_rows(saver: DurableSaver, thread_id: str) -> list[Any]:
-    return list(saver.list({"configurable": {"thread_id": thread_id}}))
+def _footprint(saver: DurableSaver) -> dict[str, Any]:
+    """What each of the saver's tiers holds, read directly rather than
+    through the saver (whose reads skip what is not a whole record): every
+    table of the SQLite file and every lgd_* table of the Postgres database
+    (found, not listed here, so a new table is covered) with its row count,
+    and every key under the Redis prefix with its fields or members."""
+    seen: dict[str, Any] = {}
+    if saver.sqlite_path:
+        local = sqlite3.connect(Path(saver.sqlite_path).resolve().as_uri() + "?mode=ro", uri=True)
+        tables = [r[0] for r in local.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        seen["sqlite"] = {t: local.execute(f'SELECT count(*) FROM "{t}"').fetchone()[0] for t in tables}
+        local.close()
+    if saver.redis_url:
+        r = redis_lib.Redis.from_url(saver.redis_url)
+        seen["redis"] = {k: _members(r, k) for k in r.scan_iter(match=f"{saver.redis_key_prefix}:*", count=1000)}
+        r.close()
+    if saver.postgres_url:
+        with psycopg.connect(saver.postgres_url, autocommit=True) as conn:
+            tables = [
+                r[0]
+                for r in conn.execute(
+                    "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema() "
+                    "AND table_type = 'BASE TABLE' AND table_name LIKE 'lgd\\_%'"
+                )
+            ]
+            seen["postgres"] = {t: conn.execute(f'SELECT count(*) FROM "{t}"').fetchone()[0] for t in tables}
+    return seen
+
+
+def _members(r: redis_lib.Redis, key: bytes) -> set[Any]:
+    """A key's fields or members (a list's or stream's positions, a string as
+    one): what a write to an existing key adds shows up as a new one."""
+    kind = r.type(key)
+    if kind == b"hash":
+        return set(r.hkeys(key))
+    if kind == b"set":
+        return set(r.smembers(key))
+    if kind == b"zset":
+        return set(r.zrange(key, 0, -1))
+    if kind == b"list":
+        return set(range(r.llen(key)))
+    if kind == b"stream":
+        return set(range(r.xlen(key)))
+    return {kind}
+
+
+# A thread's writer lease (its table, its Redis key): a put takes it, as a run
+# does, before it encodes the checkpoint, so a put refused for a value or
+# metadata it cannot encode leaves it held. It is coordination, not a record.
+LEASES = re.compile(r"^lgd_leases$|\}:lease$")
+
+
+def _added(before: dict[str, Any], after: dict[str, Any], *, but: re.Pattern[str] | None = None) -> list[Any]:
+    """What `after` holds that `before` did not: a tier, table or key, rows
+    in a table, fields or members in a key; `but` names tables and keys left
+    out. Only growth counts, so a background pass that ships the journal or
+    expires a key meanwhile is no false alarm."""
+
+    def counted(name: str | bytes) -> bool:
+        return but is None or not but.search(name.decode() if isinstance(name, bytes) else name)
+
+    new: list[Any] = [tier for tier in after if tier not in before]
+    for tier in ("sqlite", "postgres"):
+        had = before.get(tier, {})
+        new += [
+            (tier, t, had.get(t), n)
+            for t, n in after.get(tier, {}).items()
+            if counted(t) and (t not in had or n > had[t])
+        ]
+    had = before.get("redis", {})
+    for key, members in after.get("redis", {}).items():
+        if counted(key) and (key not in had or members - had[key]):
+            new.append(("redis", key, sorted(map(repr, members - had.get(key, set())))))
+    return new
 
 
 @pytest.mark.parametrize("tiers", CONFIGS)
 def test_unserializable_value_names_the_channel_and_writes_nothing(make_saver: Any, tiers: str) -> None:
     with make_saver(tiers) as saver:
+        saver.setup()  # what setup writes (the store's key, migrations) is not the put's
+        before = _footprint(saver)
         cfg = generate_config("t-bad")
         cp = generate_checkpoint(channel_values={"fine": 1, "handle": threading.Lock()})
         cp["channel_versions"] = {"fine": 1, "handle": 1}
@@ -65,7 +140,7 @@ def test_unserializable_value_names_the_channel_and_writes_nothing(make_saver: A
         assert info.value.channel == "handle"
         assert "'handle'" in str(info.value) and "lock" in str(info.value)
         assert isinstance(info.value, DurableError) and isinstance(info.value, TypeError)
-        assert _all_rows(saver, "t-bad") == []
+        assert _added(before, _footprint(saver), but=LEASES) == []  # not even the blob of "fine"
 
 
 def test_unserializable_value_in_a_real_graph(make_saver: Any) -> None:
@@ -89,8 +164,10 @@ def test_unserializable_value_in_a_real_graph(make_saver: Any) -> None:
 def test_unserializable_pending_write_writes_nothing(make_saver: Any) -> None:
     with make_saver("sqlite+redis+postgres") as saver:
         stored = saver.put(generate_config("t-w"), generate_checkpoint(), generate_metadata(), {})
+        before = _footprint(saver)
         with pytest.raises(SerializationError, match="'out'"):
             saver.put_writes(stored, [("ok", 1), ("out", object())], "task")
+        assert _added(before, _footprint(saver)) == []  # not even the write of "ok"
         tup = saver.get_tuple(stored)
         assert tup is not None and tup.pending_writes == []
 
@@ -351,33 +428,7 @@ async def test_failed_put_leaves_nothing_half_written(
     assert [r[0] for r in rows] == [cp1["id"]]
 
 
-# -- bad keys, bad metadata: refused before any tier is touched ------------------
-
-
-_DATA_TABLES = ("lgd_checkpoints", "lgd_blobs", "lgd_writes", "lgd_journal")
-# Redis keys holding records (`{thread}:<part>`); leases and the key
-# fingerprint are coordination, not data.
-_DATA_KEY = re.compile(rb"\}:(cp|blob|nss|ids:|w:)")
-
-
-def _footprint(saver: DurableSaver) -> dict[str, Any]:
-    """Every record stored in each of the saver's tiers, read directly."""
-    seen: dict[str, Any] = {}
-    if saver.sqlite_path:
-        local = sqlite3.connect(saver.sqlite_path)
-        seen["sqlite"] = {t: local.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in _DATA_TABLES}
-        local.close()
-    if saver.redis_url:
-        r = redis_lib.Redis.from_url(REDIS_URL)
-        keys = [k for k in r.scan_iter(match=f"{saver.redis_key_prefix}:*", count=1000) if _DATA_KEY.search(k)]
-        seen["redis"] = sorted((k, r.type(k), r.memory_usage(k)) for k in keys)
-        r.close()
-    if saver.postgres_url:
-        with psycopg.connect(saver.postgres_url) as conn:
-            seen["postgres"] = {
-                t: conn.execute(f"SELECT count(*) FROM {t}").fetchall() for t in _DATA_TABLES if t != "lgd_journal"
-            }
-    return seen
+# -- bad keys: refused before any tier is touched; bad metadata: before any record --
 
 
 def _bad_calls(stored: Any) -> list[tuple[str, Any, str]]:
@@ -427,7 +478,7 @@ def test_keys_no_tier_can_store_are_refused_before_any_write(make_saver: Any, ti
             with pytest.raises(ConfigError, match=re.escape(needle)) as info:
                 call(saver)
             assert len(str(info.value)) < 400, label  # names the value, never dumps it
-            assert _footprint(saver) == before, label
+            assert _added(before, _footprint(saver)) == [], label
 
 
 def test_int_and_uuid_thread_ids_are_their_text(make_saver: Any) -> None:
@@ -481,7 +532,7 @@ def test_metadata_json_cannot_hold_names_the_key_and_writes_nothing(make_saver: 
                 saver.put(generate_config("t-md"), generate_checkpoint(), metadata, {})
             assert info.value.channel == key
             assert shown in str(info.value)
-            assert _footprint(saver) == before
+            assert _added(before, _footprint(saver), but=LEASES) == []
         # A NUL inside a metadata string is no error: LangGraph drops it.
         stored = saver.put(generate_config("t-md"), generate_checkpoint(), generate_metadata(note="a\x00b"), {})
         tup = saver.get_tuple(stored)
