@@ -1,5 +1,5 @@
 """Checkpoint ids are what LangGraph writes (lowercase UUID strings), checked
-before anything is written; no accepted id poisons the thread's order or its
+before any record is written; no accepted id poisons the thread's order or its
 deletion marker."""
 
 from __future__ import annotations
@@ -15,31 +15,34 @@ from langgraph_durable import ConfigError, DurableSaver
 
 from .conftest import CONFIGS
 from .graphs import loop_graph
+from .test_errors import LEASES, _added, _footprint
 from .test_tamper import _ids_in_every_tier
 
 GOOD = str(uuid6(clock_seq=-1))
-BAD_IDS = [
-    "not-a-uuid",
-    GOOD.upper(),  # sorts below every lowercase id
-    GOOD.replace("-", ""),
-    "{" + GOOD + "}",
-    "urn:uuid:" + GOOD,
-    GOOD + " ",
-    GOOD[:-1] + "g",
-    "",
-    uuid.UUID(GOOD),  # a UUID object, not its text
-    5,
-]
+# By name: GOOD is made at import, and test ids must be the same in every
+# pytest-xdist worker.
+BAD_IDS = {
+    "not-a-uuid": "not-a-uuid",
+    "uppercase": GOOD.upper(),  # sorts below every lowercase id
+    "no-dashes": GOOD.replace("-", ""),
+    "braces": "{" + GOOD + "}",
+    "urn": "urn:uuid:" + GOOD,
+    "trailing-space": GOOD + " ",
+    "not-hex": GOOD[:-1] + "g",
+    "empty": "",
+    "uuid-object": uuid.UUID(GOOD),  # a UUID object, not its text
+    "int": 5,
+}
 SOME = ["sqlite", "sqlite+redis+postgres"]
+# Every bad id on the cheapest tier set (the check is the same whatever the
+# tiers), and one on each other set, to show no record reaches a shared tier.
+CASES = [pytest.param("sqlite", bad, id=f"sqlite-{name}") for name, bad in BAD_IDS.items()] + [
+    pytest.param(tiers, BAD_IDS["not-a-uuid"], id=f"{tiers}-not-a-uuid") for tiers in SOME if tiers != "sqlite"
+]
 
 
 def _cfg(thread: str, cid: Any = None) -> Any:
     return {"configurable": {"thread_id": thread, "checkpoint_ns": "", **({"checkpoint_id": cid} if cid else {})}}
-
-
-def _nothing_stored(saver: DurableSaver, thread: str) -> None:
-    assert list(saver.list(_cfg(thread))) == []
-    assert all(ids == set() for ids in _ids_in_every_tier(saver, thread).values())
 
 
 def _run_twice(saver: DurableSaver, thread: str) -> Any:
@@ -56,9 +59,18 @@ async def _arun_twice(saver: DurableSaver, thread: str) -> Any:
     return await graph.aget_state(_cfg(thread))
 
 
+async def _call(saver: DurableSaver, face: str, method: str, *args: Any, **kwargs: Any) -> Any:
+    """`saver.<method>` on the sync face, `saver.a<method>` on the async one;
+    a listing read to its end."""
+    if face == "sync":
+        out = getattr(saver, method)(*args, **kwargs)
+        return list(out) if method == "list" else out
+    out = getattr(saver, "a" + method)(*args, **kwargs)
+    return [t async for t in out] if method == "list" else await out
+
+
 @pytest.mark.parametrize("face", ["sync", "async"])
-@pytest.mark.parametrize("bad", BAD_IDS, ids=repr)
-@pytest.mark.parametrize("tiers", SOME)
+@pytest.mark.parametrize(("tiers", "bad"), CASES)
 async def test_a_checkpoint_id_langgraph_never_writes_is_refused_with_nothing_written(
     tiers: str, bad: Any, face: str, make_saver: Any
 ) -> None:
@@ -67,21 +79,31 @@ async def test_a_checkpoint_id_langgraph_never_writes_is_refused_with_nothing_wr
     and after `delete_thread` the marker it left hid every new run."""
     checkpoint = generate_checkpoint() | {"id": bad}
     async with make_saver(tiers) as saver:
+        saver.setup()
+        before = _footprint(saver)
         with pytest.raises(ConfigError, match="lowercase UUID string") as caught:
-            if face == "sync":
-                saver.put(_cfg("t"), checkpoint, generate_metadata(), {})
-            else:
-                await saver.aput(_cfg("t"), checkpoint, generate_metadata(), {})
+            await _call(saver, face, "put", _cfg("t"), checkpoint, generate_metadata(), {})
         assert "put: checkpoint['id']" in str(caught.value)
-        _nothing_stored(saver, "t")
-        if face == "sync":
-            saver.delete_thread("t")
-            state = _run_twice(saver, "t")
-        else:
-            await saver.adelete_thread("t")
-            state = await _arun_twice(saver, "t")
+        # The id is checked as the checkpoint is encoded, after the put took
+        # the thread's writer lease (LEASES): no record, in any tier.
+        assert _added(before, _footprint(saver), but=LEASES) == []
+        await _call(saver, face, "delete_thread", "t")
+        state = _run_twice(saver, "t") if face == "sync" else await _arun_twice(saver, "t")
     assert state.values["messages"][-1].startswith("message 1") and state.values["n"] == 2
     assert "again" in state.values["messages"]
+
+
+def _config_calls(bad: str) -> list[tuple[str, tuple[Any, ...], dict[str, Any]]]:
+    """(method, args, kwargs) of each call that reads a checkpoint id from a
+    config, with `bad` there: both faces make every one."""
+    return [
+        ("put", (_cfg("t", bad), generate_checkpoint(), generate_metadata(), {}), {}),
+        ("put_writes", (_cfg("t", bad), [("ch", 1)], "task"), {}),
+        ("get_tuple", (_cfg("t", bad),), {}),
+        ("list", (_cfg("t", bad),), {}),
+        ("list", (_cfg("t"),), {"before": _cfg("t", bad)}),
+        ("list", (_cfg("t"),), {"before": {"checkpoint_id": bad}}),
+    ]
 
 
 @pytest.mark.parametrize("face", ["sync", "async"])
@@ -93,33 +115,13 @@ async def test_a_malformed_checkpoint_id_in_a_config_is_refused(tiers: str, face
     written. (A get of an id that cannot exist could return None; an error
     says the caller passed something that is not a checkpoint id, typically
     a config built by hand with the wrong field.)"""
-    bad = "not-a-uuid"
     async with make_saver(tiers) as saver:
-        calls: list[Any]
-        if face == "sync":
-            calls = [
-                lambda: saver.put(_cfg("t", bad), generate_checkpoint(), generate_metadata(), {}),
-                lambda: saver.put_writes(_cfg("t", bad), [("ch", 1)], "task"),
-                lambda: saver.get_tuple(_cfg("t", bad)),
-                lambda: list(saver.list(_cfg("t", bad))),
-                lambda: list(saver.list(_cfg("t"), before=_cfg("t", bad))),
-                lambda: list(saver.list(_cfg("t"), before={"checkpoint_id": bad})),
-            ]
-            for call in calls:
-                with pytest.raises(ConfigError, match="is not a checkpoint id"):
-                    call()
-        else:
-            acalls = [
-                lambda: saver.aput(_cfg("t", bad), generate_checkpoint(), generate_metadata(), {}),
-                lambda: saver.aput_writes(_cfg("t", bad), [("ch", 1)], "task"),
-                lambda: saver.aget_tuple(_cfg("t", bad)),
-            ]
-            for acall in acalls:
-                with pytest.raises(ConfigError, match="is not a checkpoint id"):
-                    await acall()
+        saver.setup()
+        before = _footprint(saver)
+        for method, args, kwargs in _config_calls("not-a-uuid"):
             with pytest.raises(ConfigError, match="is not a checkpoint id"):
-                [t async for t in saver.alist(_cfg("t"), before=_cfg("t", bad))]
-        _nothing_stored(saver, "t")
+                await _call(saver, face, method, *args, **kwargs)
+            assert _added(before, _footprint(saver)) == [], (method, kwargs)  # not even a lease
 
 
 @pytest.mark.parametrize(
@@ -130,6 +132,7 @@ async def test_a_malformed_checkpoint_id_in_a_config_is_refused(tiers: str, face
         str(uuid.uuid4()),  # what the conformance suite asks for
         "00000000-0000-0000-0000-000000000000",
     ],
+    ids=["today", "older-langgraph", "uuid4", "nil"],  # two are made at import, another in each xdist worker
 )
 def test_every_id_langgraph_writes_is_accepted(cid: str, make_saver: Any) -> None:
     with make_saver("sqlite") as saver:
