@@ -8,7 +8,10 @@ database named by ``LANGGRAPH_DURABLE_REDIS_URL`` /
 A notebook keeps its Redis keys under a prefix of its own run
 (``REDIS_KEY_PREFIX``, since from_env takes a prefix only as the
 ``redis_key_prefix=`` option) and removes them; the test checks that it did,
-and removes what a failed run left.
+and removes what a failed run left. On Redis and Postgres the test also
+checks, after each cell, that the notebook wrote there: keys under its
+prefix, checkpoints in the database (a notebook that ignored the environment
+would run on SQLite alone twice).
 """
 
 from __future__ import annotations
@@ -17,11 +20,13 @@ import ast
 import asyncio
 import inspect
 import json
+import os
 import sys
 import types
 from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 import redis as redis_lib
 
@@ -65,6 +70,16 @@ def _redis_keys(prefix: str) -> list[bytes]:
         client.close()
 
 
+def _postgres_checkpoints(url: str) -> int:
+    """Checkpoint rows in the run's own database (none before its tables exist)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SELECT to_regclass('lgd_checkpoints')").fetchone()
+        if row is None or row[0] is None:
+            return 0
+        (count,) = conn.execute("SELECT count(*) FROM lgd_checkpoints").fetchone() or (0,)
+        return int(count)
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_runs(path: Path, tiers: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)  # also restores the working directory a notebook changes
@@ -73,6 +88,10 @@ def test_notebook_runs(path: Path, tiers: str, tmp_path: Path, monkeypatch: pyte
     module = types.ModuleType("__notebook__")
     monkeypatch.setitem(sys.modules, "__notebook__", module)
     namespace = module.__dict__
+    postgres_url = os.environ.get(ENV_POSTGRES_URL)
+    # Whether the notebook's Redis keys / Postgres rows were there after some
+    # cell: it removes them at its end, so they are looked for along the way.
+    wrote = {"redis": False, "postgres": False}
     loop = asyncio.new_event_loop()
     try:
         for i, cell in enumerate(cells):
@@ -81,6 +100,12 @@ def test_notebook_runs(path: Path, tiers: str, tmp_path: Path, monkeypatch: pyte
             result = eval(code, namespace)
             if inspect.iscoroutine(result):
                 loop.run_until_complete(result)
+            if tiers != "embedded":
+                prefix = namespace.get("REDIS_KEY_PREFIX")
+                wrote["redis"] = wrote["redis"] or (isinstance(prefix, str) and bool(_redis_keys(prefix)))
+                wrote["postgres"] = wrote["postgres"] or (
+                    postgres_url is not None and _postgres_checkpoints(postgres_url) > 0
+                )
     finally:
         loop.close()
         prefix = namespace.get("REDIS_KEY_PREFIX")
@@ -90,3 +115,5 @@ def test_notebook_runs(path: Path, tiers: str, tmp_path: Path, monkeypatch: pyte
             client.delete(*left)
             client.close()
     assert left == [], f"{path.name} left {len(left)} Redis key(s) behind"
+    if tiers != "embedded":
+        assert wrote == {"redis": True, "postgres": True}, f"{path.name} did not use the tiers it was given: {wrote}"
