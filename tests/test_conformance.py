@@ -1,9 +1,19 @@
 """langgraph-checkpoint-conformance, base and extended, for every tier
-configuration, through the async face and (via an adapter) the sync face."""
+configuration, through the async face and (via an adapter) the sync face.
+
+The suite only awaits a* methods. `SyncFace` answers them with the sync
+methods, each called in a worker thread with no running event loop, the way
+``graph.invoke`` calls them from a plain thread; `LoopGuard` records the
+thread of every sync call and fails the case if any ran on the event loop's
+thread."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator, Sequence
+import asyncio
+import functools
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
@@ -28,11 +38,93 @@ EXPECTED_CASES = sum(
 )
 
 
+# The sync methods an application calls from a plain thread (graph.invoke's
+# thread or its executor's), and that SyncFace drives.
+SYNC_METHODS = (
+    "setup",
+    "close",
+    "get",
+    "get_tuple",
+    "list",
+    "put",
+    "put_writes",
+    "delete_thread",
+    "delete_for_runs",
+    "copy_thread",
+    "prune",
+)
+
+
+@dataclass
+class SyncCall:
+    method: str
+    thread: int
+    loop_running: bool
+
+
+class LoopGuard:
+    """Records the thread of every call (every step, for `list`) of a
+    DurableSaver's sync methods, and whether an event loop was running in it.
+
+    Installed on the instance, so it also sees a sync call the adapter did
+    not route (the suite or the saver itself calling one), not just the
+    adapter's own."""
+
+    def __init__(self) -> None:
+        self.calls: list[SyncCall] = []
+        self._lock = threading.Lock()
+
+    def _note(self, method: str) -> None:
+        try:
+            asyncio.get_running_loop()
+            running = True
+        except RuntimeError:
+            running = False
+        with self._lock:
+            self.calls.append(SyncCall(method, threading.get_ident(), running))
+
+    def install(self, saver: DurableSaver) -> DurableSaver:
+        for name in SYNC_METHODS:
+            original = getattr(saver, name)
+            wrapper = self._stepped(name, original) if name == "list" else self._called(name, original)
+            setattr(saver, name, functools.wraps(original)(wrapper))
+        return saver
+
+    def _called(self, name: str, original: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self._note(name)
+            return original(*args, **kwargs)
+
+        return call
+
+    def _stepped(self, name: str, original: Callable[..., Any]) -> Callable[..., Any]:
+        # A generator does its work as it is stepped, not when it is made.
+        def steps(*args: Any, **kwargs: Any) -> Iterator[Any]:
+            items = original(*args, **kwargs)
+            while True:
+                self._note(name)
+                try:
+                    item = next(items)
+                except StopIteration:
+                    return
+                yield item
+
+        return steps
+
+    def check(self, loop_thread: int) -> None:
+        assert self.calls, "no sync call was recorded: the guard saw nothing"
+        wrong = [c for c in self.calls if c.loop_running or c.thread == loop_thread]
+        assert not wrong, f"{len(wrong)} of {len(self.calls)} sync calls ran on the event loop's thread: {wrong[:5]}"
+
+
 class SyncFace(BaseCheckpointSaver[str]):
-    """Routes the suite's a* calls to DurableSaver's *sync* methods.
+    """Routes the suite's a* calls to DurableSaver's *sync* methods, each run
+    in a plain thread (no running event loop), as graph.invoke calls them.
 
     The conformance suite only calls the async face; this adapter puts the
-    sync face through the same 79 cases. It adds no behaviour of its own.
+    sync face through the same cases. It adds no behaviour of its own: a
+    `list` is stepped to its end inside one worker thread (as an app's
+    ``for`` loop would step it in its own), then handed over.
     """
 
     def __init__(self, inner: DurableSaver) -> None:
@@ -40,39 +132,42 @@ class SyncFace(BaseCheckpointSaver[str]):
         self.inner = inner
 
     async def aget_tuple(self, config: Any) -> CheckpointTuple | None:
-        return self.inner.get_tuple(config)
+        return await asyncio.to_thread(self.inner.get_tuple, config)
 
     async def alist(self, config: Any, **kwargs: Any) -> AsyncIterator[CheckpointTuple]:
-        for item in self.inner.list(config, **kwargs):
+        items = await asyncio.to_thread(lambda: list(self.inner.list(config, **kwargs)))
+        for item in items:
             yield item
 
     def list(self, config: Any, **kwargs: Any) -> Iterator[CheckpointTuple]:
         return self.inner.list(config, **kwargs)
 
     async def aput(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
-        return self.inner.put(config, checkpoint, metadata, new_versions)
+        return await asyncio.to_thread(self.inner.put, config, checkpoint, metadata, new_versions)
 
     async def aput_writes(self, config: Any, writes: Any, task_id: str, task_path: str = "") -> None:
-        self.inner.put_writes(config, writes, task_id, task_path)
+        await asyncio.to_thread(self.inner.put_writes, config, writes, task_id, task_path)
 
     async def adelete_thread(self, thread_id: str) -> None:
-        self.inner.delete_thread(thread_id)
+        await asyncio.to_thread(self.inner.delete_thread, thread_id)
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
-        self.inner.delete_for_runs(run_ids)
+        await asyncio.to_thread(self.inner.delete_for_runs, run_ids)
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        self.inner.copy_thread(source_thread_id, target_thread_id)
+        await asyncio.to_thread(self.inner.copy_thread, source_thread_id, target_thread_id)
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        self.inner.prune(thread_ids, strategy=strategy)
+        await asyncio.to_thread(functools.partial(self.inner.prune, thread_ids, strategy=strategy))
 
     def get_next_version(self, current: Any, channel: None) -> str:
+        # Pure (no I/O, no saver state): the suite may call it where it likes.
         return self.inner.get_next_version(current, channel)
 
 
 async def _run_suite(make_saver: Any, tiers: str, face: str, **options: Any) -> None:
     counter = iter(range(1000))
+    guard = LoopGuard()
 
     @checkpointer_test(name=f"DurableSaver[{tiers}, {face}, {options}]")
     async def factory() -> AsyncIterator[BaseCheckpointSaver]:
@@ -84,9 +179,10 @@ async def _run_suite(make_saver: Any, tiers: str, face: str, **options: Any) -> 
             yield saver
             await saver.aclose()
         else:
-            saver.setup()
+            guard.install(saver)
+            await asyncio.to_thread(saver.setup)
             yield SyncFace(saver)
-            saver.close()
+            await asyncio.to_thread(saver.close)
 
     report = await validate(factory)
     async with factory.create() as probe:
@@ -102,6 +198,8 @@ async def _run_suite(make_saver: Any, tiers: str, face: str, **options: Any) -> 
     assert report.passed_all_base()
     ran = sum(r.tests_passed for r in report.results.values())
     assert ran == EXPECTED_CASES, f"expected all {EXPECTED_CASES} cases of the suite to pass, {ran} did"
+    if face == "sync":
+        guard.check(loop_thread=threading.get_ident())
 
 
 @pytest.mark.parametrize("tiers", CONFIGS)
