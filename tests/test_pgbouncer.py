@@ -86,23 +86,42 @@ def test_the_option_reaches_the_pool_and_the_environment(monkeypatch: pytest.Mon
 # -- the failure it prevents -------------------------------------------------------------------
 
 
+@pytest.fixture
+def one_session_url(postgres_url: str) -> Iterator[str]:
+    """The test's database through a pooler with ONE server session: the
+    statements psycopg prepares for every client land in it, so the second
+    client to prepare one meets the first one's name ("already exists")
+    every time. Across several sessions a client may instead bind its
+    statement's name in a session where another client's statement of the
+    same shape holds it, and run that one: a type error at best, nothing
+    the tier can tell from a bad argument."""
+    bouncer = PrivateBouncer(POSTGRES_URL)
+    settings = bouncer.ini.read_text()
+    one = re.sub(r"(?m)^default_pool_size = \d+$", "default_pool_size = 1", settings)
+    assert one != settings, settings
+    bouncer.ini.write_text(one)
+    with bouncer:
+        yield bouncer.url_for(postgres_url)
+
+
 @pytest.mark.parametrize("face", ["sync", "async"])
 @pytest.mark.parametrize("prepared", [True, False])
 async def test_prepared_statements_break_behind_transaction_pooling(
-    make_saver: Any, pooled_url: str, prepared: bool, face: str
+    make_saver: Any, one_session_url: str, prepared: bool, face: str
 ) -> None:
     """Two replicas taking turns: psycopg prepares a statement once a
     connection has run it 5 times, as ``_pg3_0``, ``_pg3_1``, ... on
-    whichever server session the pooler lent it. The second replica's
-    ``_pg3_0`` then meets the first one's in that session ("already exists"),
-    or a replica's own is looked for in another session ("does not exist").
-    The tier turns either into a `ConfigError` that says what to do. With
-    prepared statements off, the same turns all succeed."""
+    whichever server session the pooler lent it; here every client shares
+    one, so the second connection to prepare a statement meets the first
+    one's ``_pg3_0`` ("already exists"). The tier turns that into a
+    `ConfigError` that says what to do. With prepared statements off, the
+    same turns all succeed."""
     runs = 20
-    replicas = [make_saver("postgres", postgres=pooled_url, postgres_prepared_statements=prepared) for _ in range(2)]
+    replicas = [
+        make_saver("postgres", postgres=one_session_url, postgres_prepared_statements=prepared) for _ in range(2)
+    ]
     graphs = [lease_worker.counter().compile(checkpointer=s) for s in replicas]
     failed: ConfigError | None = None
-    ran_other: psycopg.errors.DataError | None = None
     try:
         for i in range(runs):
             try:
@@ -110,34 +129,69 @@ async def test_prepared_statements_break_behind_transaction_pooling(
                     args = ({"hits": [f"{n}-{i}"]}, {"configurable": {"thread_id": f"replica-{n}"}})
                     _ = graph.invoke(*args) if face == "sync" else await graph.ainvoke(*args)
             except ConfigError as exc:
-                failed = exc  # in the 4th to 6th turn, in practice
-                break
-            except psycopg.errors.DataError as exc:
-                # The worse case the option's docstring names: a bind to
-                # another client's statement with the same number of
-                # parameters ran that statement; a type error shows it.
-                ran_other = exc
+                failed = exc  # in the first turns, in practice
                 break
     finally:
         for s in replicas:
             with contextlib.suppress(ConfigError):  # releasing the lease may meet the same broken statement
                 _ = s.close() if face == "sync" else await s.aclose()
     if not prepared:
-        assert failed is None and ran_other is None
+        assert failed is None
         with make_saver("postgres") as direct:  # straight to Postgres
             for n in range(2):
                 state = direct.get_tuple({"configurable": {"thread_id": f"replica-{n}"}}).checkpoint
                 assert state["channel_values"]["count"] == runs
         return
-    if ran_other is not None:
-        return  # broken as documented, without a message the tier can recognize
     assert failed is not None, f"{runs} turns of two replicas through the pooler met no broken prepared statement"
-    assert "postgres_prepared_statements=False" in str(failed)
-    assert isinstance(failed.__cause__, psycopg.Error)
-    # "already exists", "does not exist", or a bind to another client's
-    # statement with a different number of parameters
-    found = re.search(r'prepared statement "_pg3_\d+" (already exists|does not exist|requires \d+)', str(failed))
-    assert found, failed
+    _is_the_advice(failed, psycopg.errors.DuplicatePreparedStatement, "already exists")
+
+
+@pytest.mark.parametrize("face", ["sync", "async"])
+async def test_a_prepared_statement_missing_from_the_session_gets_the_same_advice(
+    make_saver: Any, one_session_url: str, face: str
+) -> None:
+    """The other way a pooler breaks them: the session a transaction lands
+    in lacks the statement the connection prepared elsewhere ("does not
+    exist"). Here the one session forgets them (``DEALLOCATE ALL``) between
+    two runs of a replica with one connection (so no "already exists" of
+    its own comes first)."""
+    saver = make_saver("postgres", postgres=one_session_url, postgres_pool_size=1)
+    graph = lease_worker.counter().compile(checkpointer=saver)
+
+    async def run(hit: str) -> None:
+        args = ({"hits": [hit]}, {"configurable": {"thread_id": "solo"}})
+        _ = graph.invoke(*args) if face == "sync" else await graph.ainvoke(*args)
+
+    failed: ConfigError | None = None
+    try:
+        for i in range(8):  # past psycopg's prepare threshold (5 runs of a statement)
+            await run(str(i))
+        with psycopg.connect(one_session_url, autocommit=True) as session:
+            assert session.execute("SELECT count(*) FROM pg_prepared_statements").fetchone() != (0,)
+            session.execute("DEALLOCATE ALL")
+        with pytest.raises(ConfigError) as info:
+            await run("8")
+        failed = info.value
+    finally:
+        with contextlib.suppress(ConfigError):  # releasing the lease may meet the same missing statement
+            _ = saver.close() if face == "sync" else await saver.aclose()
+    _is_the_advice(failed, psycopg.errors.InvalidSqlStatementName, "does not exist")
+
+
+def _is_the_advice(failed: ConfigError | None, cause: type[psycopg.Error], reason: str) -> None:
+    """The server's error, kept as the cause and quoted, and the advice:
+    what is in the way, and both ways out of it."""
+    assert failed is not None
+    message = str(failed)
+    assert isinstance(failed.__cause__, cause), repr(failed.__cause__)
+    assert re.search(rf'prepared statement "_pg3_\d+" {reason}', message), message
+    for advice in (
+        "pool_mode = transaction",
+        "postgres_prepared_statements=False",
+        f"{ENV_POSTGRES_PREPARED_STATEMENTS}=false",
+        "max_prepared_statements > 0",
+    ):
+        assert advice in message, (advice, message)
 
 
 # -- with the option: everything works ---------------------------------------------------------
