@@ -69,14 +69,17 @@ def _footprint(saver: DurableSaver) -> dict[str, Any]:
         r.close()
     if saver.postgres_url:
         with psycopg.connect(saver.postgres_url, autocommit=True) as conn:
-            tables = [
-                r[0]
-                for r in conn.execute(
-                    "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema() "
-                    "AND table_type = 'BASE TABLE' AND table_name LIKE 'lgd\\_%'"
-                )
-            ]
-            seen["postgres"] = {t: conn.execute(f'SELECT count(*) FROM "{t}"').fetchone()[0] for t in tables}
+            # In any schema: the database is the test's own, and a saver may
+            # keep its tables outside the search path.
+            tables = conn.execute(
+                "SELECT table_schema, table_name FROM information_schema.tables WHERE table_type = 'BASE TABLE' "
+                "AND table_name LIKE 'lgd\\_%' AND table_schema NOT IN ('pg_catalog', 'information_schema')"
+            ).fetchall()
+            assert tables, "no lgd_* table in the test's database: a footprint of nothing proves nothing"
+            seen["postgres"] = {
+                f"{schema}.{t}": conn.execute(f'SELECT count(*) FROM "{schema}"."{t}"').fetchone()[0]
+                for schema, t in tables
+            }
     return seen
 
 
@@ -100,7 +103,7 @@ def _members(r: redis_lib.Redis, key: bytes) -> set[Any]:
 # A thread's writer lease (its table, its Redis key): a put takes it, as a run
 # does, before it encodes the checkpoint, so a put refused for a value or
 # metadata it cannot encode leaves it held. It is coordination, not a record.
-LEASES = re.compile(r"^lgd_leases$|\}:lease$")
+LEASES = re.compile(r"(^|\.)lgd_leases$|\}:lease$")
 
 
 def _added(before: dict[str, Any], after: dict[str, Any], *, but: re.Pattern[str] | None = None) -> list[Any]:
