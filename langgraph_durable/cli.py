@@ -63,6 +63,7 @@ from .environment import (
     ENV_LEASE_LINGER,
     ENV_OLD_SIGNING_KEYS,
     ENV_POSTGRES_PREPARED_STATEMENTS,
+    ENV_POSTGRES_SCHEMA,
     ENV_REDIS_KEY_PREFIX,
     ENV_REDIS_TTL,
     ENV_SERDE,
@@ -132,6 +133,7 @@ ENVIRONMENT_HELP = f"""environment (the tier flags override it; a flag given as 
   {ENV_REDIS_TTL:<36} seconds after which an idle thread leaves Redis
   {POSTGRES.env:<36} {POSTGRES.what}
   {ENV_POSTGRES_PREPARED_STATEMENTS:<36} false behind PgBouncer in transaction mode
+  {ENV_POSTGRES_SCHEMA:<36} the Postgres schema of the saver's tables
   {ENV_SIGNING_KEY:<36} the key that signs every record (HMAC); it must be
   {"":<36} the key the store was written with
   {ENV_OLD_SIGNING_KEYS:<36} older keys still accepted during a rotation,

@@ -41,6 +41,8 @@ ENV_LEASE_LINGER = "LANGGRAPH_DURABLE_LEASE_LINGER"
 ENV_OLD_SIGNING_KEYS = "LANGGRAPH_DURABLE_OLD_SIGNING_KEYS"
 # "false" behind a pooler in transaction mode (PgBouncer): see postgres_prepared_statements.
 ENV_POSTGRES_PREPARED_STATEMENTS = "LANGGRAPH_DURABLE_POSTGRES_PREPARED_STATEMENTS"
+# The Postgres schema the saver's tables live in (postgres_schema).
+ENV_POSTGRES_SCHEMA = "LANGGRAPH_DURABLE_POSTGRES_SCHEMA"
 
 
 # The first part of every Redis key the saver writes (redis_key_prefix).

@@ -23,6 +23,7 @@ from .environment import (  # noqa: F401 (where they were always imported from)
     ENV_LEASE_LINGER,
     ENV_OLD_SIGNING_KEYS,
     ENV_POSTGRES_PREPARED_STATEMENTS,
+    ENV_POSTGRES_SCHEMA,
     ENV_POSTGRES_URL,
     ENV_REDIS_KEY_PREFIX,
     ENV_REDIS_TTL,
@@ -37,6 +38,7 @@ from .integrity import OnCorruption
 from .model.backlog import WRITE_MODES, WriteMode
 from .model.codec import serde_from_spec
 from .retention import RetentionPolicy
+from .tiers.postgres.sql import MAX_SCHEMA_BYTES
 from .tiers.redis.tier_async import check_url as check_redis_url
 from .tiers.registry import KINDS, POSTGRES, REDIS, SQLITE, TierKind
 from .tiers.supplied import Supplied, supplied_postgres, supplied_redis
@@ -50,7 +52,37 @@ ENV_OF_KEYWORD = {
     "redis_ttl": ENV_REDIS_TTL,
     "lease_linger": ENV_LEASE_LINGER,
     "archive": ENV_ARCHIVE_URL,
+    "postgres_schema": ENV_POSTGRES_SCHEMA,
 }
+
+
+def check_postgres_schema(schema: object, pool: Supplied | None) -> None:
+    """``postgres_schema=``: a schema name Postgres keeps whole. A pool of
+    the caller's that sets its connections up with a callback (``configure=``
+    or ``reset=``, typically a ``search_path``) needs one: the other face's
+    pool is the saver's own and cannot run the caller's callback (an async
+    one on sync connections, or the other way round), so without a schema
+    named here the two faces would read and write different tables."""
+    if schema is not None and (
+        not isinstance(schema, str)
+        or not schema
+        or "\x00" in schema
+        or len(schema.encode()) > MAX_SCHEMA_BYTES
+        or schema.startswith("pg_")
+    ):
+        raise ConfigError(
+            f"postgres_schema must be a schema name of 1 to {MAX_SCHEMA_BYTES} bytes not starting with pg_ "
+            f"(Postgres reserves those), or None for the connections' search_path; got {schema!r}."
+        )
+    if schema is None and pool is not None and pool.callbacks:
+        raise ConfigError(
+            f"postgres= got a psycopg pool with a {' and '.join(pool.callbacks)} callback: the saver serves its "
+            "other face (the sync methods for an async pool, which LangGraph calls too) from a pool of its own, "
+            "which cannot run your callback, so a search_path it sets would hold on one face only and the two "
+            "faces would use different tables. Name the schema: DurableSaver(postgres=pool, "
+            "postgres_schema='...') (the saver then names its tables in that schema on both faces, creating it "
+            "at setup if needed; 'public' for the default one)."
+        )
 
 
 @dataclass(frozen=True)
@@ -67,6 +99,8 @@ class TierOptions:
     redis_ttl: float | None
     postgres_pool_size: int
     postgres_prepared_statements: bool
+    postgres_schema: str | None
+    """The schema of the saver's tables (None: the connections' search_path)."""
     sqlite_busy_timeout: float
     connect_timeout: float
     call_timeout: float | None
@@ -105,6 +139,7 @@ class TierOptions:
                 "connect_timeout": self.connect_timeout,
                 "call_timeout": self.call_timeout,
                 "prepared_statements": self.postgres_prepared_statements,
+                "schema": self.postgres_schema,
             }
         raise ValueError(f"{kind.keyword} is not a shared tier")
 
@@ -181,6 +216,7 @@ class Options:
         redis_ttl: float | None,
         postgres_pool_size: int,
         postgres_prepared_statements: bool,
+        postgres_schema: str | None,
         sqlite_busy_timeout: float,
         connect_timeout: float,
         on_corruption: OnCorruption,
@@ -269,6 +305,7 @@ class Options:
             raise ConfigError(
                 f"postgres_prepared_statements must be True or False, got {postgres_prepared_statements!r}."
             )
+        check_postgres_schema(postgres_schema, postgres_pool)
         keys = signing_keys_of(signing_key, signing_keys)
         if redis_ttl is not None and (
             isinstance(redis_ttl, bool)
@@ -301,6 +338,7 @@ class Options:
                 redis_ttl=redis_ttl,
                 postgres_pool_size=postgres_pool_size,
                 postgres_prepared_statements=postgres_prepared_statements,
+                postgres_schema=postgres_schema,
                 sqlite_busy_timeout=sqlite_busy_timeout,
                 connect_timeout=connect_timeout,
                 call_timeout=call_timeout,
@@ -376,6 +414,8 @@ def env_options(env: Mapping[str, str], default_sqlite: str) -> dict[str, Any]:
         kwargs["postgres_prepared_statements"] = env_flag(
             ENV_POSTGRES_PREPARED_STATEMENTS, env[ENV_POSTGRES_PREPARED_STATEMENTS]
         )
+    if env.get(ENV_POSTGRES_SCHEMA):
+        kwargs["postgres_schema"] = env[ENV_POSTGRES_SCHEMA]
     if env.get(ENV_SERDE):
         kwargs["serde"] = serde_from_spec(env[ENV_SERDE], what=ENV_SERDE)
     if env.get(ENV_SIGNING_KEY) or env.get(ENV_OLD_SIGNING_KEYS):

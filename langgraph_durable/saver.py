@@ -238,7 +238,11 @@ class DurableSaver(BaseCheckpointSaver[str]):
             ``postgres_prepared_statements=False``) and puts the
             connection's own settings back when it returns it. The other
             face (the sync methods, for an async pool) gets a pool of its
-            own to the same server. Yours is left open on close.
+            own to the same server. Yours is left open on close. A pool
+            with a ``configure=`` or ``reset=`` callback needs
+            ``postgres_schema=``: the other face's pool cannot run it, so
+            a ``search_path`` it sets would hold on one face only
+            (`ConfigError` otherwise).
         serde: the serializer (default: LangGraph's JsonPlusSerializer).
         signing_key: bytes or str (16 bytes or more). Makes each record's
             checksum an HMAC, so records planted without the key are rejected.
@@ -294,6 +298,14 @@ class DurableSaver(BaseCheckpointSaver[str]):
             The tier keeps no other session state, so nothing else needs
             changing. Also
             ``LANGGRAPH_DURABLE_POSTGRES_PREPARED_STATEMENTS=false``.
+        postgres_schema: the Postgres schema of the saver's tables, created
+            by ``setup()`` if missing (looked up first, so a role that may
+            not create schemas can use one made for it). Every statement
+            names its tables in it, so two applications can share one
+            database in two schemas, behind PgBouncer too, whatever their
+            connections' ``search_path``. None (default): the tables are
+            wherever the connections' ``search_path`` finds them (``public``
+            unless you set it). Also ``LANGGRAPH_DURABLE_POSTGRES_SCHEMA``.
         sqlite_busy_timeout: seconds to wait for another process's SQLite lock.
         connect_timeout: seconds before Redis or Postgres counts as unreachable
             when connecting (and waiting for a pooled Postgres connection);
@@ -477,6 +489,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         redis_ttl: float | None = None,
         postgres_pool_size: int = DEFAULT_POOL_SIZE,
         postgres_prepared_statements: bool = True,
+        postgres_schema: str | None = None,
         sqlite_busy_timeout: float = DEFAULT_BUSY_TIMEOUT_S,
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
         on_corruption: OnCorruption = "fallback",
@@ -518,6 +531,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
             redis_ttl=redis_ttl,
             postgres_pool_size=postgres_pool_size,
             postgres_prepared_statements=postgres_prepared_statements,
+            postgres_schema=postgres_schema,
             sqlite_busy_timeout=sqlite_busy_timeout,
             connect_timeout=connect_timeout,
             on_corruption=on_corruption,
@@ -544,6 +558,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         self.redis_ttl = tiers.redis_ttl
         self.postgres_pool_size = tiers.postgres_pool_size
         self.postgres_prepared_statements = tiers.postgres_prepared_statements
+        self.postgres_schema = tiers.postgres_schema
         self.connect_timeout = tiers.connect_timeout
         # Without a signing key anyone who can write to Redis or Postgres can
         # plant a record that verifies; decoding it with LangGraph's default

@@ -51,6 +51,9 @@ class Supplied:
     or client is opened from (a libpq conninfo string or a redis URL)."""
     cluster: bool = False
     """A Redis Cluster client."""
+    callbacks: tuple[str, ...] = ()
+    """The pool's connection callbacks (``configure``, ``reset``): they run
+    on its own connections only, never on the other face's."""
 
     def for_face(self, asynchronous: bool) -> Any:
         """The caller's object if it serves this face, else None."""
@@ -83,7 +86,8 @@ def supplied_postgres(value: object) -> Supplied | None:
             "give the pool a conninfo string or URL and only libpq parameters (plus autocommit, row_factory, "
             "prepare_threshold) in kwargs=."
         ) from exc
-    return Supplied(value, isinstance(value, AsyncConnectionPool), conninfo)
+    callbacks = tuple(name for name in ("configure", "reset") if getattr(value, f"_{name}", None) is not None)
+    return Supplied(value, isinstance(value, AsyncConnectionPool), conninfo, callbacks=callbacks)
 
 
 def supplied_redis(value: object) -> Supplied | None:

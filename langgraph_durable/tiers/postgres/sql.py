@@ -10,7 +10,12 @@ statement: `chained` or `fenced` fills the slot and joins them.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+import inspect
+import re
+import sys
+import types
+from collections.abc import Callable, Sequence
+from typing import Any
 
 # -- schema -------------------------------------------------------------------
 
@@ -477,3 +482,76 @@ RELEASE_LEASE = (
 )
 # A hand-off request on a holder's channel (`lease.hand_off_channel`).
 NOTIFY_HAND_OFF = "SELECT pg_notify(%s, %s)"
+
+
+# -- a schema of the saver's own (``postgres_schema=``) ------------------------
+
+# The tables' names where a statement names them, never an index's name
+# (``lgd_checkpoints_run``) nor a name already qualified.
+_TABLE = re.compile(
+    r'(?<![\w."\x00])(lgd_(?:checkpoints|blobs|writes|quarantine|ledger|meta|leases|migrations))(?![\w"])'
+)
+# DROP INDEX finds its index through the search_path unless qualified.
+_DROPPED_INDEX = re.compile(r"(DROP INDEX (?:IF EXISTS )?)(lgd_\w+)")
+# A row lock's OF names a table of the FROM clause, unqualified.
+_LOCKED = re.compile(r"(FOR (?:NO KEY |KEY )?(?:SHARE|UPDATE) OF )lgd_")
+# Postgres truncates identifiers to 63 bytes (NAMEDATALEN - 1).
+MAX_SCHEMA_BYTES = 63
+
+
+def quote_ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def qualify(statement: str, schema: str | None = None) -> str:
+    """`statement` with every table of the saver's in `schema` (None: as
+    the connection's search_path finds them). Idempotent."""
+    if schema is None:
+        return statement
+    schema_q = quote_ident(schema)
+    statement = _DROPPED_INDEX.sub(lambda m: f"{m[1]}{schema_q}.{m[2]}", statement)
+    statement = _LOCKED.sub(lambda m: f"{m[1]}\x00lgd_", statement)  # marked: left unqualified
+    return _TABLE.sub(lambda m: f"{schema_q}.{m[1]}", statement).replace("\x00", "")
+
+
+SCHEMA_EXISTS = "SELECT 1 FROM pg_namespace WHERE nspname = %s"
+
+
+def create_schema(schema: str) -> str:
+    return f"CREATE SCHEMA IF NOT EXISTS {quote_ident(schema)}"
+
+
+def in_schema(schema: str | None) -> Any:
+    """This module's statements and statement builders with the tables in
+    `schema`: what a tier reads as ``self.sql``. Qualified names, not a
+    ``SET search_path``: behind a transaction pooler each statement may run
+    in another server session, and an application's pool keeps its own
+    search_path."""
+    module = sys.modules[__name__]
+    if schema is None:
+        return module
+    names: dict[str, Any] = {}
+    for name, value in vars(module).items():
+        if name.startswith("_") or name in _NOT_STATEMENTS:
+            continue
+        if isinstance(value, str):
+            names[name] = qualify(value, schema)
+        elif isinstance(value, tuple | list) and all(isinstance(v, str) for v in value):
+            names[name] = type(value)(qualify(v, schema) for v in value)
+        elif isinstance(value, int):
+            names[name] = value
+        elif callable(value) and getattr(value, "__module__", None) == __name__:
+            names[name] = _qualifying(inspect.unwrap(value), schema)
+    names["qualify"] = functools.partial(qualify, schema=schema)
+    return types.SimpleNamespace(**names)
+
+
+def _qualifying(builder: Callable[..., str], schema: str) -> Callable[..., str]:
+    @functools.lru_cache(maxsize=256)
+    def built(*args: Any, **kwargs: Any) -> str:
+        return qualify(builder(*args, **kwargs), schema)
+
+    return built
+
+
+_NOT_STATEMENTS = frozenset({"in_schema", "qualify", "quote_ident", "create_schema", "SCHEMA_EXISTS"})

@@ -48,7 +48,7 @@ from ..base import (
 )
 from ..pools import LONG_CALL_FACTOR, LONG_CALL_TIMEOUT_S, ConnectionPool, long_call_timeout, watched
 from . import sql
-from .sql import MIGRATIONS
+from .sql import MIGRATIONS  # noqa: F401 - the schema's versions, as tests and tools import them
 
 DEFAULT_POOL_SIZE = 10
 # A fenced write renews its lease when the last renewal this saver sent is
@@ -178,8 +178,13 @@ class PostgresTier:
         call_timeout: float | None = DEFAULT_CALL_TIMEOUT_S,
         prepared_statements: bool = True,
         pool: ConnectionPool | None = None,
+        schema: str | None = None,
     ) -> None:
         self.url = url
+        # Every statement names its tables in `schema` when one is given
+        # (`sql.in_schema`), on both faces and whatever a pool's search_path.
+        self.schema = schema
+        self.sql = sql.in_schema(schema)
         self.where = redact(url)
         self.connect_timeout = connect_timeout
         self.call_timeout = call_timeout
@@ -426,14 +431,20 @@ class PostgresTier:
         self._open()
         with self._unreachable():
             with self._connection(timed=False, doing="setup") as conn, conn.transaction():
-                conn.execute(sql.LOCK_MIGRATIONS, (sql.MIGRATION_LOCK,))
-                conn.execute(sql.CREATE_MIGRATIONS_TABLE)
-                cur = conn.execute(sql.SELECT_SCHEMA_VERSION)
+                conn.execute(self.sql.LOCK_MIGRATIONS, (self.sql.MIGRATION_LOCK,))
+                if self.schema is not None:
+                    # Looked up first: a role that may not create schemas can
+                    # still use one an administrator made for it.
+                    cur = conn.execute(sql.SCHEMA_EXISTS, (self.schema,))
+                    if cur.fetchone() is None:
+                        conn.execute(sql.create_schema(self.schema))
+                conn.execute(self.sql.CREATE_MIGRATIONS_TABLE)
+                cur = conn.execute(self.sql.SELECT_SCHEMA_VERSION)
                 row = cur.fetchone()
                 current = row[0] if row else 0
-                for version in range(current + 1, len(MIGRATIONS)):
-                    conn.execute(MIGRATIONS[version])
-                    conn.execute(sql.INSERT_SCHEMA_VERSION, (version,))
+                for version in range(current + 1, len(self.sql.MIGRATIONS)):
+                    conn.execute(self.sql.MIGRATIONS[version])
+                    conn.execute(self.sql.INSERT_SCHEMA_VERSION, (version,))
 
     def close(self) -> None:
         if self.owns_pool:
@@ -455,12 +466,12 @@ class PostgresTier:
             row.envelope,
         )
 
-        if len(blobs) <= sql.VALUES_MAX_ROWS:
+        if len(blobs) <= self.sql.VALUES_MAX_ROWS:
             values: list[Any] = []
             for b in blobs:
                 values += (row.thread_id, row.checkpoint_ns, b.channel, b.version, b.envelope)
-            inserts = (sql.blobs_values(len(blobs)),) if blobs else ()
-            self._fenced(fence, (*inserts, sql.UPSERT_CHECKPOINT), (*values, *checkpoint))
+            inserts = (self.sql.blobs_values(len(blobs)),) if blobs else ()
+            self._fenced(fence, (*inserts, self.sql.UPSERT_CHECKPOINT), (*values, *checkpoint))
             return
         params = (
             row.thread_id,
@@ -470,7 +481,7 @@ class PostgresTier:
             [b.envelope for b in blobs],
             *checkpoint,
         )
-        self._fenced(fence, [sql.INSERT_CHECKPOINT_BLOBS, sql.UPSERT_CHECKPOINT], params)
+        self._fenced(fence, [self.sql.INSERT_CHECKPOINT_BLOBS, self.sql.UPSERT_CHECKPOINT], params)
 
     def write_batch(
         self,
@@ -488,7 +499,7 @@ class PostgresTier:
         inserts: list[str] = []
         params: list[Any] = []
         if blobs:
-            inserts.append(sql.INSERT_BATCH_BLOBS)
+            inserts.append(self.sql.INSERT_BATCH_BLOBS)
             params += [
                 first.thread_id,
                 [b.checkpoint_ns for b in blobs],
@@ -497,7 +508,7 @@ class PostgresTier:
                 [b.envelope for b in blobs],
             ]
         if rows:
-            inserts.append(sql.UPSERT_BATCH_CHECKPOINTS)
+            inserts.append(self.sql.UPSERT_BATCH_CHECKPOINTS)
             params += [
                 first.thread_id,
                 [r.checkpoint_ns for r in rows],
@@ -508,7 +519,7 @@ class PostgresTier:
                 [r.envelope for r in rows],
             ]
         if writes:
-            inserts.append(sql.INSERT_BATCH_WRITES)
+            inserts.append(self.sql.INSERT_BATCH_WRITES)
             params += [
                 first.thread_id,
                 [w.checkpoint_ns for w in writes],
@@ -527,7 +538,8 @@ class PostgresTier:
         with self._unreachable():
             with self._connection() as conn, conn.transaction(), conn.cursor() as cur:
                 cur.executemany(
-                    sql.UPSERT_BLOB, [(b.thread_id, b.checkpoint_ns, b.channel, b.version, b.envelope) for b in blobs]
+                    self.sql.UPSERT_BLOB,
+                    [(b.thread_id, b.checkpoint_ns, b.channel, b.version, b.envelope) for b in blobs],
                 )
 
     def write_writes(self, rows: Sequence[WriteRow], upsert: bool, *, fence: Fence | None = None) -> None:
@@ -545,12 +557,12 @@ class PostgresTier:
                 self.write_writes([w], upsert, fence=fence)
             return
 
-        if len(rows) <= sql.VALUES_MAX_ROWS:
+        if len(rows) <= self.sql.VALUES_MAX_ROWS:
             values: list[Any] = []
             for w in rows:
                 values += (w.thread_id, w.checkpoint_ns, w.checkpoint_id, w.task_id, w.idx, w.channel, w.task_path)
                 values.append(w.envelope)
-            self._fenced(fence, (sql.writes_values(len(rows), upsert),), values)
+            self._fenced(fence, (self.sql.writes_values(len(rows), upsert),), values)
             return
         params = (
             first.thread_id,
@@ -562,7 +574,7 @@ class PostgresTier:
             [w.task_path for w in rows],
             [w.envelope for w in rows],
         )
-        self._fenced(fence, [sql.UPSERT_WRITES if upsert else sql.INSERT_WRITES], params)
+        self._fenced(fence, [self.sql.UPSERT_WRITES if upsert else self.sql.INSERT_WRITES], params)
 
     def _fenced(
         self, fence: Fence | None, inserts: Sequence[str], params: Sequence[Any], rows: Callable[[], Any] | None = None
@@ -578,7 +590,7 @@ class PostgresTier:
         if fence is None:
             with self._unreachable():
                 with self._connection() as conn:
-                    conn.execute(sql.chained(tuple(inserts)), params)
+                    conn.execute(self.sql.chained(tuple(inserts)), params)
             return
         check = fence.token, fence.ttl, fence.thread_id, fence.holder, fence.late, fence.token, fence.late, fence.token
         key = fence.thread_id, fence.holder, fence.token
@@ -588,7 +600,7 @@ class PostgresTier:
         renew = fence.late or sent - self._renewed.get(key, -math.inf) >= renew_every(fence.ttl)
 
         def alone() -> bool:
-            found = self._fetchall(sql.fenced(tuple(inserts), renew=renew), (*check, *params))
+            found = self._fetchall(self.sql.fenced(tuple(inserts), renew=renew), (*check, *params))
             return bool(found[0][0])
 
         matched = alone()
@@ -596,7 +608,7 @@ class PostgresTier:
             self._renewed_at(key, sent)
         if not matched:
             self._renewed.pop(key, None)
-            lease = self._fetchall(sql.SELECT_LEASE, (fence.thread_id,))
+            lease = self._fetchall(self.sql.SELECT_LEASE, (fence.thread_id,))
             r = lease[0] if lease else None
             raise lease_lost(fence, Lease(fence.thread_id, r[0], r[1], r[2]) if r else None, "postgres")
 
@@ -614,19 +626,19 @@ class PostgresTier:
                 return cur.fetchall()
 
     def read_checkpoint(self, thread_id: str, ns: str, checkpoint_id: str) -> CheckpointRow | None:
-        rows = self._fetchall(sql.SELECT_CHECKPOINT, (thread_id, ns, checkpoint_id))
+        rows = self._fetchall(self.sql.SELECT_CHECKPOINT, (thread_id, ns, checkpoint_id))
         return _cp(rows[0]) if rows else None
 
     def read_blobs(self, thread_id: str, ns: str, keys: Sequence[BlobKey]) -> dict[BlobKey, BlobRow]:
         if not keys:
             return {}
-        rows = self._fetchall(sql.SELECT_BLOBS, (thread_id, ns, [c for c, _ in keys], [v for _, v in keys]))
+        rows = self._fetchall(self.sql.SELECT_BLOBS, (thread_id, ns, [c for c, _ in keys], [v for _, v in keys]))
         return {(r[0], r[1]): BlobRow(thread_id, ns, r[0], r[1], bytes(r[2])) for r in rows}
 
     def read_writes(self, thread_id: str, ns: str, checkpoint_ids: Sequence[str]) -> list[WriteRow]:
         if not checkpoint_ids:
             return []
-        rows = self._fetchall(sql.SELECT_WRITES, (thread_id, ns, list(checkpoint_ids)))
+        rows = self._fetchall(self.sql.SELECT_WRITES, (thread_id, ns, list(checkpoint_ids)))
         return [_w(r) for r in rows]
 
     def list_page(
@@ -634,7 +646,7 @@ class PostgresTier:
     ) -> tuple[list[CheckpointRow], list[WriteRow]]:
         """`list_checkpoints` and `read_writes` of one page, in one statement."""
         rows = self._fetchall(
-            sql.select_page(before is not None), (thread_id, ns, *([before] if before is not None else []), limit)
+            self.sql.select_page(before is not None), (thread_id, ns, *([before] if before is not None else []), limit)
         )
         checkpoints: dict[str, CheckpointRow] = {}
         writes = []
@@ -662,7 +674,7 @@ class PostgresTier:
         limited = limit is not None and not filter
         if limited:
             params.append(limit)
-        query = sql.select_checkpoints(
+        query = self.sql.select_checkpoints(
             thread_id=thread_id is not None,
             ns=ns is not None,
             checkpoint_id=checkpoint_id is not None,
@@ -677,7 +689,7 @@ class PostgresTier:
     def delete_thread(self, thread_id: str) -> None:
         with self._unreachable():
             with self._connection(timed=False, doing="deleting a thread") as conn, conn.transaction():
-                for statement in sql.DELETE_THREAD:
+                for statement in self.sql.DELETE_THREAD:
                     conn.execute(statement, (thread_id,))
 
     def delete_for_runs(self, run_ids: Sequence[str], retain: Sequence[tuple[str, str, str]] = ()) -> None:
@@ -690,18 +702,18 @@ class PostgresTier:
         params = [k[0] for k in kept], [k[1] for k in kept], [k[2] for k in kept]
         with self._unreachable():
             with self._connection(timed=False, doing="deleting runs") as conn, conn.transaction():
-                conn.execute(sql.DELETE_RUN_WRITES, (list(run_ids), *params))
-                conn.execute(sql.DELETE_RUN_CHECKPOINTS, (list(run_ids), *params))
+                conn.execute(self.sql.DELETE_RUN_WRITES, (list(run_ids), *params))
+                conn.execute(self.sql.DELETE_RUN_CHECKPOINTS, (list(run_ids), *params))
 
     def delete_checkpoint(self, thread_id: str, ns: str, checkpoint_id: str) -> None:
         with self._unreachable():
             with self._connection() as conn:
-                conn.execute(sql.DELETE_CHECKPOINT, (thread_id, ns, checkpoint_id))
+                conn.execute(self.sql.DELETE_CHECKPOINT, (thread_id, ns, checkpoint_id))
 
     def write_ledger(self, thread_id: str, key: str, envelope: bytes) -> None:
         with self._unreachable():
             with self._connection() as conn:
-                conn.execute(sql.UPSERT_LEDGER, (thread_id, key, envelope))
+                conn.execute(self.sql.UPSERT_LEDGER, (thread_id, key, envelope))
 
     def swap_ledger(self, thread_id: str, key: str, old: bytes | None, new: bytes) -> None:
         """Replace one ledger entry only if it still holds `old` (None: only
@@ -709,23 +721,23 @@ class PostgresTier:
         with self._unreachable():
             with self._connection() as conn:
                 if old is None:
-                    conn.execute(sql.INSERT_LEDGER_IF_ABSENT, (thread_id, key, new))
+                    conn.execute(self.sql.INSERT_LEDGER_IF_ABSENT, (thread_id, key, new))
                 else:
-                    conn.execute(sql.SWAP_LEDGER, (new, thread_id, key, old))
+                    conn.execute(self.sql.SWAP_LEDGER, (new, thread_id, key, old))
 
     def read_ledger(self, thread_id: str) -> dict[str, bytes]:
-        rows = self._fetchall(sql.SELECT_LEDGER, (thread_id,))
+        rows = self._fetchall(self.sql.SELECT_LEDGER, (thread_id,))
         return {r[0]: bytes(r[1]) for r in rows}
 
     def thread_ids(self) -> list[str]:
-        rows = self._fetchall(sql.SELECT_THREAD_IDS, (), timed=False)
+        rows = self._fetchall(self.sql.SELECT_THREAD_IDS, (), timed=False)
         return [r[0] for r in rows]
 
     def thread_records(self, thread_id: str) -> ThreadRecords:
         """Every live record of one thread, for `verify` and `repair`."""
-        cps = self._fetchall(sql.SELECT_THREAD_CHECKPOINTS, (thread_id,), timed=False)
-        blobs = self._fetchall(sql.SELECT_THREAD_BLOBS, (thread_id,), timed=False)
-        writes = self._fetchall(sql.SELECT_THREAD_WRITES, (thread_id,), timed=False)
+        cps = self._fetchall(self.sql.SELECT_THREAD_CHECKPOINTS, (thread_id,), timed=False)
+        blobs = self._fetchall(self.sql.SELECT_THREAD_BLOBS, (thread_id,), timed=False)
+        writes = self._fetchall(self.sql.SELECT_THREAD_WRITES, (thread_id,), timed=False)
         return ThreadRecords(
             [_cp(r) for r in cps],
             [BlobRow(r[0], r[1], r[2], r[3], bytes(r[4])) for r in blobs],
@@ -738,7 +750,7 @@ class PostgresTier:
         """Keep a copy for forensics and for `restore`, out of every read path."""
         with self._unreachable():
             with self._connection() as conn:
-                conn.execute(sql.INSERT_QUARANTINE, (thread_id, ns, kind, key, reason, envelope, fields or None))
+                conn.execute(self.sql.INSERT_QUARANTINE, (thread_id, ns, kind, key, reason, envelope, fields or None))
 
     def remove_copy(self, kind: str, row: Row) -> None:
         """Delete this exact copy from the live table; a different copy under
@@ -746,13 +758,13 @@ class PostgresTier:
         table, where, params = live_row_where(row, "%s")
         with self._unreachable():
             with self._connection() as conn:
-                conn.execute(sql.delete_copy(table, where), (*params, row.envelope))
+                conn.execute(self.sql.delete_copy(table, where), (*params, row.envelope))
 
     def list_quarantine(self, thread_id: str | None) -> list[QuarantinedRecord]:
         if thread_id is None:
-            rows = self._fetchall(sql.SELECT_QUARANTINE, (), timed=False)
+            rows = self._fetchall(self.sql.SELECT_QUARANTINE, (), timed=False)
         else:
-            rows = self._fetchall(sql.SELECT_THREAD_QUARANTINE, (thread_id,), timed=False)
+            rows = self._fetchall(self.sql.SELECT_THREAD_QUARANTINE, (thread_id,), timed=False)
         return [
             QuarantinedRecord("postgres", r[1], r[2], r[3], r[4], r[5], bytes(r[6]), r[7], str(r[0]), _fields(r[8]))
             for r in rows
@@ -761,10 +773,10 @@ class PostgresTier:
     def drop_quarantined(self, ids: Sequence[str]) -> None:
         with self._unreachable():
             with self._connection() as conn:
-                conn.execute(sql.DELETE_QUARANTINED, ([int(i) for i in ids],))
+                conn.execute(self.sql.DELETE_QUARANTINED, ([int(i) for i in ids],))
 
     def read_meta(self, key: str) -> str | None:
-        rows = self._fetchall(sql.SELECT_META, (key,))
+        rows = self._fetchall(self.sql.SELECT_META, (key,))
         return rows[0][0] if rows else None
 
     def write_meta(self, key: str, value: str | None) -> None:
@@ -772,17 +784,17 @@ class PostgresTier:
         with self._unreachable():
             with self._connection() as conn:
                 if value is None:
-                    conn.execute(sql.DELETE_META, (key,))
+                    conn.execute(self.sql.DELETE_META, (key,))
                 else:
-                    conn.execute(sql.UPSERT_META, (key, value))
+                    conn.execute(self.sql.UPSERT_META, (key, value))
 
     def create_meta(self, key: str, value: str) -> str:
         """Set a store-wide setting unless one is set; the value that holds
         (two replicas creating it at once agree on the first one's)."""
         with self._unreachable():
             with self._connection() as conn:
-                conn.execute(sql.INSERT_META_IF_ABSENT, (key, value))
-                cur = conn.execute(sql.SELECT_META, (key,))
+                conn.execute(self.sql.INSERT_META_IF_ABSENT, (key, value))
+                cur = conn.execute(self.sql.SELECT_META, (key,))
                 row = cur.fetchone()
         return str(row[0]) if row else value
 
@@ -790,7 +802,7 @@ class PostgresTier:
         """The newest checkpoint of (thread, ns), the thread's deletion
         marker (`mark_deleted`), and the newest checkpoint's row and pending
         writes, in one statement (one round trip)."""
-        rows = self._fetchall(sql.SELECT_HEAD, (thread_id, ns, deleted_key(thread_id)))
+        rows = self._fetchall(self.sql.SELECT_HEAD, (thread_id, ns, deleted_key(thread_id)))
         first = rows[0]
         row = _cp(first) if first[2] is not None else None
         writes = tuple(
@@ -804,14 +816,14 @@ class PostgresTier:
             return
         with self._unreachable():
             with self._connection() as conn:
-                conn.execute(sql.INSERT_GONE, ([gone_key(thread_id, ns, c) for ns, c in checkpoints],))
+                conn.execute(self.sql.INSERT_GONE, ([gone_key(thread_id, ns, c) for ns, c in checkpoints],))
 
     def gone(self, thread_id: str, ns: str, checkpoint_ids: Sequence[str]) -> set[str]:
         """Which of these checkpoint ids `mark_gone` recorded."""
         keys = {gone_key(thread_id, ns, c): c for c in checkpoint_ids}
         if not keys:
             return set()
-        rows = self._fetchall(sql.SELECT_META_KEYS, (list(keys),))
+        rows = self._fetchall(self.sql.SELECT_META_KEYS, (list(keys),))
         return {keys[r[0]] for r in rows}
 
     def mark_deleted(self, thread_id: str, marker: str | None) -> None:
@@ -824,17 +836,17 @@ class PostgresTier:
         kept_ids = [cid for _, cid in keep]
         with self._unreachable():
             with self._connection(timed=False, doing="pruning a thread") as conn, conn.transaction():
-                for statement in sql.PRUNE_CHECKPOINTS_AND_WRITES:
+                for statement in self.sql.PRUNE_CHECKPOINTS_AND_WRITES:
                     conn.execute(statement, (thread_id, kept_ns, kept_ids))
                 conn.execute(
-                    sql.PRUNE_BLOBS,
+                    self.sql.PRUNE_BLOBS,
                     (thread_id, [b[0] for b in keep_blobs], [b[1] for b in keep_blobs], [b[2] for b in keep_blobs]),
                 )
 
     # -- writer leases (lease.py): the server's clock, so replicas' skew does not matter --
 
     def read_lease(self, thread_id: str) -> tuple[Lease | None, float]:
-        rows = self._fetchall(sql.SELECT_LEASE_AND_NOW, (thread_id,))
+        rows = self._fetchall(self.sql.SELECT_LEASE_AND_NOW, (thread_id,))
         r = rows[0]
         return Lease(thread_id, r[0], r[1], r[2]) if r[0] is not None else None, r[3]
 
@@ -847,22 +859,23 @@ class PostgresTier:
 
     def _swap_lease(self, thread_id: str, expected: Lease | None, holder: str, token: int, ttl: float) -> Lease | None:
         if expected is None:
-            rows = self._fetchall(sql.INSERT_LEASE, (thread_id, holder, token, ttl))
+            rows = self._fetchall(self.sql.INSERT_LEASE, (thread_id, holder, token, ttl))
         else:
             rows = self._fetchall(
-                sql.SWAP_LEASE, (holder, token, ttl, thread_id, expected.holder, expected.token, expected.expires_at)
+                self.sql.SWAP_LEASE,
+                (holder, token, ttl, thread_id, expected.holder, expected.token, expected.expires_at),
             )
         return Lease(thread_id, holder, token, rows[0][0]) if rows else None
 
     def keep_lease(self, thread_id: str, holder: str, token: int, ttl: float) -> bool:
-        rows = self._fetchall(sql.KEEP_LEASE, (ttl, thread_id, holder, token))
+        rows = self._fetchall(self.sql.KEEP_LEASE, (ttl, thread_id, holder, token))
         return bool(rows)
 
     def renew_leases(self, holder: str, leases: Sequence[tuple[str, int]], ttl: float) -> set[str]:
         if not leases:
             return set()
         threads, tokens = [t for t, _ in leases], [token for _, token in leases]
-        rows = self._fetchall(sql.RENEW_LEASES, (ttl, threads, tokens, holder))
+        rows = self._fetchall(self.sql.RENEW_LEASES, (ttl, threads, tokens, holder))
         return {row[0] for row in rows}
 
     def release_lease(self, thread_id: str, holder: str, token: int | None) -> None:
@@ -870,7 +883,7 @@ class PostgresTier:
             self._renewed.pop((thread_id, holder, token), None)
         with self._unreachable():
             with self._connection() as conn:
-                conn.execute(sql.RELEASE_LEASE, (thread_id, holder, token, token))
+                conn.execute(self.sql.RELEASE_LEASE, (thread_id, holder, token, token))
 
     def ask_hand_off(self, thread_id: str, holder: str) -> None:
         message = hand_off_message(holder, thread_id)
@@ -878,7 +891,7 @@ class PostgresTier:
             return
         with self._unreachable():
             with self._connection() as conn:
-                conn.execute(sql.NOTIFY_HAND_OFF, (hand_off_channel(holder), message))
+                conn.execute(self.sql.NOTIFY_HAND_OFF, (hand_off_channel(holder), message))
 
 
 if TYPE_CHECKING:

@@ -51,7 +51,7 @@ from ..base import (
 from ..pools import LONG_CALL_FACTOR, LONG_CALL_TIMEOUT_S, AsyncConnectionPool, long_call_timeout, watched
 from . import sql
 from .group import GroupCommit, GroupFailed, Member, Rows  # ASYNC ONLY
-from .sql import MIGRATIONS
+from .sql import MIGRATIONS  # noqa: F401 - the schema's versions, as tests and tools import them
 
 DEFAULT_POOL_SIZE = 10
 # A fenced write renews its lease when the last renewal this saver sent is
@@ -181,8 +181,13 @@ class AsyncPostgresTier:
         call_timeout: float | None = DEFAULT_CALL_TIMEOUT_S,
         prepared_statements: bool = True,
         pool: AsyncConnectionPool | None = None,
+        schema: str | None = None,
     ) -> None:
         self.url = url
+        # Every statement names its tables in `schema` when one is given
+        # (`sql.in_schema`), on both faces and whatever a pool's search_path.
+        self.schema = schema
+        self.sql = sql.in_schema(schema)
         self.where = redact(url)
         self.connect_timeout = connect_timeout
         self.call_timeout = call_timeout
@@ -430,14 +435,20 @@ class AsyncPostgresTier:
         await self._open()
         with self._unreachable():
             async with self._connection(timed=False, doing="setup") as conn, conn.transaction():
-                await conn.execute(sql.LOCK_MIGRATIONS, (sql.MIGRATION_LOCK,))
-                await conn.execute(sql.CREATE_MIGRATIONS_TABLE)
-                cur = await conn.execute(sql.SELECT_SCHEMA_VERSION)
+                await conn.execute(self.sql.LOCK_MIGRATIONS, (self.sql.MIGRATION_LOCK,))
+                if self.schema is not None:
+                    # Looked up first: a role that may not create schemas can
+                    # still use one an administrator made for it.
+                    cur = await conn.execute(sql.SCHEMA_EXISTS, (self.schema,))
+                    if await cur.fetchone() is None:
+                        await conn.execute(sql.create_schema(self.schema))
+                await conn.execute(self.sql.CREATE_MIGRATIONS_TABLE)
+                cur = await conn.execute(self.sql.SELECT_SCHEMA_VERSION)
                 row = await cur.fetchone()
                 current = row[0] if row else 0
-                for version in range(current + 1, len(MIGRATIONS)):
-                    await conn.execute(MIGRATIONS[version])
-                    await conn.execute(sql.INSERT_SCHEMA_VERSION, (version,))
+                for version in range(current + 1, len(self.sql.MIGRATIONS)):
+                    await conn.execute(self.sql.MIGRATIONS[version])
+                    await conn.execute(self.sql.INSERT_SCHEMA_VERSION, (version,))
 
     async def close(self) -> None:
         await self.group.drain()  # ASYNC ONLY
@@ -468,15 +479,15 @@ class AsyncPostgresTier:
                 checkpoints=[checkpoint],
             )
 
-        if len(blobs) <= sql.VALUES_MAX_ROWS:
+        if len(blobs) <= self.sql.VALUES_MAX_ROWS:
             values: list[Any] = []
             for b in blobs:
                 values += (row.thread_id, row.checkpoint_ns, b.channel, b.version, b.envelope)
-            inserts = (sql.blobs_values(len(blobs)),) if blobs else ()
+            inserts = (self.sql.blobs_values(len(blobs)),) if blobs else ()
             if True:  # ASYNC
-                await self._fenced(fence, (*inserts, sql.UPSERT_CHECKPOINT), (*values, *checkpoint), rows)
+                await self._fenced(fence, (*inserts, self.sql.UPSERT_CHECKPOINT), (*values, *checkpoint), rows)
             else:
-                self._fenced(fence, (*inserts, sql.UPSERT_CHECKPOINT), (*values, *checkpoint))
+                self._fenced(fence, (*inserts, self.sql.UPSERT_CHECKPOINT), (*values, *checkpoint))
             return
         params = (
             row.thread_id,
@@ -487,9 +498,9 @@ class AsyncPostgresTier:
             *checkpoint,
         )
         if True:  # ASYNC
-            await self._fenced(fence, [sql.INSERT_CHECKPOINT_BLOBS, sql.UPSERT_CHECKPOINT], params, rows)
+            await self._fenced(fence, [self.sql.INSERT_CHECKPOINT_BLOBS, self.sql.UPSERT_CHECKPOINT], params, rows)
         else:
-            self._fenced(fence, [sql.INSERT_CHECKPOINT_BLOBS, sql.UPSERT_CHECKPOINT], params)
+            self._fenced(fence, [self.sql.INSERT_CHECKPOINT_BLOBS, self.sql.UPSERT_CHECKPOINT], params)
 
     async def write_batch(
         self,
@@ -507,7 +518,7 @@ class AsyncPostgresTier:
         inserts: list[str] = []
         params: list[Any] = []
         if blobs:
-            inserts.append(sql.INSERT_BATCH_BLOBS)
+            inserts.append(self.sql.INSERT_BATCH_BLOBS)
             params += [
                 first.thread_id,
                 [b.checkpoint_ns for b in blobs],
@@ -516,7 +527,7 @@ class AsyncPostgresTier:
                 [b.envelope for b in blobs],
             ]
         if rows:
-            inserts.append(sql.UPSERT_BATCH_CHECKPOINTS)
+            inserts.append(self.sql.UPSERT_BATCH_CHECKPOINTS)
             params += [
                 first.thread_id,
                 [r.checkpoint_ns for r in rows],
@@ -527,7 +538,7 @@ class AsyncPostgresTier:
                 [r.envelope for r in rows],
             ]
         if writes:
-            inserts.append(sql.INSERT_BATCH_WRITES)
+            inserts.append(self.sql.INSERT_BATCH_WRITES)
             params += [
                 first.thread_id,
                 [w.checkpoint_ns for w in writes],
@@ -546,7 +557,7 @@ class AsyncPostgresTier:
         with self._unreachable():
             async with self._connection() as conn, conn.transaction(), conn.cursor() as cur:
                 await cur.executemany(
-                    sql.UPSERT_BLOB,
+                    self.sql.UPSERT_BLOB,
                     [(b.thread_id, b.checkpoint_ns, b.channel, b.version, b.envelope) for b in blobs],
                 )
 
@@ -572,15 +583,15 @@ class AsyncPostgresTier:
             ]
             return Rows(upserts=tuples) if upsert else Rows(writes=tuples)
 
-        if len(rows) <= sql.VALUES_MAX_ROWS:
+        if len(rows) <= self.sql.VALUES_MAX_ROWS:
             values: list[Any] = []
             for w in rows:
                 values += (w.thread_id, w.checkpoint_ns, w.checkpoint_id, w.task_id, w.idx, w.channel, w.task_path)
                 values.append(w.envelope)
             if True:  # ASYNC
-                await self._fenced(fence, (sql.writes_values(len(rows), upsert),), values, grouped)
+                await self._fenced(fence, (self.sql.writes_values(len(rows), upsert),), values, grouped)
             else:
-                self._fenced(fence, (sql.writes_values(len(rows), upsert),), values)
+                self._fenced(fence, (self.sql.writes_values(len(rows), upsert),), values)
             return
         params = (
             first.thread_id,
@@ -593,9 +604,9 @@ class AsyncPostgresTier:
             [w.envelope for w in rows],
         )
         if True:  # ASYNC
-            await self._fenced(fence, [sql.UPSERT_WRITES if upsert else sql.INSERT_WRITES], params, grouped)
+            await self._fenced(fence, [self.sql.UPSERT_WRITES if upsert else self.sql.INSERT_WRITES], params, grouped)
         else:
-            self._fenced(fence, [sql.UPSERT_WRITES if upsert else sql.INSERT_WRITES], params)
+            self._fenced(fence, [self.sql.UPSERT_WRITES if upsert else self.sql.INSERT_WRITES], params)
 
     async def _fenced(
         self,
@@ -615,7 +626,7 @@ class AsyncPostgresTier:
         if fence is None:
             with self._unreachable():
                 async with self._connection() as conn:
-                    await conn.execute(sql.chained(tuple(inserts)), params)
+                    await conn.execute(self.sql.chained(tuple(inserts)), params)
             return
         check = (
             fence.token,
@@ -634,7 +645,7 @@ class AsyncPostgresTier:
         renew = fence.late or sent - self._renewed.get(key, -math.inf) >= renew_every(fence.ttl)
 
         async def alone() -> bool:
-            found = await self._fetchall(sql.fenced(tuple(inserts), renew=renew), (*check, *params))
+            found = await self._fetchall(self.sql.fenced(tuple(inserts), renew=renew), (*check, *params))
             return bool(found[0][0])
 
         if True:  # ASYNC
@@ -645,7 +656,7 @@ class AsyncPostgresTier:
             self._renewed_at(key, sent)
         if not matched:
             self._renewed.pop(key, None)
-            lease = await self._fetchall(sql.SELECT_LEASE, (fence.thread_id,))
+            lease = await self._fetchall(self.sql.SELECT_LEASE, (fence.thread_id,))
             r = lease[0] if lease else None
             raise lease_lost(fence, Lease(fence.thread_id, r[0], r[1], r[2]) if r else None, "postgres")
 
@@ -655,7 +666,7 @@ class AsyncPostgresTier:
         with self._unreachable():
             async with self._connection() as conn:
                 try:
-                    cur = await conn.execute(statement, params)
+                    cur = await conn.execute(self.sql.qualify(statement), params)
                     return {r[0] for r in await cur.fetchall()}
                 except psycopg.errors.TransactionRollback as exc:  # an OperationalError, but not an outage
                     raise GroupFailed(str(exc)) from exc
@@ -678,19 +689,19 @@ class AsyncPostgresTier:
                 return await cur.fetchall()
 
     async def read_checkpoint(self, thread_id: str, ns: str, checkpoint_id: str) -> CheckpointRow | None:
-        rows = await self._fetchall(sql.SELECT_CHECKPOINT, (thread_id, ns, checkpoint_id))
+        rows = await self._fetchall(self.sql.SELECT_CHECKPOINT, (thread_id, ns, checkpoint_id))
         return _cp(rows[0]) if rows else None
 
     async def read_blobs(self, thread_id: str, ns: str, keys: Sequence[BlobKey]) -> dict[BlobKey, BlobRow]:
         if not keys:
             return {}
-        rows = await self._fetchall(sql.SELECT_BLOBS, (thread_id, ns, [c for c, _ in keys], [v for _, v in keys]))
+        rows = await self._fetchall(self.sql.SELECT_BLOBS, (thread_id, ns, [c for c, _ in keys], [v for _, v in keys]))
         return {(r[0], r[1]): BlobRow(thread_id, ns, r[0], r[1], bytes(r[2])) for r in rows}
 
     async def read_writes(self, thread_id: str, ns: str, checkpoint_ids: Sequence[str]) -> list[WriteRow]:
         if not checkpoint_ids:
             return []
-        rows = await self._fetchall(sql.SELECT_WRITES, (thread_id, ns, list(checkpoint_ids)))
+        rows = await self._fetchall(self.sql.SELECT_WRITES, (thread_id, ns, list(checkpoint_ids)))
         return [_w(r) for r in rows]
 
     async def list_page(
@@ -698,7 +709,7 @@ class AsyncPostgresTier:
     ) -> tuple[list[CheckpointRow], list[WriteRow]]:
         """`list_checkpoints` and `read_writes` of one page, in one statement."""
         rows = await self._fetchall(
-            sql.select_page(before is not None), (thread_id, ns, *([before] if before is not None else []), limit)
+            self.sql.select_page(before is not None), (thread_id, ns, *([before] if before is not None else []), limit)
         )
         checkpoints: dict[str, CheckpointRow] = {}
         writes = []
@@ -726,7 +737,7 @@ class AsyncPostgresTier:
         limited = limit is not None and not filter
         if limited:
             params.append(limit)
-        query = sql.select_checkpoints(
+        query = self.sql.select_checkpoints(
             thread_id=thread_id is not None,
             ns=ns is not None,
             checkpoint_id=checkpoint_id is not None,
@@ -741,7 +752,7 @@ class AsyncPostgresTier:
     async def delete_thread(self, thread_id: str) -> None:
         with self._unreachable():
             async with self._connection(timed=False, doing="deleting a thread") as conn, conn.transaction():
-                for statement in sql.DELETE_THREAD:
+                for statement in self.sql.DELETE_THREAD:
                     await conn.execute(statement, (thread_id,))
 
     async def delete_for_runs(self, run_ids: Sequence[str], retain: Sequence[tuple[str, str, str]] = ()) -> None:
@@ -754,18 +765,18 @@ class AsyncPostgresTier:
         params = ([k[0] for k in kept], [k[1] for k in kept], [k[2] for k in kept])
         with self._unreachable():
             async with self._connection(timed=False, doing="deleting runs") as conn, conn.transaction():
-                await conn.execute(sql.DELETE_RUN_WRITES, (list(run_ids), *params))
-                await conn.execute(sql.DELETE_RUN_CHECKPOINTS, (list(run_ids), *params))
+                await conn.execute(self.sql.DELETE_RUN_WRITES, (list(run_ids), *params))
+                await conn.execute(self.sql.DELETE_RUN_CHECKPOINTS, (list(run_ids), *params))
 
     async def delete_checkpoint(self, thread_id: str, ns: str, checkpoint_id: str) -> None:
         with self._unreachable():
             async with self._connection() as conn:
-                await conn.execute(sql.DELETE_CHECKPOINT, (thread_id, ns, checkpoint_id))
+                await conn.execute(self.sql.DELETE_CHECKPOINT, (thread_id, ns, checkpoint_id))
 
     async def write_ledger(self, thread_id: str, key: str, envelope: bytes) -> None:
         with self._unreachable():
             async with self._connection() as conn:
-                await conn.execute(sql.UPSERT_LEDGER, (thread_id, key, envelope))
+                await conn.execute(self.sql.UPSERT_LEDGER, (thread_id, key, envelope))
 
     async def swap_ledger(self, thread_id: str, key: str, old: bytes | None, new: bytes) -> None:
         """Replace one ledger entry only if it still holds `old` (None: only
@@ -773,23 +784,23 @@ class AsyncPostgresTier:
         with self._unreachable():
             async with self._connection() as conn:
                 if old is None:
-                    await conn.execute(sql.INSERT_LEDGER_IF_ABSENT, (thread_id, key, new))
+                    await conn.execute(self.sql.INSERT_LEDGER_IF_ABSENT, (thread_id, key, new))
                 else:
-                    await conn.execute(sql.SWAP_LEDGER, (new, thread_id, key, old))
+                    await conn.execute(self.sql.SWAP_LEDGER, (new, thread_id, key, old))
 
     async def read_ledger(self, thread_id: str) -> dict[str, bytes]:
-        rows = await self._fetchall(sql.SELECT_LEDGER, (thread_id,))
+        rows = await self._fetchall(self.sql.SELECT_LEDGER, (thread_id,))
         return {r[0]: bytes(r[1]) for r in rows}
 
     async def thread_ids(self) -> list[str]:
-        rows = await self._fetchall(sql.SELECT_THREAD_IDS, (), timed=False)
+        rows = await self._fetchall(self.sql.SELECT_THREAD_IDS, (), timed=False)
         return [r[0] for r in rows]
 
     async def thread_records(self, thread_id: str) -> ThreadRecords:
         """Every live record of one thread, for `verify` and `repair`."""
-        cps = await self._fetchall(sql.SELECT_THREAD_CHECKPOINTS, (thread_id,), timed=False)
-        blobs = await self._fetchall(sql.SELECT_THREAD_BLOBS, (thread_id,), timed=False)
-        writes = await self._fetchall(sql.SELECT_THREAD_WRITES, (thread_id,), timed=False)
+        cps = await self._fetchall(self.sql.SELECT_THREAD_CHECKPOINTS, (thread_id,), timed=False)
+        blobs = await self._fetchall(self.sql.SELECT_THREAD_BLOBS, (thread_id,), timed=False)
+        writes = await self._fetchall(self.sql.SELECT_THREAD_WRITES, (thread_id,), timed=False)
         return ThreadRecords(
             [_cp(r) for r in cps],
             [BlobRow(r[0], r[1], r[2], r[3], bytes(r[4])) for r in blobs],
@@ -802,7 +813,9 @@ class AsyncPostgresTier:
         """Keep a copy for forensics and for `restore`, out of every read path."""
         with self._unreachable():
             async with self._connection() as conn:
-                await conn.execute(sql.INSERT_QUARANTINE, (thread_id, ns, kind, key, reason, envelope, fields or None))
+                await conn.execute(
+                    self.sql.INSERT_QUARANTINE, (thread_id, ns, kind, key, reason, envelope, fields or None)
+                )
 
     async def remove_copy(self, kind: str, row: Row) -> None:
         """Delete this exact copy from the live table; a different copy under
@@ -810,13 +823,13 @@ class AsyncPostgresTier:
         table, where, params = live_row_where(row, "%s")
         with self._unreachable():
             async with self._connection() as conn:
-                await conn.execute(sql.delete_copy(table, where), (*params, row.envelope))
+                await conn.execute(self.sql.delete_copy(table, where), (*params, row.envelope))
 
     async def list_quarantine(self, thread_id: str | None) -> list[QuarantinedRecord]:
         if thread_id is None:
-            rows = await self._fetchall(sql.SELECT_QUARANTINE, (), timed=False)
+            rows = await self._fetchall(self.sql.SELECT_QUARANTINE, (), timed=False)
         else:
-            rows = await self._fetchall(sql.SELECT_THREAD_QUARANTINE, (thread_id,), timed=False)
+            rows = await self._fetchall(self.sql.SELECT_THREAD_QUARANTINE, (thread_id,), timed=False)
         return [
             QuarantinedRecord("postgres", r[1], r[2], r[3], r[4], r[5], bytes(r[6]), r[7], str(r[0]), _fields(r[8]))
             for r in rows
@@ -825,10 +838,10 @@ class AsyncPostgresTier:
     async def drop_quarantined(self, ids: Sequence[str]) -> None:
         with self._unreachable():
             async with self._connection() as conn:
-                await conn.execute(sql.DELETE_QUARANTINED, ([int(i) for i in ids],))
+                await conn.execute(self.sql.DELETE_QUARANTINED, ([int(i) for i in ids],))
 
     async def read_meta(self, key: str) -> str | None:
-        rows = await self._fetchall(sql.SELECT_META, (key,))
+        rows = await self._fetchall(self.sql.SELECT_META, (key,))
         return rows[0][0] if rows else None
 
     async def write_meta(self, key: str, value: str | None) -> None:
@@ -836,17 +849,17 @@ class AsyncPostgresTier:
         with self._unreachable():
             async with self._connection() as conn:
                 if value is None:
-                    await conn.execute(sql.DELETE_META, (key,))
+                    await conn.execute(self.sql.DELETE_META, (key,))
                 else:
-                    await conn.execute(sql.UPSERT_META, (key, value))
+                    await conn.execute(self.sql.UPSERT_META, (key, value))
 
     async def create_meta(self, key: str, value: str) -> str:
         """Set a store-wide setting unless one is set; the value that holds
         (two replicas creating it at once agree on the first one's)."""
         with self._unreachable():
             async with self._connection() as conn:
-                await conn.execute(sql.INSERT_META_IF_ABSENT, (key, value))
-                cur = await conn.execute(sql.SELECT_META, (key,))
+                await conn.execute(self.sql.INSERT_META_IF_ABSENT, (key, value))
+                cur = await conn.execute(self.sql.SELECT_META, (key,))
                 row = await cur.fetchone()
         return str(row[0]) if row else value
 
@@ -854,7 +867,7 @@ class AsyncPostgresTier:
         """The newest checkpoint of (thread, ns), the thread's deletion
         marker (`mark_deleted`), and the newest checkpoint's row and pending
         writes, in one statement (one round trip)."""
-        rows = await self._fetchall(sql.SELECT_HEAD, (thread_id, ns, deleted_key(thread_id)))
+        rows = await self._fetchall(self.sql.SELECT_HEAD, (thread_id, ns, deleted_key(thread_id)))
         first = rows[0]
         row = _cp(first) if first[2] is not None else None
         writes = tuple(
@@ -868,14 +881,14 @@ class AsyncPostgresTier:
             return
         with self._unreachable():
             async with self._connection() as conn:
-                await conn.execute(sql.INSERT_GONE, ([gone_key(thread_id, ns, c) for ns, c in checkpoints],))
+                await conn.execute(self.sql.INSERT_GONE, ([gone_key(thread_id, ns, c) for ns, c in checkpoints],))
 
     async def gone(self, thread_id: str, ns: str, checkpoint_ids: Sequence[str]) -> set[str]:
         """Which of these checkpoint ids `mark_gone` recorded."""
         keys = {gone_key(thread_id, ns, c): c for c in checkpoint_ids}
         if not keys:
             return set()
-        rows = await self._fetchall(sql.SELECT_META_KEYS, (list(keys),))
+        rows = await self._fetchall(self.sql.SELECT_META_KEYS, (list(keys),))
         return {keys[r[0]] for r in rows}
 
     async def mark_deleted(self, thread_id: str, marker: str | None) -> None:
@@ -888,17 +901,17 @@ class AsyncPostgresTier:
         kept_ids = [cid for _, cid in keep]
         with self._unreachable():
             async with self._connection(timed=False, doing="pruning a thread") as conn, conn.transaction():
-                for statement in sql.PRUNE_CHECKPOINTS_AND_WRITES:
+                for statement in self.sql.PRUNE_CHECKPOINTS_AND_WRITES:
                     await conn.execute(statement, (thread_id, kept_ns, kept_ids))
                 await conn.execute(
-                    sql.PRUNE_BLOBS,
+                    self.sql.PRUNE_BLOBS,
                     (thread_id, [b[0] for b in keep_blobs], [b[1] for b in keep_blobs], [b[2] for b in keep_blobs]),
                 )
 
     # -- writer leases (lease.py): the server's clock, so replicas' skew does not matter --
 
     async def read_lease(self, thread_id: str) -> tuple[Lease | None, float]:
-        rows = await self._fetchall(sql.SELECT_LEASE_AND_NOW, (thread_id,))
+        rows = await self._fetchall(self.sql.SELECT_LEASE_AND_NOW, (thread_id,))
         r = rows[0]
         return (Lease(thread_id, r[0], r[1], r[2]) if r[0] is not None else None), r[3]
 
@@ -915,23 +928,23 @@ class AsyncPostgresTier:
         self, thread_id: str, expected: Lease | None, holder: str, token: int, ttl: float
     ) -> Lease | None:
         if expected is None:
-            rows = await self._fetchall(sql.INSERT_LEASE, (thread_id, holder, token, ttl))
+            rows = await self._fetchall(self.sql.INSERT_LEASE, (thread_id, holder, token, ttl))
         else:
             rows = await self._fetchall(
-                sql.SWAP_LEASE,
+                self.sql.SWAP_LEASE,
                 (holder, token, ttl, thread_id, expected.holder, expected.token, expected.expires_at),
             )
         return Lease(thread_id, holder, token, rows[0][0]) if rows else None
 
     async def keep_lease(self, thread_id: str, holder: str, token: int, ttl: float) -> bool:
-        rows = await self._fetchall(sql.KEEP_LEASE, (ttl, thread_id, holder, token))
+        rows = await self._fetchall(self.sql.KEEP_LEASE, (ttl, thread_id, holder, token))
         return bool(rows)
 
     async def renew_leases(self, holder: str, leases: Sequence[tuple[str, int]], ttl: float) -> set[str]:
         if not leases:
             return set()
         threads, tokens = [t for t, _ in leases], [token for _, token in leases]
-        rows = await self._fetchall(sql.RENEW_LEASES, (ttl, threads, tokens, holder))
+        rows = await self._fetchall(self.sql.RENEW_LEASES, (ttl, threads, tokens, holder))
         return {row[0] for row in rows}
 
     async def release_lease(self, thread_id: str, holder: str, token: int | None) -> None:
@@ -939,7 +952,7 @@ class AsyncPostgresTier:
             self._renewed.pop((thread_id, holder, token), None)
         with self._unreachable():
             async with self._connection() as conn:
-                await conn.execute(sql.RELEASE_LEASE, (thread_id, holder, token, token))
+                await conn.execute(self.sql.RELEASE_LEASE, (thread_id, holder, token, token))
 
     async def ask_hand_off(self, thread_id: str, holder: str) -> None:
         message = hand_off_message(holder, thread_id)
@@ -947,7 +960,7 @@ class AsyncPostgresTier:
             return
         with self._unreachable():
             async with self._connection() as conn:
-                await conn.execute(sql.NOTIFY_HAND_OFF, (hand_off_channel(holder), message))
+                await conn.execute(self.sql.NOTIFY_HAND_OFF, (hand_off_channel(holder), message))
 
 
 if TYPE_CHECKING:
