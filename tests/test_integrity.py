@@ -20,6 +20,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph_durable import ConfigError, CorruptCheckpoint, CorruptionEvent, DurableSaver, RecordTooLarge
 
 from .conftest import REDIS_URL
+from .faces import FACES, On, run
 from .graphs import LoopState
 
 ALL = "sqlite+redis+postgres"
@@ -158,17 +159,24 @@ def test_raise_policy_refuses_instead_of_falling_back(make_saver: Any) -> None:
         assert saver.corruptions_detected >= 3
 
 
-def test_one_intact_copy_is_enough(make_saver: Any) -> None:
+@pytest.mark.parametrize("face", FACES)
+def test_one_intact_copy_is_enough(make_saver: Any, face: str) -> None:
     events: list[CorruptionEvent] = []
-    with make_saver(ALL, on_corruption=events.append) as saver:
-        stored = saver.put(generate_config("t"), generate_checkpoint(), generate_metadata(), {})
-        cid = stored["configurable"]["checkpoint_id"]
-        damage_checkpoint(saver, "t", cid, {"sqlite", "redis"})
-        assert saver.get_tuple(generate_config("t")).checkpoint["id"] == cid
-        assert sorted(e.tier for e in events) == ["redis", "sqlite"]
-        assert {e.served_instead for e in events} == {"intact copy from postgres"}
-        # Both bad copies were overwritten by the intact one.
-        assert saver.verify("t").bad == []
+    saver = make_saver(ALL, on_corruption=events.append)
+
+    async def body() -> None:
+        async with On(saver, face) as on:
+            stored = await on.put(generate_config("t"), generate_checkpoint(), generate_metadata(), {})
+            cid = stored["configurable"]["checkpoint_id"]
+            damage_checkpoint(saver, "t", cid, {"sqlite", "redis"})
+            assert (await on.get_tuple(generate_config("t"))).checkpoint["id"] == cid
+            assert sorted(e.tier for e in events) == ["redis", "sqlite"]
+            assert {e.served_instead for e in events} == {"intact copy from postgres"}
+            # Both bad copies were overwritten by the intact one (not only taken away).
+            report = await on.verify("t")
+            assert report.bad == [] and report.missing == []
+
+    run(face, body)
 
 
 def test_a_failing_hook_never_breaks_a_read(make_saver: Any, caplog: pytest.LogCaptureFixture) -> None:
@@ -242,21 +250,29 @@ def test_signing_key_from_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_p
 # -- size guard -------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("face", FACES)
 @pytest.mark.parametrize("tiers", ["sqlite", ALL])
-def test_a_state_over_the_size_limit_names_the_channel_and_writes_nothing(make_saver: Any, tiers: str) -> None:
-    with make_saver(tiers, max_record_bytes=10_000) as saver:
-        cp = generate_checkpoint(channel_values={"small": "x", "document": "y" * 50_000})
-        cp["channel_versions"] = {"small": 1, "document": 1}
-        with pytest.raises(
-            RecordTooLarge, match=r"'document' serializes to 50,0\d\d bytes, over max_record_bytes=10,000"
-        ) as info:
-            saver.put(generate_config("big"), cp, generate_metadata(), {"small": 1, "document": 1})
-        assert info.value.channel == "document" and info.value.size > 50_000
-        assert list(saver.list(generate_config("big"))) == []
-        stored = saver.put(generate_config("big"), generate_checkpoint(), generate_metadata(), {})
-        with pytest.raises(RecordTooLarge, match="'upload'"):
-            saver.put_writes(stored, [("upload", b"z" * 20_000)], "task")
-        assert saver.get_tuple(stored).pending_writes == []
+def test_a_state_over_the_size_limit_names_the_channel_and_writes_nothing(
+    make_saver: Any, tiers: str, face: str
+) -> None:
+    saver = make_saver(tiers, max_record_bytes=10_000)
+
+    async def body() -> None:
+        async with On(saver, face) as on:
+            cp = generate_checkpoint(channel_values={"small": "x", "document": "y" * 50_000})
+            cp["channel_versions"] = {"small": 1, "document": 1}
+            with pytest.raises(
+                RecordTooLarge, match=r"'document' serializes to 50,0\d\d bytes, over max_record_bytes=10,000"
+            ) as info:
+                await on.put(generate_config("big"), cp, generate_metadata(), {"small": 1, "document": 1})
+            assert info.value.channel == "document" and info.value.size > 50_000
+            assert await on.list(generate_config("big")) == []
+            stored = await on.put(generate_config("big"), generate_checkpoint(), generate_metadata(), {})
+            with pytest.raises(RecordTooLarge, match="'upload'"):
+                await on.put_writes(stored, [("upload", b"z" * 20_000)], "task")
+            assert (await on.get_tuple(stored)).pending_writes == []
+
+    run(face, body)
 
 
 # -- verify / repair ----------------------------------------------------------------------
