@@ -53,7 +53,7 @@ from typing import Any
 
 import ormsgpack
 import pytest
-from hypothesis import HealthCheck, event, given, note, settings
+from hypothesis import HealthCheck, Phase, event, given, note, settings
 from hypothesis import strategies as st
 from langgraph.checkpoint.base import CheckpointTuple
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_config, generate_metadata
@@ -833,3 +833,61 @@ async def test_async_reads_after_corruption_keep_the_invariants(
         finally:
             sc.close()
     await asyncio.sleep(0)
+
+
+# --- the checker fails a known-bad saver ---------------------------------------------------
+
+
+def _serving_the_parent_as_latest(make_saver: Any) -> Any:
+    """`make_saver`, whose savers' `get_tuple` answers a read of the latest
+    checkpoint with that checkpoint's parent: an older state, each record
+    exactly as written, as a stale head would serve it. Reads by id are left
+    alone, so the history still reads back as written before the damage."""
+
+    def make(tiers: str, **options: Any) -> Any:
+        saver = make_saver(tiers, **options)
+        real = saver.get_tuple
+
+        def stale(config: Any) -> CheckpointTuple | None:
+            tup = real(config)
+            if tup is None or config["configurable"].get("checkpoint_id") or tup.parent_config is None:
+                return tup
+            return real(tup.parent_config)
+
+        saver.get_tuple = stale
+        return saver
+
+    return make
+
+
+class _OneCopyDamaged:
+    """Hypothesis' `data`, drawing the damage as the property does but to one
+    copy in one tier: every checkpoint then keeps an intact copy elsewhere,
+    so the stale saver's answer is wrong in every example (the checker must
+    say so), not only in those whose damage happens to leave the latest
+    servable."""
+
+    def __init__(self, data: Any) -> None:
+        self.data = data
+
+    def draw(self, strategy: Any, label: str | None = None) -> Any:
+        if label == "number of tampers":
+            strategy = strategy.filter(lambda n: n == 1)
+        elif label == "tiers":
+            strategy = strategy.filter(lambda tiers: len(tiers) == 1)
+        return self.data.draw(strategy, label=label)
+
+
+# Three examples, and no shrinking: a failure here is the checker missing a bug, found as it is.
+@settings(SETTINGS, max_examples=3, phases=(Phase.generate,))
+@given(data=st.data(), steps=STEPS.filter(lambda steps: len(steps) >= 2))
+def test_the_checker_fails_a_saver_serving_an_older_checkpoint_as_latest(
+    make_saver: Any, data: Any, steps: list[dict[str, Any]]
+) -> None:
+    """The property's own body (`run_sync`: the model, the tier snapshots and
+    every check) run against a saver known to be wrong must fail, naming the
+    newer checkpoint it should have served: an oracle that passed this
+    would pass a saver that loses the newest step."""
+    stale = _serving_the_parent_as_latest(make_saver)
+    with pytest.raises(AssertionError, match=r"^get_tuple\(latest\): served [\w-]+, but [\w-]+ was servable"):
+        run_sync(stale, "sqlite+redis+postgres", "fallback", _OneCopyDamaged(data), steps)
