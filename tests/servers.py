@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import glob
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -18,10 +19,32 @@ import psycopg
 import pytest
 
 
+# Ports for the servers tests start, handed out below the kernel's ephemeral
+# range (32768-60999 on Linux), so a port given to a test is never the one
+# the kernel picks for a TcpProxy's bind(0) or an outgoing connection. Each
+# pytest-xdist worker owns a block of its own: between asking for a port and
+# the server binding it, no other worker can be handed the same one. A
+# random start inside the block keeps two sessions on one machine apart too.
+PORT_BLOCK = 800
+PORT_BASE = 10000  # + 10000 for a cluster node's bus port stays below 32768
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+_BLOCK_START = PORT_BASE + (int(_WORKER) % 12 if _WORKER.isdigit() else 0) * PORT_BLOCK
+_next_port = random.randrange(PORT_BLOCK)
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A loopback port nothing listens on now and no other worker is handed."""
+    global _next_port
+    for _ in range(PORT_BLOCK):
+        port = _BLOCK_START + _next_port % PORT_BLOCK
+        _next_port += 1
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError(f"no free loopback port in {_BLOCK_START}-{_BLOCK_START + PORT_BLOCK - 1}")
 
 
 class PrivateRedis:

@@ -342,11 +342,10 @@ def test_unknown_prune_strategy(make_saver: Any) -> None:
 
 
 def _closed_port() -> int:
-    import socket
+    """A loopback port nothing listens on, that no other test is handed."""
+    from tests.servers import free_port
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_port()
 
 
 @pytest.mark.parametrize("tier", ["redis", "postgres"])

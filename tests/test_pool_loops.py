@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -81,10 +80,9 @@ def _runs_in_time(runs: Callable[[], list[Any]]) -> list[Any]:
 
 
 def _refused_url() -> str:
-    with socket.socket() as s:  # a port nothing listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    return f"postgresql://nobody@127.0.0.1:{port}/none"
+    from tests.servers import free_port  # a port nothing listens on
+
+    return f"postgresql://nobody@127.0.0.1:{free_port()}/none"
 
 
 def test_a_run_ending_as_its_pool_fails_to_connect_returns(connect_failed: _ConnectFailed) -> None:
