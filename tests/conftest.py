@@ -10,6 +10,9 @@ LANGGRAPH_DURABLE_TEST_S3_ENDPOINT), with a bucket of their own.
 from __future__ import annotations
 
 import os
+import queue
+import sys
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,12 +22,22 @@ from urllib.parse import urlsplit
 import psycopg
 import pytest
 import redis as redis_lib
+from hypothesis import settings
 
 from langgraph_durable import DurableSaver
 
 POSTGRES_URL = os.environ.get("LANGGRAPH_DURABLE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 REDIS_URL = os.environ.get("LANGGRAPH_DURABLE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+# Hypothesis' own "ci" profile (loaded whenever CI is set) derandomizes: every
+# CI run would replay the same examples and explore nothing new. Ours draws
+# fresh examples on every run, keeps no example database (the checkout is
+# fresh), and prints the `@reproduce_failure` line that replays a failure.
+settings.register_profile(
+    "explore", settings.get_profile("ci"), derandomize=False, database=None, print_blob=True
+)
+settings.load_profile(os.environ.get("LANGGRAPH_DURABLE_HYPOTHESIS_PROFILE", "explore"))
 
 # Every non-empty combination of tiers, nearest first.
 CONFIGS = [
@@ -58,21 +71,105 @@ def database_url(base: str, name: str) -> str:
     return f"{head}/{name}{query}"
 
 
-@pytest.fixture
-def postgres_url() -> Iterator[str]:
-    """A URL to a fresh, empty database, dropped after the test."""
-    name = f"lgd_test_{uuid.uuid4().hex[:16]}"
+class DatabaseSupply:
+    """Fresh, empty test databases made ahead and dropped behind.
+
+    A test used to spend about a second creating its database and dropping it
+    afterwards; here a thread of the worker's own keeps a few made before they
+    are asked for and drops the used ones while the next tests run, so a test
+    waits for neither. Each database is still new and empty (no template: the
+    tests of what a command creates need nothing there).
+    """
+
+    AHEAD = 2
+
+    def __init__(self, base_url: str) -> None:
+        self.base_url = base_url
+        self._ready: queue.Queue[str | BaseException] = queue.Queue()
+        self._drop: queue.Queue[str | None] = queue.Queue()
+        self._wanted = threading.Semaphore(self.AHEAD)
+        self._closing = threading.Event()
+        self._thread = threading.Thread(target=self._work, name="test-databases", daemon=True)
+        self._thread.start()
+
+    def _work(self) -> None:
+        try:
+            admin = psycopg.connect(self.base_url, autocommit=True, connect_timeout=5)
+        except psycopg.OperationalError as exc:
+            self._ready.put(exc)
+            return
+        with admin:
+            while not self._closing.is_set():
+                while True:  # drops first: they free what the server holds
+                    try:
+                        name = self._drop.get_nowait()
+                    except queue.Empty:
+                        break
+                    if name is not None:
+                        self._drop_now(admin, name)
+                if self._wanted.acquire(timeout=0.05):
+                    name = f"lgd_test_{uuid.uuid4().hex[:16]}"
+                    try:
+                        admin.execute(f'CREATE DATABASE "{name}"')
+                    except psycopg.Error as exc:
+                        self._ready.put(exc)
+                        return
+                    self._ready.put(name)
+            while (name := self._drop.get()) is not None:
+                self._drop_now(admin, name)
+            while True:  # made ahead and never used
+                try:
+                    made = self._ready.get_nowait()
+                except queue.Empty:
+                    break
+                if isinstance(made, str):
+                    self._drop_now(admin, made)
+
+    @staticmethod
+    def _drop_now(admin: psycopg.Connection[Any], name: str) -> None:
+        try:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        except psycopg.Error as exc:  # one database left behind must not stop the supply
+            print(f"test database {name} not dropped: {exc}", file=sys.stderr)
+
+    def take(self) -> str:
+        """The name of a new, empty database; the test's to use, then `give_back`."""
+        made = self._ready.get(timeout=60)
+        if isinstance(made, BaseException):
+            self._ready.put(made)  # every later test sees the same cause
+            raise made
+        self._wanted.release()
+        return made
+
+    def give_back(self, name: str) -> None:
+        self._drop.put(name)
+
+    def close(self) -> None:
+        self._closing.set()
+        self._drop.put(None)
+        self._thread.join(timeout=120)
+
+
+@pytest.fixture(scope="session")
+def database_supply() -> Iterator[DatabaseSupply]:
+    supply = DatabaseSupply(POSTGRES_URL)
     try:
-        admin = psycopg.connect(POSTGRES_URL, autocommit=True, connect_timeout=5)
+        yield supply
+    finally:
+        supply.close()
+
+
+@pytest.fixture
+def postgres_url(database_supply: DatabaseSupply) -> Iterator[str]:
+    """A URL to a fresh, empty database, dropped after the test."""
+    try:
+        name = database_supply.take()
     except psycopg.OperationalError as exc:
         _missing("Postgres", exc)
-    with admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
     try:
         yield database_url(POSTGRES_URL, name)
     finally:
-        with psycopg.connect(POSTGRES_URL, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        database_supply.give_back(name)
 
 
 @pytest.fixture
