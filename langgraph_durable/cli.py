@@ -59,6 +59,7 @@ from rich.table import Table
 from . import __version__, browse
 from .environment import (
     DEFAULT_KEY_PREFIX,
+    ENV_ARCHIVE_KEY_FINGERPRINT,
     ENV_ARCHIVE_URL,
     ENV_LEASE_LINGER,
     ENV_OLD_SIGNING_KEYS,
@@ -142,7 +143,9 @@ ENVIRONMENT_HELP = f"""environment (the tier flags override it; a flag given as 
   {"":<36} shared (default), all or local
   {ENV_LEASE_LINGER:<36} seconds a run's lease is kept after it ends (default 30)
   {ENV_ARCHIVE_URL:<36} s3://BUCKET/PREFIX of the archive (object storage);
-  {"":<36} its endpoint and credentials from the AWS_* variables"""
+  {"":<36} its endpoint and credentials from the AWS_* variables
+  {ENV_ARCHIVE_KEY_FINGERPRINT:<36} the store key's full fingerprint (doctor prints
+  {"":<36} it), to rebuild a store from its archive"""
 
 # The exit-status table is in the top-level help only; a command's own says where.
 SUBCOMMAND_EPILOG = "exit status: 0 ok, 1 findings, 2 usage, 3 could not run; `langgraph-durable --help` says more."
@@ -455,6 +458,14 @@ def tier_flags(p: argparse.ArgumentParser) -> None:
         default=None,
         help=f"s3://BUCKET/PREFIX of the archive, or '' for none (default ${ENV_ARCHIVE_URL}); endpoint and "
         "credentials from the AWS_* variables",
+    )
+    g.add_argument(
+        "--archive-key-fingerprint",
+        metavar="FINGERPRINT",
+        default=None,
+        help="the full fingerprint of the store's key (hmac-sha256:<64 hex digits>, as `doctor` printed it), "
+        "to rebuild a store that lost every hot tier from its archive: the key the archive keeps is taken on "
+        f"this word alone (default ${ENV_ARCHIVE_KEY_FINGERPRINT})",
     )
     g.add_argument(
         "--serde",
@@ -998,6 +1009,11 @@ def _doctor(args: argparse.Namespace, out: Output) -> int:
         out.line(f"archive: {state}; {a.threads} thread(s) not shipped yet, the oldest {a.seconds:.1f} s old")
         if health.archive_error:
             out.line(f"  archive: {as_cli_flags(' '.join(health.archive_error.split()))}")
+    if health.store_key_fingerprint:
+        out.line(
+            f"store key fingerprint: {health.store_key_fingerprint} (keep it with your secrets: "
+            "`restore` needs it to rebuild this store from its archive)"
+        )
     lag = health.lag
     oldest = f", the oldest {lag.seconds:.1f} s old" if lag.records else ""
     out.line(

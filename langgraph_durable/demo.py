@@ -67,6 +67,8 @@ def saver_from_args(args: Any, **options: Any) -> DurableSaver:
             options[tier] = value or None
     if getattr(args, "redis_key_prefix", None):
         options["redis_key_prefix"] = args.redis_key_prefix
+    if getattr(args, "archive_key_fingerprint", None):
+        options["archive_key_fingerprint"] = args.archive_key_fingerprint
     if getattr(args, "serde", None):
         options["serde"] = serde_from_spec(args.serde, what="--serde")
     return DurableSaver.from_env(**options)

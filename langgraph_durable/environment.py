@@ -8,6 +8,7 @@ from .tiers.registry import POSTGRES, REDIS, SQLITE
 
 __all__ = [
     "DEFAULT_KEY_PREFIX",
+    "ENV_ARCHIVE_KEY_FINGERPRINT",
     "ENV_ARCHIVE_URL",
     "ENV_LEASE_LINGER",
     "ENV_OLD_SIGNING_KEYS",
@@ -30,6 +31,9 @@ ENV_SIGNING_KEY = "LANGGRAPH_DURABLE_SIGNING_KEY"
 ENV_SERDE = "LANGGRAPH_DURABLE_SERDE"  # module:attr of the serializer (from_env only)
 ENV_WRITE = "LANGGRAPH_DURABLE_WRITE"
 ENV_ARCHIVE_URL = "LANGGRAPH_DURABLE_ARCHIVE_URL"  # s3://BUCKET/PREFIX of the archive
+# The full fingerprint of the store's key the archive keeps, which the
+# operator vouches for to rebuild the store from it (archive_key_fingerprint).
+ENV_ARCHIVE_KEY_FINGERPRINT = "LANGGRAPH_DURABLE_ARCHIVE_KEY_FINGERPRINT"
 # Several deployments (or a server and its tests) sharing one Redis database.
 ENV_REDIS_KEY_PREFIX = "LANGGRAPH_DURABLE_REDIS_KEY_PREFIX"
 # Seconds after which an idle thread leaves Redis (redis_ttl).

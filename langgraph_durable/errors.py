@@ -222,18 +222,18 @@ class LeaseLost(DurableError):
 
 # A keyword of `DurableSaver` that the command line spells as a flag: messages
 # name the keyword (``postgres=``), the CLI shows them with the flag instead.
-_KEYWORD = re.compile(r"(?<![\w?&.=/:-])(sqlite|redis|postgres|archive)=(?=(['\"])?)")
+_KEYWORD = re.compile(r"(?<![\w?&.=/:-])(sqlite|redis|postgres|archive_key_fingerprint|archive)=(?=(['\"])?)")
 _REPEATED_FLAG = re.compile(r"(--(?:sqlite|redis|postgres|archive)), \1\b")
 
 
 def as_cli_flags(message: str) -> str:
     """`message` as a command-line user reads it: the saver's keywords
-    (``postgres=``, ``redis=``, ``sqlite=``, ``archive=``) named by their
-    flags (``--postgres``...). The Python API's messages keep the keywords;
+    (``postgres=``, ``redis=``, ``sqlite=``, ``archive=``,
+    ``archive_key_fingerprint=``) named by their flags (``--postgres``...). The Python API's messages keep the keywords;
     the CLI renders every error it prints through this."""
 
     def flag(m: re.Match[str]) -> str:
-        return f"--{m.group(1)}" + (" " if m.group(2) else "")
+        return f"--{m.group(1).replace('_', '-')}" + (" " if m.group(2) else "")
 
     return _REPEATED_FLAG.sub(r"\1", _KEYWORD.sub(flag, message))
 

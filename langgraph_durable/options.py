@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .environment import (  # noqa: F401 (where they were always imported from)
+    ENV_ARCHIVE_KEY_FINGERPRINT,
     ENV_ARCHIVE_URL,
     ENV_LEASE_LINGER,
     ENV_OLD_SIGNING_KEYS,
@@ -52,6 +53,7 @@ ENV_OF_KEYWORD = {
     "redis_ttl": ENV_REDIS_TTL,
     "lease_linger": ENV_LEASE_LINGER,
     "archive": ENV_ARCHIVE_URL,
+    "archive_key_fingerprint": ENV_ARCHIVE_KEY_FINGERPRINT,
     "postgres_schema": ENV_POSTGRES_SCHEMA,
 }
 
@@ -402,6 +404,8 @@ def env_options(env: Mapping[str, str], default_sqlite: str) -> dict[str, Any]:
     kwargs[SQLITE.keyword] = env.get(SQLITE.env, default_sqlite) or None
     if env.get(ENV_ARCHIVE_URL):
         kwargs["archive"] = env[ENV_ARCHIVE_URL]
+    if env.get(ENV_ARCHIVE_KEY_FINGERPRINT):
+        kwargs["archive_key_fingerprint"] = env[ENV_ARCHIVE_KEY_FINGERPRINT]
     if env.get(ENV_WRITE):
         kwargs["write"] = env[ENV_WRITE]
     if env.get(ENV_REDIS_KEY_PREFIX):
@@ -438,3 +442,23 @@ def naming_the_variable(exc: ConfigError, from_env: Mapping[str, Any], given: Ma
         if keyword in from_env and keyword not in given and message.startswith((f"{keyword}=", f"{keyword} ")):
             return ConfigError(f"{name}: {message}")
     return exc
+
+
+FINGERPRINT_SCHEME = "hmac-sha256:"
+
+
+def archive_key_fingerprint_of(value: object) -> str | None:
+    """``archive_key_fingerprint=`` checked: the full fingerprint of a key
+    (``hmac-sha256:`` and 64 hex digits, as `doctor` prints it), or None."""
+    if value is None:
+        return None
+    text = value.strip().lower() if isinstance(value, str) else ""
+    digits = text.removeprefix(FINGERPRINT_SCHEME)
+    if len(digits) == 64 and all(c in "0123456789abcdef" for c in digits):
+        return FINGERPRINT_SCHEME + digits
+    shown = value if isinstance(value, str) else type(value).__name__
+    short = " (the 16-digit form the tiers record is not enough to vouch for a key)" if len(digits) == 16 else ""
+    raise ConfigError(
+        f"archive_key_fingerprint= got {shown!r}{short}: give the store key's full fingerprint, "
+        "hmac-sha256: and 64 hex digits, as `langgraph-durable doctor` prints it."
+    )

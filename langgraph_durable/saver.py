@@ -8,6 +8,7 @@ import contextlib
 import contextvars
 import copy
 import dataclasses
+import functools
 import logging
 import os
 import random
@@ -48,7 +49,7 @@ from .engine.lease_keeper import LeaseKeeper
 from .engine.lease_keeper_async import AsyncLeaseKeeper
 from .engine.replicator import WRITE_BEHIND_GAP_S, Replicator
 from .engine.sweeper import RetentionSweeper
-from .errors import ConfigError, ThreadBusy, TierUnavailable
+from .errors import ConfigError, DurableError, ThreadBusy, TierUnavailable
 from .integrity import IntegrityPolicy, OnCorruption, ScanReport
 from .ledger import LedgerEntry, damaged_entry, operator_answer
 from .metrics import MetricsHook, MetricsSink, Outcome, TierCall
@@ -71,6 +72,7 @@ from .model.memory_budget import DEFAULT_MEMORY_BUDGET, MemoryBudget
 from .model.own_heads import OwnHeads
 from .model.pins import Pin, pin_entry, pin_key, unpin_entry
 from .model.read_cache import ReadCache
+from .model.records import key_fingerprint
 from .model.roles import Role, Roles, ships_behind
 
 # The variables, defined with the options, are also importable from here.
@@ -109,6 +111,7 @@ from .options import (
 )
 from .options import (
     Options,
+    archive_key_fingerprint_of,
     env_options,
     naming_the_variable,
 )
@@ -467,6 +470,12 @@ class DurableSaver(BaseCheckpointSaver[str]):
         archive_lag: seconds within which a record written reaches the
             archive while the object store answers (default 60): the replica
             ships every thread written since its last pass every half of it.
+        archive_key_fingerprint: the full fingerprint of the store's key
+            (``hmac-sha256:`` and 64 hex digits), as `health` and
+            ``langgraph-durable doctor`` print it: needed only to rebuild a
+            store from its archive after losing every hot tier (the copy of
+            the key the archive keeps is taken on that word alone, never on
+            the bucket's). Also ``LANGGRAPH_DURABLE_ARCHIVE_KEY_FINGERPRINT``.
         read_only: only look (what the command line's read commands use):
             a bad copy a read meets is reported, logged and counted, but
             nothing is repaired, withdrawn or quarantined, setup records
@@ -515,6 +524,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         retention_rate: float | None = DEFAULT_RETENTION_RATE,
         archive: str | None = None,
         archive_lag: float = DEFAULT_ARCHIVE_LAG_S,
+        archive_key_fingerprint: str | None = None,
         read_only: bool = False,
     ) -> None:
         super().__init__(serde=serde)
@@ -639,6 +649,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         if not isinstance(archive_lag, (int, float)) or not archive_lag > 0:
             raise ConfigError(f"archive_lag= must be a number of seconds above 0, got {archive_lag!r}.")
         self.archive_url = archive
+        self.archive_key_fingerprint = archive_key_fingerprint_of(archive_key_fingerprint)
         self._sync_archiver: Archiver | None = None
         self._async_archiver: AsyncArchiver | None = None
         self._archive_replica = (
@@ -770,7 +781,12 @@ class DurableSaver(BaseCheckpointSaver[str]):
                     **self._chain_options(),
                 )
                 if self.archive_url is not None:
-                    self._sync.archived_key = ArchiveStore(self.archive_url).store_key
+                    archiver = Archiver(
+                        ArchiveStore(self.archive_url), self._sync, key_fingerprint=self.archive_key_fingerprint
+                    )
+                    self._sync.archived_key = archiver.trusted_key
+                    self._sync.claim_archive = functools.partial(archiver.claim, at_setup=True)
+                    self._sync_archiver = archiver
                 if self._archive_replica is not None:
                     self._archive_replica.start()  # its first rescan ships what a dead process left
             return self._sync
@@ -808,7 +824,12 @@ class DurableSaver(BaseCheckpointSaver[str]):
                 **self._chain_options(),
             )
             if self.archive_url is not None:
-                self._async.archived_key = AsyncArchiveStore(self.archive_url).store_key
+                aarchiver = AsyncArchiver(
+                    AsyncArchiveStore(self.archive_url), self._async, key_fingerprint=self.archive_key_fingerprint
+                )
+                self._async.archived_key = aarchiver.trusted_key
+                self._async.claim_archive = functools.partial(aarchiver.claim, at_setup=True)
+                self._async_archiver = aarchiver
             if self._archive_replica is not None:
                 self._archive_replica.start()  # see _sync_chain
             self._async_loop = loop
@@ -1057,10 +1078,23 @@ class DurableSaver(BaseCheckpointSaver[str]):
     def health(self) -> Health:
         """Probe every tier now: reachable, latency, breaker state, records
         owed. ``langgraph-durable doctor`` prints it."""
-        health = self._sync_chain().health()
+        chain = self._sync_chain()
+        health = chain.health()
+        if all(t.reachable for t in health.tiers):  # a tier down: no second wait for it
+            with contextlib.suppress(DurableError):
+                chain.ensure_setup()  # the store's key, for its fingerprint
+        health = self._with_fingerprint(health)
         if self.archive_url is None:
             return health
         return self._archive_health(health, self._archive_probe)
+
+    def _with_fingerprint(self, health: Health) -> Health:
+        """`Health.store_key_fingerprint`: what an operator keeps to rebuild
+        the store from its archive (`archive_key_fingerprint`)."""
+        key = self._codec.key
+        if not self._store_key or not key:
+            return health
+        return dataclasses.replace(health, store_key_fingerprint=key_fingerprint(key, full=True))
 
     def _archive_probe(self) -> None:
         self._archiver().archived_threads()
@@ -1078,7 +1112,12 @@ class DurableSaver(BaseCheckpointSaver[str]):
 
     async def ahealth(self) -> Health:
         """Async `health`."""
-        health = await self._async_chain().health()
+        chain = self._async_chain()
+        health = await chain.health()
+        if all(t.reachable for t in health.tiers):
+            with contextlib.suppress(DurableError):
+                await chain.ensure_setup()
+        health = self._with_fingerprint(health)
         if self.archive_url is None:
             return health
         return await asyncio.to_thread(self._archive_health, health, self._archive_probe)
@@ -1641,7 +1680,9 @@ class DurableSaver(BaseCheckpointSaver[str]):
         chain = self._sync_chain()
         with self._lock:
             if self._sync_archiver is None or self._sync_archiver.chain is not chain:
-                self._sync_archiver = Archiver(ArchiveStore(self.archive_url), chain)
+                self._sync_archiver = Archiver(
+                    ArchiveStore(self.archive_url), chain, key_fingerprint=self.archive_key_fingerprint
+                )
             return self._sync_archiver
 
     def _aarchiver(self) -> AsyncArchiver:
@@ -1652,7 +1693,9 @@ class DurableSaver(BaseCheckpointSaver[str]):
         assert self.archive_url is not None
         chain = self._async_chain()
         if self._async_archiver is None or self._async_archiver.chain is not chain:
-            self._async_archiver = AsyncArchiver(AsyncArchiveStore(self.archive_url), chain)
+            self._async_archiver = AsyncArchiver(
+                AsyncArchiveStore(self.archive_url), chain, key_fingerprint=self.archive_key_fingerprint
+            )
         return self._async_archiver
 
     def _note_archive(self, config: RunnableConfig | str) -> None:

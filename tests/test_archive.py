@@ -365,9 +365,18 @@ def test_one_bad_segment_is_left_out_and_reported(make_saver: SaverFactory, arch
             data[-5] ^= 0xFF
             store.put(second, bytes(data))
         elif harm == "planted":
-            from langgraph_durable.archive.segments import Segment
+            import zlib
 
-            store.put(second, Segment("t-seg").seal(second, b""))  # sealed without the store's key
+            import ormsgpack
+
+            from langgraph_durable.archive.segments import SEGMENT_TAG, _context
+            from langgraph_durable.model.records import seal
+
+            # Bound to this store, thread and name, but sealed without the store's key.
+            store_id = saver._archiver().store_id
+            assert store_id
+            body = zlib.compress(ormsgpack.packb({"thread": "t-seg", "at": 0.0, "c": [], "b": [], "w": [], "l": []}))
+            store.put(second, seal(_context(store_id, "t-seg", second), SEGMENT_TAG, body))
         elif harm == "replayed":
             (other,) = store.keys(segments_prefix("t-other"))
             store.put(second, store.get(other) or b"")
@@ -434,8 +443,15 @@ def test_the_whole_store_is_rebuilt_from_the_archive(
         histories["t-dr-int"] = _history(graph, cfg("t-dr-int"))
         assert saver.archive_idle(0.0, thread_ids=["t-dr-old"]).archived == ["t-dr-old"]
         assert saver.drain_archive().caught_up  # type: ignore[union-attr]
+        fingerprint = saver.health().store_key_fingerprint
     _lose_every_hot_tier(saver, redis_prefix)
-    with make_saver(FULL, archive=archive_url, redis_key_prefix=redis_prefix, sqlite_name="new.sqlite") as fresh:
+    with make_saver(
+        FULL,
+        archive=archive_url,
+        redis_key_prefix=redis_prefix,
+        sqlite_name="new.sqlite",
+        archive_key_fingerprint=fingerprint,
+    ) as fresh:
         if face == "sync":
             report = fresh.restore()
         else:
@@ -472,8 +488,15 @@ def test_restore_until_a_time_leaves_later_segments_out(
         time.sleep(0.01)
         graph.invoke({"messages": ["later"], "n": 0}, cfg("t-pit"))
         saver.drain_archive()
+        fingerprint = saver.health().store_key_fingerprint
     _lose_every_hot_tier(saver, redis_prefix)
-    with make_saver(FULL, archive=archive_url, redis_key_prefix=redis_prefix, sqlite_name="pit.sqlite") as fresh:
+    with make_saver(
+        FULL,
+        archive=archive_url,
+        redis_key_prefix=redis_prefix,
+        sqlite_name="pit.sqlite",
+        archive_key_fingerprint=fingerprint,
+    ) as fresh:
         report = fresh.restore(["t-pit"], until=cut)
         assert report.threads == 1
         assert loop_graph(2).compile(checkpointer=fresh).get_state(cfg("t-pit")).values == early

@@ -35,17 +35,18 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
-from ..errors import CorruptCheckpoint, DurableError, ThreadBusy, TierUnavailable
+from ..errors import ConfigError, CorruptCheckpoint, DurableError, ThreadBusy, TierUnavailable
 from ..ledger import LedgerEntry, newest_entry
 from ..model.codec import thread_id_of
 from ..model.pins import is_pin_key, pins_of
-from ..model.records import BadRecord, open_envelope_any
+from ..model.records import BadRecord, key_fingerprint, open_envelope_any
 from ..retention import age_seconds
-from ..tiers.base import archived_key
+from ..tiers.base import ARCHIVE_META, STORE_ID_META, archived_key
 from ..tiers.protocol_async import AsyncTier
 from .reports import ArchiveCheck, ArchiveOutcome, ArchiveReport, HotCopy, NotYet, RestoreReport
 from .segments import (
     ARCHIVED,
+    OWNER,
     THREADS,
     Segment,
     ThreadImage,
@@ -53,13 +54,17 @@ from .segments import (
     marker_key,
     name_tag,
     name_time,
+    new_store_id,
     open_marker,
+    open_owner,
+    read_owner,
     seal_marker,
+    seal_owner,
     segment_name,
     segments_prefix,
     thread_of_folder,
 )
-from .store_async import AsyncArchiveStore
+from .store_async import STORE_KEY_OBJECT, AsyncArchiveStore
 
 if TYPE_CHECKING:
     from ..engine.chain_async import AsyncTierChain
@@ -80,18 +85,158 @@ MEMO_BYTES = 16 * 1024 * 1024
 class AsyncArchiver:
     """One saver's archive: its object store and the tier chain it copies from and to."""
 
-    def __init__(self, store: AsyncArchiveStore, chain: AsyncTierChain) -> None:
+    def __init__(self, store: AsyncArchiveStore, chain: AsyncTierChain, *, key_fingerprint: str | None = None) -> None:
         self.store = store
         self.chain = chain
+        # The full fingerprint of the store's key the operator vouches for
+        # (`archive_key_fingerprint=`): the only way a key kept in the bucket
+        # is ever taken.
+        self.key_fingerprint = key_fingerprint
+        # The store that owns the prefix (`claim`): every segment is bound to it.
+        self.store_id: str | None = None
+        self._claimed = False
         self._key_kept = False
         self._memo: OrderedDict[str, tuple[list[str], ThreadImage, int]] = OrderedDict()
         self._memo_bytes = 0
 
-    # -- reading the archive ---------------------------------------------------------
+    # -- who owns the archive ------------------------------------------------------------
 
     @property
     def _keys(self) -> Sequence[bytes]:
         return self.chain.codec.keys
+
+    async def _ready(self) -> None:
+        """The chain set up (the store's key) and the prefix claimed (its id)."""
+        await self.chain.ensure_setup()
+        if not self._claimed:
+            await self.claim()
+
+    def _own_id(self) -> str:
+        assert self.store_id is not None, "claim() first"
+        return self.store_id
+
+    def _holder(self) -> AsyncTier:
+        """Where the store keeps its id: the system of record, or the local
+        file of a store that has no shared tier."""
+        holder = self.chain.roles.authority or self.chain.local
+        assert holder is not None
+        return holder
+
+    async def trusted_key(self) -> str | None:
+        """The store's key the archive keeps (base64), for a store whose hot
+        tiers hold none: only when the operator vouched for it with its full
+        fingerprint. None when the archive keeps no key and belongs to no
+        store (a new store may make its own). Anyone who can write the bucket
+        can write a key there, so anything else is a `ConfigError`."""
+        url = self.store.url
+        text = await self.store.store_key()
+        if text is None:
+            if self.key_fingerprint is not None:
+                raise ConfigError(
+                    f"archive_key_fingerprint= names the key of the store to rebuild, but the archive at {url} "
+                    f"keeps no store key ({STORE_KEY_OBJECT} is missing): check the archive URL, or put "
+                    f"{STORE_KEY_OBJECT} back from a version of the bucket you trust."
+                )
+            owner = await self.store.get(OWNER)
+            if owner is not None:
+                raise ConfigError(
+                    f"the archive at {url} belongs to another store ({_named(read_owner(owner))}) and this "
+                    "store's tiers hold no key: a store sealed with its own signing key needs that key "
+                    "(signing_key=); a new store needs its own archive prefix (archive=s3://BUCKET/OTHER-PREFIX)."
+                )
+            return None
+        fingerprint = key_fingerprint(base64.b64decode(text), full=True)
+        if self.key_fingerprint is None:
+            raise ConfigError(
+                f"this store's tiers hold no key and the archive at {url} keeps one (fingerprint "
+                f"{_short(fingerprint)}...), which is never taken from the bucket alone: to rebuild this store "
+                "from its archive, pass the full fingerprint of its key that `langgraph-durable doctor` printed "
+                "(kept with your secrets) as archive_key_fingerprint= (or LANGGRAPH_DURABLE_ARCHIVE_KEY_FINGERPRINT); "
+                "a new store needs its own archive prefix."
+            )
+        if fingerprint != self.key_fingerprint:
+            raise ConfigError(
+                f"the store key the archive at {url} keeps (fingerprint {_short(fingerprint)}...) is not the key "
+                "whose fingerprint you gave (archive_key_fingerprint=): the bucket's copy was replaced, or this is "
+                f"another store's archive. Put {STORE_KEY_OBJECT} and {OWNER} back from a version of the bucket you "
+                "trust, or check the archive URL."
+            )
+        return text
+
+    async def claim(self, *, at_setup: bool = False) -> None:
+        """Make sure this store owns the prefix, and learn its id: the
+        prefix's owner object must verify under this store's keys and name
+        this store's id (kept in the system of record), else the prefix is
+        another store's and this is a `ConfigError` naming both. A prefix
+        without one (new, or written by an older version) is claimed,
+        unless it keeps another store's key. A store whose system of record
+        lost its id (rebuilt from the archive) takes the one the owner
+        object names: it verifies under the key the operator trusts.
+
+        Once the system of record says this store owns this URL, the object
+        store is not asked again. `at_setup`: an object store or system of
+        record that cannot be reached leaves this to the archive's first use."""
+        chain = self.chain
+        holder = self._holder()
+        here = f"{self.store.bucket}/{self.store.prefix}"
+        if self.key_fingerprint is not None and chain.store_key and chain.codec.key:
+            ours = key_fingerprint(chain.codec.key, full=True)
+            if ours != self.key_fingerprint:
+                raise ConfigError(
+                    f"archive_key_fingerprint= names another key than this store's (fingerprint {_short(ours)}...): "
+                    "its tiers hold their own key, so the option is not needed here; remove it, or check which "
+                    "store these tiers are."
+                )
+        try:
+            mine = await holder.read_meta(STORE_ID_META)
+            if mine and await holder.read_meta(ARCHIVE_META) == here:
+                self.store_id, self._claimed = mine, True
+                return
+            key = chain.codec.key
+            if not key:
+                if chain.read_only:
+                    return  # nothing verifies without a key: every segment is reported unusable
+                raise ConfigError(
+                    "the archive needs records sealed with a key: pass signing_key=, or give the store Redis or "
+                    "Postgres (which keep the store's own key)."
+                )
+            fingerprint = key_fingerprint(key, full=True)
+            data = await self.store.get(OWNER)
+            if data is not None:
+                try:
+                    owner = open_owner(data, self._keys)
+                except BadRecord:
+                    raise ConfigError(_another_store(self.store.url, read_owner(data), mine, fingerprint)) from None
+                if mine is not None and owner["store"] != mine:
+                    raise ConfigError(_another_store(self.store.url, owner, mine, fingerprint))
+                mine = owner["store"]
+                reseal = owner["key"] != fingerprint  # a rotated signing key: sealed with the new one from now on
+            else:
+                kept = await self.store.store_key() if chain.store_key else None
+                if kept is not None and base64.b64decode(kept) != key:
+                    theirs = key_fingerprint(base64.b64decode(kept), full=True)
+                    raise ConfigError(_another_store(self.store.url, {"key": theirs}, mine, fingerprint))
+                mine = mine or new_store_id()
+                reseal = True
+            if chain.read_only:
+                self.store_id, self._claimed = mine, True
+                return
+            mine = await holder.create_meta(STORE_ID_META, mine)  # a replica claiming at once: one id holds
+            if reseal:
+                await self.store.put(OWNER, seal_owner(mine, fingerprint, key))
+                logger.info(
+                    "the archive at %s belongs to this store (id %s); the fingerprint of its key is %s",
+                    self.store.url,
+                    mine,
+                    fingerprint,
+                )
+            await holder.write_meta(ARCHIVE_META, here)
+        except TierUnavailable as exc:
+            if not at_setup:
+                raise
+            logger.info("the archive's owner is checked at its first use (%s)", exc)
+            return
+        self.store_id, self._claimed = mine, True
 
     async def segment_keys(self, thread_id: str) -> list[str]:
         return await self.store.keys(segments_prefix(thread_id))
@@ -103,7 +248,7 @@ class AsyncArchiver:
             if data is None:
                 continue  # compacted meanwhile: the compacted segment holds it
             try:
-                segments.append(Segment.open(thread_id, key, data, self._keys))
+                segments.append(Segment.open(thread_id, key, data, self._keys, self.store_id))
             except BadRecord as exc:
                 if bad is not None:
                     bad.append(key)
@@ -121,7 +266,7 @@ class AsyncArchiver:
         """The thread's archive copy, its segments (or those of `keys`)
         verified and replayed in order, those cut after `until` left out. A
         segment that does not verify is left out too and named in `bad`."""
-        await self.chain.ensure_setup()  # the store's key, which verifies the segments
+        await self._ready()  # the store's key and id, which verify the segments
         listed = list(keys) if keys is not None else await self.segment_keys(thread_id)
         chosen = [k for k in listed if until is None or name_time(k) <= until]
         return ThreadImage.fold(thread_id, await self._segments(thread_id, chosen, bad), until=until)
@@ -153,12 +298,12 @@ class AsyncArchiver:
 
     async def marker(self, thread_id: str) -> dict[str, Any] | None:
         """The thread's ``archived`` object in the store (its listing entry). None if there is none."""
-        await self.chain.ensure_setup()
+        await self._ready()
         data = await self.store.get(marker_key(thread_id))
         if data is None:
             return None
         try:
-            return open_marker(thread_id, data, self._keys)
+            return open_marker(thread_id, data, self._keys, self.store_id)
         except BadRecord as exc:
             logger.warning("the archive marker of thread %r is unusable (%s); ignored", thread_id, exc.reason)
             return None
@@ -291,7 +436,7 @@ class AsyncArchiver:
         lacks as one segment, with the deletions they recorded. The records
         shipped (0 when the copy was current). Raises `NotYet` while the
         local journal still owes the shared tiers some of the thread."""
-        await self.chain.ensure_setup()
+        await self._ready()
         if tiers is None and await self.chain.journal.owes(thread_id):
             raise NotYet(thread_id)
         asked = list(tiers) if tiers is not None else [self.chain.roles.last_resort]
@@ -320,7 +465,7 @@ class AsyncArchiver:
         await self._keep_key()
         newest, writes = _head(hot)
         name = segments_prefix(thread_id) + segment_name(at, head_tag(newest, writes, hot.ledger))
-        await self.store.put(name, segment.seal(name, self.chain.codec.key))
+        await self.store.put(name, segment.seal(name, self.chain.codec.key, self._own_id()))
         image.apply(segment)
         keys = sorted([*keys, name])
         if segment.deleted_through is not None and not hot.seen:
@@ -349,7 +494,7 @@ class AsyncArchiver:
             return keys
         whole = folded.compacted(name_time(old[0]))
         name = segments_prefix(thread_id) + segment_name(whole.at, name_tag(old[-1]))
-        await self.store.put(name, whole.seal(name, self.chain.codec.key))
+        await self.store.put(name, whole.seal(name, self.chain.codec.key, self._own_id()))
         await self.store.delete(old)
         return sorted([name, *(k for k in keys if k not in old)])
 
@@ -368,16 +513,19 @@ class AsyncArchiver:
 
     async def _keep_key(self) -> None:
         """The first segment this process writes: the archive gets a copy of
-        the store's own key (a key of the user's stays the user's)."""
+        the store's own key (a key of the user's stays the user's). It is
+        read back only on the operator's word (`trusted_key`)."""
         if self._key_kept or not self.chain.store_key or not self.chain.codec.key:
             return
         text = base64.b64encode(self.chain.codec.key).decode()
         kept = await self.store.keep_store_key(text)
         if kept != text:
+            # `claim` found this prefix keeping this store's key or none: it was replaced since.
             logger.error(
-                "the archive keeps another store key than this store's: its segments were written by another "
-                "store under this prefix, or the store's key was created anew. A restore from this archive "
-                "would not verify them; give each store its own archive prefix."
+                "the archive at %s keeps another store key than this store's (someone replaced %s): a "
+                "restore would refuse it. Put it back from a version of the bucket you trust.",
+                self.store.url,
+                STORE_KEY_OBJECT,
             )
         self._key_kept = True
 
@@ -452,7 +600,8 @@ class AsyncArchiver:
                 return outcome
             newest = max(cid for _, cid in hot.checkpoints)
             info = {"at": now, "newest": newest, "records": hot.records}
-            await self.store.put(marker_key(thread_id), seal_marker(thread_id, info, self.chain.codec.key))
+            marker = seal_marker(thread_id, info, self.chain.codec.key, self._own_id())
+            await self.store.put(marker_key(thread_id), marker)
             # Segments that did not verify when the copy was checked: what
             # they held, the others hold too. Any other found bad later is not.
             flag = {**info, "previous_marker": hot.deleted_through, "known_bad": known_bad}
@@ -642,7 +791,7 @@ class AsyncArchiver:
         tiers lack checkpoints newer than the newest they hold, which the
         archive holds and no deletion covers, was rolled back (or lost them
         everywhere). Reads only."""
-        await self.chain.ensure_setup()
+        await self._ready()
         report = ArchiveCheck(signed=bool(self.chain.codec.key))
         tiers = list(self.chain.tiers)
         if thread_ids is None:
@@ -691,7 +840,7 @@ class AsyncArchiver:
         given: a run going on raises `ThreadBusy`). Records already in a
         tier are written again as they are (immutable): running it twice is
         harmless."""
-        await self.chain.ensure_setup()
+        await self._ready()
         tiers = list(self.chain.roles.by_authority())
         report = RestoreReport()
         listed = set(await self.listed_archived())
@@ -735,6 +884,27 @@ class AsyncArchiver:
         self.chain.forget_thread(thread_id)
         report.threads += 1
         report.records += image.records
+
+
+def _short(fingerprint: str) -> str:
+    """A fingerprint's first 16 hex digits: enough to tell keys apart in a
+    message, never enough to vouch for a key (that takes all 64)."""
+    return fingerprint[: len("hmac-sha256:") + 16]
+
+
+def _named(owner: dict[str, str]) -> str:
+    store = owner.get("store") or "unknown id"
+    key = owner.get("key")
+    return f"store {store}, key {_short(key)}..." if key else f"store {store}"
+
+
+def _another_store(url: str, theirs: dict[str, str], mine: str | None, fingerprint: str) -> str:
+    ours = f"store {mine}, key {_short(fingerprint)}..." if mine else f"key {_short(fingerprint)}..., no store id yet"
+    return (
+        f"the archive at {url} belongs to another store ({_named(theirs)}), not this one ({ours}): give each store "
+        "its own archive prefix (archive=s3://BUCKET/OTHER-PREFIX). If it is this store's, sealed with a signing key "
+        "this saver no longer accepts, add that key to signing_keys=."
+    )
 
 
 class _Verified:

@@ -6,11 +6,15 @@ pending writes, ledger entries, pins) and the deletions it found recorded
 (checkpoints pruned or deleted for runs, the thread deleted). Records keep
 the envelopes they have in every tier, so each is verified again when it is
 brought back; the segment itself is sealed too (`records.seal`, under the
-store's key when there is one), bound to its thread and its object name, so
-a segment planted, swapped between threads or truncated is refused whole.
+store's key or the user's signing key, never unsigned), bound to its store
+(the store id its owner object names), its thread and its object name, so a
+segment planted, copied from another store, swapped between threads or
+truncated is refused whole.
 
 Object keys, below the archive URL's prefix::
 
+    v1/store                      the store that owns the prefix (sealed JSON)
+    v1/store-key                  a copy of the store's own key (stores without signing_key=)
     v1/threads/<thread>/<at ms, 13 digits>-<random>-<head tag>.seg
     v1/archived/<thread>          the thread left the hot tiers (sealed JSON)
 
@@ -40,13 +44,29 @@ from typing import Any
 
 import ormsgpack
 
-from ..model.records import BadRecord, BlobRow, CheckpointRow, WriteRow, open_envelope_any, seal
+from ..model.records import (
+    DIGEST_SIZE,
+    MAGIC,
+    BadRecord,
+    BlobRow,
+    CheckpointRow,
+    WriteRow,
+    open_envelope_any,
+    seal,
+)
 
 ROOT = "v1"
 THREADS = f"{ROOT}/threads"
 ARCHIVED = f"{ROOT}/archived"
-SEGMENT_TAG = "langgraph-durable-segment+zlib"  # msgpack, zlib-compressed
-MARKER_TAG = "langgraph-durable-archived"
+OWNER = f"{ROOT}/store"
+SEGMENT_TAG = "langgraph-durable-segment+zlib+store"  # msgpack, zlib-compressed, bound to its store
+MARKER_TAG = "langgraph-durable-archived+store"
+OWNER_TAG = "langgraph-durable-archive-owner"
+# Written before segments named their store: bound to their thread and name
+# only. Still read (under a key the operator trusts, never unsigned), so an
+# archive written by an older version keeps its threads; see `Segment.open`.
+LEGACY_SEGMENT_TAG = "langgraph-durable-segment+zlib"
+LEGACY_MARKER_TAG = "langgraph-durable-archived"
 
 CheckpointKey = tuple[str, str]  # ns, checkpoint id
 BlobKey = tuple[str, str, str]  # ns, channel, version
@@ -105,8 +125,44 @@ def ident(kind: str, *parts: object) -> str:
     return "\x00".join([kind, *(str(p) for p in parts)])
 
 
-def _context(thread_id: str, name: str) -> str:
+def _context(store: str, thread_id: str, name: str) -> str:
+    # The store id is hex and the name's last part has no NUL: the thread id
+    # between them is unambiguous whatever it holds.
+    return f"S\x00{store}\x00{thread_id}\x00{name.rsplit('/', 1)[-1]}"
+
+
+def _legacy_context(thread_id: str, name: str) -> str:
     return f"s\x00{thread_id}\x00{name.rsplit('/', 1)[-1]}"
+
+
+def sealing_keys(keys: Sequence[bytes]) -> list[bytes]:
+    """The keys an archive object may verify under: never b"" (unsigned),
+    which anyone who can write the bucket could seal with."""
+    return [k for k in keys if k]
+
+
+def _open_bound(
+    contexts: Sequence[tuple[str, str]], data: bytes, keys: Sequence[bytes], what: str
+) -> tuple[str, bytes]:
+    """Open an archive object under the first of `contexts` (context, type
+    tag it must carry) that verifies with one of `keys` (real keys only)."""
+    real = sealing_keys(keys)
+    if not real:
+        raise BadRecord(f"no signing key to verify the {what} with (an unsigned one is never trusted)")
+    last: BadRecord | None = None
+    for context, expected in contexts:
+        try:
+            tag, payload, _ = open_envelope_any(context, data, real)
+        except BadRecord as exc:
+            if exc.reason != "checksum mismatch":
+                raise
+            last = exc
+            continue
+        if tag != expected:
+            raise BadRecord(f"not a {what} (type tag {tag!r})")
+        return tag, payload
+    assert last is not None
+    raise last
 
 
 @dataclass
@@ -133,7 +189,7 @@ class Segment:
     def records(self) -> int:
         return len(self.checkpoints) + len(self.blobs) + len(self.writes) + len(self.ledger)
 
-    def seal(self, name: str, key: bytes) -> bytes:
+    def seal(self, name: str, key: bytes, store: str) -> bytes:
         body = {
             "thread": self.thread_id,
             "at": self.at,
@@ -151,15 +207,28 @@ class Segment:
             "deleted_through": self.deleted_through,
             "t": [[k, v] for k, v in sorted(self.times.items())],
         }
-        return seal(_context(self.thread_id, name), SEGMENT_TAG, zlib.compress(ormsgpack.packb(body), 6), key=key)
+        if not key:
+            raise ValueError("an archive segment is never sealed unsigned")
+        packed = zlib.compress(ormsgpack.packb(body), 6)
+        return seal(_context(store, self.thread_id, name), SEGMENT_TAG, packed, key=key)
 
     @classmethod
-    def open(cls, thread_id: str, name: str, data: bytes, keys: Sequence[bytes]) -> Segment:
+    def open(cls, thread_id: str, name: str, data: bytes, keys: Sequence[bytes], store: str | None) -> Segment:
         """The segment stored under `name`, verified; `BadRecord` if it is not
-        one this thread's replica sealed under that name."""
-        tag, payload, _ = open_envelope_any(_context(thread_id, name), data, keys)
-        if tag != SEGMENT_TAG:
-            raise BadRecord(f"not a segment (type tag {tag!r})")
+        one this store's replica sealed for this thread under that name.
+
+        `keys` are the keys the operator trusts (their own signing key, or the
+        store's key from the system of record or vouched for by its
+        fingerprint); unsigned never verifies. A segment an older version
+        wrote is bound to its thread and name only: a copy from another store
+        sealed with the same key would pass, which takes two stores sharing
+        one key (a signing key given to both, or a store that took another's
+        key from the bucket before keys were only taken on the operator's
+        word)."""
+        contexts = [(_legacy_context(thread_id, name), LEGACY_SEGMENT_TAG)]
+        if store:
+            contexts.insert(0, (_context(store, thread_id, name), SEGMENT_TAG))
+        _, payload = _open_bound(contexts, data, keys, "segment")
         try:
             body = ormsgpack.unpackb(zlib.decompress(payload))
             if body["thread"] != thread_id:
@@ -334,16 +403,17 @@ class ThreadImage:
         return not self.missing(checkpoints, blobs, writes, ledger)
 
 
-def seal_marker(thread_id: str, info: dict[str, Any], key: bytes) -> bytes:
+def seal_marker(thread_id: str, info: dict[str, Any], key: bytes, store: str) -> bytes:
     """The ``archived/<thread>`` object: the thread left the hot tiers."""
     body = json.dumps({"thread": thread_id, **info}, sort_keys=True).encode()
-    return seal(f"a\x00{thread_id}", MARKER_TAG, body, key=key)
+    return seal(f"A\x00{store}\x00{thread_id}", MARKER_TAG, body, key=key)
 
 
-def open_marker(thread_id: str, data: bytes, keys: Sequence[bytes]) -> dict[str, Any]:
-    tag, payload, _ = open_envelope_any(f"a\x00{thread_id}", data, keys)
-    if tag != MARKER_TAG:
-        raise BadRecord(f"not an archive marker (type tag {tag!r})")
+def open_marker(thread_id: str, data: bytes, keys: Sequence[bytes], store: str | None) -> dict[str, Any]:
+    contexts = [(f"a\x00{thread_id}", LEGACY_MARKER_TAG)]
+    if store:
+        contexts.insert(0, (f"A\x00{store}\x00{thread_id}", MARKER_TAG))
+    _, payload = _open_bound(contexts, data, keys, "archive marker")
     try:
         body = json.loads(payload)
     except ValueError:
@@ -351,3 +421,37 @@ def open_marker(thread_id: str, data: bytes, keys: Sequence[bytes]) -> dict[str,
     if not isinstance(body, dict) or body.get("thread") != thread_id:
         raise BadRecord("archive marker of another thread")
     return body
+
+
+def new_store_id() -> str:
+    return os.urandom(16).hex()
+
+
+def seal_owner(store: str, fingerprint: str, key: bytes) -> bytes:
+    """The ``v1/store`` object: which store owns the prefix (its id, and its
+    sealing key's fingerprint, for people), sealed with that key."""
+    body = json.dumps({"store": store, "key": fingerprint}, sort_keys=True).encode()
+    return seal("o\x00owner", OWNER_TAG, body, key=key)
+
+
+def read_owner(data: bytes) -> dict[str, str]:
+    """What an owner object says, NOT verified: only for naming it in an
+    error. Empty if it is not one."""
+    try:
+        body = json.loads(data[len(MAGIC) + 2 + data[len(MAGIC) + 1] + DIGEST_SIZE :])
+    except (ValueError, IndexError):
+        return {}
+    return {k: str(v) for k, v in body.items() if k in ("store", "key")} if isinstance(body, dict) else {}
+
+
+def open_owner(data: bytes, keys: Sequence[bytes]) -> dict[str, str]:
+    """The owner object, verified under one of `keys`; `BadRecord` if it
+    does not verify (another store's, or planted)."""
+    _, payload = _open_bound([("o\x00owner", OWNER_TAG)], data, keys, "archive owner object")
+    try:
+        body = json.loads(payload)
+    except ValueError:
+        raise BadRecord("archive owner object is not JSON") from None
+    if not isinstance(body, dict) or not isinstance(body.get("store"), str):
+        raise BadRecord("archive owner object has an unexpected shape")
+    return {"store": body["store"], "key": str(body.get("key", ""))}

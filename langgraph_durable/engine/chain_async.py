@@ -173,9 +173,13 @@ class AsyncTierChain:
         self.read_cache = read_cache if local is not None else None
         self.cache_all_reads = not shared
         self._views: dict[int, AsyncTierChain] = {}
-        # The archive's copy of the store's key (`archive_async`), asked when
-        # no hot tier holds one: a store rebuilt from the archive keeps its key.
+        # The archive's copy of the store's key, asked when no hot tier holds
+        # one: a store rebuilt from the archive keeps its key, if the
+        # operator vouched for it (`AsyncArchiver.trusted_key`).
         self.archived_key: Callable[[], Any] | None = None
+        # With an archive: check at setup that this store owns its prefix
+        # (`AsyncArchiver.claim`), so a second store pointed at it stops here.
+        self.claim_archive: Callable[[], Any] | None = None
         self._ready = False
         # First use may come from many tasks (or threads) at once; the pools
         # must be opened and the schema migrated exactly once.
@@ -251,6 +255,8 @@ class AsyncTierChain:
             raise TierUnavailable.every(down)
         await self._adopt_store_key(up)
         await self._check_keys(up)
+        if self.claim_archive is not None:
+            await self.claim_archive()
         if self.read_only:
             self._ready = True
             return
@@ -286,8 +292,18 @@ class AsyncTierChain:
         is accepted no more).
 
         The local file alone (a saver or command given only ``sqlite=``)
-        uses the copy of the key it holds, if any: it never creates one."""
+        uses the copy of the key it holds, if any: it never creates one,
+        unless the saver has an archive, whose segments are never unsigned
+        (anyone who can write the bucket could seal those): the local file
+        is then the system of record and keeps the store's key.
+
+        With no key in any hot tier, the archive's copy is taken only if the
+        operator vouched for it (`archive_key_fingerprint=`); an archive
+        that keeps a key or belongs to a store refuses a new key
+        (`AsyncArchiver.trusted_key`)."""
         authority = self.roles.authority
+        if authority is None and self.archived_key is not None:
+            authority = self.local
         # The fingerprints first, then the key: a saver records a key's
         # fingerprint only after it created or read that key, so a
         # fingerprint seen here means the key is readable below. Read the
@@ -320,7 +336,8 @@ class AsyncTierChain:
             if recorded - {"unsigned"} or self.read_only:
                 return  # sealed with a key of the user's (the key check says so), or only looking
             # Every hot tier lost it (or it never was): the archive's copy, if
-            # it keeps one (a store rebuilt from it), else a new key.
+            # it keeps one the operator vouched for (a store rebuilt from
+            # it), else a new key.
             kept = await self.archived_key() if self.archived_key is not None else None
             text = await authority.create_meta(STORE_KEY_META, kept or base64.b64encode(os.urandom(32)).decode())
         elif far is None and authority in up and authority is not None and not self.read_only:

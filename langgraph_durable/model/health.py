@@ -32,6 +32,10 @@ class Health:
     local_write_failures: int  # local writes that failed (disk full, unwritable) since start
     archive: ArchiveLag | None = None  # the archive (``archive=``): probed, with its lag
     archive_error: str | None = None
+    # The full fingerprint of the store's own key (none with signing_key=):
+    # keep it with your secrets, `archive_key_fingerprint=` needs it to
+    # rebuild the store from its archive.
+    store_key_fingerprint: str | None = None
 
     @property
     def ok(self) -> bool:

@@ -113,16 +113,20 @@ def open_envelope_any(context: str, data: bytes, keys: Sequence[bytes]) -> tuple
     raise last
 
 
-def key_fingerprint(key: bytes) -> str:
+def key_fingerprint(key: bytes, *, full: bool = False) -> str:
     """What a tier records about the key that seals it: never the key itself.
 
     ``"unsigned"`` for plain SHA-256 checksums. The fingerprint is an HMAC of
     a fixed label, so it reveals nothing about the key and cannot be used to
-    forge records.
+    forge records. The tiers record its first 16 hex digits; `full` gives all
+    64, what an operator keeps to vouch for the store's key in the archive
+    (`archive_key_fingerprint=`): 64 bits would be within reach of someone
+    searching for a key of their own that matches.
     """
     if not key:
         return "unsigned"
-    return "hmac-sha256:" + hmac.new(key, b"langgraph-durable key fingerprint", hashlib.sha256).hexdigest()[:16]
+    digest = hmac.new(key, b"langgraph-durable key fingerprint", hashlib.sha256).hexdigest()
+    return "hmac-sha256:" + (digest if full else digest[:16])
 
 
 def reseal(old_context: str, new_context: str, data: bytes, *, key: bytes = b"") -> bytes:

@@ -66,6 +66,11 @@ KEYS_META = "key_fingerprints"
 # Meta key: the store's own signing key (base64), kept in the system of record
 # (and copied into the local tier) when the user gives none.
 STORE_KEY_META = "store_key"
+# Meta key: the id of the store (hex), which binds its archive's segments to it.
+STORE_ID_META = "store_id"
+# Meta key: the archive (bucket/prefix) this store owns, once its owner
+# object was checked or written: later starts do not ask the object store.
+ARCHIVE_META = "archive_owned"
 
 
 def key_mismatch_message(tier: str, foreign: list[str], accepted: list[str]) -> str:
