@@ -32,8 +32,16 @@ from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from langgraph_durable import DurableSaver, cli
+from langgraph_durable.archive.segments import (
+    LEGACY_SEGMENT_TAG,
+    SEGMENT_TAG,
+    _context,
+    _legacy_context,
+    segments_prefix,
+)
 from langgraph_durable.archive.store import ArchiveStore
 from langgraph_durable.errors import ConfigError
+from langgraph_durable.model.records import open_envelope, seal
 from tests import hostile_payloads as hostile
 from tests import test_cli
 from tests.conftest import POSTGRES_URL, REDIS_URL, SaverFactory, database_url
@@ -464,3 +472,57 @@ def test_a_store_with_its_own_key_pointed_at_an_owned_prefix_is_refused_naming_b
     assert "own archive prefix" in message
     with make_saver(FULL, archive=archive_url) as a:
         assert read_thread(a)["messages"][0] == "A"
+
+
+def test_a_segment_of_another_store_with_the_same_signing_key_never_verifies(
+    make_saver: SaverFactory,
+    archive_url: str,
+    other_redis_prefix: str,
+    other_postgres_url: str,
+    tmp_path: Path,
+) -> None:
+    """Two apps given one signing key, each with its own prefix: a segment
+    copied from one into the other's is bound to its own store and refused."""
+    key = b"s" * 32
+    bucket = archive_url.removeprefix("s3://").split("/", 1)[0]
+    b_url = f"s3://{bucket}/app-b"
+    b_tiers = {"redis": REDIS_URL, "redis_key_prefix": other_redis_prefix, "postgres": other_postgres_url}
+    with DurableSaver(sqlite=str(tmp_path / "b.sqlite"), **b_tiers, archive=b_url, signing_key=key) as b:
+        loop_graph(2).compile(checkpointer=b).invoke({"messages": ["B's data"], "n": 0}, cfg(THREAD))
+        assert b.drain_archive().caught_up  # type: ignore[union-attr]
+    with make_saver(FULL, archive=archive_url, signing_key=key) as a:
+        loop_graph(2).compile(checkpointer=a).invoke({"messages": ["A's private data"], "n": 0}, cfg(THREAD))
+        assert a.drain_archive().caught_up  # type: ignore[union-attr]
+        theirs, ours = ArchiveStore(b_url), ArchiveStore(archive_url)
+        (copied,) = theirs.keys(segments_prefix(THREAD))
+        ours.put(copied, theirs.get(copied) or b"")
+        bad: list[str] = []
+        a._archiver().image(THREAD, bad=bad)
+        assert bad == [copied]
+        assert a.archive_idle(0.0, thread_ids=[THREAD]).archived == [THREAD]
+        assert read_thread(a)["messages"][0] == "A's private data"
+
+
+def test_segments_an_older_version_wrote_are_read_under_a_trusted_key_never_unsigned(
+    make_saver: SaverFactory, archive_url: str
+) -> None:
+    """Segments from before they named their store (bound to their thread
+    and name only) still verify under the store's key, so an archive keeps
+    its threads across the upgrade; unsigned, they never do."""
+    with make_saver(FULL, archive=archive_url) as saver:
+        loop_graph(2).compile(checkpointer=saver).invoke({"messages": ["kept"], "n": 0}, cfg(THREAD))
+        assert saver.drain_archive().caught_up  # type: ignore[union-attr]
+        archiver, store = saver._archiver(), ArchiveStore(archive_url)
+        key, store_id = saver._codec.key, archiver.store_id
+        assert key and store_id
+        (name,) = store.keys(segments_prefix(THREAD))
+        _, payload = open_envelope(_context(store_id, THREAD, name), store.get(name) or b"", key=key)
+        store.put(name, seal(_legacy_context(THREAD, name), LEGACY_SEGMENT_TAG, payload, key=key))
+        bad: list[str] = []
+        assert archiver.image(THREAD, bad=bad).checkpoints and bad == []
+        store.put(name, seal(_legacy_context(THREAD, name), LEGACY_SEGMENT_TAG, payload))  # unsigned
+        assert not archiver.image(THREAD, bad=bad).checkpoints and bad == [name]
+        # Nor is a segment of this store's own shape sealed without a key.
+        store.put(name, seal(_context(store_id, THREAD, name), SEGMENT_TAG, payload))
+        bad = []
+        assert not archiver.image(THREAD, bad=bad).checkpoints and bad == [name]
