@@ -140,7 +140,7 @@ class Archiver:
                 raise ConfigError(
                     f"the archive at {url} belongs to another store ({_named(read_owner(owner))}) and this "
                     "store's tiers hold no key: a store sealed with its own signing key needs that key "
-                    "(signing_key=); a new store needs its own archive prefix (archive=s3://BUCKET/OTHER-PREFIX)."
+                    "(signing_key=); a new store needs its own archive prefix (archive='s3://BUCKET/OTHER-PREFIX')."
                 )
             return None
         fingerprint = key_fingerprint(base64.b64decode(text), full=True)
@@ -898,7 +898,7 @@ def _another_store(url: str, theirs: dict[str, str], mine: str | None, fingerpri
     ours = f"store {mine}, key {_short(fingerprint)}..." if mine else f"key {_short(fingerprint)}..., no store id yet"
     return (
         f"the archive at {url} belongs to another store ({_named(theirs)}), not this one ({ours}): give each store "
-        "its own archive prefix (archive=s3://BUCKET/OTHER-PREFIX). If it is this store's, sealed with a signing key "
+        "its own archive prefix (archive='s3://BUCKET/OTHER-PREFIX'). If it is this store's, sealed with a signing key "
         "this saver no longer accepts, add that key to signing_keys=."
     )
 
