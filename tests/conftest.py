@@ -51,6 +51,36 @@ CONFIGS = [
 ]
 
 
+# A pytest-xdist worker may start with COLUMNS and LINES set that the command
+# line never had (GNU readline exports them when something imports it), and
+# the CLI's output is as wide as COLUMNS says. The controller notes what the
+# command line had; each worker puts that back before any test.
+_TERMINAL = ("COLUMNS", "LINES")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        for name in _TERMINAL:
+            os.environ[f"LGD_TEST_GIVEN_{name}"] = os.environ.get(name, "")
+        return
+    for name in _TERMINAL:
+        given = os.environ.get(f"LGD_TEST_GIVEN_{name}")
+        if given == "":
+            os.environ.pop(name, None)
+        elif given is not None:
+            os.environ[name] = given
+
+
+# The longest tests, started first: on several workers the suite then ends
+# with short tests instead of waiting for one long one that began last.
+LONG_FIRST = ("test_benchmarks.py", "test_crash_harness.py", "test_load.py", "test_stalled.py", "test_lease.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(LONG_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(LONG_FIRST)))  # stable: the rest keep their order
+
+
 def unavailable(message: str) -> NoReturn:
     """A server or program a test needs is missing: skip locally, FAIL under
     CI=true (CI must never pass by skipping). Every such skip goes through here."""

@@ -42,7 +42,9 @@ from .test_conformance import _run_suite
 from .test_lease_linger import kept_run
 from .waiting import wait_until
 
-pytestmark = [pytest.mark.redis, pytest.mark.postgres]
+# One worker runs them all (pytest-xdist, --dist loadgroup): one session
+# cluster instead of one per worker.
+pytestmark = [pytest.mark.redis, pytest.mark.postgres, pytest.mark.xdist_group("redis-cluster")]
 
 # The tier configurations run on the cluster: Redis alone (it holds the
 # leases too), and under SQLite and above Postgres.
