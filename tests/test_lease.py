@@ -758,7 +758,11 @@ def test_the_lease_lives_in_the_most_authoritative_tier(make_saver: Any, tiers: 
         # kept (``lease_linger``) for a short window the listener renews
         after = lease_records(saver)
         released = after[where][1] < -1e8  # expires_at 0: given back (the holder is kept)
-        kept = 0.0 < after[where][1] <= KEPT_WINDOW_S
+        # Kept: expiring within the kept window, not the TTL. The listener
+        # renews it every KEPT_RENEW_S; on a loaded machine a renewal may be
+        # late enough for that expiry to have just passed, which is still not
+        # a release.
+        kept = -1e8 < after[where][1] <= KEPT_WINDOW_S
         assert list(after) == [where] and after[where][0] == holder and (kept if tiers == "sqlite+redis" else released)
         saver.release_thread("w")
         assert lease_records(saver)[where][1] < -1e8
