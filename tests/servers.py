@@ -18,7 +18,6 @@ from types import TracebackType
 import psycopg
 import pytest
 
-
 # Ports for the servers tests start, handed out below the kernel's ephemeral
 # range (32768-60999 on Linux), so a port given to a test is never the one
 # the kernel picks for a TcpProxy's bind(0) or an outgoing connection. Each
