@@ -34,9 +34,7 @@ IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 # CI run would replay the same examples and explore nothing new. Ours draws
 # fresh examples on every run, keeps no example database (the checkout is
 # fresh), and prints the `@reproduce_failure` line that replays a failure.
-settings.register_profile(
-    "explore", settings.get_profile("ci"), derandomize=False, database=None, print_blob=True
-)
+settings.register_profile("explore", settings.get_profile("ci"), derandomize=False, database=None, print_blob=True)
 settings.load_profile(os.environ.get("LANGGRAPH_DURABLE_HYPOTHESIS_PROFILE", "explore"))
 
 # Every non-empty combination of tiers, nearest first.
