@@ -9,7 +9,15 @@ decides, with a seeded `random.Random`, whether and how to kill it:
   i.e. exactly before/after a tier write (in the middle of a put, between
   the local and shared copies), inside a node, before/after a side effect,
   between super-steps;
-- ``timer``: the harness SIGKILLs it after a random delay.
+- ``timer``: the harness SIGKILLs it a random delay after it began the run.
+
+The worker drives the graph through the face `Settings.api` names
+(``graph.invoke`` on the sync face, ``graph.ainvoke`` on the async one) and
+writes a ``started`` line when it begins the run. Only a kill after that
+line counts: one that lands earlier (an event kill numbered into the
+imports, opening the saver or the first read) is retried, and reported as
+``early_kills``. `crash_test` fails unless the counted kills reach its
+target before its time limit.
 
 A worker that exits 3 reports unconfirmed actions (`ResumeRejected`); the
 harness then acts as the operator: an action whose side effect is in the
@@ -68,6 +76,7 @@ CONFIGS = ["sqlite", "redis", "postgres", "sqlite+redis", "sqlite+postgres", "re
 DURABILITIES = ["sync", "async", "exit"]
 KILLED = -signal.SIGKILL
 ATTEMPT_TIMEOUT_S = 90.0
+START_POLL_S = 0.005  # how often the harness looks for a worker's started line
 
 
 def clean_env() -> dict[str, str]:
@@ -314,6 +323,7 @@ class Figures:
     late_ledger_writes: int = 0  # an intent a dead worker had in flight, applied by the server afterwards
     interrupted_actions: int = 0  # intents left by sibling tasks cancelled when a task was rejected
     corruptions: int = 0  # bad copies met by the harness's reads (informative)
+    early_kills: int = 0  # kills that landed before the worker began the run: retried, not counted in `kills`
     kills_at: Counter[str] = field(default_factory=Counter)
     kills_by: Counter[str] = field(default_factory=Counter)
     seconds: float = 0.0
@@ -354,7 +364,7 @@ class Figures:
                 line += f" {name}={getattr(self, name)}"
         notes = [
             f"{name}={getattr(self, name)}"
-            for name in ("empty_rejections", "late_ledger_writes", "interrupted_actions", "corruptions")
+            for name in ("early_kills", "empty_rejections", "late_ledger_writes", "interrupted_actions", "corruptions")
             if getattr(self, name)
         ]
         line += f" | runs={self.runs} {self.seconds:.1f}s"
@@ -508,6 +518,25 @@ def _effects(path: Path) -> Counter[str]:
     return Counter(path.read_text().split()) if path.exists() else Counter()
 
 
+def _run_started(path: Path) -> dict[str, Any] | None:
+    """The worker's ``{"started": ...}`` line (see `tests.crash_worker`): it
+    had begun the run. Read after the worker died, so nothing is racing it."""
+    return next((r for r in _read_json_lines(path) if "started" in r), None)
+
+
+def _await_start(handle: Handle, out: Path, timeout: float) -> int | None:
+    """Wait until the worker has written its ``started`` line (None) or has
+    exited first (its exit code; None too if it did neither in `timeout`)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if _run_started(out) is not None:
+            return None
+        code = handle.wait(START_POLL_S)
+        if code is not None:
+            return code
+    return None
+
+
 def _tail(path: Path, n: int = 3000) -> str:
     return path.read_text(errors="replace")[-n:] if path.exists() else ""
 
@@ -603,15 +632,20 @@ class Harness:
         folder = self.workdir / thread
         folder.mkdir(parents=True)
         files = {n: folder / n for n in ("effects", "acks", "trace", "out", "err")}
-        t0 = time.monotonic()
         handle = self.spawner.start(self.worker_argv(thread, files, 0, f"{self.seed}:ref"), files["out"], files["err"])
-        code = handle.wait(ATTEMPT_TIMEOUT_S)
+        code = _await_start(handle, files["out"], ATTEMPT_TIMEOUT_S)
+        t0 = time.monotonic()  # timer kills are aimed from the start of the run, as measured here
+        if code is None:
+            code = handle.wait(ATTEMPT_TIMEOUT_S)
         seconds = time.monotonic() - t0
         if code is None:
             handle.kill()
             handle.wait(None)
         if code != worker.EXIT_DONE:
             raise Problem(f"the uncrashed reference run failed (exit {code}):\n{_tail(files['err'])}")
+        started = _run_started(files["out"]) or {}
+        if started.get("api") != self.settings.api:
+            raise Problem(f"the uncrashed run drove the {started.get('api')} face, not {self.settings.api}")
         final = _last_json(files["out"])["final"]
         if final != self.expected_final:
             raise Problem(f"uncrashed run on {self.tiers.name} differs from the in-process one: {final}")
@@ -654,8 +688,16 @@ class Harness:
         observer = self.tiers.authority()
         inflight: set[str] = set()  # ledger writes in flight at a kill, so far
         max_kills = min(self.settings.max_kills_per_run, kill_budget)
+        attempt = -1
         try:
-            for attempt in range(4 * max_kills + 4 * len(ref.action_keys) + 4):
+            while True:
+                attempt += 1
+                # Every counted kill, escalation and action may cost a resume;
+                # kills before the run began cost one each, and stop at the deadline.
+                if attempt >= 4 * max_kills + 4 * len(ref.action_keys) + 4 + fig.early_kills:
+                    fig.worker_errors += 1
+                    problems.append("the run never finished (too many attempts)")
+                    break
                 fig.attempts += 1
                 if attempt:
                     fig.resumes += 1
@@ -675,7 +717,12 @@ class Harness:
                 argv = self.worker_argv(thread, files, kill_at, f"{run_seed}/{attempt}")
                 handle = self.spawner.start(argv, files["out"], files["err"])
                 if plan and plan[0] == "timer":
-                    code = handle.wait(plan[1])
+                    # The delay counts from the worker's started line, not
+                    # its spawn: the startup (longer on the async face) would
+                    # take many of the kills, and those do not count.
+                    code = _await_start(handle, files["out"], ATTEMPT_TIMEOUT_S)
+                    if code is None:
+                        code = handle.wait(plan[1])
                     if code is None:
                         handle.kill()
                 code = handle.wait(ATTEMPT_TIMEOUT_S)
@@ -686,6 +733,23 @@ class Harness:
                     fig.worker_errors += 1
                     break
                 label = f"{plan[0]}@{plan[1]:.3g}" if plan else "no kill"
+                started = _run_started(files["out"])
+                if started is not None and started.get("api") != self.settings.api:
+                    fig.worker_errors += 1
+                    problems.append(
+                        f"attempt {attempt}: the worker drove the {started.get('api')} face, not {self.settings.api}"
+                    )
+                    break
+                if code == KILLED and started is None:
+                    assert plan is not None
+                    # It died in its imports, opening the saver or reading the
+                    # thread: no run was under way, so it is no kill of a run.
+                    # Whatever it had begun to write may still land (a journal
+                    # replayed at open), so its in-flight ledger writes count.
+                    fig.early_kills += 1
+                    inflight |= inflight_ledger_writes(files["trace"], self.tiers.names())
+                    schedule.append(f"{label} -> killed before the run started (not counted)")
+                    continue
                 if code == KILLED:
                     assert plan is not None
                     fig.kills += 1
@@ -725,9 +789,6 @@ class Harness:
                 fig.worker_errors += 1
                 problems.append(f"attempt {attempt}: worker exited {code}:\n{_tail(files['err'])}")
                 break
-            else:
-                fig.worker_errors += 1
-                problems.append("the run never finished (too many attempts)")
             self._check_storage(thread, effects, acks, observer, fig, problems)
         finally:
             fig.corruptions += observer.corruptions_detected
@@ -909,8 +970,10 @@ def crash_test(
     settings: Settings | None = None,
     log: Any = None,
 ) -> Figures:
-    """Crash runs on one configuration until `kills` kills were made (or the
-    time limit passed); raises `Problem` at the first run that fails a check."""
+    """Crash runs on one configuration until `kills` kills landed inside
+    started runs; raises `Problem` at the first run that fails a check, and
+    when the time limit passes before the target is reached: a test must not
+    pass on fewer kills than it aims at."""
     t0 = time.monotonic()
     deadline = t0 + time_limit if time_limit else math.inf
     harness = Harness(spawner, tiers, durability, workdir, seed=seed, settings=settings, log=log)
@@ -921,6 +984,13 @@ def crash_test(
         total.add(harness.run(index, kill_budget=kills - total.kills, deadline=deadline))
         index += 1
     total.seconds = time.monotonic() - t0
+    if total.kills < kills:
+        raise Problem(
+            f"{tiers.name}/{durability} ({harness.settings.api} face): only {total.kills} of the {kills} kills "
+            f"landed inside a started run within the {time_limit:g} s time limit ({total.early_kills} more landed "
+            f"before the worker began the run and were not counted); give it more time "
+            f"(LANGGRAPH_DURABLE_CRASH_TIME, --time-limit) or look at why kills miss\n  figures: {total.summary()}"
+        )
     return total
 
 
@@ -994,7 +1064,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--width", type=int, default=3)
     p.add_argument("--max-kills-per-run", type=int, default=6)
-    p.add_argument("--time-limit", type=float, default=None, help="seconds per configuration and mode")
+    p.add_argument(
+        "--time-limit",
+        type=float,
+        default=None,
+        help="seconds per configuration and mode; one that has not made --kills kills by then fails",
+    )
     p.add_argument("--keep-going", action="store_true", help="do not stop at the first failing configuration")
     p.add_argument("--workdir", default=None, help="where runs leave their files (default: a temp dir)")
     p.add_argument("-v", "--verbose", action="store_true", help="print every run's kill schedule")

@@ -23,6 +23,12 @@ Files the parent reads:
   landed. ``--kill-at-event N`` makes the worker SIGKILL itself right after
   writing event N: before or after a tier write, inside a node, between steps.
 
+- stdout: JSON lines. ``{"started": "input"|"checkpoint", "api": "sync"|"async"}``
+  the moment the worker begins the run (``graph.invoke`` / ``graph.ainvoke``,
+  by ``--api``): a kill counts only when this line was written, one before it
+  (during imports, opening the saver) is retried, not counted, and a timer
+  kill's delay runs from it. Then, at the end, the outcome below.
+
 Exit codes: 0 finished (stdout: ``{"final": state}``); 3 the resume was
 rejected because of unconfirmed actions (stdout: ``{"escalated": keys, ...}``).
 
@@ -489,6 +495,14 @@ def _emit(record: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
+def _emit_started(api: str, first: bool) -> None:
+    """Tell the harness the run has begun: a kill that lands after this line
+    was written is a kill inside a run (the harness counts it); one before it
+    (imports, opening the saver, the first read) is not. Written after the
+    trace's ``B invoke``, so a counted kill's trace always shows the run."""
+    _emit({"started": "input" if first else "checkpoint", "api": api})
+
+
 def run_sync(args: argparse.Namespace) -> int:
     config: RunnableConfig = {
         "configurable": {"thread_id": args.thread},
@@ -504,6 +518,7 @@ def run_sync(args: argparse.Namespace) -> int:
         TRACE.event(f"start:{'input' if first else 'resume'}")
         try:
             with TRACE.span("invoke"):
+                _emit_started("sync", first)
                 final = graph.invoke(initial_state() if first else None, config, durability=args.durability)
         except ResumeRejected as exc:
             _emit(_escalation(exc, saver.actions(args.thread)))
@@ -527,6 +542,7 @@ async def run_async(args: argparse.Namespace) -> int:
         TRACE.event(f"start:{'input' if first else 'resume'}")
         try:
             with TRACE.span("invoke"):
+                _emit_started("async", first)
                 final = await graph.ainvoke(initial_state() if first else None, config, durability=args.durability)
         except ResumeRejected as exc:
             _emit(_escalation(exc, await saver.aactions(args.thread)))
