@@ -375,7 +375,17 @@ def test_one_bad_segment_is_left_out_and_reported(make_saver: SaverFactory, arch
             # Bound to this store, thread and name, but sealed without the store's key.
             store_id = saver._archiver().store_id
             assert store_id
-            body = zlib.compress(ormsgpack.packb({"thread": "t-seg", "at": 0.0, "c": [], "b": [], "w": [], "l": []}))
+            shape = {
+                "thread": "t-seg",
+                "at": 0.0,
+                "c": [],
+                "b": [],
+                "w": [],
+                "l": [],
+                "gone": [],
+                "deleted_through": None,
+            }
+            body = zlib.compress(ormsgpack.packb(shape))
             store.put(second, seal(_context(store_id, "t-seg", second), SEGMENT_TAG, body))
         elif harm == "replayed":
             (other,) = store.keys(segments_prefix("t-other"))
