@@ -526,3 +526,21 @@ def test_segments_an_older_version_wrote_are_read_under_a_trusted_key_never_unsi
         store.put(name, seal(_context(store_id, THREAD, name), SEGMENT_TAG, payload))
         bad = []
         assert not archiver.image(THREAD, bad=bad).checkpoints and bad == [name]
+
+
+@pytest.mark.parametrize("face", ["sync", "async"])
+def test_a_restore_with_the_owner_object_gone_still_reads_the_stores_segments(
+    make_saver: SaverFactory, archive_url: str, redis_prefix: str, postgres_url: str, face: str
+) -> None:
+    """The key object names the store's id too: deleting ``v1/store`` from
+    the bucket does not make a restore take the store for a new one."""
+    history, fingerprint = victim_store(make_saver, archive_url)
+    ArchiveStore(archive_url).delete(["v1/store"])
+    lose_every_hot_tier(postgres_url, redis_prefix)
+    with make_saver(
+        FULL, archive=archive_url, sqlite_name="after.sqlite", archive_key_fingerprint=fingerprint
+    ) as fresh:
+        report = restore_on(face, fresh)
+        assert report.threads == 1 and report.bad_segments == []
+        assert _history(loop_graph(3).compile(checkpointer=fresh), cfg(THREAD)) == history
+    assert ArchiveStore(archive_url).get("v1/store") is not None  # claimed again, under the same id

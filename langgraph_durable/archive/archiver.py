@@ -92,6 +92,9 @@ class Archiver:
         self.key_fingerprint = key_fingerprint
         # The store that owns the prefix (`claim`): every segment is bound to it.
         self.store_id: str | None = None
+        # The id the key object names, when `trusted_key` took the key: the
+        # store's, should its owner object be gone.
+        self._kept_store_id: str | None = None
         self._claimed = False
         self._key_kept = False
         self._memo: OrderedDict[str, tuple[list[str], ThreadImage, int]] = OrderedDict()
@@ -127,8 +130,9 @@ class Archiver:
         store (a new store may make its own). Anyone who can write the bucket
         can write a key there, so anything else is a `ConfigError`."""
         url = self.store.url
-        text = self.store.store_key()
-        if text is None:
+        kept = self.store.store_key_object()
+        text = kept["store_key"] if kept is not None else None
+        if kept is None or text is None:
             if self.key_fingerprint is not None:
                 raise ConfigError(
                     f"archive_key_fingerprint= names the key of the store to rebuild, but the archive at {url} "
@@ -159,6 +163,7 @@ class Archiver:
                 f"another store's archive. Put {STORE_KEY_OBJECT} and {OWNER} back from a version of the bucket you "
                 "trust, or check the archive URL."
             )
+        self._kept_store_id = kept.get("store")
         return text
 
     def claim(self, *, at_setup: bool = False) -> None:
@@ -214,7 +219,7 @@ class Archiver:
                 if kept is not None and base64.b64decode(kept) != key:
                     theirs = key_fingerprint(base64.b64decode(kept), full=True)
                     raise ConfigError(_another_store(self.store.url, {"key": theirs}, mine, fingerprint))
-                mine = mine or new_store_id()
+                mine = mine or self._kept_store_id or new_store_id()
                 reseal = True
             if chain.read_only:
                 self.store_id, self._claimed = mine, True
@@ -516,7 +521,7 @@ class Archiver:
         if self._key_kept or not self.chain.store_key or not self.chain.codec.key:
             return
         text = base64.b64encode(self.chain.codec.key).decode()
-        kept = self.store.keep_store_key(text)
+        kept = self.store.keep_store_key(text, self._own_id())
         if kept != text:
             # `claim` found this prefix keeping this store's key or none: it was replaced since.
             logger.error(

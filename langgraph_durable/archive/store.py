@@ -143,26 +143,37 @@ class ArchiveStore:
 
     def store_key(self) -> str | None:
         """The copy of the store's key the archive keeps (base64), if any: a
-        store whose hot tiers were lost reads its records with it again."""
+        store whose hot tiers were lost reads its records with it again,
+        once the operator vouched for it."""
+        return (self.store_key_object() or {}).get("store_key")
+
+    def store_key_object(self) -> dict[str, str] | None:
+        """What the key object holds: ``store_key`` (base64) and, from this
+        version on, ``store`` (the store's id, also in the owner object)."""
         data = self.get(STORE_KEY_OBJECT)
         if data is None:
             return None
         try:
-            text = json.loads(data)["store_key"]
+            body = json.loads(data)
+            found = {"store_key": str(body["store_key"])}
         except (ValueError, KeyError, TypeError):
             raise ConfigError(
                 f"the archive's {STORE_KEY_OBJECT} is not a key langgraph-durable wrote; remove it or restore it "
                 "from a backup."
             ) from None
-        return str(text)
+        if isinstance(body.get("store"), str):
+            found["store"] = body["store"]
+        return found
 
-    def keep_store_key(self, text: str) -> str:
-        """Keep a copy of the store's key, unless one is kept already; the one kept."""
-        kept = self.store_key()
-        if kept is None:
-            self.put(STORE_KEY_OBJECT, json.dumps({"store_key": text}).encode())
+    def keep_store_key(self, text: str, store_id: str) -> str:
+        """Keep a copy of the store's key, unless one is kept already; the one
+        kept. It names the store's id too, so a restore that finds the owner
+        object gone still knows which store's segments to read."""
+        kept = self.store_key_object()
+        if kept is None or (kept["store_key"] == text and kept.get("store") != store_id):
+            self.put(STORE_KEY_OBJECT, json.dumps({"store_key": text, "store": store_id}).encode())
             return text
-        return kept
+        return kept["store_key"]
 
     def delete(self, keys: Sequence[str]) -> None:
         if not keys:
