@@ -133,8 +133,7 @@ class AsyncArchiver:
         can write a key there, so anything else is a `ConfigError`."""
         url = self.store.url
         kept = await self.store.store_key_object()
-        text = kept["store_key"] if kept is not None else None
-        if kept is None or text is None:
+        if kept is None:
             if self.key_fingerprint is not None:
                 raise ConfigError(
                     f"archive_key_fingerprint= names the key of the store to rebuild, but the archive at {url} "
@@ -149,6 +148,7 @@ class AsyncArchiver:
                     "(signing_key=); a new store needs its own archive prefix (archive='s3://BUCKET/OTHER-PREFIX')."
                 )
             return None
+        text = kept["store_key"]
         fingerprint = key_fingerprint(base64.b64decode(text), full=True)
         if self.key_fingerprint is None:
             raise ConfigError(
@@ -525,7 +525,7 @@ class AsyncArchiver:
         text = base64.b64encode(self.chain.codec.key).decode()
         kept = await self.store.keep_store_key(text, self._own_id())
         if kept != text:
-            # `claim` found this prefix keeping this store's key or none: it was replaced since.
+            # `claim` found this store's key here, or none: someone replaced it since.
             logger.error(
                 "the archive at %s keeps another store key than this store's (someone replaced %s): a "
                 "restore would refuse it. Put it back from a version of the bucket you trust.",

@@ -436,12 +436,19 @@ def seal_owner(store: str, fingerprint: str, key: bytes) -> bytes:
 
 def read_owner(data: bytes) -> dict[str, str]:
     """What an owner object says, NOT verified: only for naming it in an
-    error. Empty if it is not one."""
+    error, so only the hex it should hold is kept (a planted one could
+    name anything). Empty if it is not one."""
     try:
         body = json.loads(data[len(MAGIC) + 2 + data[len(MAGIC) + 1] + DIGEST_SIZE :])
     except (ValueError, IndexError):
         return {}
-    return {k: str(v) for k, v in body.items() if k in ("store", "key")} if isinstance(body, dict) else {}
+    if not isinstance(body, dict):
+        return {}
+    said = {"store": str(body.get("store", "")), "key": str(body.get("key", "")).removeprefix("hmac-sha256:")}
+    found = {k: v[:64] for k, v in said.items() if v and all(c in "0123456789abcdef" for c in v[:64])}
+    if "key" in found:
+        found["key"] = "hmac-sha256:" + found["key"]
+    return found
 
 
 def open_owner(data: bytes, keys: Sequence[bytes]) -> dict[str, str]:
