@@ -20,6 +20,7 @@ Real Redis and Postgres, moto's S3 server, no mocks.
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -544,3 +545,45 @@ def test_a_restore_with_the_owner_object_gone_still_reads_the_stores_segments(
         assert report.threads == 1 and report.bad_segments == []
         assert _history(loop_graph(3).compile(checkpointer=fresh), cfg(THREAD)) == history
     assert ArchiveStore(archive_url).get("v1/store") is not None  # claimed again, under the same id
+
+
+def test_doctor_prints_the_fingerprint_the_option_takes(
+    make_saver: SaverFactory,
+    archive_url: str,
+    redis_prefix: str,
+    postgres_url: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _, fingerprint = victim_store(make_saver, archive_url)
+    assert fingerprint is not None
+    flags = [
+        "--sqlite", str(tmp_path / "doctor.sqlite"), "--redis", REDIS_URL, "--redis-key-prefix", redis_prefix,
+        "--postgres", postgres_url, "--archive", archive_url,
+    ]  # fmt: skip
+    assert cli.main(["doctor", *flags]) == cli.EXIT_OK
+    assert f"store key fingerprint: {fingerprint} " in capsys.readouterr().out
+    assert cli.main(["doctor", *flags, "--json"]) == cli.EXIT_OK
+    assert json.loads(capsys.readouterr().out)["report"]["store_key_fingerprint"] == fingerprint
+    # What the option and its variable take, and what they refuse (savers made, never opened).
+    digits = fingerprint.removeprefix("hmac-sha256:")
+    given = DurableSaver(sqlite=":memory:", archive=archive_url, archive_key_fingerprint=digits.upper())
+    assert given.archive_key_fingerprint == fingerprint
+    given.close()
+    with pytest.raises(ConfigError, match="16-digit form"):
+        DurableSaver(sqlite=":memory:", archive=archive_url, archive_key_fingerprint=fingerprint[:28])
+    monkeypatch.setenv("LANGGRAPH_DURABLE_ARCHIVE_KEY_FINGERPRINT", "not-a-fingerprint")
+    with pytest.raises(ConfigError, match="LANGGRAPH_DURABLE_ARCHIVE_KEY_FINGERPRINT"):
+        DurableSaver.from_env(sqlite=":memory:", archive=archive_url)
+    monkeypatch.setenv("LANGGRAPH_DURABLE_ARCHIVE_KEY_FINGERPRINT", fingerprint)
+    given = DurableSaver.from_env(sqlite=":memory:", archive=archive_url)
+    assert given.archive_key_fingerprint == fingerprint
+    given.close()
+    # On tiers that hold their own key, a fingerprint of another key is a mistake said at setup.
+    other = "hmac-sha256:" + "0" * 64
+    with (
+        pytest.raises(ConfigError, match="names another key than this store's"),
+        make_saver(FULL, archive=archive_url, archive_key_fingerprint=other) as saver,
+    ):
+        saver.setup()
