@@ -172,8 +172,12 @@ async def _run_suite(make_saver: Any, tiers: str, face: str, **options: Any) -> 
     @checkpointer_test(name=f"DurableSaver[{tiers}, {face}, {options}]")
     async def factory() -> AsyncIterator[BaseCheckpointSaver]:
         # A fresh local file per capability suite; shared tiers are shared,
-        # as they would be between replicas.
-        saver = make_saver(tiers, sqlite_name=f"suite-{next(counter)}.sqlite", **options)
+        # as they would be between replicas. With SQLite alone each suite is
+        # a store of its own, so it gets an archive prefix of its own: a
+        # prefix belongs to one store, and a second one is refused.
+        n = next(counter)
+        own = {"archive": f"{options['archive']}-{n}"} if tiers == "sqlite" and "archive" in options else {}
+        saver = make_saver(tiers, sqlite_name=f"suite-{n}.sqlite", **(options | own))
         if face == "async":
             await saver.asetup()
             yield saver
