@@ -1009,6 +1009,13 @@ def _doctor(args: argparse.Namespace, out: Output) -> int:
         out.line(f"archive: {state}; {a.threads} thread(s) not shipped yet, the oldest {a.seconds:.1f} s old")
         if health.archive_error:
             out.line(f"  archive: {as_cli_flags(' '.join(health.archive_error.split()))}")
+        if a.failing:
+            out.line(
+                f"  archive: {len(a.failing)} thread(s) not shipped while the object store answers, retried with "
+                f"backoff: {', '.join(repr(t[:60]) for t in a.failing)}"
+            )
+            if a.failing_error:
+                out.line(f"  archive: the last refusal: {' '.join(a.failing_error.split())[:300]}")
     if health.store_key_fingerprint:
         out.line(
             f"store key fingerprint: {health.store_key_fingerprint} (keep it with your secrets: "
@@ -1025,7 +1032,8 @@ def _doctor(args: argparse.Namespace, out: Output) -> int:
         down.append("archive")
     if down:  # the last line: with --json, the envelope's error message
         out.line(f"DOWN: {', '.join(down)}")
-    return EXIT_OK if health.ok else EXIT_FINDINGS
+    refused = health.archive is not None and bool(health.archive.failing)
+    return EXIT_OK if health.ok and not refused else EXIT_FINDINGS
 
 
 def _entry(e: ledger.LedgerEntry) -> dict[str, Any]:

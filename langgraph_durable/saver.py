@@ -9,6 +9,7 @@ import contextvars
 import copy
 import dataclasses
 import functools
+import json
 import logging
 import os
 import random
@@ -32,8 +33,9 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from .archive.archiver import Archiver
 from .archive.archiver_async import AsyncArchiver
-from .archive.replica import DEFAULT_ARCHIVE_LAG_S, ArchiveReplica
-from .archive.reports import ArchiveReport, RestoreReport
+from .archive.replica import DEFAULT_ARCHIVE_LAG_S, FAILING_META, ArchiveReplica
+from .archive.reports import ArchiveRefused, ArchiveReport, RestoreReport
+from .archive.segments import OWNER as ARCHIVE_OWNER
 from .archive.store import ArchiveStore
 from .archive.store_async import AsyncArchiveStore, parse_archive_url
 from .engine import importing
@@ -653,7 +655,12 @@ class DurableSaver(BaseCheckpointSaver[str]):
         self._sync_archiver: Archiver | None = None
         self._async_archiver: AsyncArchiver | None = None
         self._archive_replica = (
-            ArchiveReplica(self._archive_ship, lag=float(archive_lag), rescan=self._archive_rescan)
+            ArchiveReplica(
+                self._archive_ship,
+                lag=float(archive_lag),
+                rescan=self._archive_rescan,
+                on_failing=self._archive_failing,
+            )
             if archive is not None and not read_only
             else None
         )
@@ -1108,6 +1115,12 @@ class DurableSaver(BaseCheckpointSaver[str]):
         replica = (self._origin or self)._archive_replica
         lag = replica.lag() if replica is not None else ArchiveLag(0, 0.0)
         lag = dataclasses.replace(lag, reachable=error is None)
+        if not lag.failing:
+            # Another process's replica (the `doctor`'s saver ships nothing).
+            recorded = self._archive_failing_recorded()
+            if recorded:
+                shown = sorted(recorded)
+                lag = dataclasses.replace(lag, failing=tuple(shown[:10]), failing_error=recorded[shown[-1]])
         return dataclasses.replace(health, archive=lag, archive_error=error, lag=self._with_archive(health.lag))
 
     async def ahealth(self) -> Health:
@@ -1717,9 +1730,42 @@ class DurableSaver(BaseCheckpointSaver[str]):
 
         return asked
 
+    def _archive_answers(self) -> bool:
+        """Whether the object store answers a call that names no thread: a
+        ship that failed while it does failed for that thread alone."""
+        try:
+            self._archiver().store.keys(ARCHIVE_OWNER)
+        except TierUnavailable:
+            return False
+        return True
+
+    def _archive_failing(self, failing: dict[str, str]) -> None:
+        """Where `doctor` (another process) finds the threads this replica
+        cannot ship while the object store answers."""
+        self._archive_failing_holder().write_meta(
+            FAILING_META, json.dumps(failing, sort_keys=True) if failing else None
+        )
+
+    def _archive_failing_holder(self) -> Any:
+        chain = self._sync_chain()
+        return chain.roles.authority or chain.local
+
+    def _archive_failing_recorded(self) -> dict[str, str]:
+        try:
+            text = self._archive_failing_holder().read_meta(FAILING_META)
+            found = json.loads(text) if text else {}
+        except (DurableError, ValueError):
+            return {}
+        return {str(k): str(v) for k, v in found.items()} if isinstance(found, dict) else {}
+
     def _archive_ship(self, thread_id: str) -> int:
         with self._archive_call("ship"):
-            return self._archiver().ship(thread_id)
+            try:
+                return self._archiver().ship(thread_id)
+            except TierUnavailable as exc:
+                if exc.tier == "archive" and self._archive_answers():
+                    raise ArchiveRefused(thread_id, exc) from exc  # an "error", not the store down
+                raise
 
     @contextlib.contextmanager
     def _archive_call(self, op: str) -> Iterator[None]:

@@ -43,7 +43,7 @@ from ..model.records import BadRecord, key_fingerprint, open_envelope_any
 from ..retention import age_seconds
 from ..tiers.base import ARCHIVE_META, STORE_ID_META, archived_key
 from ..tiers.protocol_async import AsyncTier
-from .reports import ArchiveCheck, ArchiveOutcome, ArchiveReport, HotCopy, NotYet, RestoreReport
+from .reports import ArchiveCheck, ArchiveOutcome, ArchiveRefused, ArchiveReport, HotCopy, NotYet, RestoreReport
 from .segments import (
     ARCHIVED,
     OWNER,
@@ -644,15 +644,39 @@ class AsyncArchiver:
             await ask(thread_id, "archive_idle")
             try:
                 with timed("archive_thread"):
-                    outcome = await self.archive_thread(
-                        thread_id, idle_after=idle_after, now=now, dry_run=report.dry_run, hold=hold, release=release
-                    )
+                    try:
+                        outcome = await self.archive_thread(
+                            thread_id,
+                            idle_after=idle_after,
+                            now=now,
+                            dry_run=report.dry_run,
+                            hold=hold,
+                            release=release,
+                        )
+                    except TierUnavailable as exc:
+                        if exc.tier == "archive" and await self._answers():
+                            # Told apart inside `timed`: the hooks count an error, not the store down.
+                            raise ArchiveRefused(str(thread_id), exc) from exc
+                        raise
+            except ArchiveRefused as exc:
+                # A name or an object the store will not take: the other
+                # threads are archived, this one stays hot until the next sweep.
+                logger.warning("thread %r not archived: the object store refused it (%s)", thread_id, exc)
+                outcome = ArchiveOutcome(str(thread_id), skipped=f"archive refused it: {_first_line(exc)}")
             except TierUnavailable as exc:
                 if exc.tier == "archive":
                     raise  # the object store is down: no thread can be archived
                 outcome = ArchiveOutcome(str(thread_id), skipped=f"{exc.tier} tier unreachable")
             report.threads.append(outcome)
         return report
+
+    async def _answers(self) -> bool:
+        """Whether the object store answers a call that names no thread."""
+        try:
+            await self.store.keys(OWNER)
+        except TierUnavailable:
+            return False
+        return True
 
     def _keeps(self, thread_id: str, hot: HotCopy, idle_after: float, now: float) -> str:
         """Why the thread stays in the hot tiers ("" if it does not)."""
@@ -889,6 +913,10 @@ class AsyncArchiver:
         self.chain.forget_thread(thread_id)
         report.threads += 1
         report.records += image.records
+
+
+def _first_line(exc: Exception) -> str:
+    return (str(exc).splitlines() or [""])[0][:200]
 
 
 def _short(fingerprint: str) -> str:

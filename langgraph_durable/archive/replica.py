@@ -5,8 +5,13 @@ The saver notes every thread it writes or deletes (`note`, a dict insert
 on the step path); a daemon thread wakes every ``archive_lag / 2`` seconds
 and ships each noted thread as one segment (`archiver_async.AsyncArchiver.ship`,
 on the sync face). A thread noted while a pass runs waits for the next one;
-one whose ship fails (the object store down) stays noted, and the lag grows
-until it is back. At start, and every `RESCAN_EVERY_S` after, the replica
+one whose ship fails stays noted. A failure is the thread's own (a name or
+object the store refuses) when the store still answers a call that names
+no thread (`ArchiveRefused`, the ship's caller tells them apart): the pass
+goes on with the other threads and that one is tried again with backoff
+(`RETRY_FIRST_S` doubling to `RETRY_MAX_S`), reported by `lag().failing`.
+Otherwise the object store is down: the pass stops, and the
+lag grows until it is back. At start, and every `RESCAN_EVERY_S` after, the replica
 also walks every thread of the system of record and ships those whose head
 differs from their newest segment's (a listing and one head each, at most
 `RESCAN_RATE` threads a second): what a process killed before its pass
@@ -27,13 +32,23 @@ from collections.abc import Callable
 from ..engine.tasks import BackgroundTask
 from ..errors import DurableError, TierUnavailable
 from ..model.backlog import ArchiveLag
-from .reports import NotYet
+from .reports import ArchiveRefused, NotYet
 
 logger = logging.getLogger("langgraph_durable")
 
 DEFAULT_ARCHIVE_LAG_S = 60.0
 RESCAN_EVERY_S = 3600.0
 RESCAN_RATE = 50.0  # threads a second
+# A thread the object store refuses is tried again after this long, twice
+# as long each time after: it never holds the others back, and a refusal
+# that lasts costs one call per hour.
+RETRY_FIRST_S = 5.0
+RETRY_MAX_S = 3600.0
+FAILING_SHOWN = 10  # thread ids `lag().failing` names at most
+# Meta key (the system of record): the threads the replica could not ship
+# while the object store answered, as JSON {thread id: error}, so that a
+# `doctor` in another process reports them too.
+FAILING_META = "archive_failing"
 
 
 class ArchiveReplica(BackgroundTask):
@@ -47,9 +62,12 @@ class ArchiveReplica(BackgroundTask):
         *,
         lag: float = DEFAULT_ARCHIVE_LAG_S,
         rescan: Callable[[Callable[[str], None], Callable[[], bool]], int] | None = None,
+        on_failing: Callable[[dict[str, str]], None] | None = None,
     ) -> None:
         super().__init__()
         self._ship = ship
+        self._failing: dict[str, tuple[float, float, str]] = {}  # thread id -> (retry at, backoff, error)
+        self._on_failing = on_failing
         self._rescan = rescan
         self.lag_bound = lag
         self._noted: dict[str, float] = {}  # thread id -> when first noted since its last ship
@@ -79,8 +97,12 @@ class ArchiveReplica(BackgroundTask):
         with self._notes:
             oldest = min(self._noted.values(), default=None)
             threads = len(self._noted)
+            failing = sorted(self._failing)
+            error = max(self._failing.values(), default=(0.0, 0.0, ""))[2]
         seconds = time.monotonic() - oldest if oldest is not None else 0.0
-        return ArchiveLag(threads, seconds, self._reachable, self.segments, self.records)
+        return ArchiveLag(
+            threads, seconds, self._reachable, self.segments, self.records, tuple(failing[:FAILING_SHOWN]), error
+        )
 
     # -- passes --------------------------------------------------------------------
 
@@ -92,11 +114,12 @@ class ArchiveReplica(BackgroundTask):
             # for it (a small store's takes a moment), within the deadline.
             self._hurry.set()
             self._rescanned.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
-        self.run_pass(deadline)
+        self.run_pass(deadline, retry=True)
         return self.lag()
 
-    def run_pass(self, deadline: float | None = None) -> int:
-        """Ship each thread noted before the pass started. The threads shipped."""
+    def run_pass(self, deadline: float | None = None, *, retry: bool = False) -> int:
+        """Ship each thread noted before the pass started. The threads shipped.
+        `retry`: a thread the store refused is tried now, backing off or not."""
         with self._pass:
             with self._notes:
                 batch = {t: (at, self._notes_seen[t]) for t, at in self._noted.items()}
@@ -106,10 +129,17 @@ class ArchiveReplica(BackgroundTask):
                     break
                 if self.stopping and deadline is None:
                     break
+                with self._notes:
+                    failing = self._failing.get(thread_id)
+                if failing is not None and not retry and time.monotonic() < failing[0]:
+                    continue  # backing off (a drain tries it now)
                 try:
                     shipped = self._ship(thread_id)
                 except NotYet:
                     continue  # the local journal still owes the shared tiers some of it
+                except ArchiveRefused as exc:
+                    self._refused(thread_id, exc)
+                    continue  # this thread's failure: the others are shipped
                 except TierUnavailable as exc:
                     if self._reachable:
                         logger.warning("archive replica: %s; the noted threads stay noted until it answers", exc)
@@ -124,6 +154,11 @@ class ArchiveReplica(BackgroundTask):
                     logger.warning("archive replica: the object store answers again")
                 self._reachable = True
                 with self._notes:
+                    recovered = self._failing.pop(thread_id, None) is not None
+                if recovered:
+                    logger.warning("archive replica: thread %r shipped again", thread_id)
+                    self._tell_failing()
+                with self._notes:
                     if self._notes_seen.get(thread_id) == seen:
                         # Not noted again while it shipped (what a write
                         # during the ship added waits for the next pass).
@@ -134,6 +169,30 @@ class ArchiveReplica(BackgroundTask):
                     self.records += shipped
                 done += 1
             return done
+
+    def _refused(self, thread_id: str, exc: ArchiveRefused) -> None:
+        with self._notes:
+            _, backoff, _ = self._failing.get(thread_id, (0.0, 0.0, ""))
+            backoff = min(RETRY_MAX_S, backoff * 2 if backoff else RETRY_FIRST_S)
+            self._failing[thread_id] = (time.monotonic() + backoff, backoff, str(exc))
+        logger.warning(
+            "archive replica: thread %r not shipped while the object store answers (%s); the other threads "
+            "are shipped, this one is tried again in %.0f s",
+            thread_id,
+            exc,
+            backoff,
+        )
+        self._tell_failing()
+
+    def _tell_failing(self) -> None:
+        if self._on_failing is None:
+            return
+        with self._notes:
+            failing = {t: error for t, (_, _, error) in self._failing.items()}
+        try:
+            self._on_failing(failing)
+        except Exception as exc:  # a report never stops a pass
+            logger.warning("archive replica: could not record the threads it cannot ship (%s)", exc)
 
     def _run(self) -> None:
         if self._rescan is not None:

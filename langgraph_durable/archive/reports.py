@@ -12,6 +12,16 @@ class NotYet(Exception):
     still owes the shared tiers some of it); the replica keeps it noted."""
 
 
+class ArchiveRefused(Exception):
+    """Internal: the object store answers, but refused this thread's objects
+    (a name or an object it will not take): the thread's failure, not the
+    store's, so the others go on."""
+
+    def __init__(self, thread_id: str, cause: Exception) -> None:
+        super().__init__(str(cause))
+        self.thread_id = thread_id
+
+
 @dataclass
 class HotCopy:
     """Every verified record of one thread that the asked tiers hold."""

@@ -19,9 +19,10 @@ Object keys, below the archive URL's prefix::
     v1/archived/<thread>          the thread left the hot tiers (sealed JSON)
 
 ``<thread>`` is the thread id in unpadded lowercase base32, so no id can
-name another thread's folder. Segment names sort by the time they were
-written; two replicas shipping one thread write different names and never
-overwrite each other (a record shipped twice is the same record). The head
+name another thread's folder; an id whose base32 would be longer than
+`MAX_FOLDER` is named by its SHA-256 instead (``_h<hex>-<base32 start>``).
+Segment names sort by the time they were written; two replicas shipping
+one thread write different names and never overwrite each other (a record shipped twice is the same record). The head
 tag is a digest of the thread's newest checkpoint and its pending writes
 when the segment was cut: comparing it with the hot tiers' head tells,
 from a listing alone, whether a thread has changed since it last shipped.
@@ -73,15 +74,39 @@ BlobKey = tuple[str, str, str]  # ns, channel, version
 WriteKey = tuple[str, str, str, int]  # ns, checkpoint id, task id, idx
 
 
+# The longest readable folder name. S3 refuses object names over 1,024
+# bytes, and a 1,024-byte id (the longest the saver accepts) is 1,639
+# characters of base32: a longer name is the id's digest instead, so that
+# any id a LangGraph user's graph runs with is archived, with room left for
+# the URL's prefix (`store_async.MAX_PREFIX_BYTES`) and the segment's name.
+# Ids up to 400 bytes keep the names they always had, so an archive written
+# before reads as it did.
+MAX_FOLDER = 640
+# A digest folder: "_h", the id's SHA-256, and the first characters of its
+# base32 (for people listing the bucket). The id itself is in every
+# segment, sealed (`Segment.open` checks it), so a segment planted under a
+# colliding folder is refused.
+HASHED_PREFIX = "_h"
+HASHED_READABLE = 40
+
+
 def thread_folder(thread_id: str) -> str:
-    """The thread's name in object keys: unambiguous for any id."""
-    return base64.b32encode(thread_id.encode("utf-8")).decode("ascii").rstrip("=").lower() or "_"
+    """The thread's name in object keys: unambiguous for any id, and never
+    longer than the object store allows."""
+    readable = base64.b32encode(thread_id.encode("utf-8")).decode("ascii").rstrip("=").lower() or "_"
+    if len(readable) <= MAX_FOLDER:
+        return readable
+    digest = hashlib.sha256(thread_id.encode("utf-8")).hexdigest()
+    return f"{HASHED_PREFIX}{digest}-{readable[:HASHED_READABLE]}"
 
 
 def thread_of_folder(folder: str) -> str:
-    """The thread id `thread_folder` named; ValueError for a name it never makes."""
+    """The thread id `thread_folder` named; ValueError for a name it never
+    makes, and for a digest folder (its id is only in its segments)."""
     if folder == "_":
         return ""
+    if folder.startswith(HASHED_PREFIX):
+        raise ValueError(f"the folder {folder!r} names a thread by its digest")
     text = folder.upper()
     return base64.b32decode(text + "=" * (-len(text) % 8)).decode("utf-8")
 

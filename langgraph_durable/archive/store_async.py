@@ -39,6 +39,9 @@ STORE_KEY_OBJECT = "v1/store-key"
 # within it): the archive is never on a step's path, but `archive_idle`,
 # a bring-back and `close` wait for it.
 CALL_TIMEOUT_S = 10.0
+# S3 refuses object names over 1,024 bytes: the prefix leaves the rest to
+# the longest name below it (`segments.MAX_FOLDER` and a segment's name).
+MAX_PREFIX_BYTES = 300
 MAX_RETRIES = 2
 
 
@@ -55,7 +58,13 @@ def parse_archive_url(url: object) -> tuple[str, str]:
         raise ConfigError(f"archive= got {url!r}, which names no bucket: use s3://BUCKET/PREFIX.")
     if parts.query or parts.fragment:
         raise ConfigError(f"archive= got {url!r}: an archive URL takes no ?query or #fragment; use s3://BUCKET/PREFIX.")
-    return parts.netloc, parts.path.strip("/")
+    prefix = parts.path.strip("/")
+    if len(prefix.encode("utf-8")) > MAX_PREFIX_BYTES:
+        raise ConfigError(
+            f"archive= got a prefix of {len(prefix.encode('utf-8'))} bytes: at most {MAX_PREFIX_BYTES} leave room "
+            "for the object names below it within the object store's 1,024-byte limit; use a shorter prefix."
+        )
+    return parts.netloc, prefix
 
 
 def _obstore() -> Any:

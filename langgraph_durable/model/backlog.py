@@ -114,6 +114,10 @@ class ArchiveLag:
     reachable: bool = True  # whether the replica's last call reached the object store
     segments: int = 0  # segments written since start
     records: int = 0  # records in them
+    failing: tuple[str, ...] = ()
+    """Threads the object store refused while it answered for others (a
+    bad name, a refused object): retried with backoff, the rest shipped."""
+    failing_error: str = ""  # the last such refusal
 
     @property
     def caught_up(self) -> bool:
