@@ -930,9 +930,14 @@ def _restore(args: argparse.Namespace, out: Output) -> int:
     out.document(dataclasses.asdict(report))
     for key in report.bad_segments:
         out.line(f"UNUSABLE  {key} (left out: it does not verify)")
+    for key in report.unrecognised:
+        out.line(f"SKIPPED   {key} (not a segment: left as it is)")
+    for thread_id in report.deleted:
+        out.line(f"DELETED   thread {thread_id!r} (deleted since it was archived: left deleted)")
     out.line(
         f"{report.threads} thread(s) restored ({report.records} records), "
-        f"{report.archived} archived thread(s) left in the archive"
+        f"{report.archived} archived thread(s) left in the archive, "
+        f"{len(report.deleted)} deleted thread(s) left deleted, {len(report.unrecognised)} unknown object(s) skipped"
     )
     return EXIT_FINDINGS if report.bad_segments else EXIT_OK
 

@@ -150,6 +150,9 @@ DEFERRED_WAIT_S = 5.0
 # With all three tiers, a record of a run still going is left to the run's
 # end for this long before a background pass ships it (`_left_to_its_run`).
 RUN_SHIPS_ITS_OWN_S = 1.0
+# How often a delete of an archived thread looks again for the lease a
+# bring-back of it holds (`_hold_archived`).
+BRING_BACK_POLL_S = 0.2
 # Threads a background retention sweep visits per second, at most.
 DEFAULT_RETENTION_RATE = 20.0
 
@@ -1220,22 +1223,38 @@ class DurableSaver(BaseCheckpointSaver[str]):
 
     def _hold_archived(self, thread_id: str) -> Any:
         """With an archive: the thread's lease for a delete, so that no
-        bring-back of it (which holds it) is half done meanwhile. A run
-        holding it: the delete goes ahead without, as it always did."""
+        bring-back of it (which holds it) is half done meanwhile. While the
+        thread is flagged archived, whoever holds its lease is bringing it
+        back (a run brings it back before it runs), however long that takes:
+        the delete waits for it, or the bring-back would write the deleted
+        thread back. Once it is hot, a run holding it does not hold the
+        delete up, as it never did."""
         if self.archive_url is None or self.read_only:
             return None
-        try:
-            return self._sync_leases().hold(str(thread_id))
-        except (ThreadBusy, TierUnavailable):
-            return None
+        archiver = self._archiver()
+        while True:
+            try:
+                return self._sync_leases().hold(str(thread_id))
+            except TierUnavailable:
+                return None
+            except ThreadBusy:
+                if archiver.flag(str(thread_id)) is None:
+                    return None
+            time.sleep(BRING_BACK_POLL_S)
 
     async def _ahold_archived(self, thread_id: str) -> Any:
         if self.archive_url is None or self.read_only:
             return None
-        try:
-            return await self._async_leases().hold(str(thread_id))
-        except (ThreadBusy, TierUnavailable):
-            return None
+        archiver = self._aarchiver()
+        while True:  # see _hold_archived
+            try:
+                return await self._async_leases().hold(str(thread_id))
+            except TierUnavailable:
+                return None
+            except ThreadBusy:
+                if await archiver.flag(str(thread_id)) is None:
+                    return None
+            await asyncio.sleep(BRING_BACK_POLL_S)
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         chain = self._sync_chain()
@@ -1258,6 +1277,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         leases = self._sync_leases()
         for thread_id in thread_ids:
             leases.ask_kept_back(thread_id, "prune")  # see delete_thread
+            self._archive_owe(thread_id)
         with self._replicator.exclusive():
             chain.catch_up()  # see delete_thread
             chain.prune(thread_ids, strategy=strategy)
@@ -1342,7 +1362,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         leases = self._async_leases()
         async with self._replicator.aexclusive():
             await chain.catch_up()  # see delete_thread
-            await chain.delete_for_runs(run_ids, self._asking(leases.ask_kept_back, "delete_for_runs"))
+            await chain.delete_for_runs(run_ids, self._aasking(leases.ask_kept_back, "delete_for_runs"))
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         chain = self._async_chain()
@@ -1357,6 +1377,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         leases = self._async_leases()
         for thread_id in thread_ids:
             await leases.ask_kept_back(thread_id, "prune")  # see delete_thread
+            await self._aarchive_owe(thread_id)
         async with self._replicator.aexclusive():
             await chain.catch_up()  # see delete_thread
             await chain.prune(thread_ids, strategy=strategy)
@@ -1664,7 +1685,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
                 now=when,
                 dry_run=dry_run,
                 progress=progress,
-                ask=self._asking(leases.ask_kept_back, "apply_retention"),  # see apply_retention
+                ask=self._aasking(leases.ask_kept_back, "apply_retention"),  # see apply_retention
             )
         if chosen.archive_idle_after is not None:
             archived = await self.aarchive_idle(
@@ -1726,9 +1747,31 @@ class DurableSaver(BaseCheckpointSaver[str]):
 
         def asked(thread_id: str) -> Any:
             self._note_archive(thread_id)
+            self._archive_owe(thread_id)
             return ask(thread_id, what)
 
         return asked
+
+    def _aasking(self, ask: Callable[[str, str], Any], what: str) -> Callable[[str], Any]:
+        """`_asking` on the async face."""
+
+        async def asked(thread_id: str) -> Any:
+            self._note_archive(thread_id)
+            await self._aarchive_owe(thread_id)
+            return await ask(thread_id, what)
+
+        return asked
+
+    def _archive_owe(self, thread_id: str) -> None:
+        """Before a deletion in the thread: noted in the hot tiers for the
+        archive, so that it reaches the archive even when the object store
+        is down now and this process exits before it answers again."""
+        if self.archive_url is not None and not self.read_only:
+            self._archiver().owe(str(thread_id))
+
+    async def _aarchive_owe(self, thread_id: str) -> None:
+        if self.archive_url is not None and not self.read_only:
+            await self._aarchiver().owe(str(thread_id))
 
     def _archive_answers(self) -> bool:
         """Whether the object store answers a call that names no thread: a

@@ -27,6 +27,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import os
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -39,7 +40,7 @@ from ..model.codec import thread_id_of
 from ..model.pins import is_pin_key, pins_of
 from ..model.records import BadRecord, key_fingerprint, open_envelope_any
 from ..retention import age_seconds
-from ..tiers.base import ARCHIVE_META, STORE_ID_META, archived_key
+from ..tiers.base import ARCHIVE_META, STORE_ID_META, archive_owed_key, archived_key
 from ..tiers.protocol import Tier
 from .reports import ArchiveCheck, ArchiveOutcome, ArchiveRefused, ArchiveReport, HotCopy, NotYet, RestoreReport
 from .segments import (
@@ -49,6 +50,7 @@ from .segments import (
     Segment,
     ThreadImage,
     head_tag,
+    is_segment_name,
     marker_key,
     name_tag,
     name_time,
@@ -241,8 +243,19 @@ class Archiver:
             return
         self.store_id, self._claimed = mine, True
 
-    def segment_keys(self, thread_id: str) -> list[str]:
-        return self.store.keys(segments_prefix(thread_id))
+    def segment_keys(self, thread_id: str, strays: list[str] | None = None) -> list[str]:
+        """The thread's segments; any other object in its folder is left
+        out (named in `strays`): one object nobody can read must not keep
+        the thread's segments from being read."""
+        keys: list[str] = []
+        for key in self.store.keys(segments_prefix(thread_id)):
+            if is_segment_name(key):
+                keys.append(key)
+            else:
+                logger.warning("archive object %s of thread %r is not a segment; skipped", key, thread_id)
+                if strays is not None:
+                    strays.append(key)
+        return keys
 
     def _segments(self, thread_id: str, keys: Sequence[str], bad: list[str] | None) -> list[Segment]:
         segments: list[Segment] = []
@@ -265,12 +278,14 @@ class Archiver:
         until: float | None = None,
         bad: list[str] | None = None,
         keys: Sequence[str] | None = None,
+        strays: list[str] | None = None,
     ) -> ThreadImage:
         """The thread's archive copy, its segments (or those of `keys`)
         verified and replayed in order, those cut after `until` left out. A
-        segment that does not verify is left out too and named in `bad`."""
+        segment that does not verify is left out too and named in `bad`; an
+        object that is no segment, in `strays`."""
         self._ready()  # the store's key and id, which verify the segments
-        listed = list(keys) if keys is not None else self.segment_keys(thread_id)
+        listed = list(keys) if keys is not None else self.segment_keys(thread_id, strays)
         chosen = [k for k in listed if until is None or name_time(k) <= until]
         return ThreadImage.fold(thread_id, self._segments(thread_id, chosen, bad), until=until)
 
@@ -444,6 +459,7 @@ class Archiver:
             raise NotYet(thread_id)
         asked = list(tiers) if tiers is not None else [self.chain.roles.last_resort]
         at = time.time()  # the segment's time: what the hot tiers held then
+        owed = self.chain.roles.last_resort.read_meta(archive_owed_key(thread_id))
         keys = self.segment_keys(thread_id)
         bad: list[str] = []
         image = self._image_for_ship(thread_id, keys, bad)
@@ -464,6 +480,7 @@ class Archiver:
             segment.deleted_through = hot.deleted_through
         if not segment:
             self._remember(thread_id, keys, image)
+            self._paid(thread_id, owed)
             return 0
         self._keep_key()
         newest, writes = _head(hot)
@@ -480,7 +497,35 @@ class Archiver:
         elif not bad:
             keys = self._compact(thread_id, keys, at)
         self._remember(thread_id, keys, image)
+        self._paid(thread_id, owed)
         return segment.records + len(segment.gone)
+
+    def owe(self, thread_id: str) -> None:
+        """Before a deletion in the thread (`delete_for_runs`, `prune`): note
+        in the hot tiers that the archive has yet to learn of it, so that a
+        rescan after a restart ships it even when the thread's head did not
+        change. The authority must take the note (else the deletion waits)."""
+        value = f"{time.time_ns()}-{os.urandom(4).hex()}"
+        tiers = list(self.chain.roles.by_authority())
+        for tier in tiers:
+            try:
+                tier.write_meta(archive_owed_key(thread_id), value)
+            except TierUnavailable:
+                if tier is tiers[0]:
+                    raise
+
+    def _paid(self, thread_id: str, owed: str | None) -> None:
+        """A ship read the hot tiers after `owed` was noted: the note goes,
+        unless a deletion noted another one since (its value differs)."""
+        if owed is None:
+            return
+        if self.chain.roles.last_resort.read_meta(archive_owed_key(thread_id)) != owed:
+            return
+        for tier in self.chain.roles.by_authority():
+            try:
+                tier.write_meta(archive_owed_key(thread_id), None)
+            except TierUnavailable:
+                continue  # only the authority's note is read (`changed`)
 
     def _compact(self, thread_id: str, keys: list[str], now: float) -> list[str]:
         """Fold the thread's segments older than `COMPACT_AFTER_S` into one
@@ -538,6 +583,8 @@ class Archiver:
         listing, one head and one ledger read."""
         keys = self.segment_keys(thread_id)
         tier = self.chain.roles.last_resort
+        if tier.read_meta(archive_owed_key(thread_id)) is not None:
+            return True  # a deletion the archive has yet to learn of
         head = tier.head(thread_id, "")
         ledger = tier.read_ledger(thread_id)
         tag = head_tag(head.checkpoint_id, [(w.task_id, w.idx) for w in head.writes], ledger)
@@ -887,10 +934,13 @@ class Archiver:
         listed: set[str],
         report: RestoreReport,
     ) -> None:
-        image = self.image(thread_id, until=until, bad=report.bad_segments)
+        image = self.image(thread_id, until=until, bad=report.bad_segments, strays=report.unrecognised)
         if image.empty:
             return
         flag = self.flag(thread_id)
+        if self._deleted_since(image, flag, tiers_first(tiers)):
+            report.deleted.append(thread_id)
+            return
         hot_rows = bool(tiers_first(tiers).thread_records(thread_id).checkpoints)
         if every and until is None and not hot_rows and (thread_id in listed or flag is not None):
             if flag is None and image.checkpoints:
@@ -909,6 +959,33 @@ class Archiver:
         self.chain.forget_thread(thread_id)
         report.threads += 1
         report.records += image.records
+
+    def _deleted_since(self, image: ThreadImage, flag: dict[str, Any] | None, authority: Tier) -> bool:
+        """Leave out of `image` what the system of record records as deleted
+        (a deletion made while the object store was down reaches the
+        archive only later; a restore must not undo it meanwhile). Whether
+        that leaves the thread without a checkpoint: deleted. An archived
+        thread's own marker is no deletion: the one before it (in its flag)
+        is. The authority's word alone counts: a marker planted in another
+        tier does not get to hide a thread."""
+        if not image.checkpoints:
+            return False
+        if flag is not None:
+            marker = flag.get("previous_marker")
+        else:
+            marker = authority.head(image.thread_id, "").deleted_through
+        doomed = {key for key in image.checkpoints if marker and key[1] <= marker}
+        for ns in sorted({ns for ns, _ in image.checkpoints}):
+            ids = [cid for n, cid in image.checkpoints if n == ns and (n, cid) not in doomed]
+            doomed.update((ns, cid) for cid in authority.gone(image.thread_id, ns, ids))
+        if not doomed:
+            return False
+        image.checkpoints = {k: r for k, r in image.checkpoints.items() if k not in doomed}
+        image.writes = {k: r for k, r in image.writes.items() if (k[0], k[1]) not in doomed}
+        if not image.checkpoints:
+            return True
+        image.gone.update(doomed)
+        return False
 
 
 def _first_line(exc: Exception) -> str:

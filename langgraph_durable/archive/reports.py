@@ -70,6 +70,11 @@ class RestoreReport:
     records: int = 0
     archived: int = 0  # threads left in the archive, marked in the hot tiers
     bad_segments: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    """Threads the archive holds that the hot tiers record as deleted since
+    (the deletion had not reached the archive yet): left deleted."""
+    unrecognised: list[str] = field(default_factory=list)
+    """Objects in a thread's folder that are no segment this library writes: skipped."""
 
 
 @dataclass

@@ -37,6 +37,7 @@ import base64
 import hashlib
 import json
 import os
+import re
 import time
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
@@ -134,6 +135,15 @@ def head_tag(
 
 def segment_name(at: float, tag: str) -> str:
     return f"{int(at * 1000):013d}-{os.urandom(4).hex()}-{tag}.seg"
+
+
+_SEGMENT_NAME = re.compile(r"[0-9]{13}-[0-9a-f]{8}-[0-9a-f]{1,64}\.seg")
+
+
+def is_segment_name(key: str) -> bool:
+    """Whether `key` ends in a name `segment_name` makes: anything else in a
+    thread's folder (put there by hand, or by another tool) is not read."""
+    return _SEGMENT_NAME.fullmatch(key.rsplit("/", 1)[-1]) is not None
 
 
 def name_time(key: str) -> float:

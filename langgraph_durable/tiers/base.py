@@ -129,6 +129,14 @@ def archived_key(thread_id: str) -> str:
     return f"archived:{thread_id}"
 
 
+def archive_owed_key(thread_id: str) -> str:
+    """The meta key saying the archive has yet to learn of a deletion in the
+    thread (`archive.archiver_async`): kept where the replica's memory is
+    not, so a process that exits before the object store answers again
+    does not take the deletion with it."""
+    return f"archive_owed:{thread_id}"
+
+
 def pack_fields(fields: Sequence[Any]) -> bytes:
     return ormsgpack.packb(list(fields))
 
