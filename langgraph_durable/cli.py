@@ -934,11 +934,15 @@ def _restore(args: argparse.Namespace, out: Output) -> int:
         out.line(f"SKIPPED   {key} (not a segment: left as it is)")
     for thread_id in report.deleted:
         out.line(f"DELETED   thread {thread_id!r} (deleted since it was archived: left deleted)")
-    out.line(
+    summary = (
         f"{report.threads} thread(s) restored ({report.records} records), "
-        f"{report.archived} archived thread(s) left in the archive, "
-        f"{len(report.deleted)} deleted thread(s) left deleted, {len(report.unrecognised)} unknown object(s) skipped"
+        f"{report.archived} archived thread(s) left in the archive"
     )
+    if report.deleted:
+        summary += f", {len(report.deleted)} deleted thread(s) left deleted"
+    if report.unrecognised:
+        summary += f", {len(report.unrecognised)} unknown object(s) skipped"
+    out.line(summary)
     return EXIT_FINDINGS if report.bad_segments else EXIT_OK
 
 

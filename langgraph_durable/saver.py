@@ -1259,13 +1259,26 @@ class DurableSaver(BaseCheckpointSaver[str]):
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         chain = self._sync_chain()
         leases = self._sync_leases()
+        unsearched: TierUnavailable | None = None
+        if self.archive_url is not None and not self.read_only and run_ids:
+            # An archived thread holding one of the runs comes back first: the runs go from it too.
+            try:
+                for thread_id in self._archiver().holding_runs([str(r) for r in run_ids]):
+                    self._bring_back_thread(thread_id)
+            except TierUnavailable as exc:
+                unsearched = exc  # the hot threads lose the runs all the same; then it is said
         with self._replicator.exclusive():
             chain.catch_up()  # what is owed first: nothing deleted is shipped later
             # Another saver's kept lease of a thread that loses a checkpoint (lease_linger).
             chain.delete_for_runs(run_ids, self._asking(leases.ask_kept_back, "delete_for_runs"))
+        if unsearched is not None:
+            raise _archived_runs_unsearched(unsearched)
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         chain = self._sync_chain()
+        # An archived source would copy as nothing, an archived target be overwritten by its bring-back.
+        self._bring_back_thread(source_thread_id)
+        self._bring_back_thread(target_thread_id)
         self._sync_leases().ask_kept_back(target_thread_id, "copy_thread: target")  # see delete_thread
         with self._replicator.exclusive():
             chain.catch_up()  # what is owed first: nothing deleted is shipped later
@@ -1276,6 +1289,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         chain = self._sync_chain()
         leases = self._sync_leases()
         for thread_id in thread_ids:
+            self._bring_back_thread(thread_id)  # an archived thread is pruned as a hot one is
             leases.ask_kept_back(thread_id, "prune")  # see delete_thread
             self._archive_owe(thread_id)
         with self._replicator.exclusive():
@@ -1360,12 +1374,23 @@ class DurableSaver(BaseCheckpointSaver[str]):
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
         chain = self._async_chain()
         leases = self._async_leases()
+        unsearched: TierUnavailable | None = None
+        if self.archive_url is not None and not self.read_only and run_ids:
+            try:  # see delete_for_runs
+                for thread_id in await self._aarchiver().holding_runs([str(r) for r in run_ids]):
+                    await self._abring_back_thread(thread_id)
+            except TierUnavailable as exc:
+                unsearched = exc
         async with self._replicator.aexclusive():
             await chain.catch_up()  # see delete_thread
             await chain.delete_for_runs(run_ids, self._aasking(leases.ask_kept_back, "delete_for_runs"))
+        if unsearched is not None:
+            raise _archived_runs_unsearched(unsearched)
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         chain = self._async_chain()
+        await self._abring_back_thread(source_thread_id)  # see copy_thread
+        await self._abring_back_thread(target_thread_id)
         await self._async_leases().ask_kept_back(target_thread_id, "copy_thread: target")  # see delete_thread
         async with self._replicator.aexclusive():
             await chain.catch_up()  # see delete_thread
@@ -1376,6 +1401,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         chain = self._async_chain()
         leases = self._async_leases()
         for thread_id in thread_ids:
+            await self._abring_back_thread(thread_id)  # see prune
             await leases.ask_kept_back(thread_id, "prune")  # see delete_thread
             await self._aarchive_owe(thread_id)
         async with self._replicator.aexclusive():
@@ -1872,6 +1898,14 @@ class DurableSaver(BaseCheckpointSaver[str]):
         thread_id = (config.get("configurable") or {}).get("thread_id")
         return None if thread_id is None else str(thread_id)
 
+    def _bring_back_thread(self, thread_id: str) -> None:
+        """If the thread is archived, bring it back (under its lease), for an
+        operation on it that works on the hot tiers."""
+        self._brought_back({"configurable": {"thread_id": str(thread_id)}})
+
+    async def _abring_back_thread(self, thread_id: str) -> None:
+        await self._abrought_back({"configurable": {"thread_id": str(thread_id)}})
+
     def _brought_back(self, config: RunnableConfig, *, held: bool = False) -> bool:
         """A read found nothing of the thread: if the hot tiers flag it
         archived, copy it back into them (one read of the system of record
@@ -2290,3 +2324,13 @@ class DurableSaver(BaseCheckpointSaver[str]):
     async def arelease_thread(self, thread_id: str) -> None:
         """Async `release_thread`."""
         await self._async_leases().release(str(thread_id))
+
+
+def _archived_runs_unsearched(exc: TierUnavailable) -> TierUnavailable:
+    """`delete_for_runs` could not look through the archived threads."""
+    return TierUnavailable(
+        f"delete_for_runs deleted the runs from every thread in the hot tiers, but could not look through the "
+        f"archived threads ({exc}). Call delete_for_runs again with the same run ids once the archive answers: "
+        "an archived thread holding one of them is brought back and loses them too.",
+        tier="archive",
+    )

@@ -343,6 +343,19 @@ class AsyncArchiver:
         archived in the hot tiers."""
         return [t for t in await self.listed_archived() if await self.flag(t) is not None]
 
+    async def holding_runs(self, run_ids: Sequence[str]) -> list[str]:
+        """Archived threads whose archive copy holds a checkpoint of one of
+        these runs (`delete_for_runs` brings them back first, so the runs go
+        from them too). Reads each archived thread's copy: a cost in
+        proportion to the archive, paid by `delete_for_runs` only."""
+        wanted = set(run_ids)
+        out: list[str] = []
+        for thread_id in await self.archived_threads():
+            image = await self.image(thread_id)
+            if any(row.run_id in wanted for row in image.checkpoints.values()):
+                out.append(thread_id)
+        return out
+
     async def archived_thread_ids(self) -> list[str]:
         """Every thread with a copy in the archive."""
         out: list[str] = []
