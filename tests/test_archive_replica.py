@@ -1,13 +1,16 @@
 """The archive replica on default options: every thread id the saver accepts
-gets object names the object store takes, and one thread the store
-refuses never holds the others back (and is reported). Real Redis,
+gets object names the object store takes, one thread the store refuses
+never holds the others back (and is reported), and what a pass reads from
+the object store follows what is new, not a thread's history. Real Redis,
 Postgres and moto's S3 server; object calls are counted (and one thread's
 refused) by a wrapper on the real store object, never by a mock of it."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -125,8 +128,6 @@ def test_every_id_the_saver_accepts_makes_names_within_the_object_stores_limit()
         name = f"{prefix}/{segments_prefix(thread_id)}{segment_name(1e12, 'f' * 12)}"
         assert len(name.encode()) <= 1024, (len(thread_id.encode()), len(name.encode()))
     # Ids whose names fit before keep them: an archive written before reads as it did.
-    import base64
-
     for thread_id in ["t1", "a" * 400, "é" * 200]:
         assert thread_folder(thread_id) == base64.b32encode(thread_id.encode()).decode().rstrip("=").lower()
     assert len(thread_folder("a" * 400)) == MAX_FOLDER
@@ -268,3 +269,41 @@ def test_doctor_in_another_process_reports_the_refused_thread(
     doc = json.loads(capsys.readouterr().out)
     assert doc["report"]["archive"]["failing"] == ["refused"]
     assert doc["report"]["archive"]["reachable"] is True
+
+
+# -- what a pass reads ------------------------------------------------------------------------
+
+
+def _pass_cost(saver: DurableSaver, store: SyncRefusing) -> tuple[int, int]:
+    before = store.gets, store.bytes
+    left = saver.drain_archive()
+    assert left is not None and left.caught_up
+    return store.gets - before[0], store.bytes - before[1]
+
+
+def test_a_pass_reads_what_is_new_not_the_history_of_many_threads(make_saver: SaverFactory, archive_url: str) -> None:
+    threads = [f"rr-{i}" for i in range(80)]
+    with make_saver(FULL, archive=archive_url, archive_lag=3600.0) as saver:
+        graph = loop_graph(1).compile(checkpointer=saver)
+        store = refusing(saver, set())
+        costs = []
+        for _ in range(4):
+            for thread_id in threads:  # every thread written in turn, one pass after each round
+                graph.invoke({"messages": ["m"], "n": 0}, cfg(thread_id))
+            costs.append(_pass_cost(saver, store)[0])
+        # Each thread's own segments are never read back: what is new is in the hot tiers.
+        assert costs[-1] <= costs[1], costs
+        assert costs[-1] <= len(threads) // 8, costs
+
+
+def test_a_pass_never_reads_a_large_thread_whole_again(make_saver: SaverFactory, archive_url: str) -> None:
+    # Random text: what zlib cannot shrink, as most values with some entropy.
+    big = base64.b64encode(os.urandom(450 * 1024)).decode()
+    with make_saver(FULL, archive=archive_url, archive_lag=3600.0) as saver:
+        graph = loop_graph(1).compile(checkpointer=saver)
+        store = refusing(saver, set())
+        read = []
+        for i in range(8):  # ~5 MB of history after 8 passes: over the memo's old 4 MB per thread
+            graph.invoke({"messages": [big[i:] + big[:i]], "n": 0}, cfg("big"))
+            read.append(_pass_cost(saver, store)[1])
+        assert max(read[2:]) < len(big), read

@@ -27,6 +27,8 @@ This file is the async source: ``archiver.py`` is generated from it by
 from __future__ import annotations
 
 import base64
+import dataclasses
+import hashlib
 import json
 import logging
 import os
@@ -34,13 +36,13 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import ConfigError, CorruptCheckpoint, DurableError, ThreadBusy, TierUnavailable
 from ..ledger import LedgerEntry, newest_entry
 from ..model.codec import thread_id_of
 from ..model.pins import is_pin_key, pins_of
-from ..model.records import BadRecord, key_fingerprint, open_envelope_any
+from ..model.records import BadRecord, BlobRow, CheckpointRow, WriteRow, key_fingerprint, open_envelope_any
 from ..retention import age_seconds
 from ..tiers.base import ARCHIVE_META, STORE_ID_META, archive_owed_key, archived_key
 from ..tiers.protocol_async import AsyncTier
@@ -78,10 +80,13 @@ logger = logging.getLogger("langgraph_durable")
 # the replica's pass, and one before it to the compaction.
 COMPACT_AFTER_S = 24 * 3600.0
 COMPACT_AT = 16
-# What the replica remembers of the archive copies it shipped last, so a
-# pass reads only the segments written since (least recently used out).
-MEMO_THREADS = 64
-MEMO_BYTES = 16 * 1024 * 1024
+# What the replica remembers of the archive copies it shipped: each
+# thread's segment names and a digest of every record it shipped (not the
+# records), so a pass reads only the segments another writer added since,
+# whatever the size of the thread's history. Weighed in records and names
+# (about 200 bytes each), least recently shipped out.
+MEMO_THREADS = 10_000
+MEMO_ENTRIES = 250_000
 
 
 class AsyncArchiver:
@@ -102,7 +107,7 @@ class AsyncArchiver:
         self._claimed = False
         self._key_kept = False
         self._memo: OrderedDict[str, tuple[list[str], ThreadImage, int]] = OrderedDict()
-        self._memo_bytes = 0
+        self._memo_entries = 0
 
     # -- who owns the archive ------------------------------------------------------------
 
@@ -292,29 +297,30 @@ class AsyncArchiver:
         return ThreadImage.fold(thread_id, await self._segments(thread_id, chosen, bad), until=until)
 
     async def _image_for_ship(self, thread_id: str, keys: list[str], bad: list[str]) -> ThreadImage:
-        """`image`, from what this archiver remembers of the thread plus the
-        segments listed since (all of them again when another writer's
-        segment sorts among the known ones, or one of them is gone)."""
+        """The thread's archive copy, digested (`_digested`): what this
+        archiver remembers of it plus the segments listed since (all of them
+        again when another writer's segment sorts among the known ones, or
+        one of them is gone)."""
         memo = self._memo.pop(thread_id, None)
         if memo is not None:
-            self._memo_bytes -= memo[2]
+            self._memo_entries -= memo[2]
             known, image, _ = memo
             if keys[: len(known)] == known:
                 image = _copy(image)
                 for segment in await self._segments(thread_id, keys[len(known) :], bad):
-                    image.apply(segment)
+                    image.apply(_digested_segment(segment))
                 return image
-        return ThreadImage.fold(thread_id, await self._segments(thread_id, keys, bad))
+        return _digested(ThreadImage.fold(thread_id, await self._segments(thread_id, keys, bad)))
 
     def _remember(self, thread_id: str, keys: list[str], image: ThreadImage) -> None:
-        size = image.size_bytes
-        if size > MEMO_BYTES // 4:
-            return
-        self._memo[thread_id] = (keys, image, size)
-        self._memo_bytes += size
-        while self._memo and (len(self._memo) > MEMO_THREADS or self._memo_bytes > MEMO_BYTES):
+        weight = image.records + len(image.gone) + len(keys)
+        if weight > MEMO_ENTRIES // 4:
+            return  # a thread that big is listed and read whole again: rare, and never a quarter of the memo
+        self._memo[thread_id] = (keys, image, weight)
+        self._memo_entries += weight
+        while self._memo and (len(self._memo) > MEMO_THREADS or self._memo_entries > MEMO_ENTRIES):
             _, (_, _, dropped) = self._memo.popitem(last=False)
-            self._memo_bytes -= dropped
+            self._memo_entries -= dropped
 
     async def marker(self, thread_id: str) -> dict[str, Any] | None:
         """The thread's ``archived`` object in the store (its listing entry). None if there is none."""
@@ -479,7 +485,7 @@ class AsyncArchiver:
         bad: list[str] = []
         image = await self._image_for_ship(thread_id, keys, bad)
         hot = await self.hot(thread_id, asked, known=image)
-        segment = image.missing(hot.checkpoints.values(), hot.blobs.values(), hot.writes.values(), hot.ledger)
+        segment = _missing(image, hot)
         # Archived (flagged): the hot tiers are meant to lack what it held,
         # under the deletion marker archiving left; a pin or an answer
         # written meanwhile is shipped, nothing is taken for deleted.
@@ -501,7 +507,7 @@ class AsyncArchiver:
         newest, writes = _head(hot)
         name = segments_prefix(thread_id) + segment_name(at, head_tag(newest, writes, hot.ledger))
         await self.store.put(name, segment.seal(name, self.chain.codec.key, self._own_id()))
-        image.apply(segment)
+        image.apply(_digested_segment(segment))
         keys = sorted([*keys, name])
         if segment.deleted_through is not None and not hot.seen:
             # The thread was deleted: what the archive held of it goes too,
@@ -753,7 +759,7 @@ class AsyncArchiver:
     def _forget_memo(self, thread_id: str) -> None:
         memo = self._memo.pop(thread_id, None)
         if memo is not None:
-            self._memo_bytes -= memo[2]
+            self._memo_entries -= memo[2]
 
     def _pinned(self, thread_id: str, ledger: dict[str, bytes]) -> bool:
         entries = {}
@@ -1032,19 +1038,65 @@ def _another_store(url: str, theirs: dict[str, str], mine: str | None, fingerpri
 
 class _Verified:
     """Whether a hot record is one the archive copy holds byte for byte
-    (so it verified when it was shipped)."""
+    (so it verified when it was shipped). `image` is digested."""
 
     def __init__(self, image: ThreadImage | None) -> None:
         self.image = image
 
     def checkpoint(self, key: tuple[str, str], row: Any) -> bool:
-        return self.image is not None and self.image.checkpoints.get(key) == row
+        return self.image is not None and self.image.checkpoints.get(key) == _digest_row(row)
 
     def blob(self, key: tuple[str, str, str], row: Any) -> bool:
-        return self.image is not None and self.image.blobs.get(key) == row
+        return self.image is not None and self.image.blobs.get(key) == _digest_row(row)
 
     def write(self, key: tuple[str, str, str, int], row: Any) -> bool:
-        return self.image is not None and self.image.writes.get(key) == row
+        return self.image is not None and self.image.writes.get(key) == _digest_row(row)
+
+
+def _digest(data: bytes) -> bytes:
+    return hashlib.blake2b(data, digest_size=32).digest()
+
+
+_R = TypeVar("_R", CheckpointRow, BlobRow, WriteRow)
+
+
+def _digest_row(row: _R) -> _R:
+    """The row with its envelope's digest for the envelope: equal to another
+    row's digest exactly when the rows are (what ship compares), at a few
+    dozen bytes whatever the record's size."""
+    return dataclasses.replace(row, envelope=_digest(row.envelope))
+
+
+def _digested(image: ThreadImage) -> ThreadImage:
+    """What the replica keeps of a thread's archive copy between passes:
+    its keys, deletions and times as they are, its records as digests."""
+    out = _copy(image)
+    out.checkpoints = {k: _digest_row(r) for k, r in image.checkpoints.items()}
+    out.blobs = {k: _digest_row(r) for k, r in image.blobs.items()}
+    out.writes = {k: _digest_row(r) for k, r in image.writes.items()}
+    out.ledger = {k: _digest(v) for k, v in image.ledger.items()}
+    return out
+
+
+def _digested_segment(segment: Segment) -> Segment:
+    return dataclasses.replace(
+        segment,
+        checkpoints=[_digest_row(r) for r in segment.checkpoints],
+        blobs=[_digest_row(r) for r in segment.blobs],
+        writes=[_digest_row(r) for r in segment.writes],
+        ledger={k: _digest(v) for k, v in segment.ledger.items()},
+    )
+
+
+def _missing(image: ThreadImage, hot: HotCopy) -> Segment:
+    """`ThreadImage.missing` against a digested image: the hot records it
+    lacks, or holds other bytes of, whole."""
+    s = Segment(image.thread_id)
+    s.checkpoints = [r for k, r in hot.checkpoints.items() if image.checkpoints.get(k) != _digest_row(r)]
+    s.blobs = [r for k, r in hot.blobs.items() if k not in image.blobs]
+    s.writes = [r for k, r in hot.writes.items() if image.writes.get(k) != _digest_row(r)]
+    s.ledger = {k: v for k, v in hot.ledger.items() if image.ledger.get(k) != _digest(v)}
+    return s
 
 
 def tiers_first(tiers: Sequence[AsyncTier]) -> AsyncTier:
