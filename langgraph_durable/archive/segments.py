@@ -23,9 +23,10 @@ name another thread's folder; an id whose base32 would be longer than
 `MAX_FOLDER` is named by its SHA-256 instead (``_h<hex>-<base32 start>``).
 Segment names sort by the time they were written; two replicas shipping
 one thread write different names and never overwrite each other (a record
-shipped twice is the same record). The head tag is a digest of the thread's newest checkpoint and its pending writes
-when the segment was cut: comparing it with the hot tiers' head tells,
-from a listing alone, whether a thread has changed since it last shipped.
+shipped twice is the same record). The head tag is a digest of the
+thread's newest checkpoint and its pending writes when the segment was
+cut: comparing it with the hot tiers' head tells, from a listing alone,
+whether a thread has changed since it last shipped.
 
 `ThreadImage.fold` replays a thread's segments in order into the records it
 holds now (or at a point in time, for a restore ``--until``).
