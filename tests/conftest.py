@@ -102,9 +102,9 @@ def database_url(base: str, name: str) -> str:
 class DatabaseSupply:
     """Fresh, empty test databases made ahead and dropped behind.
 
-    A test used to spend about a second creating its database and dropping it
-    afterwards; here a thread of the worker's own keeps a few made before they
-    are asked for and drops the used ones while the next tests run, so a test
+    Creating a database and dropping it again costs up to a second on a busy
+    server. A thread of the worker's own keeps a few made before they are
+    asked for and drops the used ones while the next tests run, so a test
     waits for neither. Each database is still new and empty (no template: the
     tests of what a command creates need nothing there).
     """
@@ -114,7 +114,7 @@ class DatabaseSupply:
     def __init__(self, base_url: str) -> None:
         self.base_url = base_url
         self._ready: queue.Queue[str | BaseException] = queue.Queue()
-        self._drop: queue.Queue[str | None] = queue.Queue()
+        self._drop: queue.Queue[str] = queue.Queue()
         self._wanted = threading.Semaphore(self.AHEAD)
         self._closing = threading.Event()
         self._thread = threading.Thread(target=self._work, name="test-databases", daemon=True)
@@ -133,8 +133,7 @@ class DatabaseSupply:
                         name = self._drop.get_nowait()
                     except queue.Empty:
                         break
-                    if name is not None:
-                        self._drop_now(admin, name)
+                    self._drop_now(admin, name)
                 if self._wanted.acquire(timeout=0.05):
                     name = f"lgd_test_{uuid.uuid4().hex[:16]}"
                     try:
@@ -143,7 +142,12 @@ class DatabaseSupply:
                         self._ready.put(exc)
                         return
                     self._ready.put(name)
-            while (name := self._drop.get()) is not None:
+            # close() comes after every give_back: what is queued is all there is.
+            while True:
+                try:
+                    name = self._drop.get_nowait()
+                except queue.Empty:
+                    break
                 self._drop_now(admin, name)
             while True:  # made ahead and never used
                 try:
@@ -173,8 +177,7 @@ class DatabaseSupply:
         self._drop.put(name)
 
     def close(self) -> None:
-        self._closing.set()
-        self._drop.put(None)
+        self._closing.set()  # the thread sees it within a poll, drops what is queued, and ends
         self._thread.join(timeout=120)
 
 
