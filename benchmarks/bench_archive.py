@@ -34,6 +34,14 @@ string to ``messages``, ``durability="sync"``.
    one, and a fresh saver rebuilds the hot tiers from the archive (sync
    ``restore``, then again on the full tiers, then ``arestore`` after the
    tiers are lost once more). Every thread is read back and checked.
+5. The replica's cost per pass: what one pass (``drain_archive()``) asks
+   of the object store, counted by a wrapper on the saver's real store
+   object: `--pass-threads` threads written in turn (one run of one
+   super-step each, then a pass), and one thread that gets a 600 KB value
+   of random text (what zlib cannot shrink) each run, a pass after each,
+   over `--passes` passes: GETs, bytes read, listings and PUTs per pass.
+   ``--pass-cost-only`` runs this part alone (it runs on older versions of
+   the library too, for a before/after).
 
 moto is a Python server on loopback that keeps objects in memory: its
 latencies are not a real S3's (tens of ms a request over the network), so
@@ -46,6 +54,7 @@ or SIGTERM.
 
     .venv/bin/python benchmarks/bench_archive.py --quick   # about 25 s, to check that it works
     .venv/bin/python benchmarks/bench_archive.py --write   # about 90 s on 2 cores
+    .venv/bin/python benchmarks/bench_archive.py --pass-cost-only   # part 5 alone
 """
 
 from __future__ import annotations
@@ -810,6 +819,120 @@ def part_restore(res: Resources, moto: Moto, args: argparse.Namespace, problems:
 # -- main ----------------------------------------------------------------------------------------------------
 
 
+# -- 5. the replica's cost per pass ----------------------------------------------------------------
+
+
+class CountingStore:
+    """The saver's real store object, each call to the object store counted."""
+
+    def __init__(self, inner: ArchiveStore) -> None:
+        self.inner = inner
+        self.gets = self.got = self.lists = self.puts = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def get(self, key: str) -> bytes | None:
+        data = self.inner.get(key)
+        self.gets += 1
+        self.got += len(data or b"")
+        return data
+
+    def keys(self, prefix: str) -> list[str]:
+        self.lists += 1
+        return self.inner.keys(prefix)
+
+    def put(self, key: str, data: bytes) -> None:
+        self.puts += 1
+        self.inner.put(key, data)
+
+    def counts(self) -> tuple[int, int, int, int]:
+        return self.gets, self.got, self.lists, self.puts
+
+
+@dataclass
+class PassCost:
+    gets: int
+    got: int
+    lists: int
+    puts: int
+    seconds: float
+
+
+def one_pass(saver: DurableSaver, store: CountingStore, what: str, problems: list[str]) -> PassCost:
+    # The saver makes its archiver with its tier chain (at its first use): count on the one it ships with.
+    archiver = saver._archiver()
+    if archiver.store is not store:
+        store.inner = archiver.store
+        archiver.store = store  # type: ignore[assignment]
+    before = store.counts()
+    t0 = time.perf_counter()
+    left = saver.drain_archive(120)
+    took = time.perf_counter() - t0
+    if left is None or not left.caught_up:
+        problems.append(f"pass cost {what}: drain_archive left {left}")
+    after = store.counts()
+    gets, got, lists, puts = (a - b for a, b in zip(after, before, strict=True))
+    return PassCost(gets, got, lists, puts, took)
+
+
+def part_pass_cost(res: Resources, moto: Moto, args: argparse.Namespace, problems: list[str]) -> list[str]:
+    import base64
+
+    n_threads, passes = args.pass_threads, args.passes
+    rows: dict[str, list[PassCost]] = {}
+    archive_bytes: dict[str, list[int]] = {}
+    for what in ("round-robin", "large"):
+        tiers = allocate(res, moto, f"pass_{what.replace('-', '_')}")
+        assert tiers.archive is not None
+        # No background pass: each pass is the benchmark's own.
+        saver = tiers.saver(archive_lag=86400.0)
+        try:
+            saver.setup()
+            store = CountingStore(saver._archiver().store)
+            graph = runs_graph(1, is_async=False, checkpointer=saver)
+            tids = [f"pass-{i}" for i in range(n_threads)] if what == "round-robin" else ["pass-large"]
+            for p in range(passes):
+                for tid in tids:
+                    if what == "round-robin":
+                        value = run_input(p)
+                    else:
+                        text = base64.b64encode(os.urandom(450 * 1024)).decode()
+                        value = {**run_input(p), "messages": [text]}
+                    graph.invoke(value, run_config(tid, 1), durability="sync")
+                rows.setdefault(what, []).append(one_pass(saver, store, what, problems))
+                if what == "large":
+                    archive_bytes.setdefault(what, []).append(objects(store.inner, segments_prefix(tids[0]))[1])
+        finally:
+            saver.close()
+    lines = [
+        f"### Round-robin: {n_threads} threads written in turn, a pass after each round",
+        "",
+        "Each thread gets one run of one super-step, then `drain_archive()` ships all of them. *GETs* and "
+        "*bytes read*: what the pass read back from the object store; *listings*: one per thread shipped; "
+        "*PUTs*: one segment per thread.",
+        "",
+        "| pass | GETs | bytes read | listings | PUTs | pass (ms) |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
+    for i, c in enumerate(rows.get("round-robin", []), 1):
+        lines.append(f"| {i} | {c.gets} | {num(c.got)} | {c.lists} | {c.puts} | {ms(c.seconds)} |")
+    lines += [
+        "",
+        "### One thread growing by a 600 KB value a run, a pass after each run",
+        "",
+        "*archive bytes*: the thread's segments after the pass (each run's value is random text: "
+        "zlib cannot shrink it).",
+        "",
+        "| pass | GETs | bytes read | archive bytes | PUTs | pass (ms) |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
+    for i, (c, size) in enumerate(zip(rows.get("large", []), archive_bytes.get("large", []), strict=True), 1):
+        lines.append(f"| {i} | {c.gets} | {num(c.got)} | {num(size)} | {c.puts} | {ms(c.seconds)} |")
+    lines.append("")
+    return lines
+
+
 def guarded(problems: list[str], what: str, fn: Callable[[], list[str]]) -> list[str]:
     """Run one part; an exception is a problem of that part, and the next part runs."""
     t0 = time.perf_counter()
@@ -832,11 +955,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, help="part 3: timed rounds per face (default 30; quick 2)")
     parser.add_argument("--restore-threads", type=int, help="part 4: threads (default 20; quick 3)")
     parser.add_argument("--restore-runs", type=int, help="part 4: runs per thread (default 5; quick 2)")
+    parser.add_argument("--pass-threads", type=int, help="part 5: round-robin threads (default 80; quick 12)")
+    parser.add_argument("--passes", type=int, help="part 5: passes (default 8; quick 3)")
+    parser.add_argument("--pass-cost-only", action="store_true", help="part 5 alone (prints it; no --write)")
     parser.add_argument("--output", default=str(HERE / "RESULTS_ARCHIVE.md"))
     parser.add_argument("--write", action="store_true", help="also overwrite the results file")
     args = parser.parse_args(argv)
     defaults = {"runs": (20, 4), "steps": (10, 5), "cost_threads": (5, 2), "threads": (10, 2), "rounds": (30, 2)}
-    defaults |= {"restore_threads": (20, 3), "restore_runs": (5, 2)}
+    defaults |= {"restore_threads": (20, 3), "restore_runs": (5, 2), "pass_threads": (80, 12), "passes": (8, 3)}
     for key, (full, quick) in defaults.items():
         if getattr(args, key) is None:
             setattr(args, key, quick if args.quick else full)
@@ -853,6 +979,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if not res.probe():
             problems += res.down
+        elif args.pass_cost_only:
+            moto.start()
+            body += ["## 5. The replica's cost per pass", ""]
+            body += guarded(problems, "pass cost", lambda: part_pass_cost(res, moto, args, problems))
         else:
             moto.start()
             body += [f"> {MOTO_NOTE}", "", "## 1. What the archive stores per thread", ""]
@@ -888,13 +1018,15 @@ def main(argv: list[str] | None = None) -> int:
             )
             body += ["## 4. `restore()` of the whole store after the hot tiers are lost", ""]
             body += guarded(problems, "restore", lambda: part_restore(res, moto, args, problems))
+            body += ["## 5. The replica's cost per pass", ""]
+            body += guarded(problems, "pass cost", lambda: part_pass_cost(res, moto, args, problems))
     finally:
         moto.stop()
         problems += [f"cleanup: {n}" for n in res.cleanup()]
     wall = time.perf_counter() - t_run
     text = "\n".join(body) + "\n## Problems\n\n" + ("\n".join(f"- {p}" for p in problems) or "None.") + "\n"
     print(text)
-    if args.write:
+    if args.write and not args.pass_cost_only:
         head = run_lines(
             "bench_archive.py",
             quick=args.quick,
