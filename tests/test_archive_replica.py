@@ -153,6 +153,9 @@ def test_a_thread_with_a_long_id_is_archived_and_holds_no_other_thread_back(
         assert lag is not None and lag.reachable and lag.threads == 0
         report = on(face, saver, "archive_idle", 0.0)
         assert sorted(report.archived) == sorted([LONG, LONGEST, "short-1", "short-2"])
+        # Listings name it too: a restore of every thread finds it.
+        assert on(face, saver, "archived_threads") == sorted([LONG, LONGEST, "short-1", "short-2"])
+        assert saver._archiver().archived_thread_ids() == sorted([LONG, LONGEST, "short-1", "short-2"])
         # And it comes back whole on its next read.
         graph = loop_graph(2).compile(checkpointer=saver)
         assert graph.get_state(cfg(LONG)).values["n"] == 2

@@ -54,6 +54,8 @@ from .segments import (
     Segment,
     ThreadImage,
     head_tag,
+    id_key,
+    is_digest_folder,
     is_segment_name,
     marker_key,
     name_tag,
@@ -66,7 +68,9 @@ from .segments import (
     seal_owner,
     segment_name,
     segments_prefix,
+    thread_folder,
     thread_of_folder,
+    thread_of_id_object,
 )
 from .store_async import STORE_KEY_OBJECT, AsyncArchiveStore
 
@@ -339,10 +343,17 @@ class AsyncArchiver:
         out: list[str] = []
         for key in await self.store.keys(f"{ARCHIVED}/"):
             try:
-                out.append(thread_of_folder(key.rsplit("/", 1)[-1]))
+                out.append(await self._thread_of(key.rsplit("/", 1)[-1]))
             except ValueError:
                 continue
         return sorted(out)
+
+    async def _thread_of(self, folder: str) -> str:
+        """The thread id a folder name stands for (a digest folder's from its
+        id object); ValueError for a name this library never makes."""
+        if is_digest_folder(folder):
+            return thread_of_id_object(folder, await self.store.get(id_key(folder)))
+        return thread_of_folder(folder)
 
     async def archived_threads(self) -> list[str]:
         """Threads that live only in the archive: listed there, and flagged
@@ -367,7 +378,7 @@ class AsyncArchiver:
         out: list[str] = []
         for folder in await self.store.folders(f"{THREADS}/"):
             try:
-                out.append(thread_of_folder(folder))
+                out.append(await self._thread_of(folder))
             except ValueError:
                 continue
         return sorted(out)
@@ -507,6 +518,10 @@ class AsyncArchiver:
         newest, writes = _head(hot)
         name = segments_prefix(thread_id) + segment_name(at, head_tag(newest, writes, hot.ledger))
         await self.store.put(name, segment.seal(name, self.chain.codec.key, self._own_id()))
+        folder = thread_folder(thread_id)
+        if is_digest_folder(folder) and not keys:
+            # Its first segment: listings (a restore of every thread) learn the id from it.
+            await self.store.put(id_key(folder), thread_id.encode("utf-8"))
         image.apply(_digested_segment(segment))
         keys = sorted([*keys, name])
         if segment.deleted_through is not None and not hot.seen:

@@ -17,10 +17,12 @@ Object keys, below the archive URL's prefix::
     v1/store-key                  a copy of the store's own key (stores without signing_key=)
     v1/threads/<thread>/<at ms, 13 digits>-<random>-<head tag>.seg
     v1/archived/<thread>          the thread left the hot tiers (sealed JSON)
+    v1/ids/<digest folder>        the id a digest folder stands for (see below)
 
 ``<thread>`` is the thread id in unpadded lowercase base32, so no id can
 name another thread's folder; an id whose base32 would be longer than
-`MAX_FOLDER` is named by its SHA-256 instead (``_h<hex>-<base32 start>``).
+`MAX_FOLDER` is named by its SHA-256 instead (``_h<hex>-<base32 start>``),
+and its id is written out under ``v1/ids/`` for listings.
 Segment names sort by the time they were written; two replicas shipping
 one thread write different names and never overwrite each other (a record
 shipped twice is the same record). The head tag is a digest of the
@@ -61,6 +63,7 @@ from ..model.records import (
 ROOT = "v1"
 THREADS = f"{ROOT}/threads"
 ARCHIVED = f"{ROOT}/archived"
+IDS = f"{ROOT}/ids"  # the id a digest folder stands for (`id_key`)
 OWNER = f"{ROOT}/store"
 SEGMENT_TAG = "langgraph-durable-segment+zlib+store"  # msgpack, zlib-compressed, bound to its store
 MARKER_TAG = "langgraph-durable-archived+store"
@@ -111,6 +114,27 @@ def thread_of_folder(folder: str) -> str:
         raise ValueError(f"the folder {folder!r} names a thread by its digest")
     text = folder.upper()
     return base64.b32decode(text + "=" * (-len(text) % 8)).decode("utf-8")
+
+
+def id_key(folder: str) -> str:
+    """Where the id of a digest folder is written out, for listings (a
+    restore of every thread): unsealed, since whatever it holds must hash
+    to the folder's name (`thread_of_id_object`)."""
+    return f"{IDS}/{folder}"
+
+
+def is_digest_folder(folder: str) -> bool:
+    return folder.startswith(HASHED_PREFIX)
+
+
+def thread_of_id_object(folder: str, data: bytes | None) -> str:
+    """The id `id_key(folder)` holds; ValueError unless it names that folder."""
+    if data is None:
+        raise ValueError(f"no id object for {folder!r}")
+    thread_id = data.decode("utf-8")
+    if thread_folder(thread_id) != folder:
+        raise ValueError(f"the id object of {folder!r} names another folder")
+    return thread_id
 
 
 def segments_prefix(thread_id: str) -> str:
