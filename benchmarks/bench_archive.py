@@ -53,7 +53,7 @@ temp files, the moto process) is removed at the end, also on error, Ctrl-C
 or SIGTERM.
 
     .venv/bin/python benchmarks/bench_archive.py --quick   # about 25 s, to check that it works
-    .venv/bin/python benchmarks/bench_archive.py --write   # about 90 s on 2 cores
+    .venv/bin/python benchmarks/bench_archive.py --write   # about 2 min on 2 cores
     .venv/bin/python benchmarks/bench_archive.py --pass-cost-only   # part 5 alone
 """
 
