@@ -51,10 +51,14 @@ def run(saver: DurableSaver, *thread_ids: str, steps: int = 2) -> None:
         graph.invoke({"messages": [], "n": 0}, cfg(thread_id))
 
 
+# S3 refuses an object name over 1,024 bytes (moto's server takes it).
+MAX_NAME_BYTES = 1024
+
+
 class Refusing:
-    """The real store object, but the object store refuses to store the
-    objects of `refused` threads (as it refuses a name it will not take),
-    and every GET is counted with its bytes."""
+    """The real store object, but it refuses what S3 refuses and moto takes
+    (a name over 1,024 bytes, prefix included) and the objects of the
+    `refused` threads; every GET is counted with its bytes."""
 
     def __init__(self, store: Any, refused: set[str]) -> None:
         self.inner = store
@@ -67,6 +71,8 @@ class Refusing:
         return getattr(self.inner, name)
 
     def _refuses(self, key: str) -> bool:
+        if len(f"{self.inner.prefix}/{key}".encode()) > MAX_NAME_BYTES:
+            return True
         return any(key.startswith(segments_prefix(t)) for t in self.refused)
 
     def _refusal(self, key: str) -> TierUnavailable:
@@ -144,6 +150,7 @@ def test_a_thread_with_a_long_id_is_archived_and_holds_no_other_thread_back(
     with make_saver(FULL, archive=archive_url, archive_lag=3600.0) as saver:
         # The long one first: the pass meets it before the others.
         run(saver, LONG, LONGEST, "short-1", "short-2")
+        refusing(saver, set())  # names S3 would refuse are refused
         left = on(face, saver, "drain_archive")
         assert left is not None and left.caught_up and left.reachable and not left.failing
         store = ArchiveStore(archive_url)
