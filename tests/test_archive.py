@@ -275,6 +275,40 @@ async def test_pins_on_the_async_face(make_saver: SaverFactory, archive_url: str
         assert await saver.apins("t-apin") == []
 
 
+@pytest.mark.parametrize("face", ["sync", "async"])
+async def test_pins_meet_archived_threads(make_saver: SaverFactory, archive_url: str, face: str) -> None:
+    """A pinned thread is never archived (a pin is kept where retention and
+    its sweep see it); pinning an archived thread brings it back whole
+    first, so the pin lands on its latest checkpoint and nothing is lost."""
+    later = time.time() + 60  # every thread idle long enough
+    async with make_saver(FULL, archive=archive_url) as saver:
+        graph = loop_graph(3).compile(checkpointer=saver)
+        for thread in ("t-pinned", "t-archived"):
+            graph.invoke({"messages": [], "n": 0}, cfg(thread))
+        before = _history(graph, cfg("t-archived"))
+        newest = graph.get_state(cfg("t-archived")).config["configurable"]["checkpoint_id"]
+        if face == "sync":
+            saver.pin(cfg("t-pinned"), label="kept hot")
+            report = saver.archive_idle(0.0, now=later)
+        else:
+            await saver.apin(cfg("t-pinned"), label="kept hot")
+            report = await saver.aarchive_idle(0.0, now=later)
+        assert report.archived == ["t-archived"]
+        assert [(t.thread_id, t.skipped) for t in report.threads if t.thread_id == "t-pinned"] == [
+            ("t-pinned", "pinned")
+        ]
+        assert saver._archiver().flag("t-archived") is not None
+        if face == "sync":
+            pin = saver.pin(cfg("t-archived"), label="after")
+            pins = saver.pins("t-archived")
+        else:
+            pin = await saver.apin(cfg("t-archived"), label="after")
+            pins = await saver.apins("t-archived")
+        assert saver._archiver().flag("t-archived") is None, "pin() brought the thread back"
+        assert [p.label for p in pins] == ["after"] and pin.checkpoint_id == newest
+        assert _history(graph, cfg("t-archived")) == before
+
+
 def test_an_action_key_in_the_reserved_space_is_refused(make_saver: SaverFactory) -> None:
     from langgraph_durable.ledger import LedgerEntry
 
