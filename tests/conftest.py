@@ -245,6 +245,20 @@ def redis_prefix() -> Iterator[str]:
         client.close()
 
 
+def lose_every_hot_tier(postgres_url: str, redis_prefix: str) -> None:
+    """A disaster for the archive's tests: the test's Postgres database
+    dropped and created empty, its Redis keys flushed."""
+    name = postgres_url.rsplit("/", 1)[1].split("?", 1)[0]
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+        admin.execute(f'CREATE DATABASE "{name}"')
+    client = redis_lib.Redis.from_url(REDIS_URL)
+    keys = list(client.scan_iter(match=f"{redis_prefix}:*", count=1000))
+    if keys:
+        client.delete(*keys)
+    client.close()
+
+
 @pytest.fixture(scope="session")
 def s3_endpoint() -> Iterator[str]:
     """An S3-compatible endpoint: LANGGRAPH_DURABLE_TEST_S3_ENDPOINT, else a

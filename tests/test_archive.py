@@ -14,16 +14,14 @@ from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
-import psycopg
 import pytest
-import redis as redis_lib
 from langgraph.types import Command
 
 from langgraph_durable import DurableSaver, RetentionPolicy
 from langgraph_durable.archive.segments import THREADS, segments_prefix
 from langgraph_durable.archive.store import ArchiveStore
 from langgraph_durable.errors import ConfigError, CorruptCheckpoint, ThreadBusy
-from tests.conftest import CONFIGS, POSTGRES_URL, REDIS_URL, SaverFactory
+from tests.conftest import CONFIGS, SaverFactory, lose_every_hot_tier
 from tests.graphs import _ahistory, _history, interrupt_graph, loop_graph, subgraph_graph
 from tests.waiting import LIVENESS_S
 
@@ -460,17 +458,9 @@ def test_one_bad_segment_is_left_out_and_reported(make_saver: SaverFactory, arch
 
 
 def _lose_every_hot_tier(saver: DurableSaver, redis_prefix: str) -> None:
-    """Postgres' database dropped and created empty, Redis' keys flushed, the local file gone."""
+    """Postgres' database dropped and created empty, Redis' keys flushed."""
     assert saver.postgres_url is not None
-    name = saver.postgres_url.rsplit("/", 1)[1]
-    with psycopg.connect(POSTGRES_URL, autocommit=True) as admin:
-        admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
-        admin.execute(f'CREATE DATABASE "{name}"')
-    client = redis_lib.Redis.from_url(REDIS_URL)
-    keys = list(client.scan_iter(match=f"{redis_prefix}:*", count=1000))
-    if keys:
-        client.delete(*keys)
-    client.close()
+    lose_every_hot_tier(saver.postgres_url, redis_prefix)
 
 
 @pytest.mark.parametrize("face", ["sync", "async"])

@@ -45,7 +45,7 @@ from langgraph_durable.errors import ConfigError
 from langgraph_durable.model.records import open_envelope, seal
 from tests import hostile_payloads as hostile
 from tests import test_cli
-from tests.conftest import POSTGRES_URL, REDIS_URL, SaverFactory, database_url
+from tests.conftest import POSTGRES_URL, REDIS_URL, SaverFactory, database_url, lose_every_hot_tier
 from tests.graphs import _history, loop_graph
 
 pytestmark = [pytest.mark.s3]
@@ -144,19 +144,6 @@ def put_back(archive_url: str, kept: dict[str, bytes]) -> None:
     store = ArchiveStore(archive_url)
     for key, data in kept.items():
         store.put(key, data)
-
-
-def lose_every_hot_tier(postgres_url: str, redis_prefix: str) -> None:
-    """The disaster: Postgres' database dropped and created empty, Redis' keys flushed."""
-    name = postgres_url.rsplit("/", 1)[1]
-    with psycopg.connect(POSTGRES_URL, autocommit=True) as admin:
-        admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
-        admin.execute(f'CREATE DATABASE "{name}"')
-    client = redis_lib.Redis.from_url(REDIS_URL)
-    keys = list(client.scan_iter(match=f"{redis_prefix}:*", count=1000))
-    if keys:
-        client.delete(*keys)
-    client.close()
 
 
 def victim_store(make_saver: SaverFactory, archive_url: str, **options: Any) -> tuple[list[Any], str | None]:
