@@ -53,6 +53,12 @@ class TcpProxy:
         # connections open however long nothing is forwarded.
         upstream.settimeout(None)
         with self._lock:
+            # Accepted before a cut() but still connecting upstream while it
+            # ran: it must not outlive the cut (cut() holds the lock too).
+            if not self._up:
+                for s in (client, upstream):
+                    s.close()
+                return
             self._conns += [client, upstream]
         for a, b in ((client, upstream), (upstream, client)):
             threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
@@ -75,8 +81,8 @@ class TcpProxy:
         """What one side sent, before it is forwarded (a subclass may stall here)."""
 
     def cut(self) -> None:
-        self._up = False
         with self._lock:
+            self._up = False
             conns, self._conns = self._conns, []
         for s in conns:
             with contextlib.suppress(OSError):
