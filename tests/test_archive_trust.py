@@ -534,6 +534,31 @@ def test_a_restore_with_the_owner_object_gone_still_reads_the_stores_segments(
     assert ArchiveStore(archive_url).get("v1/store") is not None  # claimed again, under the same id
 
 
+@pytest.mark.parametrize("face", ["sync", "async"])
+def test_a_store_that_took_its_key_but_never_claimed_still_reads_its_segments(
+    make_saver: SaverFactory, archive_url: str, redis_prefix: str, postgres_url: str, face: str
+) -> None:
+    """A process takes the archive's key, then dies (or loses the object
+    store) before it claims the prefix: the next process finds the key in
+    its tiers and learns the store's id from the bucket, not a new one that
+    would leave every segment unreadable. Two faces or replicas setting up
+    at once meet the same window."""
+    history, fingerprint = victim_store(make_saver, archive_url)
+    ArchiveStore(archive_url).delete(["v1/store"])
+    lose_every_hot_tier(postgres_url, redis_prefix)
+    with make_saver(
+        FULL, archive=archive_url, sqlite_name="first.sqlite", archive_key_fingerprint=fingerprint
+    ) as first:
+        first._archive_replica = None  # no background pass claims either
+        chain = first._sync_chain()
+        chain.claim_archive = None  # the claim never happens
+        chain.ensure_setup()
+    with make_saver(FULL, archive=archive_url, sqlite_name="next.sqlite") as after:
+        report = restore_on(face, after)
+        assert report.threads == 1 and report.bad_segments == []
+        assert _history(loop_graph(3).compile(checkpointer=after), cfg(THREAD)) == history
+
+
 def test_doctor_prints_the_fingerprint_the_option_takes(
     make_saver: SaverFactory,
     archive_url: str,

@@ -105,9 +105,6 @@ class AsyncArchiver:
         self.key_fingerprint = key_fingerprint
         # The store that owns the prefix (`claim`): every segment is bound to it.
         self.store_id: str | None = None
-        # The id the key object names, when `trusted_key` took the key: the
-        # store's, should its owner object be gone.
-        self._kept_store_id: str | None = None
         self._claimed = False
         self._key_kept = False
         self._memo: OrderedDict[str, tuple[list[str], ThreadImage, int]] = OrderedDict()
@@ -176,7 +173,6 @@ class AsyncArchiver:
                 f"another store's archive. Put {STORE_KEY_OBJECT} and {OWNER} back from a version of the bucket you "
                 "trust, or check the archive URL."
             )
-        self._kept_store_id = kept.get("store")
         return text
 
     async def claim(self, *, at_setup: bool = False) -> None:
@@ -228,11 +224,14 @@ class AsyncArchiver:
                 mine = owner["store"]
                 reseal = owner["key"] != fingerprint  # a rotated signing key: sealed with the new one from now on
             else:
-                kept = await self.store.store_key() if chain.store_key else None
-                if kept is not None and base64.b64decode(kept) != key:
-                    theirs = key_fingerprint(base64.b64decode(kept), full=True)
+                # The key object names the store's id too: a store rebuilt
+                # from the archive reads its own segments again, whichever of
+                # its faces (or replicas) claims first.
+                kept = await self.store.store_key_object() if chain.store_key else None
+                if kept is not None and base64.b64decode(kept["store_key"]) != key:
+                    theirs = key_fingerprint(base64.b64decode(kept["store_key"]), full=True)
                     raise ConfigError(_another_store(self.store.url, {"key": theirs}, mine, fingerprint))
-                mine = mine or self._kept_store_id or new_store_id()
+                mine = mine or (kept or {}).get("store") or new_store_id()
                 reseal = True
             if chain.read_only:
                 self.store_id, self._claimed = mine, True
