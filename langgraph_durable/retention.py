@@ -331,6 +331,15 @@ class RetentionReport:
         if unconfirmed:
             self.left_alone.append(retained.thread_id)
 
+    def merge(self, other: RetentionReport) -> None:
+        """Add what another sweep (of other threads) did."""
+        self.threads += other.threads
+        self.threads_deleted += other.threads_deleted
+        self.checkpoints_deleted += other.checkpoints_deleted
+        self.checkpoints_kept += other.checkpoints_kept
+        self.left_alone.extend(other.left_alone)
+        self.threads_archived += other.threads_archived
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "dry_run": self.dry_run,

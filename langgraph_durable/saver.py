@@ -1670,11 +1670,12 @@ class DurableSaver(BaseCheckpointSaver[str]):
         chain = self._sync_chain()
         leases = self._sync_leases()
         when = time.time() if now is None else now
+        hot_ids, archived_ids = self._retention_split(thread_ids)
         with self._replicator.exclusive():
             chain.catch_up()  # see delete_thread
             report = chain.retain(
                 chosen,
-                thread_ids,
+                hot_ids,
                 now=when,
                 dry_run=dry_run,
                 progress=progress,
@@ -1682,6 +1683,8 @@ class DurableSaver(BaseCheckpointSaver[str]):
                 # Another saver's kept lease of a thread it deletes or prunes (lease_linger).
                 ask=self._asking(leases.ask_kept_back, "apply_retention"),
             )
+        if self.archive_url is not None:
+            self._retain_archived(chosen, archived_ids, report, now=when, dry_run=dry_run, pace=pace)
         if chosen.archive_idle_after is not None:
             archived = self.archive_idle(
                 chosen.archive_idle_after, thread_ids=thread_ids, dry_run=dry_run, now=when, pace=pace
@@ -1703,22 +1706,123 @@ class DurableSaver(BaseCheckpointSaver[str]):
         chain = self._async_chain()
         leases = self._async_leases()
         when = time.time() if now is None else now
+        hot_ids, archived_ids = await self._aretention_split(thread_ids)
         async with self._replicator.aexclusive():
             await chain.catch_up()
             report = await chain.retain(
                 chosen,
-                thread_ids,
+                hot_ids,
                 now=when,
                 dry_run=dry_run,
                 progress=progress,
                 ask=self._aasking(leases.ask_kept_back, "apply_retention"),  # see apply_retention
             )
+        if self.archive_url is not None:
+            await self._aretain_archived(chosen, archived_ids, report, now=when, dry_run=dry_run)
         if chosen.archive_idle_after is not None:
             archived = await self.aarchive_idle(
                 chosen.archive_idle_after, thread_ids=thread_ids, dry_run=dry_run, now=when
             )
             report.threads_archived = len(archived.archived)
         return report
+
+    def _retention_split(self, thread_ids: Sequence[str] | None) -> tuple[Sequence[str] | None, builtins.list[str]]:
+        """A sweep's hot threads (None: every thread the hot tiers hold) and
+        its archived ones: flagged in the hot tiers, listed in the archive."""
+        if self.archive_url is None:
+            return thread_ids, []
+        archiver = self._archiver()
+        if thread_ids is None:
+            return None, archiver.archived_threads()
+        archived = [str(t) for t in thread_ids if archiver.flag(str(t)) is not None]
+        return [t for t in thread_ids if str(t) not in archived], archived
+
+    async def _aretention_split(
+        self, thread_ids: Sequence[str] | None
+    ) -> tuple[Sequence[str] | None, builtins.list[str]]:
+        if self.archive_url is None:
+            return thread_ids, []
+        archiver = self._aarchiver()
+        if thread_ids is None:
+            return None, await archiver.archived_threads()
+        archived = [str(t) for t in thread_ids if await archiver.flag(str(t)) is not None]
+        return [t for t in thread_ids if str(t) not in archived], archived
+
+    def _retain_archived(
+        self,
+        policy: RetentionPolicy,
+        thread_ids: Sequence[str],
+        report: RetentionReport,
+        *,
+        now: float,
+        dry_run: bool,
+        pace: Callable[[], None] | None = None,
+    ) -> None:
+        """A sweep's archived threads, each judged on its archive copy
+        (`Archiver.judge`): one a rule changes is deleted (idle), or brought
+        back, swept as a hot one and archived again at once; the others are
+        not brought back, nor their copy read where the archived flag
+        shows that no rule can touch them."""
+        archiver = self._archiver()
+        leases = self._sync_leases()
+        for thread_id in thread_ids:
+            if pace is not None:
+                pace()
+            judged = archiver.judge(thread_id, policy, now)
+            if judged is None:
+                continue  # brought back since it was listed: the next sweep finds it hot
+            if dry_run or not judged.acts:
+                report.add(judged.retained, unconfirmed=judged.unconfirmed)
+            elif judged.retained.thread_deleted:
+                self.delete_thread(thread_id)
+                report.add(judged.retained)
+            else:
+                self._bring_back_thread(thread_id)
+                self._archive_owe(thread_id)  # see prune
+                with self._replicator.exclusive():
+                    swept = self._sync_chain().retain(
+                        policy,
+                        [thread_id],
+                        now=now,
+                        dry_run=False,
+                        ask=self._asking(leases.ask_kept_back, "apply_retention"),
+                    )
+                report.merge(swept)
+                again = archiver.archive_threads(
+                    [thread_id], ArchiveReport(dry_run=False), idle_after=0.0, now=now, **self._archiving_with(leases)
+                )
+                _rearchived(thread_id, again)
+
+    async def _aretain_archived(
+        self, policy: RetentionPolicy, thread_ids: Sequence[str], report: RetentionReport, *, now: float, dry_run: bool
+    ) -> None:
+        archiver = self._aarchiver()
+        leases = self._async_leases()
+        for thread_id in thread_ids:  # see _retain_archived
+            judged = await archiver.judge(thread_id, policy, now)
+            if judged is None:
+                continue
+            if dry_run or not judged.acts:
+                report.add(judged.retained, unconfirmed=judged.unconfirmed)
+            elif judged.retained.thread_deleted:
+                await self.adelete_thread(thread_id)
+                report.add(judged.retained)
+            else:
+                await self._abring_back_thread(thread_id)
+                await self._aarchive_owe(thread_id)
+                async with self._replicator.aexclusive():
+                    swept = await self._async_chain().retain(
+                        policy,
+                        [thread_id],
+                        now=now,
+                        dry_run=False,
+                        ask=self._aasking(leases.ask_kept_back, "apply_retention"),
+                    )
+                report.merge(swept)
+                again = await archiver.archive_threads(
+                    [thread_id], ArchiveReport(dry_run=False), idle_after=0.0, now=now, **self._archiving_with(leases)
+                )
+                _rearchived(thread_id, again)
 
     def _retention_policy(self, policy: RetentionPolicy | None) -> RetentionPolicy:
         chosen = policy if policy is not None else self.retention
@@ -2324,6 +2428,15 @@ class DurableSaver(BaseCheckpointSaver[str]):
     async def arelease_thread(self, thread_id: str) -> None:
         """Async `release_thread`."""
         await self._async_leases().release(str(thread_id))
+
+
+def _rearchived(thread_id: str, report: ArchiveReport) -> None:
+    """A thread a sweep brought back to prune it is archived again at once;
+    one that could not be (a run took it meanwhile) stays hot, and the next
+    `archive_idle` moves it once it is idle."""
+    for outcome in report.threads:
+        if not outcome.archived:
+            logger.info("thread %r stays hot after retention pruned it: %s", thread_id, outcome.skipped)
 
 
 def _archived_runs_unsearched(exc: TierUnavailable) -> TierUnavailable:

@@ -41,9 +41,10 @@ from ..ledger import LedgerEntry, newest_entry
 from ..model.codec import thread_id_of
 from ..model.pins import is_pin_key, pins_of
 from ..model.records import BadRecord, BlobRow, CheckpointRow, WriteRow, key_fingerprint, open_envelope_any
-from ..retention import age_seconds
+from ..retention import Retained, RetentionPolicy, age_seconds
 from ..tiers.base import ARCHIVE_META, STORE_ID_META, archive_owed_key, archived_key
 from ..tiers.protocol import Tier
+from .judging import Judged, judged, summary, untouched
 from .reports import ArchiveCheck, ArchiveOutcome, ArchiveRefused, ArchiveReport, HotCopy, NotYet, RestoreReport
 from .segments import (
     ARCHIVED,
@@ -682,7 +683,13 @@ class Archiver:
                 outcome.skipped = "ledger changed"
                 return outcome
             newest = max(cid for _, cid in hot.checkpoints)
-            info = {"at": now, "newest": newest, "records": hot.records}
+            # What a retention sweep needs to pass the thread over unread (`judging.untouched`).
+            info = {
+                "at": now,
+                "newest": newest,
+                "records": hot.records,
+                "summary": summary(hot.checkpoints.values(), self.chain.codec),
+            }
             marker = seal_marker(thread_id, info, self.chain.codec.key, self._own_id())
             self.store.put(marker_key(thread_id), marker)
             # Segments that did not verify when the copy was checked: what
@@ -792,6 +799,34 @@ class Archiver:
                 continue
             return str(checkpoint.get("ts") or "")
         return ""
+
+    # -- retention ---------------------------------------------------------------------
+
+    def judge(self, thread_id: str, policy: RetentionPolicy, now: float) -> Judged | None:
+        """What a retention sweep would do to this archived thread, judged on
+        its archive copy as the hot tiers would judge it (`judging`); None
+        if it is not archived (any more). The copy is read only when the
+        flag's summary cannot rule every rule out. A copy with a segment
+        that does not verify is left as it is, and said so in the log: what
+        the segment held cannot be judged."""
+        flag = self.flag(thread_id)
+        if flag is None:
+            return None
+        found = flag.get("summary")
+        if found is not None and untouched(policy, found, now):
+            return Judged(Retained(thread_id, kept=int(found["checkpoints"])))
+        bad: list[str] = []
+        image = self.image(thread_id, bad=bad)
+        unreadable = sorted(set(bad) - set(flag.get("known_bad") or ()))
+        if unreadable:
+            logger.warning(
+                "retention left archived thread %r as it is: %d of its archive segments do not verify (%s)",
+                thread_id,
+                len(unreadable),
+                ", ".join(unreadable),
+            )
+            return Judged(Retained(thread_id, kept=len(image.checkpoints)), unreadable=True)
+        return judged(image, policy, now, self.chain.codec)
 
     # -- bringing back -----------------------------------------------------------------
 

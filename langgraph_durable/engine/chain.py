@@ -1180,9 +1180,15 @@ class TierChain:
             if not dry_run and self.own is not None:
                 self.own.forget(thread_id)
             if not dry_run:
-                self.memory.outbox.forget()  # see delete_thread
+                self.memory.outbox.forget()  # see delete_thread  # an archive learns what went (`Maintenance.retain`)
             retained = self.maintenance.retain(
-                thread_id, policy, now, unconfirmed=unconfirmed, dry_run=dry_run, ask=ask
+                thread_id,
+                policy,
+                now,
+                unconfirmed=unconfirmed,
+                dry_run=dry_run,
+                ask=ask,
+                note_gone=self.claim_archive is not None,
             )
             report.add(retained, unconfirmed=unconfirmed)
             if progress is not None:
@@ -1199,7 +1205,7 @@ class TierChain:
                 self.own.forget(str(thread_id))
         self.memory.outbox.forget()  # see delete_thread
         self.ensure_setup()
-        self.maintenance.prune(thread_ids, strategy=strategy)
+        self.maintenance.prune(thread_ids, strategy=strategy, note_gone=self.claim_archive is not None)
 
 
 def _one(read: Callable[[], Any]) -> Callable[[], Any]:

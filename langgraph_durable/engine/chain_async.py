@@ -1197,7 +1197,13 @@ class AsyncTierChain:
             if not dry_run:
                 self.memory.outbox.forget()  # see delete_thread
             retained = await self.maintenance.retain(
-                thread_id, policy, now, unconfirmed=unconfirmed, dry_run=dry_run, ask=ask
+                thread_id,
+                policy,
+                now,
+                unconfirmed=unconfirmed,
+                dry_run=dry_run,
+                ask=ask,
+                note_gone=self.claim_archive is not None,  # an archive learns what went (`Maintenance.retain`)
             )
             report.add(retained, unconfirmed=unconfirmed)
             if progress is not None:
@@ -1217,7 +1223,7 @@ class AsyncTierChain:
                 self.own.forget(str(thread_id))
         self.memory.outbox.forget()  # see delete_thread
         await self.ensure_setup()
-        await self.maintenance.prune(thread_ids, strategy=strategy)
+        await self.maintenance.prune(thread_ids, strategy=strategy, note_gone=self.claim_archive is not None)
 
 
 def _one(read: Callable[[], Any]) -> Callable[[], Any]:

@@ -243,7 +243,7 @@ class Maintenance:
         moved = replace(row, thread_id=thread_id)
         return replace(moved, envelope=self.codec.reseal(row.context, moved.context, row.envelope))
 
-    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest", note_gone: bool = False) -> None:
         """keep_latest: per namespace, the newest intact checkpoint and what
         its delta channels are rebuilt from; delete: the whole thread."""
         for thread_id in [thread_id_of(t, what="prune") for t in thread_ids]:
@@ -257,7 +257,7 @@ class Maintenance:
                 # not taken for one the shared tiers lost and written back.
                 self.delete_thread(thread_id)
                 continue
-            self.retain(thread_id, _KEEP_LATEST, 0.0, unconfirmed=False, dry_run=False)
+            self.retain(thread_id, _KEEP_LATEST, 0.0, unconfirmed=False, dry_run=False, note_gone=note_gone)
 
     def retain(
         self,
@@ -268,13 +268,16 @@ class Maintenance:
         unconfirmed: bool,
         dry_run: bool,
         ask: Callable[[str], Any] | None = None,
+        note_gone: bool = False,
     ) -> Retained:
         """Apply `policy` to one thread (`retention.RetentionPolicy` says what
         is kept); with `dry_run` only count. `unconfirmed`: the thread has
         non-resumable actions nobody confirmed, so it is left as it is.
         `ask(thread_id)` runs before the thread is deleted or pruned: another
         saver that keeps its lease (``lease_linger``) is asked to give it back
-        and stop serving it from its cache (`LeaseKeeper.ask_kept_back`)."""
+        and stop serving it from its cache (`LeaseKeeper.ask_kept_back`).
+        `note_gone` (a store with an archive): each checkpoint removed is
+        recorded as deleted (`mark_gone`), a note of its id in every tier."""
         rows = self.reads.rows(thread_id, None, None, None, None, None)
         if unconfirmed or not rows:
             return Retained(thread_id, kept=len(rows))
@@ -328,6 +331,12 @@ class Maintenance:
                 ask(thread_id)
             self.deltas.forget(thread_id)
             self._everywhere(lambda t: t.prune(thread_id, keep, keep_blobs))
+            if note_gone:
+                # Recorded as `delete_for_runs` records them: the archive's
+                # copy learns they were deleted, not lost, and a restore does
+                # not bring them back.
+                gone = sorted({(r.checkpoint_ns, r.checkpoint_id) for r in dropped})
+                self._everywhere(lambda t: t.mark_gone(thread_id, gone))
         return Retained(thread_id, kept=len(rows) - len(dropped), deleted=len(dropped))
 
     def _waiting(self, thread_id: str, ns: str, nodes: dict[str, Node | None], incidents: list[Incident]) -> set[str]:

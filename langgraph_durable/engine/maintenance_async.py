@@ -256,7 +256,7 @@ class AsyncMaintenance:
         moved = replace(row, thread_id=thread_id)
         return replace(moved, envelope=self.codec.reseal(row.context, moved.context, row.envelope))
 
-    async def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+    async def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest", note_gone: bool = False) -> None:
         """keep_latest: per namespace, the newest intact checkpoint and what
         its delta channels are rebuilt from; delete: the whole thread."""
         for thread_id in [thread_id_of(t, what="prune") for t in thread_ids]:
@@ -270,7 +270,7 @@ class AsyncMaintenance:
                 # not taken for one the shared tiers lost and written back.
                 await self.delete_thread(thread_id)
                 continue
-            await self.retain(thread_id, _KEEP_LATEST, 0.0, unconfirmed=False, dry_run=False)
+            await self.retain(thread_id, _KEEP_LATEST, 0.0, unconfirmed=False, dry_run=False, note_gone=note_gone)
 
     async def retain(
         self,
@@ -281,13 +281,16 @@ class AsyncMaintenance:
         unconfirmed: bool,
         dry_run: bool,
         ask: Callable[[str], Any] | None = None,
+        note_gone: bool = False,
     ) -> Retained:
         """Apply `policy` to one thread (`retention.RetentionPolicy` says what
         is kept); with `dry_run` only count. `unconfirmed`: the thread has
         non-resumable actions nobody confirmed, so it is left as it is.
         `ask(thread_id)` runs before the thread is deleted or pruned: another
         saver that keeps its lease (``lease_linger``) is asked to give it back
-        and stop serving it from its cache (`AsyncLeaseKeeper.ask_kept_back`)."""
+        and stop serving it from its cache (`AsyncLeaseKeeper.ask_kept_back`).
+        `note_gone` (a store with an archive): each checkpoint removed is
+        recorded as deleted (`mark_gone`), a note of its id in every tier."""
         rows = await self.reads.rows(thread_id, None, None, None, None, None)
         if unconfirmed or not rows:
             return Retained(thread_id, kept=len(rows))
@@ -341,6 +344,12 @@ class AsyncMaintenance:
                 await ask(thread_id)
             self.deltas.forget(thread_id)
             await self._everywhere(lambda t: t.prune(thread_id, keep, keep_blobs))
+            if note_gone:
+                # Recorded as `delete_for_runs` records them: the archive's
+                # copy learns they were deleted, not lost, and a restore does
+                # not bring them back.
+                gone = sorted({(r.checkpoint_ns, r.checkpoint_id) for r in dropped})
+                await self._everywhere(lambda t: t.mark_gone(thread_id, gone))
         return Retained(thread_id, kept=len(rows) - len(dropped), deleted=len(dropped))
 
     async def _waiting(
