@@ -38,6 +38,7 @@ from langgraph_durable.archive.segments import (
     SEGMENT_TAG,
     _context,
     _legacy_context,
+    open_owner,
     segments_prefix,
 )
 from langgraph_durable.archive.store import ArchiveStore
@@ -420,6 +421,53 @@ def test_a_second_store_on_an_owned_prefix_is_refused_and_never_mixes(
     assert "\n" not in message
     assert a_fingerprint is not None and a_fingerprint.split(":")[-1][:16] in message
     assert "own archive prefix" in message
+
+
+def test_two_new_stores_claiming_one_empty_prefix_at_once_one_wins(
+    make_saver: SaverFactory,
+    archive_url: str,
+    other_redis_prefix: str,
+    other_postgres_url: str,
+    tmp_path: Path,
+) -> None:
+    """A finds the prefix unowned; before it writes its owner object, B
+    claims it. A's write is conditional: A is refused naming B, and B's
+    claim stands (a plain write would have taken the prefix from B)."""
+    a = make_saver(FULL, archive=archive_url)
+    b = DurableSaver(
+        sqlite=str(tmp_path / "b.sqlite"),
+        redis=REDIS_URL,
+        redis_key_prefix=other_redis_prefix,
+        postgres=other_postgres_url,
+        archive=archive_url,
+    )
+    try:
+        chain = a._sync_chain()
+        store = a._sync_archiver.store  # type: ignore[union-attr]
+        claimed: list[str] = []
+
+        def b_claims_first(write: Callable[[str, bytes], Any]) -> Callable[[str, bytes], Any]:
+            def written(key: str, data: bytes) -> Any:
+                if key == "v1/store" and not claimed:
+                    claimed.append(key)
+                    b._sync_chain().ensure_setup()  # B's whole claim, between A's look and A's write
+                return write(key, data)
+
+            return written
+
+        store.put = b_claims_first(store.put)  # type: ignore[method-assign]
+        if hasattr(store, "create"):
+            store.create = b_claims_first(store.create)  # type: ignore[method-assign]
+        with pytest.raises(ConfigError, match="own archive prefix"):
+            chain.ensure_setup()
+        assert claimed
+        owner = open_owner(ArchiveStore(archive_url).get("v1/store") or b"", b._sync_chain().codec.keys)
+        assert owner["store"] == b._sync_archiver.store_id  # type: ignore[union-attr]
+        loop_graph(2).compile(checkpointer=b).invoke({"messages": ["B's"], "n": 0}, cfg(THREAD))
+        assert b.drain_archive().caught_up
+    finally:
+        a.close()
+        b.close()
 
 
 @pytest.mark.parametrize("face", ["sync", "async"])

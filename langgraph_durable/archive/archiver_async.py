@@ -238,8 +238,23 @@ class AsyncArchiver:
                 self.store_id, self._claimed = mine, True
                 return
             mine = await holder.create_meta(STORE_ID_META, mine)  # a replica claiming at once: one id holds
+            sealed = seal_owner(mine, fingerprint, key)
+            if data is None and not await self.store.create(OWNER, sealed):
+                # Another store (or a replica of this one) claimed the prefix
+                # since it was read: its claim stands, and is checked as any.
+                theirs = await self.store.get(OWNER)
+                try:
+                    owner = open_owner(theirs or b"", self._keys)
+                except BadRecord:
+                    raise ConfigError(
+                        _another_store(self.store.url, read_owner(theirs or b""), mine, fingerprint)
+                    ) from None
+                if owner["store"] != mine:
+                    raise ConfigError(_another_store(self.store.url, owner, mine, fingerprint))
+                reseal = False
+            elif reseal and data is not None:
+                await self.store.put(OWNER, sealed)
             if reseal:
-                await self.store.put(OWNER, seal_owner(mine, fingerprint, key))
                 logger.info(
                     "the archive at %s belongs to this store (id %s); the fingerprint of its key is %s",
                     self.store.url,

@@ -127,6 +127,22 @@ class ArchiveStore:
         with _reaching(self.url, f"store {key!r}"):
             self._obstore.put(self._store, key, data)
 
+    def create(self, key: str, data: bytes) -> bool:
+        """Store `data` under `key` only if no object is there yet (a
+        conditional write, ``If-None-Match: *``): whether it did. Of two
+        writers at once, one does. An object store that does not take
+        conditional writes gets a plain write."""
+        from obstore.exceptions import AlreadyExistsError, NotSupportedError, PreconditionError
+
+        with _reaching(self.url, f"store {key!r}"):
+            try:
+                self._obstore.put(self._store, key, data, mode="create")
+            except (AlreadyExistsError, PreconditionError):
+                return False
+            except NotSupportedError:
+                self._obstore.put(self._store, key, data)
+        return True
+
     def get(self, key: str) -> bytes | None:
         """The object's bytes; None when there is none under `key`."""
         with _reaching(self.url, f"read {key!r}"):

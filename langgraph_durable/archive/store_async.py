@@ -129,6 +129,22 @@ class AsyncArchiveStore:
         with _reaching(self.url, f"store {key!r}"):
             await self._obstore.put_async(self._store, key, data)
 
+    async def create(self, key: str, data: bytes) -> bool:
+        """Store `data` under `key` only if no object is there yet (a
+        conditional write, ``If-None-Match: *``): whether it did. Of two
+        writers at once, one does. An object store that does not take
+        conditional writes gets a plain write."""
+        from obstore.exceptions import AlreadyExistsError, NotSupportedError, PreconditionError
+
+        with _reaching(self.url, f"store {key!r}"):
+            try:
+                await self._obstore.put_async(self._store, key, data, mode="create")
+            except (AlreadyExistsError, PreconditionError):
+                return False
+            except NotSupportedError:
+                await self._obstore.put_async(self._store, key, data)
+        return True
+
     async def get(self, key: str) -> bytes | None:
         """The object's bytes; None when there is none under `key`."""
         with _reaching(self.url, f"read {key!r}"):
