@@ -240,13 +240,11 @@ class Archiver:
             if data is None and not self.store.create(OWNER, sealed):
                 # Another store (or a replica of this one) claimed the prefix
                 # since it was read: its claim stands, and is checked as any.
-                theirs = self.store.get(OWNER)
+                first = self.store.get(OWNER) or b""
                 try:
-                    owner = open_owner(theirs or b"", self._keys)
+                    owner = open_owner(first, self._keys)
                 except BadRecord:
-                    raise ConfigError(
-                        _another_store(self.store.url, read_owner(theirs or b""), mine, fingerprint)
-                    ) from None
+                    raise ConfigError(_another_store(self.store.url, read_owner(first), mine, fingerprint)) from None
                 if owner["store"] != mine:
                     raise ConfigError(_another_store(self.store.url, owner, mine, fingerprint))
                 reseal = False
