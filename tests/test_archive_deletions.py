@@ -286,3 +286,91 @@ def test_prune_prunes_an_archived_thread(make_saver: SaverFactory, archive_url: 
         assert saver.archive_idle(0.0).archived == ["t-prune"]
         _call(saver, face, "prune", ["t-prune"])
         assert len(_history_ids(saver, "t-prune")) == 1
+
+
+# -- a deletion record damaged, missing or replayed in one place ------------------------------
+
+
+def _segments(archive_url: str, thread_id: str) -> dict[str, bytes]:
+    store = store_of(archive_url)
+    return {key: store.get(key) or b"" for key in store.keys(segments_prefix(thread_id))}
+
+
+def test_a_deletion_marker_lost_by_every_tier_but_the_system_of_record_still_wins_a_restore(
+    make_saver: SaverFactory, s3_env: str, monkeypatch: pytest.MonkeyPatch, redis_prefix: str
+) -> None:
+    """Deleted while the object store was down (the archive still holds the
+    thread), then Redis and the local file lose their deletion markers: a
+    restore reads the system of record's, and the thread stays deleted."""
+    with store_behind_a_proxy(s3_env, monkeypatch, "lost-marker") as (proxy, url):
+        monkeypatch.setattr(DurableSaver, "_archive_rescan", lambda self, note, paced: 0)
+        with make_saver(FULL, archive=url, redis_key_prefix=redis_prefix) as saver:
+            graph = loop_graph(2).compile(checkpointer=saver)
+            graph.invoke({"messages": [], "n": 0}, cfg("t-gone"))
+            graph.invoke({"messages": [], "n": 0}, cfg("t-kept"))
+            assert saver.drain_archive().caught_up
+            proxy.cut()
+            saver.delete_thread("t-gone")
+            chain = saver._sync_chain()
+            authority = chain.roles.by_authority()[0]
+            for tier in chain.tiers:
+                if tier is not authority:
+                    tier.mark_deleted("t-gone", None)
+        proxy.restore()
+        with make_saver(FULL, archive=url, redis_key_prefix=redis_prefix) as again:
+            report = again.restore(None)
+            assert report.deleted == ["t-gone"] and report.threads == 1
+            assert again.get_tuple(cfg("t-gone")) is None
+            assert again.get_tuple(cfg("t-kept")) is not None
+
+
+def test_old_segments_put_back_after_a_deletion_do_not_bring_the_thread_back(
+    make_saver: SaverFactory, archive_url: str, redis_prefix: str
+) -> None:
+    """A bucket writer (or a careless copy from a backup) puts a deleted
+    thread's old segments back: the segment that records the deletion is
+    newer and covers them, on a live store and on empty tiers alike."""
+    with make_saver(FULL, archive=archive_url) as saver:
+        graph = loop_graph(2).compile(checkpointer=saver)
+        graph.invoke({"messages": ["secret"], "n": 0}, cfg("t-gone"))
+        assert saver.drain_archive().caught_up
+        old = _segments(archive_url, "t-gone")
+        saver.delete_thread("t-gone")
+        assert saver.drain_archive().caught_up
+        assert not set(_segments(archive_url, "t-gone")) & set(old)  # the old ones went
+        store = store_of(archive_url)
+        for key, data in old.items():
+            store.put(key, data)  # replayed
+        assert saver.restore(None).threads == 0
+        assert saver.get_tuple(cfg("t-gone")) is None
+        fingerprint = saver.health().store_key_fingerprint
+    _lose_every_hot_tier(saver, redis_prefix)
+    with make_saver(FULL, archive=archive_url, sqlite_name="new.sqlite", archive_key_fingerprint=fingerprint) as fresh:
+        report = fresh.restore(None)
+        assert report.threads == 0 and report.bad_segments == []
+        assert fresh.get_tuple(cfg("t-gone")) is None
+
+
+def test_a_damaged_deletion_segment_is_reported_and_nothing_comes_back(
+    make_saver: SaverFactory, archive_url: str, redis_prefix: str
+) -> None:
+    """The segment that records a deletion is damaged in the bucket: a
+    restore names it, and what it recorded deleted stays deleted (live
+    store: the system of record's marker; empty tiers: nothing verifies)."""
+    with make_saver(FULL, archive=archive_url) as saver:
+        graph = loop_graph(2).compile(checkpointer=saver)
+        graph.invoke({"messages": ["secret"], "n": 0}, cfg("t-gone"))
+        assert saver.drain_archive().caught_up
+        saver.delete_thread("t-gone")
+        assert saver.drain_archive().caught_up
+        ((key, data),) = _segments(archive_url, "t-gone").items()
+        store_of(archive_url).put(key, data[:-1] + bytes([data[-1] ^ 0xFF]))
+        report = saver.restore(None)
+        assert report.threads == 0 and report.bad_segments == [key]
+        assert saver.get_tuple(cfg("t-gone")) is None
+        fingerprint = saver.health().store_key_fingerprint
+    _lose_every_hot_tier(saver, redis_prefix)
+    with make_saver(FULL, archive=archive_url, sqlite_name="new.sqlite", archive_key_fingerprint=fingerprint) as fresh:
+        report = fresh.restore(None)
+        assert report.threads == 0 and report.bad_segments == [key]
+        assert fresh.get_tuple(cfg("t-gone")) is None
