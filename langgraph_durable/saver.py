@@ -485,7 +485,9 @@ class DurableSaver(BaseCheckpointSaver[str]):
             a bad copy a read meets is reported, logged and counted, but
             nothing is repaired, withdrawn or quarantined, setup records
             nothing, nothing owed is shipped, and no store key is created;
-            ``put`` / ``put_writes`` raise `ConfigError`.
+            ``put`` / ``put_writes`` raise `ConfigError`. No SQLite file is
+            created: a missing one is a `ConfigError` ("no store at PATH")
+            without a shared tier, and left out with one.
     """
 
     def __init__(
@@ -566,6 +568,15 @@ class DurableSaver(BaseCheckpointSaver[str]):
         )
         tiers, integrity = options.tiers, options.integrity
         self.sqlite_path = tiers.sqlite
+        if read_only and self.sqlite_path and self.sqlite_path != ":memory:" and not os.path.exists(self.sqlite_path):
+            if not tiers.shared:
+                raise ConfigError(
+                    f"no store at {self.sqlite_path!r}: a read-only saver (and every command that only looks) "
+                    "never creates one. Check the path (sqlite=, --sqlite, LANGGRAPH_DURABLE_SQLITE) and the "
+                    "directory you run it from."
+                )
+            # No local copy yet on this machine: the shared tiers answer, and no file is made.
+            self.sqlite_path = None
         self.redis_url = tiers.redis
         self.postgres_url = tiers.postgres
         self.redis_key_prefix = tiers.redis_key_prefix

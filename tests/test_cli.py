@@ -432,6 +432,8 @@ def test_an_empty_tier_flag_switches_off_the_environments_tier(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     local = ["--sqlite", str(tmp_path / "local.sqlite")]
+    with DurableSaver(sqlite=local[1], redis=None, postgres=None) as made:  # a store there (read commands make none)
+        made.get_tuple({"configurable": {"thread_id": "t"}})
     monkeypatch.setenv("LANGGRAPH_DURABLE_REDIS_URL", "redis://127.0.0.1:1/0")  # nothing listens there
     monkeypatch.setenv("LANGGRAPH_DURABLE_POSTGRES_URL", "postgresql://127.0.0.1:1/none")
     code, doc = run_json(capsys, "doctor", "--timeout", "1", *local)

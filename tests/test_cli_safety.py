@@ -200,3 +200,35 @@ def test_ids_are_escaped_on_a_terminal(hostile_store: list[str]) -> None:
         # nothing else may reach it: no clear screen, no title, no hyperlink.
         for bad in ("\x1b[2J", "\x1b[H", "\x1b]0;", "\x1b]8;", "\x07", "\u202e"):
             assert bad not in text, (argv, bad)
+
+
+@pytest.mark.parametrize("argv", READ_COMMANDS, ids=lambda a: a[0])
+def test_a_read_command_on_a_missing_store_says_so_and_creates_nothing(
+    argv: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A mistyped path, or the default path from the wrong directory: exit 3
+    with one line naming the path, and no folder or file made."""
+    monkeypatch.chdir(tmp_path)
+    missing = tmp_path / "no" / "such" / "x.sqlite"
+    for flags in (["--sqlite", str(missing)], []):  # [] : the default file, from a directory without one
+        code = cli.main([*argv, *flags])
+        err = capsys.readouterr().err
+        assert code == cli.EXIT_CANNOT_RUN, err
+        assert "no store at" in err and len(err.strip().splitlines()) == 1
+        assert list(tmp_path.iterdir()) == [], "a read-only command created something"
+
+
+def test_a_read_only_saver_on_a_missing_file_with_shared_tiers_reads_them_and_creates_no_file(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    """A replica that has no local copy yet: the shared tiers answer."""
+    from tests.graphs import loop_graph
+
+    with DurableSaver(sqlite=str(tmp_path / "a.sqlite"), postgres=postgres_url) as writer:
+        loop_graph(2).compile(checkpointer=writer).invoke(
+            {"messages": [], "n": 0}, {"configurable": {"thread_id": "t"}}
+        )
+    missing = tmp_path / "b" / "b.sqlite"
+    with DurableSaver(sqlite=str(missing), postgres=postgres_url, read_only=True) as looker:
+        assert looker.get_tuple({"configurable": {"thread_id": "t"}}) is not None
+    assert not missing.parent.exists()
