@@ -46,7 +46,7 @@ from langgraph_durable.errors import ConfigError
 from langgraph_durable.model.records import open_envelope, seal
 from tests import hostile_payloads as hostile
 from tests import test_cli
-from tests.conftest import POSTGRES_URL, REDIS_URL, SaverFactory, database_url, lose_every_hot_tier
+from tests.conftest import POSTGRES_URL, REDIS_URL, SaverFactory, database_url, lose_every_hot_tier, make_bucket
 from tests.graphs import _history, loop_graph
 
 pytestmark = [pytest.mark.s3]
@@ -647,3 +647,75 @@ def test_doctor_prints_the_fingerprint_the_option_takes(
         make_saver(FULL, archive=archive_url, archive_key_fingerprint=other) as saver,
     ):
         saver.setup()
+
+
+def _without_conditional_writes(upstream: str) -> tuple[Any, str]:
+    """An S3 endpoint in front of `upstream` that answers a PUT with
+    ``If-None-Match`` as some S3 look-alikes do (501 Not Implemented)."""
+    import http.client
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from urllib.parse import urlsplit
+
+    from tests.servers import free_port
+
+    up = urlsplit(upstream)
+    refusal = (
+        b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>NotImplemented</Code><Message>A header you '
+        b"provided implies functionality that is not implemented</Message><Header>If-None-Match</Header></Error>"
+    )
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def _forward(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length) if length else None
+            if self.command == "PUT" and self.headers.get("If-None-Match"):
+                self.send_response(501)
+                self.send_header("Content-Type", "application/xml")
+                self.send_header("Content-Length", str(len(refusal)))
+                self.end_headers()
+                self.wfile.write(refusal)
+                return
+            conn = http.client.HTTPConnection(up.hostname, up.port, timeout=10)
+            conn.request(self.command, self.path, body=body, headers=dict(self.headers.items()))
+            answer = conn.getresponse()
+            data = answer.read()
+            self.send_response(answer.status)
+            for name, value in answer.getheaders():
+                if name.lower() not in ("transfer-encoding", "content-length", "connection"):
+                    self.send_header(name, value)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(data)
+            conn.close()
+
+        do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _forward
+
+    server = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}"
+
+
+def test_an_object_store_without_conditional_writes_still_archives(
+    make_saver: SaverFactory, s3_env: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server that answers ``If-None-Match`` with 501 gets a plain write of
+    the owner object: the store claims its prefix and archives as before."""
+    bucket = make_bucket(s3_env)
+    server, endpoint = _without_conditional_writes(s3_env)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+    try:
+        with make_saver(FULL, archive=f"s3://{bucket}/archive") as saver:
+            loop_graph(2).compile(checkpointer=saver).invoke({"messages": [], "n": 0}, cfg(THREAD))
+            assert saver.archive_idle(0.0, thread_ids=[THREAD]).archived == [THREAD]
+            assert saver.drain_archive().caught_up
+            assert saver.get_tuple(cfg(THREAD)) is not None  # brought back
+    finally:
+        server.shutdown()
+        server.server_close()

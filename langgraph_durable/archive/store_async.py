@@ -134,14 +134,18 @@ class AsyncArchiveStore:
         conditional write, ``If-None-Match: *``): whether it did. Of two
         writers at once, one does. An object store that does not take
         conditional writes gets a plain write."""
-        from obstore.exceptions import AlreadyExistsError, NotSupportedError, PreconditionError
+        from obstore.exceptions import AlreadyExistsError, GenericError, NotSupportedError, PreconditionError
 
         with _reaching(self.url, f"store {key!r}"):
             try:
                 await self._obstore.put_async(self._store, key, data, mode="create")
             except (AlreadyExistsError, PreconditionError):
                 return False
-            except NotSupportedError:
+            except (NotSupportedError, GenericError) as exc:
+                # Refused by the client, or by a server that answers the
+                # header with 501 Not Implemented (some S3 look-alikes).
+                if isinstance(exc, GenericError) and "NotImplemented" not in str(exc) and " 501 " not in str(exc):
+                    raise
                 await self._obstore.put_async(self._store, key, data)
         return True
 
