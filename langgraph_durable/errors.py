@@ -19,6 +19,7 @@ __all__ = [
     "RecordTooLarge",
     "ResumeRejected",
     "SerializationError",
+    "ThreadArchived",
     "ThreadBusy",
     "TierUnavailable",
     "UndecodableRecord",
@@ -199,6 +200,23 @@ class ThreadBusy(DurableError):
         self.holder = holder
         self.token = token
         self.expires_in = expires_in
+
+
+class ThreadArchived(DurableError):
+    """The thread lives in the archive (another saver of the store moved it
+    there), and this saver has no archive to bring it back from.
+
+    Raised by the read a run starts with (``invoke``, ``get_state``,
+    ``get_state_history``, ``list``) before anything is written, rather
+    than taking the thread for an empty one and starting a second history
+    on its id. `archive` names the archive the store uses (``bucket/prefix``),
+    when the store records it: give this saver the same ``archive=``.
+    """
+
+    def __init__(self, message: str, *, thread_id: str, archive: str | None = None) -> None:
+        super().__init__(message)
+        self.thread_id = thread_id
+        self.archive = archive
 
 
 class LeaseLost(DurableError):

@@ -51,7 +51,7 @@ from .engine.lease_keeper import LeaseKeeper
 from .engine.lease_keeper_async import AsyncLeaseKeeper
 from .engine.replicator import WRITE_BEHIND_GAP_S, Replicator
 from .engine.sweeper import RetentionSweeper
-from .errors import ConfigError, DurableError, ThreadBusy, TierUnavailable
+from .errors import ConfigError, DurableError, ThreadArchived, ThreadBusy, TierUnavailable
 from .integrity import IntegrityPolicy, OnCorruption, ScanReport
 from .ledger import LedgerEntry, damaged_entry, operator_answer
 from .metrics import MetricsHook, MetricsSink, Outcome, TierCall
@@ -118,7 +118,7 @@ from .options import (
     naming_the_variable,
 )
 from .retention import RetentionPolicy, RetentionReport
-from .tiers.base import QuarantinedRecord, redact
+from .tiers.base import ARCHIVE_META, QuarantinedRecord, archived_key, redact
 from .tiers.postgres.tier import PostgresTier
 from .tiers.postgres.tier_async import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_POOL_SIZE, AsyncPostgresTier
 from .tiers.redis.tier import RedisTier
@@ -2013,6 +2013,38 @@ class DurableSaver(BaseCheckpointSaver[str]):
         thread_id = (config.get("configurable") or {}).get("thread_id")
         return None if thread_id is None else str(thread_id)
 
+    def _refuse_archived(self, chain: TierChain, config: RunnableConfig) -> None:
+        """A saver without an archive found nothing of the thread: if the
+        system of record flags it archived (another saver of the store moved
+        it there), `ThreadArchived`, before anything is written. One read of
+        the system of record on such a miss, as a saver with an archive pays."""
+        thread_id = (config.get("configurable") or {}).get("thread_id")
+        if thread_id is None:
+            return
+        for tier in chain.roles.by_authority():
+            try:
+                flagged = tier.read_meta(archived_key(str(thread_id)))
+                where = tier.read_meta(ARCHIVE_META) if flagged is not None else None
+            except TierUnavailable:
+                continue
+            if flagged is not None:
+                raise _thread_archived(str(thread_id), where)
+            return
+
+    async def _arefuse_archived(self, chain: AsyncTierChain, config: RunnableConfig) -> None:
+        thread_id = (config.get("configurable") or {}).get("thread_id")
+        if thread_id is None:
+            return
+        for tier in chain.roles.by_authority():  # see _refuse_archived
+            try:
+                flagged = await tier.read_meta(archived_key(str(thread_id)))
+                where = await tier.read_meta(ARCHIVE_META) if flagged is not None else None
+            except TierUnavailable:
+                continue
+            if flagged is not None:
+                raise _thread_archived(str(thread_id), where)
+            return
+
     def _bring_back_thread(self, thread_id: str) -> None:
         """If the thread is archived, bring it back (under its lease), for an
         operation on it that works on the hot tiers."""
@@ -2027,6 +2059,8 @@ class DurableSaver(BaseCheckpointSaver[str]):
         on such a miss; the object store only for an archived thread).
         Whether it did. Under the thread's writer lease: the caller's run's
         (`held`), this saver's kept one, or taken for it."""
+        if self.archive_url is None:
+            self._refuse_archived(self._sync_chain(), config)
         thread_id = self._archived_thread_of(config)
         if thread_id is None:
             return False
@@ -2044,6 +2078,8 @@ class DurableSaver(BaseCheckpointSaver[str]):
         return True
 
     async def _abrought_back(self, config: RunnableConfig, *, held: bool = False) -> bool:
+        if self.archive_url is None:
+            await self._arefuse_archived(self._async_chain(), config)
         thread_id = self._archived_thread_of(config)
         if thread_id is None:
             return False
@@ -2439,6 +2475,17 @@ class DurableSaver(BaseCheckpointSaver[str]):
     async def arelease_thread(self, thread_id: str) -> None:
         """Async `release_thread`."""
         await self._async_leases().release(str(thread_id))
+
+
+def _thread_archived(thread_id: str, where: str | None) -> ThreadArchived:
+    archive = f"'s3://{where}'" if where else "the archive's URL"
+    return ThreadArchived(
+        f"thread {thread_id!r} is archived (another saver of this store moved it to its archive) and this saver "
+        f"has no archive to bring it back from: pass archive={archive} (or LANGGRAPH_DURABLE_ARCHIVE_URL). "
+        "Nothing was written.",
+        thread_id=thread_id,
+        archive=where,
+    )
 
 
 def _rearchived(thread_id: str, report: ArchiveReport) -> None:
