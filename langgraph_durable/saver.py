@@ -117,7 +117,7 @@ from .options import (
     env_options,
     naming_the_variable,
 )
-from .retention import RetentionPolicy, RetentionReport
+from .retention import Retained, RetentionPolicy, RetentionReport, age_seconds
 from .tiers.base import ARCHIVE_META, QuarantinedRecord, archived_key, redact
 from .tiers.postgres.tier import PostgresTier
 from .tiers.postgres.tier_async import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_POOL_SIZE, AsyncPostgresTier
@@ -1224,13 +1224,18 @@ class DurableSaver(BaseCheckpointSaver[str]):
         leases.ask_kept_back(thread_id, "delete_thread")  # another saver's kept lease (lease_linger)
         held = self._hold_archived(thread_id)
         try:
-            with self._replicator.exclusive():
-                chain.catch_up()  # what is owed first: nothing deleted is shipped later
-                chain.delete_thread(thread_id)
-            self._archive_forget(thread_id)
+            self._delete_now(thread_id, chain)
         finally:
             if held is not None:
                 leases.unhold(held)
+
+    def _delete_now(self, thread_id: str, chain: TierChain | None = None) -> None:
+        """`delete_thread`'s deletion, under a lease the caller holds if any."""
+        chain = chain or self._sync_chain()
+        with self._replicator.exclusive():
+            chain.catch_up()  # what is owed first: nothing deleted is shipped later
+            chain.delete_thread(thread_id)
+        self._archive_forget(thread_id)
 
     def _hold_archived(self, thread_id: str) -> Any:
         """With an archive: the thread's lease for a delete, so that no
@@ -1374,13 +1379,17 @@ class DurableSaver(BaseCheckpointSaver[str]):
         await leases.ask_kept_back(thread_id, "delete_thread")  # see delete_thread
         held = await self._ahold_archived(thread_id)
         try:
-            async with self._replicator.aexclusive():
-                await chain.catch_up()  # see delete_thread
-                await chain.delete_thread(thread_id)
-            await self._aarchive_forget(thread_id)
+            await self._adelete_now(thread_id, chain)
         finally:
             if held is not None:
                 await leases.unhold(held)
+
+    async def _adelete_now(self, thread_id: str, chain: AsyncTierChain | None = None) -> None:
+        chain = chain or self._async_chain()
+        async with self._replicator.aexclusive():
+            await chain.catch_up()  # see delete_thread
+            await chain.delete_thread(thread_id)
+        await self._aarchive_forget(thread_id)
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
         chain = self._async_chain()
@@ -1770,10 +1779,13 @@ class DurableSaver(BaseCheckpointSaver[str]):
         pace: Callable[[], None] | None = None,
     ) -> None:
         """A sweep's archived threads, each judged on its archive copy
-        (`Archiver.judge`): one a rule changes is deleted (idle), or brought
-        back, swept as a hot one and archived again at once; the others are
-        not brought back, nor their copy read where the archived flag
-        shows that no rule can touch them."""
+        (`Archiver.judge`) and passed over unread where the archived flag
+        shows that no rule can touch it. One a rule changes is deleted
+        (idle), or brought back, swept as a hot one and archived again; each
+        under the thread's writer lease and only while its flag is the one
+        judged, so a run or a pin that brought it back since wins. A thread
+        whose copy was read and loses nothing has that noted in its flag
+        (`Archiver.settle`)."""
         archiver = self._archiver()
         leases = self._sync_leases()
         for thread_id in thread_ids:
@@ -1782,27 +1794,48 @@ class DurableSaver(BaseCheckpointSaver[str]):
             judged = archiver.judge(thread_id, policy, now)
             if judged is None:
                 continue  # brought back since it was listed: the next sweep finds it hot
-            if dry_run or not judged.acts:
-                report.add(judged.retained, unconfirmed=judged.unconfirmed)
-            elif judged.retained.thread_deleted:
-                self.delete_thread(thread_id)
-                report.add(judged.retained)
-            else:
-                self._bring_back_thread(thread_id)
+            report.add(judged.retained, unconfirmed=judged.unconfirmed)
+            if dry_run or not (judged.acts or _settles(judged)):
+                continue
+            leases.ask_kept_back(thread_id, "apply_retention")  # see delete_thread
+            try:
+                lease = leases.hold(thread_id)
+            except ThreadBusy:
+                _left(report, judged)  # a run has it: not idle, and swept hot by the next sweep
+                continue
+            try:
+                if not judged.acts:
+                    archiver.settle(thread_id, judged, policy, now)
+                    continue
+                if archiver.flag(thread_id) != judged.flag:
+                    _left(report, judged)  # brought back meanwhile: the next sweep finds it hot
+                    continue
+                if judged.retained.thread_deleted:
+                    self._delete_now(thread_id)
+                    continue
+                with self._archive_call("bring_back"):
+                    archiver.bring_back(thread_id)  # under the lease held here
                 self._archive_owe(thread_id)  # see prune
-                with self._replicator.exclusive():
-                    swept = self._sync_chain().retain(
-                        policy,
-                        [thread_id],
-                        now=now,
-                        dry_run=False,
-                        ask=self._asking(leases.ask_kept_back, "apply_retention"),
-                    )
-                report.merge(swept)
-                again = archiver.archive_threads(
-                    [thread_id], ArchiveReport(dry_run=False), idle_after=0.0, now=now, **self._archiving_with(leases)
+            finally:
+                leases.unhold(lease)
+            _undo_count(report, judged)  # counted again as the hot sweep finds it
+            with self._replicator.exclusive():
+                swept = self._sync_chain().retain(
+                    policy,
+                    [thread_id],
+                    now=now,
+                    dry_run=False,
+                    ask=self._asking(leases.ask_kept_back, "apply_retention"),
                 )
-                _rearchived(thread_id, again)
+            report.merge(swept)
+            again = archiver.archive_threads(
+                [thread_id],
+                ArchiveReport(dry_run=False),
+                idle_after=_idle_for(judged, now),
+                now=now,
+                **self._archiving_with(leases),
+            )
+            _rearchived(thread_id, again)
 
     async def _aretain_archived(
         self, policy: RetentionPolicy, thread_ids: Sequence[str], report: RetentionReport, *, now: float, dry_run: bool
@@ -1813,27 +1846,48 @@ class DurableSaver(BaseCheckpointSaver[str]):
             judged = await archiver.judge(thread_id, policy, now)
             if judged is None:
                 continue
-            if dry_run or not judged.acts:
-                report.add(judged.retained, unconfirmed=judged.unconfirmed)
-            elif judged.retained.thread_deleted:
-                await self.adelete_thread(thread_id)
-                report.add(judged.retained)
-            else:
-                await self._abring_back_thread(thread_id)
+            report.add(judged.retained, unconfirmed=judged.unconfirmed)
+            if dry_run or not (judged.acts or _settles(judged)):
+                continue
+            await leases.ask_kept_back(thread_id, "apply_retention")
+            try:
+                lease = await leases.hold(thread_id)
+            except ThreadBusy:
+                _left(report, judged)
+                continue
+            try:
+                if not judged.acts:
+                    await archiver.settle(thread_id, judged, policy, now)
+                    continue
+                if await archiver.flag(thread_id) != judged.flag:
+                    _left(report, judged)
+                    continue
+                if judged.retained.thread_deleted:
+                    await self._adelete_now(thread_id)
+                    continue
+                with self._archive_call("bring_back"):
+                    await archiver.bring_back(thread_id)
                 await self._aarchive_owe(thread_id)
-                async with self._replicator.aexclusive():
-                    swept = await self._async_chain().retain(
-                        policy,
-                        [thread_id],
-                        now=now,
-                        dry_run=False,
-                        ask=self._aasking(leases.ask_kept_back, "apply_retention"),
-                    )
-                report.merge(swept)
-                again = await archiver.archive_threads(
-                    [thread_id], ArchiveReport(dry_run=False), idle_after=0.0, now=now, **self._archiving_with(leases)
+            finally:
+                await leases.unhold(lease)
+            _undo_count(report, judged)
+            async with self._replicator.aexclusive():
+                swept = await self._async_chain().retain(
+                    policy,
+                    [thread_id],
+                    now=now,
+                    dry_run=False,
+                    ask=self._aasking(leases.ask_kept_back, "apply_retention"),
                 )
-                _rearchived(thread_id, again)
+            report.merge(swept)
+            again = await archiver.archive_threads(
+                [thread_id],
+                ArchiveReport(dry_run=False),
+                idle_after=_idle_for(judged, now),
+                now=now,
+                **self._archiving_with(leases),
+            )
+            _rearchived(thread_id, again)
 
     def _retention_policy(self, policy: RetentionPolicy | None) -> RetentionPolicy:
         chosen = policy if policy is not None else self.retention
@@ -2486,6 +2540,40 @@ def _thread_archived(thread_id: str, where: str | None) -> ThreadArchived:
         thread_id=thread_id,
         archive=where,
     )
+
+
+def _undo_count(report: RetentionReport, judged: Any) -> None:
+    """Take back what `report.add(judged.retained)` counted: the thread was
+    not changed as judged (a run has it), or is counted again as swept hot."""
+    retained = judged.retained
+    report.threads -= 1
+    report.threads_deleted -= retained.thread_deleted
+    report.checkpoints_deleted -= retained.deleted
+    report.checkpoints_kept -= retained.kept
+    if judged.unconfirmed:
+        report.left_alone.remove(retained.thread_id)
+
+
+def _left(report: RetentionReport, judged: Any) -> None:
+    """The thread was not changed as judged (a run or a pin has it): counted
+    as looked at, everything kept."""
+    if judged.acts:
+        _undo_count(report, judged)
+        report.add(Retained(judged.retained.thread_id, kept=judged.retained.kept + judged.retained.deleted))
+
+
+def _settles(judged: Any) -> bool:
+    """Whether a verdict of "nothing goes" is noted in the thread's flag: its
+    copy was read, and could be judged whole."""
+    return judged.summary is not None and not (judged.acts or judged.unconfirmed or judged.unreadable)
+
+
+def _idle_for(judged: Any, now: float) -> float:
+    """How idle the thread was when judged: archived again after its sweep
+    only if no run wrote to it since (its newest checkpoint that old)."""
+    found = (judged.flag or {}).get("summary") if judged.summary is None else judged.summary
+    idle = age_seconds(found.get("newest_ts"), now) if isinstance(found, dict) else None
+    return max(0.0, (idle or 0.0) - 1.0)
 
 
 def _rearchived(thread_id: str, report: ArchiveReport) -> None:

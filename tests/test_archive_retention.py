@@ -237,3 +237,120 @@ def test_what_a_sweep_prunes_from_a_hot_thread_never_comes_back_from_the_archive
         assert fresh.restore().threads == 1
         assert [t.config["configurable"]["checkpoint_id"] for t in fresh.list(cfg("t-hot"))] == kept
         assert loop_graph(6).compile(checkpointer=fresh).get_state(cfg("t-hot")).values == values
+
+
+# -- what happens between a thread's judgement and the sweep acting on it ---------------------
+
+
+@pytest.mark.parametrize("face", FACES)
+@pytest.mark.parametrize("meanwhile", ["run", "pin"])
+def test_a_run_or_a_pin_after_the_judgement_wins_over_the_sweep(
+    make_saver: SaverFactory, archive_url: str, monkeypatch: pytest.MonkeyPatch, face: str, meanwhile: str
+) -> None:
+    """The sweep judged the archived thread idle; before it deletes it, a run
+    resumes the thread (or an operator pins it), bringing it back. The
+    sweep leaves it: the run's work and the pin stay."""
+    from langgraph_durable.archive.archiver_async import AsyncArchiver
+
+    with make_saver(FULL, archive=archive_url) as saver:
+        graph = loop_graph(3).compile(checkpointer=saver)
+        archive(saver, "t", steps=3)
+        later = time.time() + 10 * DAY
+
+        def act() -> None:
+            if meanwhile == "run":
+                graph.invoke({"messages": ["new work"], "n": 0}, cfg("t"))
+            else:
+                saver.pin(cfg("t"), label="keep me")
+
+        if face == "sync":
+            judge = Archiver.judge
+
+            def judged_then(self: Archiver, *args: Any) -> Any:
+                verdict = judge(self, *args)
+                act()
+                return verdict
+
+            monkeypatch.setattr(Archiver, "judge", judged_then)
+        else:
+            ajudge = AsyncArchiver.judge
+
+            async def ajudged_then(self: AsyncArchiver, *args: Any) -> Any:
+                verdict = await ajudge(self, *args)
+                if meanwhile == "run":
+                    await graph.ainvoke({"messages": ["new work"], "n": 0}, cfg("t"))
+                else:
+                    await saver.apin(cfg("t"), label="keep me")
+                return verdict
+
+            monkeypatch.setattr(AsyncArchiver, "judge", ajudged_then)
+
+        async def body() -> Any:
+            on = On(saver, face)
+            try:
+                return await on.apply_retention(RetentionPolicy(delete_idle_after=DAY), now=later)
+            finally:
+                await on.close()
+
+        report = run(face, body)
+        monkeypatch.undo()
+        assert report.threads_deleted == 0 and report.checkpoints_deleted == 0
+        assert saver.get_tuple(cfg("t")) is not None
+        if meanwhile == "run":
+            assert "new work" in graph.get_state(cfg("t")).values["messages"]
+        else:
+            assert [p.label for p in saver.pins("t")] == ["keep me"]
+
+
+def test_a_malformed_summary_is_read_as_missing_and_the_sweep_goes_on(
+    make_saver: SaverFactory, archive_url: str
+) -> None:
+    """A flag whose summary is not one this library wrote (a tier damaged
+    or written by hand): the thread's copy is read instead, and the other
+    threads are swept as ever."""
+    import json
+
+    from langgraph_durable.tiers.base import archived_key
+
+    with make_saver(FULL, archive=archive_url) as saver:
+        count_a, _ = archive(saver, "a1")
+        count_b, _ = archive(saver, "b2")
+        chain = saver._sync_chain()
+        for tier in chain.tiers:
+            flag = json.loads(tier.read_meta(archived_key("a1")) or "{}")
+            tier.write_meta(archived_key("a1"), json.dumps({**flag, "summary": {"most": "many", "settled": 3}}))
+        report = saver.apply_retention(RetentionPolicy(keep_last=2))
+        assert report.threads == 2 and report.checkpoints_deleted == (count_a - 2) + (count_b - 2)
+
+
+def test_a_verdict_of_nothing_goes_is_remembered(
+    make_saver: SaverFactory, archive_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """keep_for prunes an archived thread to its newest checkpoint; the next
+    sweeps under the same rules do not read its copy again (the flag notes
+    the verdict) until the verdict may have changed."""
+    with make_saver(FULL, archive=archive_url) as saver:
+        count, _ = archive(saver, "t")
+        reads: list[str] = []
+        image = Archiver.image
+
+        def counted(self: Archiver, thread_id: str, **kwargs: Any) -> Any:
+            reads.append(thread_id)
+            return image(self, thread_id, **kwargs)
+
+        monkeypatch.setattr(Archiver, "image", counted)
+        policy = RetentionPolicy(keep_for=DAY)
+        start = time.time() + 2 * DAY
+        assert saver.apply_retention(policy, now=start).checkpoints_deleted == count - 1
+        assert saver.archived_threads() == ["t"]
+        reads.clear()
+        first = saver.apply_retention(policy, now=start + 60)  # reads it once: nothing goes, noted
+        assert first.checkpoints_deleted == 0 and first.checkpoints_kept == 1 and reads == ["t"]
+        reads.clear()
+        again = saver.apply_retention(policy, now=start + 120)
+        assert again.checkpoints_kept == 1 and reads == []
+        assert saver.apply_retention(RetentionPolicy(keep_for=2 * DAY), now=start + 180).checkpoints_deleted == 0
+        assert reads == ["t"]  # other rules: judged again
+        reads.clear()
+        saver.apply_retention(policy, now=start + 2 * DAY)
+        assert reads == ["t"]  # a day on, keep_for's verdict is looked at again

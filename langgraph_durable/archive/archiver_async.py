@@ -46,7 +46,7 @@ from ..model.records import BadRecord, BlobRow, CheckpointRow, WriteRow, key_fin
 from ..retention import Retained, RetentionPolicy, age_seconds
 from ..tiers.base import ARCHIVE_META, STORE_ID_META, archive_owed_key, archived_key
 from ..tiers.protocol_async import AsyncTier
-from .judging import Judged, judged, summary, untouched
+from .judging import Judged, judged, settled, summary, untouched, valid
 from .reports import ArchiveCheck, ArchiveOutcome, ArchiveRefused, ArchiveReport, HotCopy, NotYet, RestoreReport
 from .segments import (
     ARCHIVED,
@@ -827,9 +827,9 @@ class AsyncArchiver:
         flag = await self.flag(thread_id)
         if flag is None:
             return None
-        found = flag.get("summary")
+        found = valid(flag.get("summary"))
         if found is not None and untouched(policy, found, now):
-            return Judged(Retained(thread_id, kept=int(found["checkpoints"])))
+            return Judged(Retained(thread_id, kept=found["checkpoints"]), flag=flag)
         bad: list[str] = []
         image = await self.image(thread_id, bad=bad)
         unreadable = sorted(set(bad) - set(flag.get("known_bad") or ()))
@@ -840,8 +840,28 @@ class AsyncArchiver:
                 len(unreadable),
                 ", ".join(unreadable),
             )
-            return Judged(Retained(thread_id, kept=len(image.checkpoints)), unreadable=True)
-        return judged(image, policy, now, self.chain.codec)
+            return Judged(Retained(thread_id, kept=len(image.checkpoints)), unreadable=True, flag=flag)
+        return dataclasses.replace(judged(image, policy, now, self.chain.codec), flag=flag)
+
+    async def settle(self, thread_id: str, judged: Judged, policy: RetentionPolicy, now: float) -> None:
+        """A sweep read the archived thread's copy and nothing goes: the flag
+        says so (`judging.settled`), with the copy's summary, so that the
+        next sweep under the same rules need not read it again. Only while
+        the flag is still the one judged (the caller holds the thread's
+        lease); best effort, in the tiers that answer."""
+        if judged.flag is None or judged.summary is None or await self.flag(thread_id) != judged.flag:
+            return
+        flag = {**judged.flag, "summary": {**judged.summary, "settled": settled(policy, now)}}
+        tiers = list(self.chain.roles.by_authority())
+        try:
+            await self._set_flag(thread_id, flag, tiers[:1])
+        except TierUnavailable:
+            return
+        for tier in tiers[1:]:
+            try:
+                await self._set_flag(thread_id, flag, [tier])
+            except TierUnavailable:
+                continue  # its flag keeps the older summary: only a cost
 
     # -- bringing back -----------------------------------------------------------------
 

@@ -26,21 +26,51 @@ from ..retention import Retained, RetentionPolicy, age_seconds
 from ..tiers.sqlite.tier import SqliteTier
 from .segments import ThreadImage
 
+# How long a verdict of "nothing goes" on an archived thread's copy stands
+# for a policy with `keep_for` (checkpoints it keeps age out of it): the
+# copy is read again after this long, or `keep_for` if shorter.
+SETTLED_FOR_S = 24 * 3600.0
+
 
 @dataclass(frozen=True, slots=True)
 class Judged:
     """What a sweep would do to one archived thread (`Retained`), and
-    whether it is left as it is for non-resumable actions nobody confirmed."""
+    whether it is left as it is for non-resumable actions nobody confirmed.
+    `flag` is the archived flag it was judged under (a sweep acts only while
+    the thread still has that flag); `summary`, when its copy was read, what
+    the flag should say of it."""
 
     retained: Retained
     unconfirmed: bool = False
     unreadable: bool = False  # a segment of its copy does not verify: left as it is
+    flag: dict[str, Any] | None = None
+    summary: dict[str, Any] | None = None
 
     @property
     def acts(self) -> bool:
         """Whether the sweep changes the thread (deletes it, or some of it)."""
         left = self.unconfirmed or self.unreadable
         return not left and (self.retained.thread_deleted or self.retained.deleted > 0)
+
+
+def settled(policy: RetentionPolicy, now: float) -> dict[str, Any]:
+    """What the flag's summary keeps of a verdict of "nothing goes": the
+    rules it was reached under, and when."""
+    return {"keep_last": policy.keep_last, "keep_for": policy.keep_for, "at": now}
+
+
+def valid(found: Any) -> dict[str, Any] | None:
+    """The flag's summary if it is one this module wrote (a count, the most
+    in one namespace, two times), else None: read as missing."""
+    if not isinstance(found, Mapping):
+        return None
+    counts = [found.get("checkpoints"), found.get("most")]
+    times = [found.get("newest_ts"), found.get("oldest_ts")]
+    if not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in counts):
+        return None
+    if not all(isinstance(t, str) for t in times):
+        return None
+    return dict(found)
 
 
 def summary(rows: Iterable[CheckpointRow], codec: RecordCodec) -> dict[str, Any]:
@@ -61,10 +91,14 @@ def summary(rows: Iterable[CheckpointRow], codec: RecordCodec) -> dict[str, Any]
     }
 
 
-def untouched(policy: RetentionPolicy, found: Mapping[str, Any] | None, now: float) -> bool:
+def untouched(policy: RetentionPolicy, found: Any, now: float) -> bool:
     """Whether no rule of `policy` can remove anything from a thread the
-    flag's `summary` describes. False when the summary is missing (a
-    thread an earlier version archived) or a time in it unknown."""
+    flag's `summary` describes: what it holds, or an earlier sweep's
+    verdict under the same keep rules (`settled`), which stands for
+    `SETTLED_FOR_S` (or `keep_for`, if shorter) when `keep_for` is set,
+    else for good. False when the summary is missing (a thread an earlier
+    version archived), is not one (`valid`), or a time in it is unknown."""
+    found = valid(found)
     newest = age_seconds(found.get("newest_ts"), now) if found else None
     oldest = age_seconds(found.get("oldest_ts"), now) if found else None
     if found is None or newest is None or oldest is None:
@@ -73,9 +107,16 @@ def untouched(policy: RetentionPolicy, found: Mapping[str, Any] | None, now: flo
         return False
     if policy.keeps_everything():
         return True
-    if policy.keep_last is not None and found.get("most", 0) <= policy.keep_last:
+    if policy.keep_last is not None and found["most"] <= policy.keep_last:
         return True  # the newest N of every namespace are all it has
-    return policy.keep_for is not None and oldest < policy.keep_for
+    if policy.keep_for is not None and oldest < policy.keep_for:
+        return True
+    verdict = found.get("settled")
+    if not isinstance(verdict, Mapping) or not isinstance(verdict.get("at"), (int, float)):
+        return False
+    if (verdict.get("keep_last"), verdict.get("keep_for")) != (policy.keep_last, policy.keep_for):
+        return False
+    return policy.keep_for is None or 0 <= now - verdict["at"] < min(policy.keep_for, SETTLED_FOR_S)
 
 
 def judged(image: ThreadImage, policy: RetentionPolicy, now: float, codec: RecordCodec) -> Judged:
@@ -94,12 +135,13 @@ def judged(image: ThreadImage, policy: RetentionPolicy, now: float, codec: Recor
             tier.write_ledger(image.thread_id, key, envelope)
         reads = TierReader([tier], codec, IntegrityPolicy())
         unconfirmed = any(e.escalated() for e in without_pins(reads.ledger(image.thread_id)).values())
+        found = summary(checkpoints, codec)
         if unconfirmed:
-            return Judged(Retained(image.thread_id, kept=len(checkpoints)), unconfirmed=True)
+            return Judged(Retained(image.thread_id, kept=len(checkpoints)), unconfirmed=True, summary=found)
         retained = Maintenance([tier], codec, reads).retain(
             image.thread_id, policy, now, unconfirmed=False, dry_run=True
         )
-        return Judged(retained)
+        return Judged(retained, summary=found)
     finally:
         tier.close()
 
