@@ -354,3 +354,55 @@ def test_a_verdict_of_nothing_goes_is_remembered(
         reads.clear()
         saver.apply_retention(policy, now=start + 2 * DAY)
         assert reads == ["t"]  # a day on, keep_for's verdict is looked at again
+
+
+def test_the_notes_of_pruned_checkpoints_go_with_their_thread(
+    make_saver: SaverFactory, archive_url: str, postgres_url: str, redis_prefix: str
+) -> None:
+    """Each checkpoint a sweep removes leaves a note of its id in every
+    tier; deleting the thread removes them, and only them (not those of a
+    thread whose id starts the same)."""
+    import psycopg
+    import redis as redis_lib
+
+    from langgraph_durable.tiers.base import gone_range
+    from langgraph_durable.tiers.postgres import sql as pg_sql
+    from tests.conftest import REDIS_URL
+
+    def notes() -> dict[str, int]:
+        with psycopg.connect(postgres_url) as conn:
+            rows = [r[0] for r in conn.execute("SELECT key FROM lgd_meta WHERE key LIKE '[\"gone\"%'")]
+        client = redis_lib.Redis.from_url(REDIS_URL)
+        try:
+            in_redis = {key.decode(): client.scard(key) for key in client.scan_iter(match=f"{redis_prefix}*gone*")}
+        finally:
+            client.close()
+        counted: dict[str, int] = {}
+        for key in rows:
+            thread = __import__("json").loads(key)[1]
+            counted[f"pg:{thread}"] = counted.get(f"pg:{thread}", 0) + 1
+        counted["redis"] = sum(in_redis.values())
+        return counted
+
+    ids = ["t", "t2", 't"x']
+    with make_saver(FULL, archive=archive_url) as saver:
+        graph = loop_graph(5).compile(checkpointer=saver)
+        for thread in ids:
+            graph.invoke({"messages": [], "n": 0}, cfg(thread))
+        report = saver.apply_retention(RetentionPolicy(keep_last=1))
+        per_thread = report.checkpoints_deleted // len(ids)
+        assert per_thread > 0 and notes() == {**{f"pg:{t}": per_thread for t in ids}, "redis": 3 * per_thread}
+        local = saver._sync_chain().raw_local
+        assert local is not None and all(local.gone(t, "", ["x"]) == set() for t in ids)
+        saver.delete_thread("t")
+        assert notes() == {"pg:t2": per_thread, 'pg:t"x': per_thread, "redis": 2 * per_thread}
+        low, high = gone_range("t")
+        sqlite_rows = local._connect().execute("SELECT count(*) FROM lgd_meta WHERE key >= ? AND key < ?", (low, high))
+        assert sqlite_rows.fetchone()[0] == 0
+        assert local._connect().execute("SELECT count(*) FROM lgd_meta WHERE key LIKE '[\"gone\"%'").fetchone()[0] == (
+            2 * per_thread
+        )
+    with psycopg.connect(postgres_url) as conn:  # the notes are found through an index, not a scan of every key
+        conn.execute("SET enable_seqscan = off")
+        plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + pg_sql.DELETE_GONE_NOTES, gone_range("t2")))
+    assert "lgd_meta_key_bytes" in plan, plan

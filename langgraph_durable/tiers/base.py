@@ -119,6 +119,13 @@ def gone_key(thread_id: str, ns: str, checkpoint_id: str) -> str:
     return json.dumps(["gone", thread_id, ns, checkpoint_id], ensure_ascii=False)
 
 
+def gone_range(thread_id: str) -> tuple[str, str]:
+    """The keys of every note `gone_key` makes for the thread lie in
+    [low, high) in code point (UTF-8 byte) order: `delete_thread` drops them."""
+    prefix = json.dumps(["gone", thread_id], ensure_ascii=False)[:-1] + ", "
+    return prefix, prefix[:-1] + chr(ord(prefix[-1]) + 1)
+
+
 def deleted_key(thread_id: str) -> str:
     """The meta key of a thread's deletion marker."""
     return f"deleted:{thread_id}"

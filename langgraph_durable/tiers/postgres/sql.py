@@ -119,6 +119,12 @@ MIGRATIONS: list[str] = [
     END $$;
     CREATE INDEX IF NOT EXISTS lgd_checkpoints_thread_recent ON lgd_checkpoints (thread_id, checkpoint_id);
     """,
+    # A thread's notes of deleted checkpoints (`mark_gone`) go with the
+    # thread (`DELETE_GONE_NOTES`): found by their keys' prefix, byte-wise
+    # whatever the database's collation.
+    """
+    CREATE INDEX IF NOT EXISTS lgd_meta_key_bytes ON lgd_meta (key text_pattern_ops);
+    """,
 ]
 
 # Taken by the transaction that migrates, so replicas migrate one at a time
@@ -444,6 +450,9 @@ DELETE_META = "DELETE FROM lgd_meta WHERE key = %s"
 UPSERT_META = "INSERT INTO lgd_meta VALUES (%s, %s) ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value"
 INSERT_META_IF_ABSENT = "INSERT INTO lgd_meta VALUES (%s, %s) ON CONFLICT (key) DO NOTHING"
 # The keys of an array set to '1' (`mark_gone`), each unless set.
+# The thread's gone notes: keys in [low, high) byte-wise (`base.gone_range`),
+# through the text_pattern_ops index.
+DELETE_GONE_NOTES = "DELETE FROM lgd_meta WHERE key ~>=~ %s AND key ~<~ %s"
 INSERT_GONE = "INSERT INTO lgd_meta SELECT k, '1' FROM unnest(%s::text[]) AS k ON CONFLICT (key) DO NOTHING"
 # Which of these keys (an array) are set.
 SELECT_META_KEYS = "SELECT key FROM lgd_meta WHERE key = ANY(%s)"

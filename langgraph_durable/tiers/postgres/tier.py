@@ -42,6 +42,7 @@ from ..base import (
     _fields,
     deleted_key,
     gone_key,
+    gone_range,
     live_row_where,
     redact,
     unavailable_on,
@@ -691,6 +692,7 @@ class PostgresTier:
             with self._connection(timed=False, doing="deleting a thread") as conn, conn.transaction():
                 for statement in self.sql.DELETE_THREAD:
                     conn.execute(statement, (thread_id,))
+                conn.execute(self.sql.DELETE_GONE_NOTES, gone_range(thread_id))
 
     def delete_for_runs(self, run_ids: Sequence[str], retain: Sequence[tuple[str, str, str]] = ()) -> None:
         """Delete the checkpoints (and their writes) of these runs, except

@@ -44,6 +44,7 @@ from ..base import (
     _fields,
     deleted_key,
     gone_key,
+    gone_range,
     live_row_where,
     redact,
     unavailable_on,
@@ -754,6 +755,7 @@ class AsyncPostgresTier:
             async with self._connection(timed=False, doing="deleting a thread") as conn, conn.transaction():
                 for statement in self.sql.DELETE_THREAD:
                     await conn.execute(statement, (thread_id,))
+                await conn.execute(self.sql.DELETE_GONE_NOTES, gone_range(thread_id))
 
     async def delete_for_runs(self, run_ids: Sequence[str], retain: Sequence[tuple[str, str, str]] = ()) -> None:
         """Delete the checkpoints (and their writes) of these runs, except

@@ -924,7 +924,9 @@ class RedisTier:
             nss = self.client.smembers(self._k(t, "nss"))
             wkeys = self.client.smembers(self._k(t, "wkeys"))
             with self.client.pipeline(transaction=True) as pipe:
-                keys = [self._k(t, p) for p in ("cp", "nss", "blob", "wkeys", "quarantine", "quarantined", "ledger")]
+                keys = [
+                    self._k(t, p) for p in ("cp", "nss", "blob", "wkeys", "quarantine", "quarantined", "ledger", "gone")
+                ]
                 keys += [self._ids(t, n.decode()) for n in nss]
                 keys += self._own_wkeys(t, wkeys)
                 pipe.delete(*keys)

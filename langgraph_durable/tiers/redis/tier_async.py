@@ -932,7 +932,9 @@ class AsyncRedisTier:
             nss = await self.client.smembers(self._k(t, "nss"))
             wkeys = await self.client.smembers(self._k(t, "wkeys"))
             async with self.client.pipeline(transaction=True) as pipe:
-                keys = [self._k(t, p) for p in ("cp", "nss", "blob", "wkeys", "quarantine", "quarantined", "ledger")]
+                keys = [
+                    self._k(t, p) for p in ("cp", "nss", "blob", "wkeys", "quarantine", "quarantined", "ledger", "gone")
+                ]
                 keys += [self._ids(t, n.decode()) for n in nss]
                 keys += self._own_wkeys(t, wkeys)
                 pipe.delete(*keys)

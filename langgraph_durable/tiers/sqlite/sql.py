@@ -290,6 +290,9 @@ DELETE_THREAD = tuple(
     f"DELETE FROM {table} WHERE thread_id = ?"
     for table in ("lgd_checkpoints", "lgd_blobs", "lgd_writes", "lgd_journal", "lgd_quarantine", "lgd_ledger")
 )
+# The thread's gone notes: keys in [low, high) (`base.gone_range`; BINARY
+# collation compares UTF-8 bytes).
+DELETE_GONE_NOTES = "DELETE FROM lgd_meta WHERE key >= ? AND key < ?"
 DELETE_CHECKPOINT = "DELETE FROM lgd_checkpoints WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?"
 # The pending writes of one checkpoint.
 DELETE_CHECKPOINT_WRITES = "DELETE FROM lgd_writes WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?"

@@ -39,6 +39,7 @@ from ..base import (
     _fields,
     deleted_key,
     gone_key,
+    gone_range,
     live_row_where,
     unavailable_on,
 )
@@ -611,6 +612,7 @@ class SqliteTier:
         with self._tx() as conn:
             for statement in sql.DELETE_THREAD:
                 conn.execute(statement, (thread_id,))
+            conn.execute(sql.DELETE_GONE_NOTES, gone_range(thread_id))
 
     def delete_for_runs(self, run_ids: Sequence[str], retain: Sequence[tuple[str, str, str]] = ()) -> None:
         """Delete the checkpoints (and their writes) of these runs, except
