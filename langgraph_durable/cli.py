@@ -934,6 +934,8 @@ def _restore(args: argparse.Namespace, out: Output) -> int:
         out.line(f"SKIPPED   {key} (not a segment: left as it is)")
     for thread_id in report.deleted:
         out.line(f"DELETED   thread {thread_id!r} (deleted since it was archived: left deleted)")
+    for thread_id in report.conflicts:
+        out.line(f"CONFLICT  thread {thread_id!r} (the hot tiers hold another history on this id: left as it is)")
     summary = (
         f"{report.threads} thread(s) restored ({report.records} records), "
         f"{report.archived} archived thread(s) left in the archive"
@@ -942,8 +944,10 @@ def _restore(args: argparse.Namespace, out: Output) -> int:
         summary += f", {len(report.deleted)} deleted thread(s) left deleted"
     if report.unrecognised:
         summary += f", {len(report.unrecognised)} unknown object(s) skipped"
+    if report.conflicts:
+        summary += f", {len(report.conflicts)} thread(s) left as they were (another history on the id)"
     out.line(summary)
-    return EXIT_FINDINGS if report.bad_segments else EXIT_OK
+    return EXIT_FINDINGS if report.bad_segments or report.conflicts else EXIT_OK
 
 
 def _pin_dict(pin: Any) -> dict[str, Any]:

@@ -74,3 +74,49 @@ def test_the_command_line_without_archive_says_the_thread_is_archived(
     code = cli.main(["history", "t", "--sqlite", path, "--redis", "", "--postgres", ""])
     err = capsys.readouterr().err
     assert code == cli.EXIT_CANNOT_RUN and "is archived" in err and "--archive" in err, err
+
+
+@pytest.mark.parametrize("face", FACES)
+def test_a_restore_never_merges_two_histories_into_one_thread(
+    make_saver: SaverFactory, archive_url: str, tmp_path: Any, capsys: pytest.CaptureFixture[str], face: str
+) -> None:
+    """A new history was written on an archived thread's id by something
+    that read nothing first (a direct ``put``): a restore reports the thread
+    and leaves both histories as they were, rather than one thread with two
+    roots."""
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    with make_saver("sqlite", archive=archive_url) as saver:
+        graph = loop_graph(2).compile(checkpointer=saver)
+        graph.invoke({"messages": ["old"], "n": 0}, cfg("t"))
+        assert saver.archive_idle(0.0, thread_ids=["t"]).archived == ["t"]
+    with make_saver("sqlite") as plain:
+        plain.put({"configurable": {"thread_id": "t", "checkpoint_ns": ""}}, empty_checkpoint(), {"step": -1}, {})
+    with make_saver("sqlite", archive=archive_url) as saver:
+        graph = loop_graph(2).compile(checkpointer=saver)
+        before = [s.config["configurable"]["checkpoint_id"] for s in graph.get_state_history(cfg("t"))]
+        roots = [s for s in graph.get_state_history(cfg("t")) if s.parent_config is None]
+        assert len(roots) == 1
+
+        async def body() -> Any:
+            on = On(saver, face)
+            try:
+                return await on.restore(["t"]), await on.restore(None)
+            finally:
+                await on.close()
+
+        one, every = run(face, body)
+        assert one.conflicts == ["t"] and one.threads == 0
+        assert every.conflicts == ["t"] and every.threads == 0
+        after = [s.config["configurable"]["checkpoint_id"] for s in graph.get_state_history(cfg("t"))]
+        assert after == before
+        # Its replica does not ship the new history over the archive copy:
+        # the thread is reported failing, the copy is left as it was.
+        drained = saver.drain_archive()
+        assert "t" in drained.failing and not drained.caught_up
+        with pytest.raises(ThreadArchived, match="another history"):
+            saver.copy_thread("t", "t-copy")  # no bring-back merges them either
+    flags = ["--sqlite", str(tmp_path / "local.sqlite"), "--redis", "", "--postgres", "", "--archive", archive_url]
+    code = cli.main(["restore", "t", *flags])
+    out, err = capsys.readouterr()
+    assert code == 1 and "CONFLICT  thread 't'" in out, (out, err)

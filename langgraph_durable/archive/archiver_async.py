@@ -38,7 +38,7 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..errors import ConfigError, CorruptCheckpoint, DurableError, ThreadBusy, TierUnavailable
+from ..errors import ConfigError, CorruptCheckpoint, DurableError, ThreadArchived, ThreadBusy, TierUnavailable
 from ..ledger import LedgerEntry, newest_entry
 from ..model.codec import thread_id_of
 from ..model.pins import is_pin_key, pins_of
@@ -509,6 +509,10 @@ class AsyncArchiver:
         bad: list[str] = []
         image = await self._image_for_ship(thread_id, keys, bad)
         hot = await self.hot(thread_id, asked, known=image)
+        if _two_histories(image, list(hot.checkpoints.values())):
+            # Shipped, the archive copy would hold both: one thread with two
+            # roots after any restore. The thread's failure, reported.
+            raise ArchiveRefused(thread_id, _another_history(thread_id))
         segment = _missing(image, hot)
         # Archived (flagged): the hot tiers are meant to lack what it held,
         # under the deletion marker archiving left; a pin or an answer
@@ -883,6 +887,9 @@ class AsyncArchiver:
                 return False
             found: list[str] = []
             image = await self.image(thread_id, bad=found)
+            held = (await tiers_first(list(self.chain.roles.by_authority())).thread_records(thread_id)).checkpoints
+            if _two_histories(image, held):
+                raise _another_history(thread_id)
             bad = sorted(set(found) - set(flag.get("known_bad") or ()))
             if bad:
                 raise CorruptCheckpoint(
@@ -1046,7 +1053,18 @@ class AsyncArchiver:
         if await self._deleted_since(image, flag, tiers_first(tiers)):
             report.deleted.append(thread_id)
             return
-        hot_rows = bool((await tiers_first(tiers).thread_records(thread_id)).checkpoints)
+        hot = (await tiers_first(tiers).thread_records(thread_id)).checkpoints
+        hot_rows = bool(hot)
+        if hot_rows and _two_histories(image, hot):
+            # A saver that could not see the archived thread started another
+            # history on its id: merging the two would give the thread two
+            # roots. Left as it is, as `import` leaves such a mix.
+            logger.warning(
+                "restore left thread %r as it is: the hot tiers hold another history on its id than its archive copy",
+                thread_id,
+            )
+            report.conflicts.append(thread_id)
+            return
         if every and until is None and not hot_rows and (thread_id in listed or flag is not None):
             if flag is None and image.checkpoints:
                 newest = max(cid for _, cid in image.checkpoints)
@@ -1091,6 +1109,26 @@ class AsyncArchiver:
             return True
         image.gone.update(doomed)
         return False
+
+
+def _another_history(thread_id: str) -> ThreadArchived:
+    return ThreadArchived(
+        f"thread {thread_id!r} is archived, and the hot tiers hold another history on its id (written by a saver "
+        "without archive=, or by a direct put): it is neither brought back nor shipped over the archive copy, which "
+        "would give the thread two roots. Both are left as they are; delete_thread drops both.",
+        thread_id=thread_id,
+    )
+
+
+def _two_histories(image: ThreadImage, hot: Sequence[CheckpointRow]) -> bool:
+    """Whether the hot tiers' checkpoints of the thread's root namespace and
+    its archive copy's are two histories: no checkpoint in common, and
+    neither continues from the other."""
+    archived = {cid: row.parent_id for (ns, cid), row in image.checkpoints.items() if ns == ""}
+    held = {row.checkpoint_id: row.parent_id for row in hot if row.checkpoint_ns == ""}
+    if not archived or not held or archived.keys() & held.keys():
+        return False
+    return held[min(held)] not in archived and archived[min(archived)] not in held
 
 
 def _first_line(exc: Exception) -> str:

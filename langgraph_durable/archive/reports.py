@@ -75,6 +75,10 @@ class RestoreReport:
     (the deletion had not reached the archive yet): left deleted."""
     unrecognised: list[str] = field(default_factory=list)
     """Objects in a thread's folder that are no segment this library writes: skipped."""
+    conflicts: list[str] = field(default_factory=list)
+    """Threads whose hot tiers hold another history on the same id than the
+    archive copy (a saver without the archive started one): left as they
+    are, never merged into one thread with two roots."""
 
 
 @dataclass
