@@ -483,14 +483,18 @@ def tier_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
-def open_saver(args: argparse.Namespace, **options: Any) -> DurableSaver:
+def open_saver(args: argparse.Namespace, *, rebuilds: bool = False, **options: Any) -> DurableSaver:
     """The saver the tier flags and the environment name, set up (an
-    unreachable tier fails here, before any output)."""
+    unreachable tier fails here, before any output).
+
+    Every command but `rebuilds` ones (``import``, which encodes the values
+    it reads) works on records, ids and checksums, never writing a decoded
+    value back: a class of the application this process cannot import is
+    read as its stored data, as LangGraph would hand it back, so showing,
+    pinning, pruning, repairing, archiving and restoring need none of the
+    application's classes."""
     saver = demo.saver_from_args(args, **options)
-    if saver.read_only:
-        # The read commands show values and never write them back: a class
-        # of the application this process cannot import is shown as its
-        # stored data, as LangGraph would hand it back.
+    if not rebuilds:
         saver._codec.plain_when_unbuildable = True
     try:
         saver.setup()
@@ -686,7 +690,7 @@ def _scan(args: argparse.Namespace, out: Output, *, repair: bool) -> int:
 
 def _import(args: argparse.Namespace, out: Output) -> int:
     allow = [importing.parse_allow(text) for text in args.allow]
-    with importing.open_source(args.source) as source, open_saver(args, **STRICT) as saver:
+    with importing.open_source(args.source) as source, open_saver(args, rebuilds=True, **STRICT) as saver:
         out.note(f"importing {type(source).__name__} into tiers {' -> '.join(saver.tier_names)}")
         with out.progress("importing", unit="threads") as progress:
             report = saver.import_from(
@@ -1573,6 +1577,11 @@ def build_parser(*, internal: str | None = None, argv: Sequence[str] = ()) -> ar
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
+    # The application's modules (--serde, --allow, the classes in its state)
+    # are found in the current directory as ``python -m`` finds them; after
+    # everything installed, so a file there never shadows a library.
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.append(os.getcwd())
     # The command's own output says what went wrong, in one line; the saver's
     # warnings (a tier down, a degraded read) would repeat it on stderr
     # through logging's last-resort handler. An app that set up logging keeps them.
