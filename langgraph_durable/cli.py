@@ -153,11 +153,11 @@ SUBCOMMAND_EPILOG = "exit status: 0 ok, 1 findings, 2 usage, 3 could not run; `l
 JSON_HELP = "print one JSON document on stdout instead of text (same exit status)"
 
 # Maintenance needs every tier: write="all" makes setup fail on one that is down.
-STRICT = {"write": "all"}
+STRICT: dict[str, Any] = {"write": "all"}
 # The read commands only look: nothing is repaired, quarantined, shipped or
 # recorded in any tier while they run (`DurableSaver(read_only=True)`), and
 # nothing owed is shipped at exit either.
-LOOK = {"drain_timeout": 0, "read_only": True}
+LOOK: dict[str, Any] = {"drain_timeout": 0, "read_only": True}
 
 
 # -- output -------------------------------------------------------------------------------
