@@ -704,9 +704,9 @@ def _import(args: argparse.Namespace, out: Output) -> int:
     out.document(report.as_dict())
     # Ids and reasons come from the source: printed escaped (`printable`).
     for rejected in report.rejected:
-        out.line(f"SKIPPED  {rejected}")
+        out.line(f"REJECTED  {rejected}")
     if report.rejected_count > len(report.rejected):
-        out.line(f"SKIPPED  ... and {report.rejected_count - len(report.rejected)} more")
+        out.line(f"REJECTED  ... and {report.rejected_count - len(report.rejected)} more")
     for difference in report.differences:
         out.line(f"DIFFERS  {printable(difference)}")
     out.line(
@@ -714,7 +714,7 @@ def _import(args: argparse.Namespace, out: Output) -> int:
         f"{report.writes} pending write(s) imported, {report.skipped} checkpoint(s) already there"
         + (f", {report.verified} verified" if not args.no_verify else " (not verified)")
         + (f", {len(report.differences)} differ" if report.differences else "")
-        + (f", {report.rejected_count} source row(s) skipped" if report.rejected_count else "")
+        + (f", {report.rejected_count} source row(s) rejected (not imported)" if report.rejected_count else "")
     )
     return EXIT_OK if report.ok else EXIT_FINDINGS
 
@@ -940,10 +940,9 @@ def _restore(args: argparse.Namespace, out: Output) -> int:
         out.line(f"DELETED   thread {thread_id!r} (deleted since it was archived: left deleted)")
     for thread_id in report.conflicts:
         out.line(f"CONFLICT  thread {thread_id!r} (the hot tiers hold another history on this id: left as it is)")
-    summary = (
-        f"{report.threads} thread(s) restored ({report.records} records), "
-        f"{report.archived} archived thread(s) left in the archive"
-    )
+    summary = f"{report.threads} thread(s) restored ({report.records} records)"
+    if args.all:  # with every thread, those archived stay there (a named one is brought back)
+        summary += f", {report.archived} archived thread(s) left in the archive"
     if report.deleted:
         summary += f", {len(report.deleted)} deleted thread(s) left deleted"
     if report.unrecognised:
@@ -969,6 +968,10 @@ def _pin(args: argparse.Namespace, out: Output) -> int:
     if args.checkpoint:
         configurable["checkpoint_id"] = args.checkpoint
     with open_saver(args) as saver:
+        if saver.get_tuple({"configurable": configurable}) is None:
+            # Nothing to pin, as `history` finds nothing to list: a finding, not a failure to run.
+            what = f"checkpoint {args.checkpoint!r}" if args.checkpoint else "checkpoints"
+            return out.fail(f"thread {args.thread!r} has no {what} to pin", EXIT_FINDINGS)
         pin = saver.pin({"configurable": configurable}, label=args.label)
     out.document({"pin": _pin_dict(pin)})
     out.line(f"pinned  {pin.thread_id} {pin.checkpoint_id}{' (' + pin.label + ')' if pin.label else ''}")
@@ -1496,6 +1499,9 @@ def _unknown_option(parser: argparse.ArgumentParser, argv: Sequence[str]) -> str
     parsing, so that a typo is what is reported, not a required option it
     hides."""
     known = [o for action in parser._actions for o in action.option_strings]
+    # Arguments given without a flag (`history THREAD`): a flag spelled like
+    # one is named as that, not as the nearest other flag.
+    positional = {a.dest: a.metavar or a.dest.upper() for a in parser._actions if not a.option_strings}
     for token in argv:
         if token == "--":
             break
@@ -1504,6 +1510,10 @@ def _unknown_option(parser: argparse.ArgumentParser, argv: Sequence[str]) -> str
         name = token.split("=", 1)[0]
         if name in known or (name.startswith("--") and any(o.startswith(name) for o in known)):
             continue  # exact, or an abbreviation argparse accepts
+        meant = difflib.get_close_matches(name.lstrip("-"), list(positional), n=1, cutoff=0.6)
+        if meant:
+            usage = f"{parser.prog} {positional[meant[0]]}"
+            return f"unknown option {name} (did you mean `{usage}`? {positional[meant[0]]} takes no flag)"
         return _unknown("option", name, [o for o in known if o.startswith("--")] or known)
     return None
 

@@ -36,6 +36,12 @@ def _usage_error(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[str, s
             ["quarantine", "purge", "--older-then", "30d"],
             "langgraph-durable quarantine: unknown option --older-then (did you mean --older-than?)",
         ),
+        # A flag spelled like an argument given without one names that argument.
+        (
+            ["history", "--thraed", "k4"],
+            "langgraph-durable history: unknown option --thraed "
+            "(did you mean `langgraph-durable history THREAD`? THREAD takes no flag)",
+        ),
         (["doctr"], "langgraph-durable: unknown command doctr (did you mean doctor?)"),
         (["qurantine", "list"], "langgraph-durable: unknown command qurantine (did you mean quarantine?)"),
         (

@@ -203,8 +203,8 @@ def test_the_cli_reports_skipped_rows_escaped_and_exits_1(
     out = capsys.readouterr().out
     assert code == cli.EXIT_FINDINGS
     assert hostile.CALLS == [] and not marker.exists()
-    skipped = [line for line in out.splitlines() if line.startswith("SKIPPED")]
-    assert len(skipped) == 5 and "5 source row(s) skipped" in out
+    skipped = [line for line in out.splitlines() if line.startswith("REJECTED")]
+    assert len(skipped) == 5 and "5 source row(s) rejected (not imported)" in out
     assert "\x1b" not in out and "'esc\\x1b[2Jape'" in out and "b'\\xff\\xfeA'" in out
     assert any("os:system" in line and planted["shell"] in line for line in skipped)
     code = cli.main(["import", "--from", str(path), *flags, "--json"])
@@ -302,7 +302,7 @@ def test_a_hostile_postgres_database_runs_nothing_and_the_rest_arrives(
         _check_postgres(report, saver, planted, marker)
     code = cli.main(["import", "--from", postgres_url, "--sqlite", str(tmp_path / "cli.sqlite"), "--postgres", ""])
     out = capsys.readouterr().out
-    assert code == cli.EXIT_FINDINGS and out.count("SKIPPED") == len(planted["shell"]) + 2
+    assert code == cli.EXIT_FINDINGS and out.count("REJECTED") == len(planted["shell"]) + 2
     assert hostile.CALLS == [] and not marker.exists()
 
 
