@@ -509,15 +509,16 @@ class AsyncArchiver:
         bad: list[str] = []
         image = await self._image_for_ship(thread_id, keys, bad)
         hot = await self.hot(thread_id, asked, known=image)
-        if _two_histories(image, list(hot.checkpoints.values())):
-            # Shipped, the archive copy would hold both: one thread with two
-            # roots after any restore. The thread's failure, reported.
-            raise ArchiveRefused(thread_id, _another_history(thread_id))
-        segment = _missing(image, hot)
         # Archived (flagged): the hot tiers are meant to lack what it held,
         # under the deletion marker archiving left; a pin or an answer
         # written meanwhile is shipped, nothing is taken for deleted.
         flag = await self.flag(thread_id) if hot.deleted_through else None
+        deleted = flag.get("previous_marker") if flag is not None else hot.deleted_through
+        if _two_histories(image, list(hot.checkpoints.values()), deleted):
+            # Shipped, the archive copy would hold both: one thread with two
+            # roots after any restore. The thread's failure, reported.
+            raise ArchiveRefused(thread_id, _another_history(thread_id))
+        segment = _missing(image, hot)
         archived_through = str(flag.get("newest") or "") if flag is not None else ""
         absent = [key for key in image.checkpoints if key not in hot.seen and key[1] > archived_through]
         if absent:
@@ -888,7 +889,7 @@ class AsyncArchiver:
             found: list[str] = []
             image = await self.image(thread_id, bad=found)
             held = (await tiers_first(list(self.chain.roles.by_authority())).thread_records(thread_id)).checkpoints
-            if _two_histories(image, held):
+            if _two_histories(image, held, flag.get("previous_marker")):
                 raise _another_history(thread_id)
             bad = sorted(set(found) - set(flag.get("known_bad") or ()))
             if bad:
@@ -1055,7 +1056,7 @@ class AsyncArchiver:
             return
         hot = (await tiers_first(tiers).thread_records(thread_id)).checkpoints
         hot_rows = bool(hot)
-        if hot_rows and _two_histories(image, hot):
+        if hot_rows and _two_histories(image, hot, None):  # `_deleted_since` left out what was deleted
             # A saver that could not see the archived thread started another
             # history on its id: merging the two would give the thread two
             # roots. Left as it is, as `import` leaves such a mix.
@@ -1120,15 +1121,20 @@ def _another_history(thread_id: str) -> ThreadArchived:
     )
 
 
-def _two_histories(image: ThreadImage, hot: Sequence[CheckpointRow]) -> bool:
-    """Whether the hot tiers' checkpoints of the thread's root namespace and
-    its archive copy's are two histories: no checkpoint in common, and
-    neither continues from the other."""
-    archived = {cid: row.parent_id for (ns, cid), row in image.checkpoints.items() if ns == ""}
-    held = {row.checkpoint_id: row.parent_id for row in hot if row.checkpoint_ns == ""}
-    if not archived or not held or archived.keys() & held.keys():
-        return False
-    return held[min(held)] not in archived and archived[min(archived)] not in held
+def _two_histories(image: ThreadImage, hot: Sequence[CheckpointRow], deleted_through: str | None) -> bool:
+    """Whether the hot tiers and the archive copy hold two histories of the
+    thread: each has a root checkpoint (no parent) in the root namespace,
+    and not the same one. A thread has one root; a side whose oldest
+    checkpoints were pruned or deleted has none to tell by, and is never
+    taken for another history. What a deletion covers (`deleted_through`)
+    is not the archive's history any more."""
+    archived = {
+        cid
+        for (ns, cid), row in image.checkpoints.items()
+        if ns == "" and row.parent_id is None and not (deleted_through and cid <= deleted_through)
+    }
+    held = {row.checkpoint_id for row in hot if row.checkpoint_ns == "" and row.parent_id is None}
+    return bool(archived and held) and archived.isdisjoint(held)
 
 
 def _first_line(exc: Exception) -> str:
