@@ -640,6 +640,7 @@ def _scan(args: argparse.Namespace, out: Output, *, repair: bool) -> int:
         with out.progress(verb, unit="threads") as progress:
             report = run(args.thread, progress=progress)
         tiers = saver.tier_names
+        embedded = saver.holds_embedded_history()
     code = EXIT_FINDINGS if (report.unrestorable if repair else report.bad or report.missing) else EXIT_OK
     if report.archive is not None and not report.archive.ok:
         code = EXIT_FINDINGS
@@ -659,6 +660,12 @@ def _scan(args: argparse.Namespace, out: Output, *, repair: bool) -> int:
             else ""
         )
     )
+    if embedded:
+        out.line(
+            "the SQLite file holds the history of a store that ran on it alone, which the shared tiers lack: "
+            "`langgraph-durable promote` (the same tier flags) copies it there"
+        )
+        code = EXIT_FINDINGS
     if report.archive is not None:
         a = report.archive
         for key in a.bad_segments:
@@ -951,6 +958,20 @@ def _restore(args: argparse.Namespace, out: Output) -> int:
         summary += f", {len(report.conflicts)} thread(s) left as they were (another history on the id)"
     out.line(summary)
     return EXIT_FINDINGS if report.bad_segments or report.conflicts else EXIT_OK
+
+
+def _promote(args: argparse.Namespace, out: Output) -> int:
+    saver = demo.saver_from_args(args, **STRICT)  # not set up first: setup refuses the file until promoted
+    try:
+        saver._codec.plain_when_unbuildable = True
+        out.note(f"copying {saver.sqlite_path} into tiers {' -> '.join(saver.tier_names[1:])}")
+        with out.progress("copying", unit="threads") as progress:
+            threads = saver.promote_local(progress=progress)
+    finally:
+        saver.close()
+    out.document({"threads": threads})
+    out.line(f"{threads} thread(s) copied: start the app with these tiers")
+    return EXIT_OK
 
 
 def _pin_dict(pin: Any) -> dict[str, Any]:
@@ -1431,6 +1452,17 @@ COMMANDS: list[Command] = [
         "Safe to run again. Exit 1 if an archive segment does not verify (it is left out).",
         _restore_args,
         _restore,
+    ),
+    Command(
+        "promote",
+        "copy a store that ran on SQLite alone into its new Redis/Postgres tiers",
+        "Give a store that ran on its SQLite file alone its shared tiers: copy every thread the file holds "
+        "(checkpoints, channel values, pending writes, actions and pins) into Redis and Postgres, sealed with the "
+        "store's key. Until it has, a saver given both the file and shared tiers refuses to start, so no replica "
+        "serves part of a thread's history. Run it once with the same --sqlite, --redis and --postgres the app "
+        "will use, before starting the app with them. Safe to run again.",
+        lambda p: None,
+        _promote,
     ),
     Command(
         "pin",

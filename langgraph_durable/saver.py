@@ -118,7 +118,7 @@ from .options import (
     naming_the_variable,
 )
 from .retention import Retained, RetentionPolicy, RetentionReport, age_seconds
-from .tiers.base import ARCHIVE_META, QuarantinedRecord, archived_key, redact
+from .tiers.base import ARCHIVE_META, EMBEDDED_META, QuarantinedRecord, archived_key, redact
 from .tiers.postgres.tier import PostgresTier
 from .tiers.postgres.tier_async import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_POOL_SIZE, AsyncPostgresTier
 from .tiers.redis.tier import RedisTier
@@ -575,8 +575,10 @@ class DurableSaver(BaseCheckpointSaver[str]):
                     "never creates one. Check the path (sqlite=, --sqlite, LANGGRAPH_DURABLE_SQLITE) and the "
                     "directory you run it from."
                 )
-            # No local copy yet on this machine: the shared tiers answer, and no file is made.
+            # No local copy yet on this machine: the shared tiers answer, and no
+            # file is made. (Write-behind needs a local file: a reader writes nothing.)
             self.sqlite_path = None
+            write = "shared" if write == "local" else write
         self.redis_url = tiers.redis
         self.postgres_url = tiers.postgres
         self.redis_key_prefix = tiers.redis_key_prefix
@@ -1220,6 +1222,8 @@ class DurableSaver(BaseCheckpointSaver[str]):
 
     def delete_thread(self, thread_id: str) -> None:
         chain = self._sync_chain()
+        if self.archive_url is None:  # its archive copy would stay, and serve it again
+            self._refuse_archived(chain, {"configurable": {"thread_id": str(thread_id)}})
         leases = self._sync_leases()
         leases.ask_kept_back(thread_id, "delete_thread")  # another saver's kept lease (lease_linger)
         held = self._hold_archived(thread_id)
@@ -1375,6 +1379,8 @@ class DurableSaver(BaseCheckpointSaver[str]):
 
     async def adelete_thread(self, thread_id: str) -> None:
         chain = self._async_chain()
+        if self.archive_url is None:  # see delete_thread
+            await self._arefuse_archived(chain, {"configurable": {"thread_id": str(thread_id)}})
         leases = self._async_leases()
         await leases.ask_kept_back(thread_id, "delete_thread")  # see delete_thread
         held = await self._ahold_archived(thread_id)
@@ -2072,9 +2078,11 @@ class DurableSaver(BaseCheckpointSaver[str]):
         system of record flags it archived (another saver of the store moved
         it there), `ThreadArchived`, before anything is written. One read of
         the system of record on such a miss, as a saver with an archive pays."""
-        thread_id = (config.get("configurable") or {}).get("thread_id")
-        if thread_id is None:
-            return
+        configurable = config.get("configurable") or {}
+        thread_id = configurable.get("thread_id")
+        if thread_id is None or configurable.get("checkpoint_ns"):
+            return  # a subgraph's first step: its thread's root namespace answered already
+        chain.ensure_setup()  # the store's key first, as any read
         for tier in chain.roles.by_authority():
             try:
                 flagged = tier.read_meta(archived_key(str(thread_id)))
@@ -2082,13 +2090,15 @@ class DurableSaver(BaseCheckpointSaver[str]):
             except TierUnavailable:
                 continue
             if flagged is not None:
-                raise _thread_archived(str(thread_id), where)
+                raise _thread_archived(str(thread_id), where, looking=self.archive_url is not None)
             return
 
     async def _arefuse_archived(self, chain: AsyncTierChain, config: RunnableConfig) -> None:
-        thread_id = (config.get("configurable") or {}).get("thread_id")
-        if thread_id is None:
+        configurable = config.get("configurable") or {}
+        thread_id = configurable.get("thread_id")
+        if thread_id is None or configurable.get("checkpoint_ns"):
             return
+        await chain.ensure_setup()
         for tier in chain.roles.by_authority():  # see _refuse_archived
             try:
                 flagged = await tier.read_meta(archived_key(str(thread_id)))
@@ -2096,7 +2106,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
             except TierUnavailable:
                 continue
             if flagged is not None:
-                raise _thread_archived(str(thread_id), where)
+                raise _thread_archived(str(thread_id), where, looking=self.archive_url is not None)
             return
 
     def _bring_back_thread(self, thread_id: str) -> None:
@@ -2113,7 +2123,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         on such a miss; the object store only for an archived thread).
         Whether it did. Under the thread's writer lease: the caller's run's
         (`held`), this saver's kept one, or taken for it."""
-        if self.archive_url is None:
+        if self.archive_url is None or self.read_only:
             self._refuse_archived(self._sync_chain(), config)
         thread_id = self._archived_thread_of(config)
         if thread_id is None:
@@ -2132,7 +2142,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         return True
 
     async def _abrought_back(self, config: RunnableConfig, *, held: bool = False) -> bool:
-        if self.archive_url is None:
+        if self.archive_url is None or self.read_only:
             await self._arefuse_archived(self._async_chain(), config)
         thread_id = self._archived_thread_of(config)
         if thread_id is None:
@@ -2219,6 +2229,28 @@ class DurableSaver(BaseCheckpointSaver[str]):
             "ask": leases.ask_kept_back,
             "timed": self._archive_call,
         }
+
+    def promote_local(self, *, progress: Callable[[int, int], None] | None = None) -> int:
+        """Give a store that ran on SQLite alone its shared tiers: copy every
+        thread the local file holds (checkpoints, channel values, pending
+        writes, ledger entries) into Redis and Postgres, sealed with the
+        store's key, each record as it is. Until it has, a saver given both
+        the file and shared tiers refuses to start (`ConfigError`), so no
+        replica serves part of a thread's history. Safe to run again, and
+        to resume after an interruption. The threads copied
+        (``langgraph-durable promote``)."""
+        return self._sync_chain().promote_local(progress)
+
+    async def apromote_local(self, *, progress: Callable[[int, int], None] | None = None) -> int:
+        return await self._async_chain().promote_local(progress)
+
+    def holds_embedded_history(self) -> bool:
+        """Whether this saver has shared tiers and its SQLite file holds the
+        history of a store that ran on it alone (`promote_local` not run)."""
+        chain = self._sync_chain()
+        if chain.local is None or not chain.shared:
+            return False
+        return chain.local.read_meta(EMBEDDED_META) is not None
 
     def archived_threads(self) -> builtins.list[str]:
         """Threads that live only in the archive (``threads --archived``)."""
@@ -2531,7 +2563,14 @@ class DurableSaver(BaseCheckpointSaver[str]):
         await self._async_leases().release(str(thread_id))
 
 
-def _thread_archived(thread_id: str, where: str | None) -> ThreadArchived:
+def _thread_archived(thread_id: str, where: str | None, *, looking: bool = False) -> ThreadArchived:
+    if looking:  # a read-only saver with the archive: it never brings a thread back
+        return ThreadArchived(
+            f"thread {thread_id!r} is archived: this saver only looks, and looking never brings a thread back. "
+            "Any run or read of an application's saver does, and so does `langgraph-durable restore THREAD`.",
+            thread_id=thread_id,
+            archive=where,
+        )
     archive = f"'s3://{where}'" if where else "the archive's URL"
     return ThreadArchived(
         f"thread {thread_id!r} is archived (another saver of this store moved it to its archive) and this saver "

@@ -57,6 +57,8 @@ def test_a_saver_without_the_archive_refuses_an_archived_thread_and_writes_nothi
             assert error.thread_id == "t" and error.archive == bucket_prefix
             assert f"archive='s3://{bucket_prefix}'" in str(error) and "\n" not in str(error)
         assert plain.get_tuple(cfg("other")) is None  # a thread that is merely new is still new
+        with pytest.raises(ThreadArchived):
+            plain.delete_thread("t")  # it would leave the archive copy, served again
 
     with make_saver(tiers, archive=archive_url) as keeper:
         graph = loop_graph(2).compile(checkpointer=keeper)
@@ -74,6 +76,10 @@ def test_the_command_line_without_archive_says_the_thread_is_archived(
     code = cli.main(["history", "t", "--sqlite", path, "--redis", "", "--postgres", ""])
     err = capsys.readouterr().err
     assert code == cli.EXIT_CANNOT_RUN and "is archived" in err and "--archive" in err, err
+    # Given the archive, a read command still only looks: it says how to bring the thread back.
+    code = cli.main(["history", "t", "--sqlite", path, "--redis", "", "--postgres", "", "--archive", archive_url])
+    err = capsys.readouterr().err
+    assert code == cli.EXIT_CANNOT_RUN and "restore THREAD" in err, err
 
 
 @pytest.mark.parametrize("face", FACES)
@@ -120,3 +126,46 @@ def test_a_restore_never_merges_two_histories_into_one_thread(
     code = cli.main(["restore", "t", *flags])
     out, err = capsys.readouterr()
     assert code == 1 and "CONFLICT  thread 't'" in out, (out, err)
+
+
+@pytest.mark.parametrize("change", ["pruned", "runs deleted", "deleted and written again"])
+def test_a_thread_whose_oldest_checkpoints_went_is_one_history(
+    make_saver: SaverFactory, archive_url: str, postgres_url: str, redis_prefix: str, change: str
+) -> None:
+    """The archive lags (or was down) while a thread loses its oldest
+    checkpoints: retention, delete_for_runs, or a delete and a new run on
+    the id. Its next ship is no second history: it goes through, and a
+    restore onto empty tiers brings back what the thread holds now."""
+    from langgraph_durable import RetentionPolicy
+    from tests.conftest import lose_every_hot_tier
+
+    with make_saver(FULL, archive=archive_url, archive_lag=3600) as saver:
+        graph = loop_graph(2).compile(checkpointer=saver)
+
+        def step(text: str, run_id: str) -> None:
+            graph.invoke({"messages": [text], "n": 0}, {**cfg("t"), "metadata": {"run_id": run_id}})
+
+        step("first", "r1")
+        assert saver.drain_archive().caught_up
+        if change == "deleted and written again":
+            saver.delete_thread("t")
+            step("new", "r2")
+        else:
+            step("second", "r2")
+            step("third", "r3")
+            if change == "pruned":
+                saver.apply_retention(RetentionPolicy(keep_last=2))
+            else:
+                saver.delete_for_runs(["r1", "r2"])
+        drained = saver.drain_archive()
+        assert drained.caught_up and not drained.failing, drained
+        history = [s.config["configurable"]["checkpoint_id"] for s in graph.get_state_history(cfg("t"))]
+        values = graph.get_state(cfg("t")).values
+        fingerprint = saver.health().store_key_fingerprint
+    lose_every_hot_tier(postgres_url, redis_prefix)
+    with make_saver(FULL, archive=archive_url, sqlite_name="new.sqlite", archive_key_fingerprint=fingerprint) as fresh:
+        report = fresh.restore(None)
+        assert report.conflicts == [] and report.threads == 1
+        graph = loop_graph(2).compile(checkpointer=fresh)
+        assert [s.config["configurable"]["checkpoint_id"] for s in graph.get_state_history(cfg("t"))] == history
+        assert graph.get_state(cfg("t")).values == values

@@ -229,6 +229,9 @@ def test_a_read_only_saver_on_a_missing_file_with_shared_tiers_reads_them_and_cr
             {"messages": [], "n": 0}, {"configurable": {"thread_id": "t"}}
         )
     missing = tmp_path / "b" / "b.sqlite"
-    with DurableSaver(sqlite=str(missing), postgres=postgres_url, read_only=True) as looker:
-        assert looker.get_tuple({"configurable": {"thread_id": "t"}}) is not None
+    for write in ("shared", "local"):  # write-behind replicas too: a reader writes nothing
+        with DurableSaver(sqlite=str(missing), postgres=postgres_url, read_only=True, write=write) as looker:
+            assert looker.get_tuple({"configurable": {"thread_id": "t"}}) is not None
     assert not missing.parent.exists()
+    code = cli.main(["threads", "--sqlite", str(missing), "--postgres", postgres_url, "--redis", ""])
+    assert code == cli.EXIT_OK and not missing.parent.exists()

@@ -692,6 +692,10 @@ def test_cli_unreachable_tier_is_one_line_and_exit_3(command: str, tmp_path: Any
 def test_cli_exit_codes(tmp_path: Any, capsys: Any) -> None:
     assert cli.main(["verify", "--sqlite", str(tmp_path / "x.sqlite"), "--postgres", "mysql://u:pw@h/db"]) == 3
     assert "postgresql://" in capsys.readouterr().err
+    assert cli.main(["verify", "--sqlite", str(tmp_path / "x.sqlite")]) == cli.EXIT_CANNOT_RUN  # no store there
+    assert "no store at" in capsys.readouterr().err
+    with DurableSaver(sqlite=str(tmp_path / "x.sqlite")) as made:  # one, empty
+        made.setup()
     assert cli.main(["verify", "--sqlite", str(tmp_path / "x.sqlite")]) == cli.EXIT_OK
     with pytest.raises(SystemExit) as info:
         cli.main(["verify", "--no-such-flag"])

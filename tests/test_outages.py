@@ -470,6 +470,10 @@ def test_doctor_exit_status_follows_the_tiers(
 
     flags = ["--sqlite", str(tmp_path / "local.sqlite"), "--redis", private_redis.url, "--postgres", postgres_url,
              "--redis-key-prefix", redis_prefix]  # fmt: skip
+    with DurableSaver(
+        sqlite=flags[1], redis=private_redis.url, postgres=postgres_url, redis_key_prefix=redis_prefix
+    ) as app:
+        app.setup()  # the replica's local file exists (doctor only looks: it creates none)
     assert cli.main(["doctor", *flags]) == cli.EXIT_OK
     out = capsys.readouterr().out
     assert [line.split()[:2] for line in out.splitlines()[1:4]] == [

@@ -198,7 +198,8 @@ def test_off_or_with_a_shared_tier_every_read_reads(make_saver: SaverFactory) ->
     thread = f"t-{uuid.uuid4().hex[:8]}"
     # With a shared tier: the run's lease given back (a kept one is read under, from the cache).
     for tiers, options in (("sqlite", {"read_cache_bytes": 0}), ("sqlite+redis", {"lease_linger": 0})):
-        with make_saver(tiers, **options) as saver:
+        # A file each: one written with SQLite alone holds a store of its own (`promote`).
+        with make_saver(tiers, sqlite_name=f"{tiers}.sqlite", **options) as saver:
             loop_graph(2).compile(checkpointer=saver).invoke(
                 {"messages": [], "n": 0}, {"configurable": {"thread_id": thread}}, durability="sync"
             )

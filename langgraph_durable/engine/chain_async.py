@@ -19,6 +19,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, TypeVar, cast
 
 from langchain_core.runnables import RunnableConfig
@@ -67,10 +68,10 @@ from ..model.lease import Fence
 from ..model.own_heads import OwnHeads
 from ..model.pins import RESERVED_PREFIX, Pin, pins_of, without_pins
 from ..model.read_cache import ReadCache
-from ..model.records import BlobRow, CheckpointRow, WriteRow, key_fingerprint
+from ..model.records import BlobRow, CheckpointRow, WriteRow, key_fingerprint, ledger_context
 from ..model.roles import Roles
 from ..retention import RetentionPolicy, RetentionReport
-from ..tiers.base import KEYS_META, STORE_KEY_META, QuarantinedRecord, key_mismatch_message
+from ..tiers.base import EMBEDDED_META, KEYS_META, SHARED_META, STORE_KEY_META, QuarantinedRecord, key_mismatch_message
 from ..tiers.protocol_async import AsyncTier
 from ..tiers.sqlite.tier import AsyncSqliteTier
 from ..validation import ValidationHook
@@ -149,6 +150,10 @@ class AsyncTierChain:
         # A chain for looking only (the CLI's read commands): it writes
         # nothing anywhere, not even a repair or a quarantine.
         self.read_only = read_only
+        # Set by `promote_local`: a local file holding an embedded store's
+        # history is what it copies, not a reason to refuse.
+        self.promoting = False
+        self._embedded = False  # `_mark_embedded` done
         self.policy = policy or IntegrityPolicy()
         # Not `memory or ...`: an empty backlog is falsy, and both faces must share it.
         self.memory = memory if memory is not None else MemoryBacklog()
@@ -253,6 +258,7 @@ class AsyncTierChain:
             up += usable
         if not usable:
             raise TierUnavailable.every(down)
+        await self._embedded_history(up)
         await self._adopt_store_key(up)
         await self._check_keys(up)
         if self.claim_archive is not None:
@@ -350,6 +356,83 @@ class AsyncTierChain:
         if self.local is not None and self.local in up and not self.read_only:
             await self.local.create_meta(STORE_KEY_META, text)
 
+    async def _embedded_history(self, up: Sequence[AsyncTier]) -> None:
+        """The local file as a store's system of record. Written with SQLite
+        alone, it is one, and says so (`_mark_embedded`). Given shared tiers,
+        a file that says so holds a history they lack: serving the thread
+        from them would show part of it (another replica, none), so setup
+        stops before writing anything, until `promote_local` copied it there.
+        (A file only read alone, a replica's cache looked into, stays a cache.)"""
+        local = self.local
+        if local is None or local not in up or self.read_only or not self.shared:
+            return
+        if self.promoting or await local.read_meta(EMBEDDED_META) is None:
+            await local.create_meta(SHARED_META, "1")
+            return
+        raise ConfigError(
+            f"the SQLite file {getattr(self.raw_local, 'path', '')!r} holds the history of a store that ran on it alone, which the shared "
+            "tiers do not have yet: copy it there first with `langgraph-durable promote` (the same --sqlite, "
+            "--redis and --postgres) or saver.promote_local(), then start the replicas; or run without the "
+            "shared tiers."
+        )
+
+    async def _mark_embedded(self) -> None:
+        """A checkpoint written with SQLite alone: the file holds history no
+        other tier has (`EMBEDDED_META`), noted once per process."""
+        if self._embedded or self.shared or self.local is None:
+            return
+        file = self.raw_local is not None and self.raw_local.path != ":memory:"
+        if file and await self.local.read_meta(SHARED_META) is None:
+            await self.local.create_meta(EMBEDDED_META, "1")
+        self._embedded = True
+
+    async def promote_local(self, progress: Callable[[int, int], None] | None = None) -> int:
+        """Copy every thread of the local file, which was a store's system of
+        record (SQLite alone), into the shared tiers, sealed with the store's
+        key: checkpoints, channel values, pending writes and ledger entries,
+        the authority first, each record as it is (nothing is decoded). Then
+        the file is a cache like any replica's. Safe to run again, and to
+        resume after an interruption. The threads copied."""
+        if self.local is None or not self.shared:
+            raise ConfigError(
+                "promote_local copies the local SQLite file into the shared tiers: give the saver sqlite= and "
+                "redis= and/or postgres=."
+            )
+        self.promoting = True
+        try:
+            await self.ensure_setup()
+        finally:
+            self.promoting = False
+        local = self.local
+        ids = sorted(await local.thread_ids())
+        targets = [t for t in self.roles.by_authority() if t is not local]
+        for done, thread_id in enumerate(ids, start=1):
+            records = await local.thread_records(thread_id)
+            ledger = await local.read_ledger(thread_id)
+            checkpoints = [self._sealed(r) for r in sorted(records.checkpoints, key=lambda r: r.checkpoint_id)]
+            blobs = [self._sealed(r) for r in records.blobs]
+            writes = [self._sealed(r) for r in records.writes]
+            entries = {
+                k: self.codec.reseal(ledger_context(thread_id, k), ledger_context(thread_id, k), v)
+                for k, v in ledger.items()
+            }
+            for tier in targets:
+                if checkpoints:
+                    await tier.write_batch([(c, blobs if i == 0 else []) for i, c in enumerate(checkpoints)], writes)
+                elif blobs:
+                    await tier.write_blobs(blobs)
+                for key, envelope in entries.items():
+                    await tier.write_ledger(thread_id, key, envelope)
+            if progress is not None:
+                progress(done, len(ids))
+        await local.write_meta(EMBEDDED_META, None)
+        return len(ids)
+
+    def _sealed(self, row: Any) -> Any:
+        """`row` sealed with the store's key (an embedded store's records
+        are unsigned); its payload as it is."""
+        return replace(row, envelope=self.codec.reseal(row.context, row.context, row.envelope))
+
     async def _admit(self, tier: AsyncTier) -> None:
         """A tier that was down at setup answers: set it up and check its key
         before it takes any record."""
@@ -434,6 +517,7 @@ class AsyncTierChain:
             self.deltas.remember(stored)  # its lists may now be the base of the next pieces
         self.seen.note(row.thread_id, row.checkpoint_ns, row.checkpoint_id, versions)
         await self._bounded(row.thread_id, local_took)
+        await self._mark_embedded()
         if self.own is not None:
             if fence is not None and local_took:
                 self.own.put(row.thread_id, row.checkpoint_ns, fence.token, row.checkpoint_id, time.monotonic())

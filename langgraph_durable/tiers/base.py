@@ -66,6 +66,14 @@ KEYS_META = "key_fingerprints"
 # Meta key: the store's own signing key (base64), kept in the system of record
 # (and copied into the local tier) when the user gives none.
 STORE_KEY_META = "store_key"
+# Meta key (local tier): set while the file is a store's system of record
+# (SQLite alone): its history is nowhere else, and a saver given shared
+# tiers refuses it until it was copied there (`promote_local`).
+EMBEDDED_META = "embedded_history"
+# Meta key (local tier): the file was set up as a cache of shared tiers. A
+# checkpoint written to it alone later (a stale copy planted, a script)
+# does not make it a store of its own.
+SHARED_META = "shared_cache"
 # Meta key: the id of the store (hex), which binds its archive's segments to it.
 STORE_ID_META = "store_id"
 # Meta key: the archive (bucket/prefix) this store owns, once its owner

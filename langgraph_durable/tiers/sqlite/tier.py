@@ -1025,6 +1025,7 @@ class AsyncSqliteTier:
 
     def __init__(self, tier: SqliteTier) -> None:
         self.tier = tier
+        self.path = tier.path
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="langgraph-durable-sqlite")
         self._waiting: list[tuple[Callable[[], Any], asyncio.AbstractEventLoop, asyncio.Future[Any]]] = []
         self._waiting_lock = threading.Lock()
