@@ -374,3 +374,29 @@ def test_a_damaged_deletion_segment_is_reported_and_nothing_comes_back(
         report = fresh.restore(None)
         assert report.threads == 0 and report.bad_segments == [key]
         assert fresh.get_tuple(cfg("t-gone")) is None
+
+
+def test_a_run_deleted_before_its_thread_stays_deleted_in_the_archive(
+    make_saver: SaverFactory, archive_url: str, redis_prefix: str
+) -> None:
+    """delete_for_runs takes a thread's newest run, then the thread is deleted
+    (its marker now older than that run's checkpoints), then the id is used
+    again: the deleted run's checkpoints never come back from the archive."""
+    with make_saver(FULL, archive=archive_url, archive_lag=3600) as saver:
+        graph = loop_graph(2).compile(checkpointer=saver)
+        graph.invoke({"messages": ["r1"], "n": 0}, {**cfg("t"), "metadata": {"run_id": "r1"}})
+        graph.invoke({"messages": ["r2 secret"], "n": 0}, {**cfg("t"), "metadata": {"run_id": "r2"}})
+        assert saver.drain_archive().caught_up
+        saver.delete_for_runs(["r2"])
+        saver.delete_thread("t")
+        assert saver.drain_archive().caught_up
+        graph.invoke({"messages": ["new"], "n": 0}, {**cfg("t"), "metadata": {"run_id": "r3"}})
+        drained = saver.drain_archive()
+        assert drained.caught_up and not drained.failing, drained
+        kept = _history_ids(saver, "t")
+        fingerprint = saver.health().store_key_fingerprint
+    _lose_every_hot_tier(saver, redis_prefix)
+    with make_saver(FULL, archive=archive_url, sqlite_name="new.sqlite", archive_key_fingerprint=fingerprint) as fresh:
+        fresh.restore(None)
+        assert _history_ids(fresh, "t") == kept
+        assert "r2 secret" not in str(fresh.get_tuple(cfg("t")).checkpoint["channel_values"])  # type: ignore[union-attr]
