@@ -750,11 +750,14 @@ class DurableSaver(BaseCheckpointSaver[str]):
     def _shared_tiers(self, *, asynchronous: bool) -> list[Any]:
         """This saver's shared tiers, on one face, as the registry makes them."""
         tiers = self.options.tiers
-        return [
+        made = [
             kind.tier_class(asynchronous=asynchronous)(url, **tiers.arguments(kind, asynchronous=asynchronous))
             for kind in KINDS
             if kind.role is not Role.LOCAL and (url := tiers.url(kind))
         ]
+        for tier in made:
+            tier.read_only = self.read_only  # setup then creates and migrates nothing
+        return made
 
     def with_allowlist(self, extra_allowlist: Collection[tuple[str, ...]]) -> DurableSaver:
         """A view of this saver that also rebuilds `extra_allowlist` types.

@@ -235,3 +235,18 @@ def test_a_read_only_saver_on_a_missing_file_with_shared_tiers_reads_them_and_cr
     assert not missing.parent.exists()
     code = cli.main(["threads", "--sqlite", str(missing), "--postgres", postgres_url, "--redis", ""])
     assert code == cli.EXIT_OK and not missing.parent.exists()
+
+
+def test_a_read_command_on_an_empty_database_says_so_and_creates_nothing(
+    postgres_url: str, redis_prefix: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A mistyped database name, or one the app never ran on: exit 3 naming
+    it, and no table (nor Redis key) made."""
+    flags = ["--sqlite", "", "--postgres", postgres_url, "--redis", REDIS_URL, "--redis-key-prefix", redis_prefix]
+    for argv in READ_COMMANDS:
+        code = cli.main([*argv, *flags])
+        err = capsys.readouterr().err
+        assert code == cli.EXIT_CANNOT_RUN and "no store in the database" in err, (argv, err)
+    with psycopg.connect(postgres_url) as conn:
+        assert conn.execute("SELECT count(*) FROM pg_tables WHERE tablename LIKE 'lgd_%'").fetchone() == (0,)
+    assert snapshot(None, redis_prefix, None) == {}

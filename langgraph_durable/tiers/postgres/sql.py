@@ -132,6 +132,8 @@ MIGRATIONS: list[str] = [
 LOCK_MIGRATIONS = "SELECT pg_advisory_xact_lock(%s)"
 CREATE_MIGRATIONS_TABLE = "CREATE TABLE IF NOT EXISTS lgd_migrations (v integer PRIMARY KEY)"
 # The schema version applied (0: none).
+# Whether the store's tables are there at all (a read-only setup).
+MIGRATIONS_TABLE = "SELECT to_regclass('lgd_migrations')"
 SELECT_SCHEMA_VERSION = "SELECT coalesce(max(v), 0) FROM lgd_migrations"
 INSERT_SCHEMA_VERSION = "INSERT INTO lgd_migrations (v) VALUES (%s)"
 

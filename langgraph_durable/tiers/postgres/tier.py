@@ -168,6 +168,9 @@ class PostgresTier:
     """
 
     name = "postgres"
+    # Set by a read-only saver: setup checks the store is there, as this
+    # version's tables, and creates or migrates nothing.
+    read_only = False
     role = Role.RECORD
 
     def __init__(
@@ -431,6 +434,9 @@ class PostgresTier:
     def setup(self) -> None:
         self._open()
         with self._unreachable():
+            if self.read_only:
+                self._found()
+                return
             with self._connection(timed=False, doing="setup") as conn, conn.transaction():
                 conn.execute(self.sql.LOCK_MIGRATIONS, (self.sql.MIGRATION_LOCK,))
                 if self.schema is not None:
@@ -446,6 +452,30 @@ class PostgresTier:
                 for version in range(current + 1, len(self.sql.MIGRATIONS)):
                     conn.execute(self.sql.MIGRATIONS[version])
                     conn.execute(self.sql.INSERT_SCHEMA_VERSION, (version,))
+
+    def _found(self) -> None:
+        """A read-only saver's setup: `ConfigError` unless the database holds
+        a store with this version's tables; nothing is created."""
+        with self._connection(timed=False, doing="setup") as conn:
+            cur = conn.execute(self.sql.MIGRATIONS_TABLE)
+            row = cur.fetchone()
+            if row is None or row[0] is None:
+                raise ConfigError(
+                    f"no store in the database at {self.where}{self._in_schema()}: a read-only saver (and every "
+                    "command that only looks) never creates one. Check the URL (postgres=, --postgres, "
+                    "LANGGRAPH_DURABLE_POSTGRES_URL)."
+                )
+            cur = conn.execute(self.sql.SELECT_SCHEMA_VERSION)
+            current = (cur.fetchone() or (0,))[0]
+        if current < len(self.sql.MIGRATIONS) - 1:
+            raise ConfigError(
+                f"the store in the database at {self.where}{self._in_schema()} has the tables of an older version, "
+                "which a read-only saver does not migrate: start the application (or any command that writes) "
+                "once with this version."
+            )
+
+    def _in_schema(self) -> str:
+        return f" (schema {self.schema})" if self.schema is not None else ""
 
     def close(self) -> None:
         if self.owns_pool:

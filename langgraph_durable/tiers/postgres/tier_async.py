@@ -171,6 +171,9 @@ class AsyncPostgresTier:
     """
 
     name = "postgres"
+    # Set by a read-only saver: setup checks the store is there, as this
+    # version's tables, and creates or migrates nothing.
+    read_only = False
     role = Role.RECORD
 
     def __init__(
@@ -435,6 +438,9 @@ class AsyncPostgresTier:
     async def setup(self) -> None:
         await self._open()
         with self._unreachable():
+            if self.read_only:
+                await self._found()
+                return
             async with self._connection(timed=False, doing="setup") as conn, conn.transaction():
                 await conn.execute(self.sql.LOCK_MIGRATIONS, (self.sql.MIGRATION_LOCK,))
                 if self.schema is not None:
@@ -450,6 +456,30 @@ class AsyncPostgresTier:
                 for version in range(current + 1, len(self.sql.MIGRATIONS)):
                     await conn.execute(self.sql.MIGRATIONS[version])
                     await conn.execute(self.sql.INSERT_SCHEMA_VERSION, (version,))
+
+    async def _found(self) -> None:
+        """A read-only saver's setup: `ConfigError` unless the database holds
+        a store with this version's tables; nothing is created."""
+        async with self._connection(timed=False, doing="setup") as conn:
+            cur = await conn.execute(self.sql.MIGRATIONS_TABLE)
+            row = await cur.fetchone()
+            if row is None or row[0] is None:
+                raise ConfigError(
+                    f"no store in the database at {self.where}{self._in_schema()}: a read-only saver (and every "
+                    "command that only looks) never creates one. Check the URL (postgres=, --postgres, "
+                    "LANGGRAPH_DURABLE_POSTGRES_URL)."
+                )
+            cur = await conn.execute(self.sql.SELECT_SCHEMA_VERSION)
+            current = (await cur.fetchone() or (0,))[0]
+        if current < len(self.sql.MIGRATIONS) - 1:
+            raise ConfigError(
+                f"the store in the database at {self.where}{self._in_schema()} has the tables of an older version, "
+                "which a read-only saver does not migrate: start the application (or any command that writes) "
+                "once with this version."
+            )
+
+    def _in_schema(self) -> str:
+        return f" (schema {self.schema})" if self.schema is not None else ""
 
     async def close(self) -> None:
         await self.group.drain()  # ASYNC ONLY

@@ -408,6 +408,8 @@ class RedisTier:
     never closes it."""
 
     name = "redis"
+    # Set by a read-only saver: setup moves no keys of an older layout.
+    read_only = False
     role = Role.HOT
 
     def __init__(
@@ -577,7 +579,7 @@ class RedisTier:
                 answered = False
             if not answered:
                 self.client.ping()
-            if not self._layout_checked:
+            if not self._layout_checked and not self.read_only:
                 self._migrate_layout()
                 self._layout_checked = True
 

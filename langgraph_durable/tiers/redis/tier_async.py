@@ -410,6 +410,8 @@ class AsyncRedisTier:
     never closes it."""
 
     name = "redis"
+    # Set by a read-only saver: setup moves no keys of an older layout.
+    read_only = False
     role = Role.HOT
 
     def __init__(
@@ -579,7 +581,7 @@ class AsyncRedisTier:
                 answered = False
             if not answered:
                 await self.client.ping()
-            if not self._layout_checked:
+            if not self._layout_checked and not self.read_only:
                 await self._migrate_layout()
                 self._layout_checked = True
 
