@@ -42,6 +42,19 @@ def archive(saver: DurableSaver, thread_id: str, steps: int = 6) -> tuple[int, d
     return count, values
 
 
+def copies_read(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The threads whose archive copy is read from now on, in order."""
+    reads: list[str] = []
+    image = Archiver.image
+
+    def counted(self: Archiver, thread_id: str, **kwargs: Any) -> Any:
+        reads.append(thread_id)
+        return image(self, thread_id, **kwargs)
+
+    monkeypatch.setattr(Archiver, "image", counted)
+    return reads
+
+
 @pytest.mark.parametrize("face", FACES)
 def test_keep_last_prunes_an_archived_thread_and_it_stays_archived(
     make_saver: SaverFactory, archive_url: str, face: str
@@ -122,14 +135,7 @@ def test_a_thread_no_rule_touches_is_not_read(
     of their copies unless a rule may remove something."""
     with make_saver(FULL, archive=archive_url) as saver:
         count, _ = archive(saver, "t-few")
-        reads: list[str] = []
-        image = Archiver.image
-
-        def counted(self: Archiver, thread_id: str, **kwargs: Any) -> Any:
-            reads.append(thread_id)
-            return image(self, thread_id, **kwargs)
-
-        monkeypatch.setattr(Archiver, "image", counted)
+        reads = copies_read(monkeypatch)
         report = saver.apply_retention(RetentionPolicy(keep_last=count, keep_for=DAY, delete_idle_after=DAY))
         assert reads == [] and report.threads == 1 and report.checkpoints_kept == count
         assert saver.apply_retention(RetentionPolicy(keep_last=count - 1), dry_run=True).checkpoints_deleted == 1
@@ -331,14 +337,7 @@ def test_a_verdict_of_nothing_goes_is_remembered(
     the verdict) until the verdict may have changed."""
     with make_saver(FULL, archive=archive_url) as saver:
         count, _ = archive(saver, "t")
-        reads: list[str] = []
-        image = Archiver.image
-
-        def counted(self: Archiver, thread_id: str, **kwargs: Any) -> Any:
-            reads.append(thread_id)
-            return image(self, thread_id, **kwargs)
-
-        monkeypatch.setattr(Archiver, "image", counted)
+        reads = copies_read(monkeypatch)
         policy = RetentionPolicy(keep_for=DAY)
         start = time.time() + 2 * DAY
         assert saver.apply_retention(policy, now=start).checkpoints_deleted == count - 1
