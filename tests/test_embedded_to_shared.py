@@ -92,6 +92,8 @@ def test_the_command_line_promotes_and_verify_finds_nothing_missing(
         "--postgres",
         postgres_url,
     ]
+    with make_saver(FULL) as app, pytest.raises(ConfigError, match="promote"):
+        app.setup()  # the app started with its new tiers: refused
     code = cli.main(["verify", *flags])
     out = capsys.readouterr().out
     assert code == cli.EXIT_FINDINGS and "promote" in out, out

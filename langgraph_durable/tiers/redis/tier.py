@@ -579,7 +579,9 @@ class RedisTier:
                 answered = False
             if not answered:
                 self.client.ping()
-            if not self._layout_checked and not self.read_only:
+            if self.read_only:
+                self.client.hget(self._meta, "key_layout")  # a read: the database is one the server has
+            elif not self._layout_checked:
                 self._migrate_layout()
                 self._layout_checked = True
 

@@ -581,7 +581,9 @@ class AsyncRedisTier:
                 answered = False
             if not answered:
                 await self.client.ping()
-            if not self._layout_checked and not self.read_only:
+            if self.read_only:
+                await self.client.hget(self._meta, "key_layout")  # a read: the database is one the server has
+            elif not self._layout_checked:
                 await self._migrate_layout()
                 self._layout_checked = True
 
