@@ -640,7 +640,7 @@ def _scan(args: argparse.Namespace, out: Output, *, repair: bool) -> int:
         with out.progress(verb, unit="threads") as progress:
             report = run(args.thread, progress=progress)
         tiers = saver.tier_names
-        embedded = saver.holds_embedded_history()
+        embedded = saver._holds_embedded_history()
     code = EXIT_FINDINGS if (report.unrestorable if repair else report.bad or report.missing) else EXIT_OK
     if report.archive is not None and not report.archive.ok:
         code = EXIT_FINDINGS

@@ -2247,7 +2247,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
     async def apromote_local(self, *, progress: Callable[[int, int], None] | None = None) -> int:
         return await self._async_chain().promote_local(progress)
 
-    def holds_embedded_history(self) -> bool:
+    def _holds_embedded_history(self) -> bool:
         """Whether this saver has shared tiers and its SQLite file holds the
         history of a store that ran on it alone (`promote_local` not run)."""
         chain = self._sync_chain()
