@@ -131,27 +131,3 @@ def test_a_replicas_cache_file_opened_alone_stays_a_cache(make_saver: SaverFacto
         loop_graph(2).compile(checkpointer=alone).invoke({"messages": ["alone"], "n": 0}, cfg("u"))
     with make_saver(FULL, sqlite_name=embedded_history_file) as app:
         assert app.get_tuple(cfg("u")) is not None
-
-
-def test_the_apps_own_types_come_back_whole_after_promote(
-    make_saver: SaverFactory, caplog: pytest.LogCaptureFixture
-) -> None:
-    """An embedded store's records are unsigned; promote seals them (the
-    file's own copies too), so no reader meets an unsigned record whose
-    classes the strict allowlist would block."""
-    import logging
-
-    from tests import typed_state
-
-    config = cfg("typed")
-    with make_saver("sqlite") as alone:
-        typed_state.build().compile(checkpointer=alone).invoke({"log": []}, config)
-    with make_saver(FULL) as app:
-        assert app.promote_local() == 1
-    for name in ("local.sqlite", "replica.sqlite"):
-        with caplog.at_level(logging.WARNING), make_saver(FULL, sqlite_name=name) as saver:
-            values = typed_state.build().compile(checkpointer=saver).get_state(config).values
-        for key in ("item", "order", "color", "maybe"):
-            expected = typed_state.EXPECTED[key]
-            assert values[key] == expected and type(values[key]) is type(expected), key
-        assert not [r for r in caplog.records if "Blocked deserialization" in r.getMessage()], name

@@ -415,16 +415,6 @@ class TierChain:
                     tier.write_blobs(blobs)
                 for key, envelope in entries.items():
                     tier.write_ledger(thread_id, key, envelope)
-            # The file's own copies sealed too: from now on it is a cache of
-            # sealed records, as any replica's is (none read as unsigned).
-            for row in checkpoints:
-                local.write_checkpoint(row, [])
-            if blobs:
-                local.write_blobs(blobs)
-            if writes:
-                local.write_writes(writes, True)
-            for key, envelope in entries.items():
-                local.write_ledger(thread_id, key, envelope)
             if progress is not None:
                 progress(done, len(ids))
         local.write_meta(EMBEDDED_META, None)

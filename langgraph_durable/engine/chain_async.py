@@ -423,16 +423,6 @@ class AsyncTierChain:
                     await tier.write_blobs(blobs)
                 for key, envelope in entries.items():
                     await tier.write_ledger(thread_id, key, envelope)
-            # The file's own copies sealed too: from now on it is a cache of
-            # sealed records, as any replica's is (none read as unsigned).
-            for row in checkpoints:
-                await local.write_checkpoint(row, [])
-            if blobs:
-                await local.write_blobs(blobs)
-            if writes:
-                await local.write_writes(writes, True)
-            for key, envelope in entries.items():
-                await local.write_ledger(thread_id, key, envelope)
             if progress is not None:
                 progress(done, len(ids))
         await local.write_meta(EMBEDDED_META, None)
