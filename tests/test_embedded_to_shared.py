@@ -100,8 +100,9 @@ def test_the_command_line_promotes_and_verify_finds_nothing_missing(
     code = cli.main(["promote", *flags])
     out = capsys.readouterr().out
     assert code == cli.EXIT_OK and "2 thread(s) copied" in out
-    assert cli.main(["promote", *flags]) == cli.EXIT_OK  # again: harmless
-    capsys.readouterr()
+    # Again, once it is done: refused, nothing copied (the file is a cache now).
+    assert cli.main(["promote", *flags]) == cli.EXIT_CANNOT_RUN
+    assert "is a cache of the shared tiers" in capsys.readouterr().err
     assert cli.main(["verify", *flags]) == cli.EXIT_OK
     capsys.readouterr()
     with DurableSaver(
@@ -131,3 +132,38 @@ def test_a_replicas_cache_file_opened_alone_stays_a_cache(make_saver: SaverFacto
         loop_graph(2).compile(checkpointer=alone).invoke({"messages": ["alone"], "n": 0}, cfg("u"))
     with make_saver(FULL, sqlite_name=embedded_history_file) as app:
         assert app.get_tuple(cfg("u")) is not None
+
+
+def test_promote_again_never_brings_back_what_the_shared_tiers_deleted(make_saver: SaverFactory) -> None:
+    """After the move the file is a cache; a replica deletes a thread; a
+    second promote (an operator running the command twice) refuses instead
+    of copying the cache's stale copy back over the live store."""
+    embedded_history(make_saver)
+    with make_saver(FULL) as app:
+        assert app.promote_local() == 2
+        assert app.get_tuple(cfg("u")) is not None  # cached in the file again
+    with make_saver(FULL, sqlite_name="replica.sqlite") as replica:
+        replica.delete_thread("u")
+    with make_saver(FULL) as app, pytest.raises(ConfigError, match="is a cache of the shared tiers"):
+        app.promote_local()
+    with make_saver(FULL, sqlite_name="replica.sqlite") as replica:
+        assert replica.get_tuple(cfg("u")) is None
+
+
+def test_promote_never_merges_another_history_on_the_same_id(make_saver: SaverFactory) -> None:
+    """The shared tiers already hold thread "t" of another app: the file's
+    "t" is not copied into it (one thread with two roots), the others are,
+    and the file still refuses the shared tiers until that is settled."""
+    with make_saver(FULL, sqlite_name="other-app.sqlite") as other:
+        loop_graph(2).compile(checkpointer=other).invoke({"messages": ["theirs"], "n": 0}, cfg("t"))
+        theirs = [s.config["configurable"]["checkpoint_id"] for s in other.list(cfg("t"))]
+    history = embedded_history(make_saver)
+    with make_saver(FULL) as app, pytest.raises(ConfigError, match="another history") as info:
+        app.promote_local()
+    assert "'t'" in str(info.value) and "\n" not in str(info.value)
+    with make_saver(FULL, sqlite_name="replica.sqlite") as replica:
+        assert [s.config["configurable"]["checkpoint_id"] for s in replica.list(cfg("t"))] == theirs
+        graph = loop_graph(3).compile(checkpointer=replica)
+        assert [s.config["configurable"]["checkpoint_id"] for s in graph.get_state_history(cfg("u"))] == history["u"]
+    with make_saver(FULL) as app, pytest.raises(ConfigError, match="promote"):
+        app.get_tuple(cfg("u"))

@@ -153,6 +153,7 @@ class AsyncTierChain:
         # Set by `promote_local`: a local file holding an embedded store's
         # history is what it copies, not a reason to refuse.
         self.promoting = False
+        self._promotable = False  # found by the promoting setup (`_embedded_history`)
         self._embedded = False  # `_mark_embedded` done
         self.policy = policy or IntegrityPolicy()
         # Not `memory or ...`: an empty backlog is falsy, and both faces must share it.
@@ -366,7 +367,14 @@ class AsyncTierChain:
         local = self.local
         if local is None or local not in up or self.read_only or not self.shared:
             return
-        if self.promoting or await local.read_meta(EMBEDDED_META) is None:
+        embedded = await local.read_meta(EMBEDDED_META) is not None
+        if self.promoting:
+            # What `promote_local` may copy: a file that holds an embedded
+            # store's history, or one an earlier version wrote (no mark at
+            # all); never a cache of the shared tiers (promoted already, or
+            # a replica's), whose stale copies would undo their deletions.
+            self._promotable = embedded or await local.read_meta(SHARED_META) is None
+        if self.promoting or not embedded:
             await local.create_meta(SHARED_META, "1")
             return
         raise ConfigError(
@@ -398,17 +406,28 @@ class AsyncTierChain:
                 "promote_local copies the local SQLite file into the shared tiers: give the saver sqlite= and "
                 "redis= and/or postgres=."
             )
-        self.promoting = True
+        self.promoting, self._ready = True, False
         try:
             await self.ensure_setup()
         finally:
             self.promoting = False
+        path = getattr(self.raw_local, "path", "")
+        if not self._promotable:
+            raise ConfigError(
+                f"the SQLite file {path!r} is a cache of the shared tiers (promoted already, or a replica's): it "
+                "holds no history of its own to copy, and its copies may be older than theirs. Nothing was copied."
+            )
         local = self.local
         ids = sorted(await local.thread_ids())
         targets = [t for t in self.roles.by_authority() if t is not local]
+        conflicts: list[str] = []
         for done, thread_id in enumerate(ids, start=1):
             records = await local.thread_records(thread_id)
             ledger = await local.read_ledger(thread_id)
+            held = (await targets[0].thread_records(thread_id)).checkpoints
+            if _other_history(records.checkpoints, held):
+                conflicts.append(thread_id)  # another history on the id: never merged
+                continue
             checkpoints = [self._sealed(r) for r in sorted(records.checkpoints, key=lambda r: r.checkpoint_id)]
             blobs = [self._sealed(r) for r in records.blobs]
             writes = [self._sealed(r) for r in records.writes]
@@ -425,6 +444,14 @@ class AsyncTierChain:
                     await tier.write_ledger(thread_id, key, envelope)
             if progress is not None:
                 progress(done, len(ids))
+        if conflicts:
+            shown = ", ".join(repr(t) for t in conflicts[:5]) + (" ..." if len(conflicts) > 5 else "")
+            raise ConfigError(
+                f"{len(conflicts)} thread(s) of {path!r} were not copied: the shared tiers hold another history "
+                f"on their ids ({shown}), another app's or another store's, which a copy would merge into one "
+                f"thread. The other {len(ids) - len(conflicts)} were copied; the file still refuses the shared "
+                "tiers. Give those tiers to this store alone (or delete those threads from them), then run it again."
+            )
         await local.write_meta(EMBEDDED_META, None)
         return len(ids)
 
@@ -1308,6 +1335,15 @@ class AsyncTierChain:
         self.memory.outbox.forget()  # see delete_thread
         await self.ensure_setup()
         await self.maintenance.prune(thread_ids, strategy=strategy, note_gone=self.claim_archive is not None)
+
+
+def _other_history(mine: Sequence[CheckpointRow], theirs: Sequence[CheckpointRow]) -> bool:
+    """Whether `theirs` (a shared tier's checkpoints of a thread) is another
+    history than `mine` (the local file's): each has a root checkpoint in
+    the root namespace, and not the same one."""
+    roots = {r.checkpoint_id for r in mine if r.checkpoint_ns == "" and r.parent_id is None}
+    others = {r.checkpoint_id for r in theirs if r.checkpoint_ns == "" and r.parent_id is None}
+    return bool(roots and others) and roots.isdisjoint(others)
 
 
 def _one(read: Callable[[], Any]) -> Callable[[], Any]:
