@@ -167,3 +167,30 @@ def test_promote_never_merges_another_history_on_the_same_id(make_saver: SaverFa
         assert [s.config["configurable"]["checkpoint_id"] for s in graph.get_state_history(cfg("u"))] == history["u"]
     with make_saver(FULL) as app, pytest.raises(ConfigError, match="promote"):
         app.get_tuple(cfg("u"))
+
+
+def test_a_permissive_repair_after_the_move_stops_the_store_accepting_unsigned_records(
+    make_saver: SaverFactory, postgres_url: str
+) -> None:
+    """The guide's last step: the file's unsigned copies (with the app's own
+    classes) sealed, and no tier records "unsigned" as a key any more."""
+    from tests import typed_state
+
+    with make_saver("sqlite") as alone:
+        typed_state.build().compile(checkpointer=alone).invoke({"log": []}, cfg("typed"))
+    with make_saver(FULL) as app:
+        assert app.promote_local() == 1
+
+    def fingerprints() -> str:
+        with psycopg.connect(postgres_url) as conn:
+            row = conn.execute("SELECT value FROM lgd_meta WHERE key = 'key_fingerprints'").fetchone()
+        return str(row[0]) if row else ""
+
+    assert "unsigned" in fingerprints()  # the file's copies are unsigned still
+    with make_saver(FULL, permissive_decoding=True) as app:
+        report = app.repair()
+        assert report.unrestorable == [] and report.undecodable == []
+    assert fingerprints() and "unsigned" not in fingerprints()
+    with make_saver(FULL) as app:
+        values = typed_state.build().compile(checkpointer=app).get_state(cfg("typed")).values
+    assert values["order"] == typed_state.EXPECTED["order"]
