@@ -10,6 +10,7 @@ import logging
 import time
 import uuid
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -137,9 +138,13 @@ def test_drain_stops_at_a_config_error(postgres_url: str, tmp_path: Any, caplog:
     from langgraph.checkpoint.conformance.test_utils import generate_checkpoint
 
     local = str(tmp_path / "local.sqlite")
-    with DurableSaver(sqlite=local, postgres=postgres_url, write="local", signing_key=KEY, drain_timeout=0) as s:
+    # Owed for sure: written behind while Postgres cannot be reached (nothing
+    # listens on port 1), not shipped by a pass that may win the race.
+    down = database_url(POSTGRES_URL, "lgd_unused").replace(urlsplit(POSTGRES_URL).netloc.split("@")[-1], "127.0.0.1:1")
+    with DurableSaver(sqlite=local, postgres=down, write="local", signing_key=KEY, drain_timeout=0) as s:
         s.put(CONFIG, generate_checkpoint(), {}, {})
         assert s.lag().records > 0
+    caplog.clear()  # that saver's "postgres tier is down"
     missing = database_url(POSTGRES_URL, f"lgd_missing_{uuid.uuid4().hex[:12]}")
     caplog.set_level(logging.INFO, logger="langgraph_durable")
     saver = DurableSaver(sqlite=local, postgres=missing, write="local", signing_key=KEY, drain_timeout=0)
