@@ -384,6 +384,16 @@ def test_no_hostile_payload_in_a_planted_segment_constructs_anything(
 # -- attack 2: two stores on one archive prefix ----------------------------------------------
 
 
+def other_store(tmp_path: Path, redis_prefix: str, postgres_url: str) -> dict[str, Any]:
+    """The tiers of a second store (B): its own file, Redis prefix and database."""
+    return {
+        "sqlite": str(tmp_path / "b.sqlite"),
+        "redis": REDIS_URL,
+        "redis_key_prefix": redis_prefix,
+        "postgres": postgres_url,
+    }
+
+
 def test_a_second_store_on_an_owned_prefix_is_refused_and_never_mixes(
     make_saver: SaverFactory,
     archive_url: str,
@@ -397,12 +407,7 @@ def test_a_second_store_on_an_owned_prefix_is_refused_and_never_mixes(
         assert a.drain_archive().caught_up  # type: ignore[union-attr]
         a_fingerprint = getattr(a.health(), "store_key_fingerprint", None)
 
-    b_tiers = {
-        "sqlite": str(tmp_path / "b.sqlite"),
-        "redis": REDIS_URL,
-        "redis_key_prefix": other_redis_prefix,
-        "postgres": other_postgres_url,
-    }
+    b_tiers = other_store(tmp_path, other_redis_prefix, other_postgres_url)
     refused: ConfigError | None = None
     try:
         with DurableSaver(**b_tiers, archive=archive_url) as b:
@@ -434,13 +439,7 @@ def test_two_new_stores_claiming_one_empty_prefix_at_once_one_wins(
     claims it. A's write is conditional: A is refused naming B, and B's
     claim stands (a plain write would have taken the prefix from B)."""
     a = make_saver(FULL, archive=archive_url)
-    b = DurableSaver(
-        sqlite=str(tmp_path / "b.sqlite"),
-        redis=REDIS_URL,
-        redis_key_prefix=other_redis_prefix,
-        postgres=other_postgres_url,
-        archive=archive_url,
-    )
+    b = DurableSaver(**other_store(tmp_path, other_redis_prefix, other_postgres_url), archive=archive_url)
     try:
         chain = a._sync_chain()
         store = a._sync_archiver.store  # type: ignore[union-attr]
