@@ -62,7 +62,7 @@ def test_after_a_run_its_kept_lease_serves_the_latest_state_from_the_local_cache
 ) -> None:
     thread = new_thread()
     with make_saver(tiers, lease_linger=30.0) as saver:
-        saver.setup()
+        listening(saver)
         calls = count_shared_reads(saver)
         graph = counting_graph(3).compile(checkpointer=saver)
         graph.invoke({"messages": [], "n": 0}, config_of(thread), durability="sync")
@@ -94,7 +94,7 @@ def test_without_lease_linger_a_read_after_the_run_asks_the_shared_tiers(make_sa
 async def test_the_async_face_keeps_the_lease_and_reads_locally(make_saver: SaverFactory) -> None:
     thread = new_thread()
     async with make_saver("sqlite+redis+postgres", lease_linger=30.0) as saver:
-        await saver.asetup()
+        await alistening(saver)
         calls = count_shared_reads(saver, "async")
         graph = counting_graph(3).compile(checkpointer=saver)
         await graph.ainvoke({"messages": [], "n": 0}, config_of(thread), durability="sync")
@@ -114,7 +114,7 @@ async def test_a_read_right_after_ainvoke_waits_for_the_lease_to_be_kept_and_rea
     with the default options: the read lets the handling of the run's end
     finish (the lease kept), and asks no shared tier for the state."""
     async with make_saver("sqlite+redis+postgres") as saver:
-        await saver.asetup()
+        await alistening(saver)
         calls = count_shared_reads(saver, "async")
         graph = counting_graph(3).compile(checkpointer=saver)
         for i in range(3):
@@ -166,7 +166,7 @@ async def test_a_run_whose_end_its_busy_loop_has_not_handled_yet_is_handed_off_w
     and runs with the default on_busy="raise" instead of ``ThreadBusy``."""
     thread = new_thread()
     async with make_saver(tiers, sqlite_name="a.sqlite") as a:
-        await a.asetup()
+        await alistening(a)
         await (
             counting_graph(3)
             .compile(checkpointer=a)
@@ -230,7 +230,7 @@ async def test_a_maintenance_call_on_another_replica_asks_for_a_kept_lease_first
 def test_copy_thread_into_a_kept_thread_asks_for_its_lease_first(make_saver: SaverFactory) -> None:
     thread, source = new_thread(), new_thread()
     with make_saver("sqlite+redis+postgres", sqlite_name="a.sqlite", lease_linger=30.0) as a:
-        a.setup()
+        listening(a)
         counting_graph(2).compile(checkpointer=a).invoke({"messages": [], "n": 0}, config_of(thread))
         with make_saver("sqlite+redis+postgres", sqlite_name="b.sqlite") as b:
             counting_graph(5).compile(checkpointer=b).invoke({"messages": [], "n": 0}, config_of(source))
@@ -251,7 +251,7 @@ def test_a_holder_that_does_not_hear_is_waited_out_and_its_cache_trusted_no_long
     B's state."""
     thread = new_thread()
     with make_saver("sqlite+redis+postgres", sqlite_name="a.sqlite", lease_linger=30.0) as a:
-        a.setup()
+        listening(a)
         counting_graph(3).compile(checkpointer=a).invoke({"messages": [], "n": 0}, config_of(thread))
         assert a._hand_offs is not None
         a._hand_offs.stop()  # kept leases stay kept, trusted for their window; requests go unheard
@@ -281,7 +281,7 @@ def test_a_listener_that_loses_its_connection_gives_kept_leases_back_then_listen
     hears its channel again."""
     thread = new_thread()
     with make_saver("sqlite+postgres", lease_linger=30.0) as a:
-        a.setup()
+        listening(a)
         graph = counting_graph(2).compile(checkpointer=a)
         graph.invoke({"messages": [], "n": 0}, config_of(thread))
         assert a._leases.kept(thread, time.monotonic()) is not None
@@ -314,7 +314,7 @@ async def test_the_async_face_keeps_hands_over_and_gives_back_as_the_sync_one(
     thread = new_thread()
     config = config_of(thread)
     async with make_saver("sqlite+redis+postgres", sqlite_name="a.sqlite", lease_linger=30.0) as a:
-        await a.asetup()
+        await alistening(a)
         await counting_graph(3).compile(checkpointer=a).ainvoke({"messages": [], "n": 0}, config)
         await wait_until_kept(a, thread)
         assert a._hand_offs is not None
@@ -330,6 +330,7 @@ async def test_the_async_face_keeps_hands_over_and_gives_back_as_the_sync_one(
         assert tup is not None and tup.checkpoint["id"] == newest.checkpoint["id"]
 
     async with make_saver("sqlite+redis+postgres", sqlite_name="a.sqlite", lease_linger=30.0) as a:
+        await alistening(a)
         graph = counting_graph(2).compile(checkpointer=a)
         calls = count_shared_reads(a, "async")
         await graph.ainvoke({"messages": [], "n": 0}, config)
@@ -365,7 +366,7 @@ async def test_the_async_face_keeps_hands_over_and_gives_back_as_the_sync_one(
 def test_the_same_saver_runs_the_thread_again_at_once(make_saver: SaverFactory) -> None:
     thread = new_thread()
     with make_saver("sqlite+redis+postgres", lease_linger=30.0) as saver:
-        saver.setup()
+        listening(saver)
         counting_graph(2).compile(checkpointer=saver).invoke({"messages": [], "n": 0}, config_of(thread))
         graph = counting_graph(4).compile(checkpointer=saver)
         # Never waited for its own lease: on_busy="raise" would have raised
@@ -380,7 +381,7 @@ def test_the_same_saver_runs_the_thread_again_at_once(make_saver: SaverFactory) 
 def test_update_state_under_a_kept_lease_is_what_is_read_next(make_saver: SaverFactory) -> None:
     thread = new_thread()
     with make_saver("sqlite+redis+postgres", lease_linger=30.0) as saver:
-        saver.setup()
+        listening(saver)
         graph = counting_graph(2).compile(checkpointer=saver)
         graph.invoke({"messages": [], "n": 0}, config_of(thread))
         graph.update_state(config_of(thread), {"messages": ["edited"], "n": 7})
@@ -395,7 +396,7 @@ def test_update_state_under_a_kept_lease_is_what_is_read_next(make_saver: SaverF
 def test_close_gives_kept_leases_back(make_saver: SaverFactory) -> None:
     thread = new_thread()
     with make_saver("sqlite+redis+postgres", sqlite_name="a.sqlite", lease_linger=30.0) as a:
-        a.setup()
+        listening(a)
         counting_graph(2).compile(checkpointer=a).invoke({"messages": [], "n": 0}, config_of(thread))
         assert a._leases.kept(thread, time.monotonic()) is not None
     with make_saver("sqlite+redis+postgres", sqlite_name="b.sqlite") as b:  # on_busy="raise"
@@ -405,7 +406,7 @@ def test_close_gives_kept_leases_back(make_saver: SaverFactory) -> None:
 def test_delete_thread_under_a_kept_lease_is_seen_at_once(make_saver: SaverFactory) -> None:
     thread = new_thread()
     with make_saver("sqlite+redis+postgres", lease_linger=30.0) as saver:
-        saver.setup()
+        listening(saver)
         graph = counting_graph(2).compile(checkpointer=saver)
         graph.invoke({"messages": [], "n": 0}, config_of(thread))
         saver.delete_thread(thread)
@@ -420,7 +421,7 @@ def test_a_damaged_local_copy_under_a_kept_lease_is_read_around_and_repaired(mak
     thread = new_thread()
     events: list[Any] = []
     with make_saver("sqlite+redis+postgres", lease_linger=30.0, on_corruption=events.append) as saver:
-        saver.setup()
+        listening(saver)
         graph = counting_graph(3).compile(checkpointer=saver)
         graph.invoke({"messages": [], "n": 0}, config_of(thread), durability="sync")
         damage_newest_local_value(saver.sqlite_path or "", thread, "n")
@@ -436,10 +437,10 @@ async def kept_run(saver: DurableSaver, face: str, thread: str, steps: int, run_
     graph = counting_graph(steps).compile(checkpointer=saver)
     config: Any = {**config_of(thread), **({"metadata": {"run_id": run_id}} if run_id else {})}
     if face == "sync":
-        saver.setup()
+        listening(saver)
         graph.invoke({"messages": [], "n": 0}, config, durability="sync")
     else:
-        await saver.asetup()
+        await alistening(saver)
         await graph.ainvoke({"messages": [], "n": 0}, config, durability="sync")
     await wait_until_kept(saver, thread)
 
@@ -453,7 +454,7 @@ async def test_a_read_again_under_a_kept_lease_runs_one_statement_and_serves_the
     none of the shared tiers."""
     thread = new_thread()
     async with make_saver("sqlite+redis+postgres", lease_linger=30.0) as saver:
-        await saver.asetup()
+        await alistening(saver)
         await kept_run(saver, face, thread, 3)
         first = await get(saver, face, thread)
         calls = count_shared_reads(saver, face)
@@ -474,7 +475,7 @@ async def test_a_local_value_damaged_after_a_kept_read_is_met_by_the_next_read(
     thread = new_thread()
     events: list[Any] = []
     async with make_saver("sqlite+redis+postgres", lease_linger=30.0, on_corruption=events.append) as saver:
-        await saver.asetup()
+        await alistening(saver)
         await kept_run(saver, face, thread, 3)
         kept = await get(saver, face, thread)
         damage_newest_local_value(saver.sqlite_path or "", thread, "n")
@@ -487,7 +488,7 @@ async def test_a_local_value_damaged_after_a_kept_read_is_met_by_the_next_read(
 def test_write_behind_keeps_the_lease_once_the_run_has_shipped(make_saver: SaverFactory) -> None:
     thread = new_thread()
     with make_saver("sqlite+redis+postgres", write="local", lease_linger=30.0) as saver:
-        saver.setup()
+        listening(saver)
         graph = counting_graph(3).compile(checkpointer=saver)
         graph.invoke({"messages": [], "n": 0}, config_of(thread))
         assert saver.drain(60).caught_up
@@ -652,6 +653,20 @@ async def _run_both(graph: Any, ref: Any, inputs: Any, cfg: dict[str, Any], use_
     ref.invoke(inputs, cfg)
 
 
+def listening(saver: DurableSaver) -> None:
+    """`setup`, then wait until the hand-off listener hears its channel: a
+    run's lease is kept only from then on (setup waits a few seconds at
+    most, which a loaded machine can outlast)."""
+    saver.setup()
+    wait_until(saver._leases.may_keep, "the hand-off listener did not hear its channel")
+
+
+async def alistening(saver: DurableSaver) -> None:
+    """`listening` on the async face."""
+    await saver.asetup()
+    await await_until(saver._leases.may_keep, "the hand-off listener did not hear its channel")
+
+
 async def wait_until_kept(saver: DurableSaver, thread: str) -> None:
     """The async face keeps an ended run's lease from a task scheduled when it ends."""
     await await_until(lambda: saver._leases.kept(thread, time.monotonic()), "the ended run's lease was not kept")
@@ -673,7 +688,7 @@ async def test_a_delta_channel_thread_is_rebuilt_from_the_local_cache_under_a_ke
     cfg = _delta_cfg(thread)
     ref = delta_graph().compile(checkpointer=InMemorySaver())
     async with make_saver("sqlite+redis+postgres", lease_linger=30.0) as saver:
-        await saver.asetup()
+        await alistening(saver)
         graph = delta_graph().compile(checkpointer=saver)
         await _run_both(graph, ref, DELTA_RUNS[0], cfg, use_async)
         calls = count_shared_reads(saver, "async" if use_async else "sync")
@@ -698,7 +713,7 @@ def test_the_walk_past_what_this_saver_wrote_asks_every_tier(make_saver: SaverFa
     cfg = _delta_cfg(thread)
     ref = wide_delta_graph().compile(checkpointer=InMemorySaver())
     with make_saver("sqlite+redis+postgres", sqlite_name="a.sqlite") as a:
-        a.setup()
+        listening(a)
         wide_delta_graph().compile(checkpointer=a).invoke({"items": [], "n": 0, "limit": 30}, cfg)
         ref.invoke({"items": [], "n": 0, "limit": 30}, cfg)
         a_checkpoints = list(a.list(cfg))
@@ -731,7 +746,7 @@ def test_a_damaged_local_ancestor_write_under_a_kept_lease_is_read_around_and_re
     events: list[Any] = []
     ref = wide_delta_graph().compile(checkpointer=InMemorySaver())
     with make_saver("sqlite+redis+postgres", lease_linger=30.0, on_corruption=events.append) as saver:
-        saver.setup()
+        listening(saver)
         graph = wide_delta_graph().compile(checkpointer=saver)
         graph.invoke({"items": [], "n": 0, "limit": 12}, cfg)
         ref.invoke({"items": [], "n": 0, "limit": 12}, cfg)
@@ -762,7 +777,7 @@ def test_a_pending_write_lost_in_the_local_cache_alone_under_a_kept_lease_is_ser
     ref = wide_delta_graph().compile(checkpointer=InMemorySaver())
     ref.invoke({"items": [], "n": 0, "limit": 20}, cfg)
     with make_saver("sqlite+redis+postgres", lease_linger=30.0) as saver:
-        saver.setup()
+        listening(saver)
         graph = wide_delta_graph().compile(checkpointer=saver)
         graph.invoke({"items": [], "n": 0, "limit": 20}, cfg, durability="sync")
         calls = count_shared_reads(saver)
@@ -797,7 +812,7 @@ def test_a_lease_taken_during_an_outage_is_not_kept(make_saver: SaverFactory, po
     cfg = {"configurable": {"thread_id": thread}}
     counting = looping(lambda s: {"messages": [f"m{s['n']}"], "n": s["n"] + 1}, 3)
     with make_saver("sqlite+redis+postgres", sqlite_name="a.sqlite", postgres=proxied, lease_linger=30.0) as a:
-        a.setup()
+        listening(a)
         proxy.cut()
         assert counting.compile(checkpointer=a).invoke({"messages": [], "n": 0}, cfg)["n"] == 3
         assert a._leases.kept(thread, time.monotonic()) is None
@@ -822,7 +837,7 @@ def test_a_kept_lease_is_renewed_while_its_saver_lives_and_given_back_when_the_l
     as ``lease_linger`` says, then the listener gives it back."""
     thread = new_thread()
     with make_saver("sqlite+postgres", lease_linger=3 * KEPT_WINDOW_S) as saver:
-        saver.setup()
+        listening(saver)
         counting_graph(2).compile(checkpointer=saver).invoke({"messages": [], "n": 0}, config_of(thread))
 
         def expiry() -> float:
