@@ -490,13 +490,18 @@ def test_compose_grace_period_covers_the_drain() -> None:
 
 def test_compose_builds_the_dockerfile_and_it_copies_files_that_exist() -> None:
     build = load_compose()["services"]["agent"]["build"]
-    context = COMPOSE.parent / (build if isinstance(build, str) else build.get("context", "."))
+    context = (COMPOSE.parent / (build if isinstance(build, str) else build.get("context", "."))).resolve()
     dockerfile = context / ("Dockerfile" if isinstance(build, str) else build.get("dockerfile", "Dockerfile"))
     assert dockerfile.is_file()
     text = dockerfile.read_text()
-    install = re.search(r"pip install [\"']?langgraph-durable(?:\[([^\]]*)\])?", text)
-    assert install
-    extras = {e.strip() for e in (install.group(1) or "").split(",")}
+    # The package from the checkout it is built from (it need not be on an
+    # index): its sources copied in, then installed from there.
+    install = re.search(r"pip install [\"']?(/\S+?)(?:\[([^\]]*)\])?[\"']?(?:\s|$)", text)
+    assert install, "the Dockerfile installs no package from a path"
+    copied = {line.split()[-1].rstrip("/") for line in text.splitlines() if line.startswith("COPY ")}
+    assert install.group(1).rstrip("/") in copied or f"{install.group(1).rstrip('/')}/langgraph_durable" in copied
+    assert (context / "pyproject.toml").is_file() and (context / "langgraph_durable").is_dir()
+    extras = {e.strip() for e in (install.group(2) or "").split(",")}
     if compose_env("agent").get(ENV_ARCHIVE_URL) or ENV_ARCHIVE_URL in k8s_env_names():
         assert "s3" in extras, "the archive needs the s3 extra: pip install 'langgraph-durable[s3]'"
     copies = [line.split()[1:-1] for line in text.splitlines() if line.startswith("COPY ")]
@@ -505,7 +510,16 @@ def test_compose_builds_the_dockerfile_and_it_copies_files_that_exist() -> None:
         for source in sources:
             if not source.startswith("--"):
                 assert (context / source).exists(), f"COPY {source}: no such file in the build context"
-    assert any("app.py" in sources for sources in copies)
+    assert any(source.endswith("app.py") for sources in copies for source in sources)
+    # The context's .dockerignore starts by leaving everything out (no
+    # virtualenv or database file in the image): each source is let back in.
+    ignore = context / ".dockerignore"
+    if ignore.is_file():
+        kept = {line[1:].rstrip("/") for line in ignore.read_text().splitlines() if line.startswith("!")}
+        for sources in copies:
+            for source in sources:
+                if not source.startswith("--"):
+                    assert source.rstrip("/") in kept, f"COPY {source}: left out of the build context by .dockerignore"
     cmd = [line for line in text.splitlines() if line.startswith("CMD ")]
     assert cmd and cmd[-1].startswith("CMD ["), "exec-form CMD, so python itself gets SIGTERM"
 
