@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     )
     from .integrity import CorruptionEvent, CorruptionHook
     from .ledger import LedgerEntry, action, apin_here, durable_action, pin_here
-    from .metrics import CorruptCopy, MetricsHook, OpenTelemetryMetrics, TierCall, TierStats
+    from .metrics import CorruptCopy, MetricsHook, OpenTelemetryMetrics, PlainData, TierCall, TierStats
     from .model.pins import Pin
     from .retention import RetentionPolicy, RetentionReport
     from .saver import DurableSaver
@@ -72,6 +72,7 @@ _EXPORTS = {
     "CorruptCopy": ".metrics",
     "MetricsHook": ".metrics",
     "OpenTelemetryMetrics": ".metrics",
+    "PlainData": ".metrics",
     "TierCall": ".metrics",
     "TierStats": ".metrics",
     "Pin": ".model.pins",
@@ -136,6 +137,7 @@ __all__ = [
     "CorruptCopy",
     "MetricsHook",
     "OpenTelemetryMetrics",
+    "PlainData",
     "TierCall",
     "TierStats",
     "RetentionPolicy",

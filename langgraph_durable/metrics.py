@@ -8,7 +8,9 @@ got around bad copies.
   ``unavailable`` (`is_miss` says what a miss is);
 - a `CorruptCopy` for every bad copy a read met (from the
   `integrity.IntegrityPolicy` that also logs it and calls ``on_corruption``):
-  where it was, what was served instead, and whether the read repaired it.
+  where it was, what was served instead, and whether the read repaired it;
+- a `PlainData` once per type whose values a read handed back as stored
+  data, as LangGraph does (a class that was never importable by its name).
 
 Two hooks ship ready-made: `TierStats`, an in-process aggregator to read
 (counts, hit rates, latency percentiles per tier and operation), and
@@ -121,11 +123,29 @@ class CorruptCopy:
         return cls(tier=event.tier, kind=event.kind, served=served, source=source, event=event)
 
 
-MetricsEvent = TierCall | CorruptCopy
+@dataclass(frozen=True, slots=True)
+class PlainData:
+    """A value handed back as its stored data, once per type and saver: an
+    object of a class that could not be imported under the module and name
+    it was stored with, neither where it was written nor here (a class
+    defined inside a function, a nested class, a model made with
+    ``create_model``). LangGraph and the stock savers hand such values back
+    the same way; a graph whose state schema names the class rebuilds it.
+
+    Attributes:
+        type_name: ``module.Name`` as stored.
+        record: the record it was first met in (``channel value 'thread//channel/version'``...).
+    """
+
+    type_name: str
+    record: str
+
+
+MetricsEvent = TierCall | CorruptCopy | PlainData
 
 
 class MetricsHook(Protocol):
-    """Called with each `TierCall` and `CorruptCopy` (``DurableSaver(metrics=)``).
+    """Called with each `TierCall`, `CorruptCopy` and `PlainData` (``DurableSaver(metrics=)``).
 
     Runs on the thread that made the call: keep it quick and thread-safe.
     Exceptions it raises are logged (once per kind of event) and swallowed:
@@ -385,6 +405,7 @@ class TierStats:
         self._served: Counter[str] = Counter()
         self._repaired: Counter[str] = Counter()
         self._copies: deque[CorruptCopy] = deque(maxlen=DEFAULT_KEPT_CORRUPTIONS)
+        self._plain: dict[str, PlainData] = {}
         self._watched = _Watched()
 
     # -- the hook ------------------------------------------------------------------
@@ -404,6 +425,8 @@ class TierStats:
                 if event.repaired:
                     self._repaired[event.tier] += 1
                 self._copies.append(event)
+            elif isinstance(event, PlainData):
+                self._plain.setdefault(event.type_name, event)
 
     def watch(self, backlog: Backlog, /) -> None:
         """Called by the saver (`WatchesBacklog`): `backlog()` asks it."""
@@ -416,6 +439,7 @@ class TierStats:
             self._served.clear()
             self._repaired.clear()
             self._copies.clear()
+            self._plain.clear()
 
     # -- reading ---------------------------------------------------------------------
 
@@ -473,6 +497,11 @@ class TierStats:
                 unserved=self._served["nothing"],
                 repaired=dict(self._repaired),
             )
+
+    def plain_data(self) -> list[PlainData]:
+        """The types whose values reads handed back as stored data (`PlainData`), first met first."""
+        with self._lock:
+            return list(self._plain.values())
 
     def corrupt_copies(self) -> list[CorruptCopy]:
         """The last bad copies met (up to 100), oldest first."""
@@ -588,6 +617,11 @@ class OpenTelemetryMetrics:
         self.repairs = meter.create_counter(
             "langgraph_durable.repairs", unit="{copy}", description="Bad copies replaced by read-repair"
         )
+        self.plain_data = meter.create_counter(
+            "langgraph_durable.plain_data",
+            unit="{type}",
+            description="Types whose values reads handed back as stored data (never importable by their name)",
+        )
         meter.create_observable_gauge(
             "langgraph_durable.journal.backlog",
             callbacks=[self._observe_records],
@@ -611,6 +645,8 @@ class OpenTelemetryMetrics:
                 self.fallbacks.add(1, attributes)
             if event.repaired:
                 self.repairs.add(1, {"tier": event.tier, "kind": event.kind})
+        elif isinstance(event, PlainData):
+            self.plain_data.add(1, {"type": event.type_name})
 
     def watch(self, backlog: Backlog, /) -> None:
         """Called by the saver (`WatchesBacklog`): the backlog gauges ask it."""

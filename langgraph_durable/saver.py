@@ -54,7 +54,7 @@ from .engine.sweeper import RetentionSweeper
 from .errors import ConfigError, DurableError, ThreadArchived, ThreadBusy, TierUnavailable
 from .integrity import IntegrityPolicy, OnCorruption, ScanReport
 from .ledger import LedgerEntry, damaged_entry, operator_answer
-from .metrics import MetricsHook, MetricsSink, Outcome, TierCall
+from .metrics import MetricsHook, MetricsSink, Outcome, PlainData, TierCall
 from .model.backlog import DEFAULT_CALL_TIMEOUT_S, ArchiveLag, JournalEntry, Lag, MemoryBacklog, WriteMode
 from .model.breaker import Breakers
 from .model.carried import SeenVersions
@@ -605,6 +605,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         # Per-tier metrics (metrics.py): None without hooks, so a tier call costs one `if`.
         self._metrics = MetricsSink.of(metrics, lag=self.lag)
         self._policy = IntegrityPolicy(on_corruption, metrics=self._metrics)
+        self._codec.on_plain_data = functools.partial(_report_plain_data, self._metrics)
         self._validators: list[Validator] = []
         for v in validators:
             self.add_validator(v)
@@ -2564,6 +2565,20 @@ class DurableSaver(BaseCheckpointSaver[str]):
     async def arelease_thread(self, thread_id: str) -> None:
         """Async `release_thread`."""
         await self._async_leases().release(str(thread_id))
+
+
+def _report_plain_data(metrics: MetricsSink | None, type_name: str, record: str) -> None:
+    """A type whose values a read hands back as stored data (once per saver)."""
+    logger.warning(
+        "%s holds %s, whose class could not be imported under that name where it was written either (a class "
+        "defined inside a function, a nested class, a model made with create_model): its values are handed back "
+        "as their stored data, as LangGraph does, and a state schema that names the class rebuilds them. Define "
+        "it at a module's top level to get the objects back.",
+        record,
+        type_name,
+    )
+    if metrics is not None:
+        metrics(PlainData(type_name, record))
 
 
 def _thread_archived(thread_id: str, where: str | None, *, looking: bool = False) -> ThreadArchived:

@@ -7,13 +7,16 @@ serialized once per `put`, and the resulting rows are handed to every tier.
 from __future__ import annotations
 
 import copy
+import hashlib
 import importlib
 import json
 import logging
 import math
 import re
+import sys
+import threading
 import uuid
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from contextvars import ContextVar
 from typing import Any, cast
 
@@ -297,6 +300,11 @@ class _WatchedMsgpack:
 
     def __init__(self, real: Any) -> None:
         self._real = real
+        # Copied once: `packb` and the constants are looked up on every
+        # value LangGraph encodes, nested ones too (no `__getattr__` call).
+        for name in dir(real):
+            if not name.startswith("__") and name != "unpackb":
+                setattr(self, name, getattr(real, name))
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._real, name)
@@ -318,7 +326,50 @@ class _WatchedMsgpack:
         return self._real.unpackb(data, *args, ext_hook=watched, **kwargs)
 
 
+# What `RecordCodec._dump` collects while LangGraph serializes one value: the
+# objects whose class cannot be imported under the module and name LangGraph
+# stores with it (a class defined in a function, a nested class, a model
+# made with `create_model`). LangGraph's own decoder can only ever hand such
+# an object back as its stored data, as the stock savers do. The record says
+# so (`_mark_tag`): a reader hands that data back too, while a class that
+# was importable when the record was written and is not now still raises.
+_WRITING: ContextVar[list[str] | None] = ContextVar("langgraph_durable_never_importable", default=None)
+# Classes found importable under their module and name: module-level
+# objects, which live as long as their module (so holding them costs nothing).
+_IMPORTABLE: dict[type, None] = {}
+
+
+def _never_importable(cls: type) -> str | None:
+    """``module.Name`` as LangGraph stores `cls` when no such name leads to a
+    class in its module (None when one does: the class, or a later
+    definition of it, as a notebook cell run again makes)."""
+    if cls in _IMPORTABLE:
+        return None
+    module, name = getattr(cls, "__module__", None), getattr(cls, "__name__", None)
+    if not isinstance(module, str) or not isinstance(name, str):
+        return None
+    found = getattr(sys.modules.get(module), name, None)
+    if isinstance(found, type):
+        if found is cls:
+            _IMPORTABLE[cls] = None
+        return None
+    return f"{module}.{name}"
+
+
 _langgraph_fallback = _jsonplus._reconstruction_fallback
+_langgraph_default = _jsonplus._msgpack_default
+
+
+def _msgpack_default(obj: Any) -> Any:
+    """LangGraph's msgpack `default` (called for each object msgpack cannot
+    store natively), which while a record is being encoded (`_WRITING` set)
+    also notes a class LangGraph could never rebuild."""
+    writing = _WRITING.get()
+    if writing is not None:
+        cls = type(obj)
+        if cls not in _IMPORTABLE and (name := _never_importable(cls)) is not None:
+            writing.append(name)
+    return _langgraph_default(obj)
 
 
 def _reconstruction_fallback(tup: Any, exc: Exception) -> Any:
@@ -334,6 +385,38 @@ def _reconstruction_fallback(tup: Any, exc: Exception) -> Any:
 if not isinstance(_jsonplus.ormsgpack, _WatchedMsgpack):  # a reload of this module
     _jsonplus.ormsgpack = _WatchedMsgpack(_jsonplus.ormsgpack)  # type: ignore[assignment]
     _jsonplus._reconstruction_fallback = _reconstruction_fallback
+    _jsonplus._msgpack_default = _msgpack_default
+
+
+# A record's type tag carries the marks of its never-importable types after
+# this separator (the tag is covered by the record's checksum or signature).
+_PLAIN_SEP = "+plain:"
+_MARK_CHARS = 10
+_MAX_TAG_BYTES = 255
+
+
+def _type_mark(name: str) -> str:
+    return hashlib.sha256(name.encode()).hexdigest()[:_MARK_CHARS]
+
+
+def _mark_tag(tag: str, names: Iterable[str]) -> str:
+    """`tag` with the marks of `names` (as many as fit in a tag: a type left
+    out raises `UndecodableRecord` when read where it cannot be built)."""
+    out = tag + _PLAIN_SEP
+    sep = ""
+    for mark in sorted({_type_mark(n) for n in names}):
+        if len(out.encode()) + len(sep) + len(mark) > _MAX_TAG_BYTES:
+            break
+        out += sep + mark
+        sep = ","
+    return out if sep else tag
+
+
+def split_tag(tag: str) -> tuple[str, frozenset[str]]:
+    """A stored type tag's serializer tag, and the marks of the types that
+    were never importable where it was written (`_mark_tag`)."""
+    base, sep, marks = tag.partition(_PLAIN_SEP)
+    return (base, frozenset(marks.split(","))) if sep else (tag, frozenset())
 
 
 def _label(context: str) -> str:
@@ -368,6 +451,13 @@ class RecordCodec:
         # cannot import) instead of raising: for the command line's read
         # commands, which show values and never write them back.
         self.plain_when_unbuildable = False
+        # Called once per type (`plain_data`) with a type's ``module.Name``
+        # and the record it was first met in, when a record hands back the
+        # stored data of a class that was never importable where it was
+        # written (as LangGraph does): the saver reports it (log, metrics).
+        self.on_plain_data: Callable[[str, str], None] | None = None
+        self._plain_reported: set[str] = set()
+        self._plain_lock = threading.Lock()
         self.loader: SerializerProtocol = serde
         self.strict_loader: SerializerProtocol | None = None
         if strict:
@@ -409,6 +499,8 @@ class RecordCodec:
     # -- encode ------------------------------------------------------------
 
     def _dump(self, value: Any, *, channel: str, what: str) -> tuple[str, bytes]:
+        never_importable: list[str] = []
+        token = _WRITING.set(never_importable)
         try:
             tag, payload = self.serde.dumps_typed(value)
         except Exception as exc:  # the serializer raises TypeError, ValueError, ormsgpack errors
@@ -420,6 +512,10 @@ class RecordCodec:
                 "pydantic models, dataclasses) in the state, or pass a serde= that handles this type.",
                 channel=channel,
             ) from exc
+        finally:
+            _WRITING.reset(token)
+        if never_importable:
+            tag = _mark_tag(tag, never_importable)
         if self.max_record_bytes is not None and len(payload) > self.max_record_bytes:
             raise RecordTooLarge(
                 f"{what} {channel!r} serializes to {len(payload):,} bytes, over max_record_bytes="
@@ -586,6 +682,7 @@ class RecordCodec:
         quarantine or repair over. A type the msgpack allowlist blocks is an
         error too, where LangGraph alone would hand back its plain data."""
         loader = self.strict_loader if unsigned and self.strict_loader is not None else self.loader
+        tag, never_importable = split_tag(tag)
         blocked: list[str] = []
         unbuilt: list[str] = []
         token = _BLOCKED.set(blocked)
@@ -604,6 +701,13 @@ class RecordCodec:
         finally:
             _UNBUILT.reset(token_unbuilt)
             _BLOCKED.reset(token)
+        if unbuilt and never_importable:
+            # Classes that could not be imported where the record was
+            # written either: their stored data, as LangGraph hands it back.
+            plain = [u for u in unbuilt if _type_mark(u.split(" (")[0]) in never_importable]
+            if plain:
+                self._report_plain(plain, context)
+                unbuilt = [u for u in unbuilt if u not in plain]
         if unbuilt:
             names = "; ".join(dict.fromkeys(unbuilt))
             raise UndecodableRecord(
@@ -638,6 +742,16 @@ class RecordCodec:
                 blocked=list(dict.fromkeys(blocked)),
             )
         return value
+
+    def _report_plain(self, plain: Iterable[str], context: str) -> None:
+        """Hand each type in `plain` to `on_plain_data`, once per codec."""
+        names = [u.split(" (")[0] for u in plain]
+        with self._plain_lock:
+            new = [n for n in dict.fromkeys(names) if n not in self._plain_reported]
+            self._plain_reported.update(new)
+        if self.on_plain_data is not None:
+            for name in new:
+                self.on_plain_data(name, _label(context))
 
     def decode_checkpoint(self, row: CheckpointRow) -> tuple[dict[str, Any], dict[str, Any]]:
         """``(checkpoint without channel_values, metadata)`` of a verified row."""
