@@ -567,6 +567,11 @@ class DurableSaver(BaseCheckpointSaver[str]):
             read_only=read_only,
         )
         tiers, integrity = options.tiers, options.integrity
+        if archive is not None:
+            parse_archive_url(archive)
+        if not isinstance(archive_lag, (int, float)) or not archive_lag > 0:
+            raise ConfigError(f"archive_lag= must be a number of seconds above 0, got {archive_lag!r}.")
+        fingerprint = archive_key_fingerprint_of(archive_key_fingerprint)
         self.sqlite_path = tiers.sqlite
         if read_only and self.sqlite_path and self.sqlite_path != ":memory:" and not os.path.exists(self.sqlite_path):
             if not tiers.shared:
@@ -653,7 +658,6 @@ class DurableSaver(BaseCheckpointSaver[str]):
             self._sweeper = RetentionSweeper(
                 lambda pace: self.apply_retention(pace=pace), every=retention_every, rate=retention_rate
             )
-            self._sweeper.start()
         self._lock = threading.Lock()
         self._drains: list[threading.Event] = []  # drains under way (_drain_pending): close waits
         self._sync: TierChain | None = None
@@ -663,12 +667,8 @@ class DurableSaver(BaseCheckpointSaver[str]):
         # A `with_allowlist` clone works through the saver it was made from.
         self._origin: DurableSaver | None = None
         # The archive (archive/): a replica shipping behind the steps.
-        if archive is not None:
-            parse_archive_url(archive)
-        if not isinstance(archive_lag, (int, float)) or not archive_lag > 0:
-            raise ConfigError(f"archive_lag= must be a number of seconds above 0, got {archive_lag!r}.")
         self.archive_url = archive
-        self.archive_key_fingerprint = archive_key_fingerprint_of(archive_key_fingerprint)
+        self.archive_key_fingerprint = fingerprint
         self._sync_archiver: Archiver | None = None
         self._async_archiver: AsyncArchiver | None = None
         self._archive_replica = (
@@ -706,6 +706,10 @@ class DurableSaver(BaseCheckpointSaver[str]):
                 where=redact(tiers.postgres or tiers.redis or ""),
                 claim_ending=write != "local",
             )
+        # Last: nothing starts before every option has been checked, so a
+        # constructor that raises leaves no thread behind.
+        if self._sweeper is not None:
+            self._sweeper.start()
 
     # -- construction -----------------------------------------------------------
 

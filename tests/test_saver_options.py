@@ -100,3 +100,49 @@ def test_local_fsync_is_checked(tmp_path: Any, bad: dict[str, Any]) -> None:
         DurableSaver(**kwargs)
     assert "True, False, or None" in str(info.value)
     assert list(tmp_path.iterdir()) == []  # nothing left on disk
+
+
+# One bad value per option the constructor checks, each beside options that
+# start background work when the construction succeeds (a retention sweep, a
+# hand-off listener, an archive replica).
+BAD_VALUES = [
+    {"lease_ttl": -1},
+    {"lease_ttl": "soon"},
+    {"lease_linger": -1},
+    {"lease_wait": -1},
+    {"on_busy": "shrug"},
+    {"archive_lag": 0},
+    {"archive": "ftp://bucket/prefix"},
+    {"archive_key_fingerprint": "hmac-sha256:abc"},
+    {"memory_budget": -5},
+    {"drain_timeout": -1},
+    {"call_timeout": 0},
+    {"write": "sometimes"},
+    {"retention_rate": -1},
+    {"max_record_bytes": 0},
+    {"redis_ttl": -1},
+    {"validators": [42]},
+    {"metrics": 42},
+]
+
+
+@pytest.mark.parametrize("bad", BAD_VALUES, ids=lambda bad: next(iter(bad)))
+def test_a_constructor_that_refuses_an_option_leaves_nothing_running(tmp_path: Any, bad: dict[str, Any]) -> None:
+    """Every option is checked before anything starts: a ConfigError, and no
+    thread, file or folder left behind."""
+    import threading
+
+    from langgraph_durable import ConfigError, RetentionPolicy
+
+    before = set(threading.enumerate())
+    kwargs: dict[str, Any] = {
+        "sqlite": str(tmp_path / "store" / "l.sqlite"),
+        "redis": REDIS_URL,
+        "retention": RetentionPolicy(keep_last=3),
+        "retention_every": 3600,
+        "lease_linger": 30.0,
+    } | bad
+    with pytest.raises(ConfigError):
+        DurableSaver(**kwargs)
+    assert [t.name for t in set(threading.enumerate()) - before] == []
+    assert list(tmp_path.iterdir()) == []
