@@ -41,7 +41,7 @@ from .archive.store_async import AsyncArchiveStore, parse_archive_url
 from .engine import importing
 from .engine.chain import TierChain
 from .engine.chain_async import AsyncTierChain
-from .engine.concurrency import wait_deferred
+from .engine.concurrency import amaybe_await, refuse_awaitable, wait_deferred
 from .engine.handoff import Ears, HandOffListener, PostgresEars, RedisEars
 from .engine.importer import Importer
 from .engine.importer_async import AsyncImporter
@@ -1649,6 +1649,12 @@ class DurableSaver(BaseCheckpointSaver[str]):
         chain.ensure_setup()
         return sorted({t for tier in chain.tiers for t in tier.thread_ids()})
 
+    async def athread_ids(self) -> builtins.list[str]:
+        """Async `thread_ids`."""
+        chain = self._async_chain()
+        await chain.ensure_setup()
+        return sorted({t for tier in chain.tiers for t in await tier.thread_ids()})
+
     def verify(self, thread_id: str | None = None, *, progress: Callable[[int, int], None] | None = None) -> ScanReport:
         """Check every copy of every record in every tier (one thread or all).
         Changes nothing; `ScanReport.bad` lists each bad copy with its tier and key.
@@ -1699,7 +1705,9 @@ class DurableSaver(BaseCheckpointSaver[str]):
         only count what would go. What a sweep never removes is listed in
         `RetentionPolicy`. Records still owed to the shared tiers are shipped
         first. A tier that cannot be reached raises `TierUnavailable` and
-        leaves the threads not reached yet as they were; run it again."""
+        leaves the threads not reached yet as they were; run it again.
+        `progress(done, total)` runs after each thread, `pace()` before or
+        after each (a rate limit: the background sweep's `retention_rate`)."""
         chosen = self._retention_policy(policy)
         chain = self._sync_chain()
         leases = self._sync_leases()
@@ -1734,8 +1742,9 @@ class DurableSaver(BaseCheckpointSaver[str]):
         dry_run: bool = False,
         now: float | None = None,
         progress: Callable[[int, int], None] | None = None,
+        pace: Callable[[], Any] | None = None,
     ) -> RetentionReport:
-        """`apply_retention` on the async face."""
+        """`apply_retention` on the async face; `pace()` may return an awaitable, which is awaited."""
         chosen = self._retention_policy(policy)
         chain = self._async_chain()
         leases = self._async_leases()
@@ -1749,13 +1758,14 @@ class DurableSaver(BaseCheckpointSaver[str]):
                 now=when,
                 dry_run=dry_run,
                 progress=progress,
+                pace=pace,
                 ask=self._aasking(leases.ask_kept_back, "apply_retention"),  # see apply_retention
             )
         if self.archive_url is not None:
-            await self._aretain_archived(chosen, archived_ids, report, now=when, dry_run=dry_run)
+            await self._aretain_archived(chosen, archived_ids, report, now=when, dry_run=dry_run, pace=pace)
         if chosen.archive_idle_after is not None:
             archived = await self.aarchive_idle(
-                chosen.archive_idle_after, thread_ids=thread_ids, dry_run=dry_run, now=when
+                chosen.archive_idle_after, thread_ids=thread_ids, dry_run=dry_run, now=when, pace=pace
             )
             report.threads_archived = len(archived.archived)
         return report
@@ -1804,7 +1814,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         leases = self._sync_leases()
         for thread_id in thread_ids:
             if pace is not None:
-                pace()
+                refuse_awaitable(pace(), "pace")
             judged = archiver.judge(thread_id, policy, now)
             if judged is None:
                 continue  # brought back since it was listed: the next sweep finds it hot
@@ -1852,11 +1862,20 @@ class DurableSaver(BaseCheckpointSaver[str]):
             _rearchived(thread_id, again)
 
     async def _aretain_archived(
-        self, policy: RetentionPolicy, thread_ids: Sequence[str], report: RetentionReport, *, now: float, dry_run: bool
+        self,
+        policy: RetentionPolicy,
+        thread_ids: Sequence[str],
+        report: RetentionReport,
+        *,
+        now: float,
+        dry_run: bool,
+        pace: Callable[[], Any] | None = None,
     ) -> None:
         archiver = self._aarchiver()
         leases = self._async_leases()
         for thread_id in thread_ids:  # see _retain_archived
+            if pace is not None:
+                await amaybe_await(pace())
             judged = await archiver.judge(thread_id, policy, now)
             if judged is None:
                 continue
@@ -2188,7 +2207,8 @@ class DurableSaver(BaseCheckpointSaver[str]):
         pin, one being run, or one whose copy does not check out stays (the
         report says why). Any later read or run of an archived thread
         (``get_tuple``, ``list``, ``invoke``, ``get_state_history``) brings
-        it back first. With `dry_run`, only say which threads would go."""
+        it back first. With `dry_run`, only say which threads would go.
+        `pace()` runs before each thread (a rate limit)."""
         archiver = self._archiver()
         leases = self._sync_leases()
         chain = archiver.chain
@@ -2209,8 +2229,9 @@ class DurableSaver(BaseCheckpointSaver[str]):
         thread_ids: Sequence[str] | None = None,
         dry_run: bool = False,
         now: float | None = None,
+        pace: Callable[[], Any] | None = None,
     ) -> ArchiveReport:
-        """`archive_idle` on the async face."""
+        """`archive_idle` on the async face; `pace()` may return an awaitable, which is awaited."""
         archiver = self._aarchiver()
         leases = self._async_leases()
         chain = archiver.chain
@@ -2224,7 +2245,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         async with self._replicator.aexclusive():
             await chain.catch_up()
         return await archiver.archive_threads(
-            ids, report, idle_after=older_than, now=when, **self._archiving_with(leases)
+            ids, report, idle_after=older_than, now=when, pace=pace, **self._archiving_with(leases)
         )
 
     def _archiving_with(self, leases: Any) -> dict[str, Any]:

@@ -405,3 +405,49 @@ def test_the_notes_of_pruned_checkpoints_go_with_their_thread(
         conn.execute("SET enable_seqscan = off")
         plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + pg_sql.DELETE_GONE_NOTES, gone_range("t2")))
     assert "lgd_meta_key_bytes" in plan, plan
+
+
+@pytest.mark.parametrize("face", FACES)
+@pytest.mark.parametrize("kind", ["plain", "async"])
+def test_pace_runs_once_per_thread_on_both_faces(
+    make_saver: SaverFactory, archive_url: str, face: str, kind: str
+) -> None:
+    """`pace` (the sweep's rate limit) runs before each thread a sweep or
+    `archive_idle` visits, hot or archived, on either face; an async `pace`
+    is awaited on the async face and refused, naming it, on the sync one."""
+    with make_saver(FULL, archive=archive_url) as saver:
+        for thread in ("p-hot", "p-cold", "p-idle"):
+            loop_graph(3).compile(checkpointer=saver).invoke({"messages": [], "n": 0}, cfg(thread))
+        assert saver.archive_idle(0.0, thread_ids=["p-cold"]).archived == ["p-cold"]
+        paced: list[str] = []
+
+        def plain_pace() -> None:
+            paced.append("pace")
+
+        async def async_pace() -> None:
+            paced.append("pace")
+
+        pace = plain_pace if kind == "plain" else async_pace
+
+        async def body() -> tuple[Any, Any, Any]:
+            on = On(saver, face)
+            try:
+                ids = await on.thread_ids()
+                swept = await on.apply_retention(
+                    RetentionPolicy(keep_last=2), thread_ids=["p-hot", "p-cold"], pace=pace
+                )
+                moved = await on.archive_idle(0.0, thread_ids=["p-idle"], pace=pace)
+                return ids, swept, moved
+            finally:
+                await on.close()
+
+        if face == "sync" and kind == "async":
+            from langgraph_durable import ConfigError
+
+            with pytest.raises(ConfigError, match="an async pace was given to a sync method"):
+                run(face, body)
+            return
+        ids, swept, moved = run(face, body)
+        assert ids == ["p-hot", "p-idle"]  # what the hot tiers hold
+        assert swept.checkpoints_deleted > 0 and moved.archived == ["p-idle"]
+        assert len(paced) == 3  # p-hot, p-cold (archived), p-idle

@@ -36,6 +36,7 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ..engine.concurrency import refuse_awaitable
 from ..errors import ConfigError, CorruptCheckpoint, DurableError, ThreadArchived, ThreadBusy, TierUnavailable
 from ..ledger import LedgerEntry, newest_entry
 from ..model.codec import thread_id_of
@@ -735,15 +736,17 @@ class Archiver:
         release: Callable[[Any], Any],
         ask: Callable[[str, str], Any],
         timed: Callable[[str], AbstractContextManager[None]],
-        pace: Callable[[], None] | None = None,
+        pace: Callable[[], Any] | None = None,
     ) -> ArchiveReport:
         """`archive_thread` for each of `thread_ids`, into `report`: first
-        `ask(thread_id, what)` another saver for the lease it keeps, each
-        timed by `timed(op)` (the metrics hooks). A hot tier that cannot be
-        read leaves that thread as it is; the object store down stops."""
+        `pace()` (a rate limit; on the async face awaited if it returns an
+        awaitable), then `ask(thread_id, what)` another saver for the lease
+        it keeps, each timed by `timed(op)` (the metrics hooks). A hot tier
+        that cannot be read leaves that thread as it is; the object store
+        down stops."""
         for thread_id in thread_ids:
             if pace is not None:
-                pace()
+                refuse_awaitable(pace(), "pace")
             ask(thread_id, "archive_idle")
             try:
                 with timed("archive_thread"):

@@ -1305,7 +1305,7 @@ class TierChain:
             if progress is not None:
                 progress(done, len(thread_ids))
             if pace is not None:
-                refuse_awaitable(pace())
+                refuse_awaitable(pace(), "pace")
         return report
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:

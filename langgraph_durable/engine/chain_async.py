@@ -1323,7 +1323,7 @@ class AsyncTierChain:
                 if True:  # ASYNC
                     await amaybe_await(pace())
                 else:
-                    refuse_awaitable(pace())
+                    refuse_awaitable(pace(), "pace")
         return report
 
     async def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:

@@ -66,17 +66,19 @@ async def amaybe_await(value: Any) -> Any:
     return await value if inspect.isawaitable(value) else value
 
 
-def refuse_awaitable(value: object) -> None:
+def refuse_awaitable(value: object, what: str = "validator") -> None:
     """The sync face cannot wait for an async callable: say so instead of hanging."""
     if inspect.isawaitable(value):
         if inspect.iscoroutine(value):
             value.close()
         from ..errors import ConfigError
 
-        raise ConfigError(
-            "an async validator was called from a sync run (graph.invoke / stream): "
-            "use graph.ainvoke / astream, or make the validator a plain function."
-        )
+        if what == "validator":
+            raise ConfigError(
+                "an async validator was called from a sync run (graph.invoke / stream): "
+                "use graph.ainvoke / astream, or make the validator a plain function."
+            )
+        raise ConfigError(f"an async {what} was given to a sync method: call its async twin, or pass a plain function.")
 
 
 # Waiting in both faces (the async source calls `asleep`; its sync twin `sleep`).
