@@ -1329,6 +1329,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
     # -- BaseCheckpointSaver: async face ------------------------------------------
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """Async `get_tuple`."""
         chain = self._async_chain()
         first = self._first_call_of_run(config)
         lease = await self._async_leases().begin_run(config) if first else None  # see get_tuple
@@ -1355,6 +1356,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
+        """Async `list`."""
         chain = self._async_chain()
         token, until = None, None
         if config:
@@ -1375,6 +1377,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
+        """Async `put`."""
         stored = await self._async_leases().put(config, checkpoint, self._stamped(metadata), new_versions)
         self._note_archive(config)
         return stored
@@ -1382,10 +1385,12 @@ class DurableSaver(BaseCheckpointSaver[str]):
     async def aput_writes(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
     ) -> None:
+        """Async `put_writes`."""
         await self._async_leases().put_writes(config, writes, task_id, task_path)
         self._note_archive(config)
 
     async def adelete_thread(self, thread_id: str) -> None:
+        """Async `delete_thread`."""
         chain = self._async_chain()
         if self.archive_url is None:  # see delete_thread
             await self._arefuse_archived(chain, {"configurable": {"thread_id": str(thread_id)}})
@@ -1406,6 +1411,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         await self._aarchive_forget(thread_id)
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Async `delete_for_runs`."""
         chain = self._async_chain()
         leases = self._async_leases()
         unsearched: TierUnavailable | None = None
@@ -1422,6 +1428,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
             raise _archived_runs_unsearched(unsearched)
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Async `copy_thread`."""
         chain = self._async_chain()
         await self._abring_back_thread(source_thread_id)  # see copy_thread
         await self._abring_back_thread(target_thread_id)
@@ -1432,6 +1439,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         self._note_archive(target_thread_id)
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """Async `prune`."""
         chain = self._async_chain()
         leases = self._async_leases()
         for thread_id in thread_ids:
@@ -2271,6 +2279,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         return self._sync_chain().promote_local(progress)
 
     async def apromote_local(self, *, progress: Callable[[int, int], None] | None = None) -> int:
+        """Async `promote_local`."""
         return await self._async_chain().promote_local(progress)
 
     def _holds_embedded_history(self) -> bool:
@@ -2286,6 +2295,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         return self._archiver().archived_threads()
 
     async def aarchived_threads(self) -> builtins.list[str]:
+        """Async `archived_threads`."""
         return await self._aarchiver().archived_threads()
 
     def restore(self, thread_ids: Sequence[str] | None = None, *, until: float | None = None) -> RestoreReport:
@@ -2300,6 +2310,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         return self._archiver().restore(thread_ids, until=until, hold=leases.hold, release=leases.unhold)
 
     async def arestore(self, thread_ids: Sequence[str] | None = None, *, until: float | None = None) -> RestoreReport:
+        """Async `restore`."""
         leases = self._async_leases()
         return await self._aarchiver().restore(thread_ids, until=until, hold=leases.hold, release=leases.unhold)
 
@@ -2311,6 +2322,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         return replica.flush(timeout) if replica is not None else None
 
     async def adrain_archive(self, timeout: float | None = None) -> ArchiveLag | None:
+        """Async `drain_archive`."""
         return await asyncio.to_thread(self.drain_archive, timeout)
 
     # -- pinned recovery points (model/pins.py) ------------------------------------------
@@ -2370,6 +2382,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         return True
 
     async def aunpin(self, config: RunnableConfig) -> bool:
+        """Async `unpin`."""
         thread_id, ns, checkpoint_id = self._pin_target(config)
         if not checkpoint_id:
             raise ConfigError("unpin: name the checkpoint (configurable checkpoint_id), as pin() returned it.")
@@ -2386,6 +2399,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         return self._sync_chain().pins(thread_id)
 
     async def apins(self, thread_id: str) -> builtins.list[Pin]:
+        """Async `pins`."""
         return await self._async_chain().pins(thread_id)
 
     # -- importing another saver's threads (importer_async.py) ----------------------

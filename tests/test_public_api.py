@@ -122,3 +122,24 @@ def test_from_urls_in_memory_and_no_local_tier(postgres_url: str) -> None:
         DurableSaver.from_urls(sqlite=None)  # no tier at all
     with pytest.raises(TypeError):
         DurableSaver.from_urls(sqlite=":memory:", no_such_option=1)
+
+
+def test_each_sync_method_has_an_async_twin_with_the_same_parameters() -> None:
+    """The two faces take the same arguments and are both documented: a
+    method added to one face alone, or a keyword to one twin, fails here."""
+    import inspect
+
+    from langgraph_durable import DurableSaver
+
+    public = {n for n in dir(DurableSaver) if not n.startswith("_") and inspect.isfunction(getattr(DurableSaver, n))}
+    # No I/O (no twin in BaseCheckpointSaver either), or a view of the saver.
+    one_face = {"add_validator", "get_next_version", "with_allowlist"}
+    for name in sorted(public - one_face):
+        method = getattr(DurableSaver, name)
+        if inspect.iscoroutinefunction(method) or inspect.isasyncgenfunction(method):
+            assert name.startswith("a") and name[1:] in public, f"{name} has no sync twin"
+            sync = getattr(DurableSaver, name[1:])
+            assert list(inspect.signature(method).parameters) == list(inspect.signature(sync).parameters), name
+            assert (method.__doc__ or "").strip(), f"{name} has no docstring"
+        else:
+            assert f"a{name}" in public, f"{name} has no async twin"
