@@ -35,9 +35,16 @@ from dataclasses import dataclass, replace
 from types import TracebackType
 from typing import Any, Literal, Protocol, TypeVar, cast, runtime_checkable
 
-from langgraph.config import get_config
-
 from .errors import ConfigError, CorruptCheckpoint, ResumeRejected
+
+
+def _run_config() -> Any:
+    """The running step's config (`langgraph.config.get_config`), imported on
+    first use: `langgraph.config` brings LangChain's tracers and LangSmith,
+    which a command that never runs a graph should not pay to import."""
+    from langgraph.config import get_config
+
+    return get_config()
 
 ActionState = Literal["intent", "done", "not_done"]
 CHECKPOINTER_KEY = "__pregel_checkpointer"  # where Pregel puts the saver in a node's config
@@ -89,7 +96,7 @@ class ActionLedger(Protocol):
 
 def _saver_and_thread() -> tuple[ActionLedger, str]:
     try:
-        config = get_config()
+        config = _run_config()
     except RuntimeError as exc:
         raise ConfigError("action() must be used inside a LangGraph node (it reads the run's config).") from exc
     configurable = config.get("configurable") or {}
@@ -202,7 +209,7 @@ class Pinning(Protocol):
 
 def _root_checkpoint(what: str) -> tuple[Pinning, dict[str, Any]]:
     try:
-        config = get_config()
+        config = _run_config()
     except RuntimeError as exc:
         raise ConfigError(f"{what}() must be used inside a LangGraph node (it reads the run's config).") from exc
     configurable = config.get("configurable") or {}
