@@ -19,13 +19,15 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, TextIO, TypedDict
+from typing import TYPE_CHECKING, Annotated, Any, TextIO, TypedDict
 
 from langchain_core.runnables import RunnableConfig
-from langgraph.graph import END, START, StateGraph
 
 from .model.codec import serde_from_spec
 from .saver import DurableSaver
+
+if TYPE_CHECKING:
+    from langgraph.graph import StateGraph
 
 STEP_SECONDS = 0.3
 
@@ -42,6 +44,9 @@ def build_graph(executions_log: str) -> StateGraph:
     Each execution is appended to `executions_log` *before* the work, so a
     step that was cut short by the kill and run again shows up twice.
     """
+    # Imported here: every command line command imports this module (for
+    # `saver_from_args`), and only the demo builds a graph.
+    from langgraph.graph import END, START, StateGraph
 
     def work(state: DemoState) -> dict[str, Any]:
         n = state["n"]
