@@ -186,7 +186,7 @@ def postgres_store(url: str) -> SqlStore:
 
 
 class RedisStore:
-    """The hashes of ``P:{T}:...`` (see redis_async.py's layout)."""
+    """The hashes of ``P:{T}:...`` (see the layout in tiers/redis/tier_async.py)."""
 
     name = "redis"
 

@@ -108,9 +108,6 @@ class Roles(Generic[T]):
         (a lease taken on a tier since removed from the configuration)."""
         return next((t for t in self.tiers if t.name == name), self.last_resort)
 
-    def is_local(self, tier: object) -> bool:
-        return self.local is not None and tier is self.local
-
     def ships_behind(self, write: str) -> bool:
         """Whether the replicator, not the step, writes a run's records to a
         shared tier: every shared tier with write-behind (``write="local"``);

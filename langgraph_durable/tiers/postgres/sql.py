@@ -1,4 +1,4 @@
-"""The SQL of the Postgres tier (`postgres_async.py`), apart from its I/O.
+"""The SQL of the Postgres tier (`tier_async.py`), apart from its I/O.
 
 One constant per statement, the schema as `MIGRATIONS`; statements that
 depend on their arguments (which parts a query has, a table's name) are

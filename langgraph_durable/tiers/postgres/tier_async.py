@@ -13,7 +13,7 @@ session advisory lock; the migration lock is ``pg_advisory_xact_lock``, held
 by the transaction that migrates). The one session feature is psycopg's
 server-side prepared statements, off with ``prepared_statements=False``.
 
-This file is the async source: ``postgres.py`` is generated from it by
+This file is the async source: ``tier.py`` is generated from it by
 ``tools/async_to_sync.py``; edit this one and regenerate.
 """
 

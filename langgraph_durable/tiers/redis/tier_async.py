@@ -69,7 +69,7 @@ Three deployments, one layout:
   sentinels and again after a failover (redis-py's `Sentinel`). The
   credentials are the primary's; the sentinels are asked without them.
 
-This file is the async source: ``redis.py`` is generated from it by
+This file is the async source: ``tier.py`` is generated from it by
 ``tools/async_to_sync.py``; edit this one and regenerate.
 """
 

@@ -1,4 +1,4 @@
-"""The SQL of the SQLite tier (`sqlite.py`), apart from its I/O.
+"""The SQL of the SQLite tier (`tier.py`), apart from its I/O.
 
 One constant per statement, the schema as `MIGRATIONS`; statements that
 depend on their arguments (how many placeholders, which parts a query has,
