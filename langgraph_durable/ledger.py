@@ -46,6 +46,7 @@ def _run_config() -> Any:
 
     return get_config()
 
+
 ActionState = Literal["intent", "done", "not_done"]
 CHECKPOINTER_KEY = "__pregel_checkpointer"  # where Pregel puts the saver in a node's config
 

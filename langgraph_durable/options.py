@@ -18,6 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .archive.replica import DEFAULT_ARCHIVE_LAG_S
+from .archive.store_async import parse_archive_url
 from .environment import (  # noqa: F401 (where they were always imported from)
     ENV_ARCHIVE_KEY_FINGERPRINT,
     ENV_ARCHIVE_URL,
@@ -38,6 +40,8 @@ from .errors import ConfigError
 from .integrity import OnCorruption
 from .model.backlog import WRITE_MODES, WriteMode
 from .model.codec import serde_from_spec
+from .model.lease import DEFAULT_LEASE_TTL_S, DEFAULT_LEASE_WAIT_S, DEFAULT_ON_BUSY, ON_BUSY_CHOICES
+from .model.memory_budget import MemoryBudget
 from .retention import RetentionPolicy
 from .tiers.postgres.sql import MAX_SCHEMA_BYTES
 from .tiers.redis.tier_async import check_url as check_redis_url
@@ -192,6 +196,27 @@ class Limits:
     local_max_bytes: int | None
     read_cache_bytes: int | None
     memory_budget: int
+    budget: MemoryBudget
+    """`memory_budget` shared out among the saver's memos."""
+
+
+@dataclass(frozen=True)
+class LeaseOptions:
+    """The writer lease of each thread (`engine.lease_book.LeaseBook`)."""
+
+    ttl: float
+    on_busy: str
+    wait: float
+    linger: float
+
+
+@dataclass(frozen=True)
+class ArchiveOptions:
+    """The archive on object storage (`archive/`)."""
+
+    url: str | None
+    lag: float
+    key_fingerprint: str | None
 
 
 @dataclass(frozen=True)
@@ -201,6 +226,8 @@ class Options:
     write: WriteOptions
     retention: RetentionOptions
     limits: Limits
+    leases: LeaseOptions
+    archive: ArchiveOptions
     read_only: bool
 
     @classmethod
@@ -234,6 +261,13 @@ class Options:
         retention: RetentionPolicy | None,
         retention_every: float | None,
         retention_rate: float | None,
+        lease_ttl: float = DEFAULT_LEASE_TTL_S,
+        on_busy: str = DEFAULT_ON_BUSY,
+        lease_wait: float = DEFAULT_LEASE_WAIT_S,
+        lease_linger: float = 0.0,
+        archive: str | None = None,
+        archive_lag: float = DEFAULT_ARCHIVE_LAG_S,
+        archive_key_fingerprint: str | None = None,
         read_only: bool,
     ) -> Options:
         """Every option checked, or the first that is wrong as a
@@ -330,6 +364,13 @@ class Options:
             raise ConfigError("retention_every= needs retention= (a RetentionPolicy) and a number of seconds above 0.")
         if retention_rate is not None and retention_rate <= 0:
             raise ConfigError(f"retention_rate= must be threads per second above 0, or None, not {retention_rate!r}.")
+        leases = lease_options(lease_ttl, on_busy, lease_wait, lease_linger)
+        budget = MemoryBudget.of(memory_budget, read_cache=read_cache_bytes)
+        if archive is not None:
+            parse_archive_url(archive)
+        if isinstance(archive_lag, bool) or not isinstance(archive_lag, (int, float)) or not archive_lag > 0:
+            raise ConfigError(f"archive_lag= must be a number of seconds above 0, got {archive_lag!r}.")
+        fingerprint = archive_key_fingerprint_of(archive_key_fingerprint)
         return cls(
             tiers=TierOptions(
                 sqlite=os.fspath(sqlite) if sqlite is not None else None,
@@ -351,9 +392,27 @@ class Options:
             integrity=IntegrityOptions(keys, permissive_decoding, on_corruption, max_record_bytes),
             write=WriteOptions(write, list_snapshot_every, local_fsync),
             retention=RetentionOptions(retention, retention_every, retention_rate),
-            limits=Limits(local_max_bytes, read_cache_bytes, memory_budget),
+            limits=Limits(local_max_bytes, read_cache_bytes, memory_budget, budget),
+            leases=leases,
+            archive=ArchiveOptions(archive, float(archive_lag), fingerprint),
             read_only=read_only,
         )
+
+
+def lease_options(ttl: object, on_busy: object, wait: object, linger: object) -> LeaseOptions:
+    """The lease options checked (`LeaseBook` takes them as they are)."""
+    if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not 0 < ttl < math.inf:
+        raise ConfigError(f"lease_ttl must be a positive number of seconds, got {ttl!r}.")
+    if on_busy not in ON_BUSY_CHOICES:
+        raise ConfigError(f"on_busy must be 'raise' or 'wait', got {on_busy!r}.")
+    if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not 0 <= wait < math.inf:
+        raise ConfigError(f"lease_wait must be a number of seconds (0 or more), got {wait!r}.")
+    if isinstance(linger, bool) or not isinstance(linger, (int, float)) or not 0 <= linger < math.inf:
+        raise ConfigError(
+            f"lease_linger must be a number of seconds (0 or more; 0 gives a run's lease back when it "
+            f"ends), got {linger!r}."
+        )
+    return LeaseOptions(float(ttl), str(on_busy), float(wait), float(linger))
 
 
 def signing_keys_of(signing_key: bytes | str | None, signing_keys: Sequence[bytes | str | None] | None) -> list[bytes]:

@@ -37,7 +37,7 @@ from .archive.replica import DEFAULT_ARCHIVE_LAG_S, FAILING_META, ArchiveReplica
 from .archive.reports import ArchiveRefused, ArchiveReport, RestoreReport
 from .archive.segments import OWNER as ARCHIVE_OWNER
 from .archive.store import ArchiveStore
-from .archive.store_async import AsyncArchiveStore, parse_archive_url
+from .archive.store_async import AsyncArchiveStore
 from .engine import importing
 from .engine.chain import TierChain
 from .engine.chain_async import AsyncTierChain
@@ -70,7 +70,7 @@ from .model.lease import (
     OnBusy,
     hand_off_channel,
 )
-from .model.memory_budget import DEFAULT_MEMORY_BUDGET, MemoryBudget
+from .model.memory_budget import DEFAULT_MEMORY_BUDGET
 from .model.own_heads import OwnHeads
 from .model.pins import Pin, pin_entry, pin_key, unpin_entry
 from .model.read_cache import ReadCache
@@ -113,7 +113,6 @@ from .options import (
 )
 from .options import (
     Options,
-    archive_key_fingerprint_of,
     env_options,
     naming_the_variable,
 )
@@ -564,14 +563,16 @@ class DurableSaver(BaseCheckpointSaver[str]):
             retention=retention,
             retention_every=retention_every,
             retention_rate=retention_rate,
+            lease_ttl=lease_ttl,
+            on_busy=on_busy,
+            lease_wait=lease_wait,
+            lease_linger=lease_linger,
+            archive=archive,
+            archive_lag=archive_lag,
+            archive_key_fingerprint=archive_key_fingerprint,
             read_only=read_only,
         )
         tiers, integrity = options.tiers, options.integrity
-        if archive is not None:
-            parse_archive_url(archive)
-        if not isinstance(archive_lag, (int, float)) or not archive_lag > 0:
-            raise ConfigError(f"archive_lag= must be a number of seconds above 0, got {archive_lag!r}.")
-        fingerprint = archive_key_fingerprint_of(archive_key_fingerprint)
         self.sqlite_path = tiers.sqlite
         if read_only and self.sqlite_path and self.sqlite_path != ":memory:" and not os.path.exists(self.sqlite_path):
             if not tiers.shared:
@@ -632,7 +633,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         # Outages (breaker.py, backlog.py, replicator.py): shared by both faces.
         self._breakers = Breakers()
         # What the memos below may hold, each its share (memory_budget.py).
-        budget = MemoryBudget.of(memory_budget, read_cache=read_cache_bytes)
+        budget = options.limits.budget
         self._memory = MemoryBacklog(outbox_bytes=budget.outbox)
         self._counters = Counters()
         # Growing lists stored as what they appended (deltas.py): both faces.
@@ -668,13 +669,13 @@ class DurableSaver(BaseCheckpointSaver[str]):
         self._origin: DurableSaver | None = None
         # The archive (archive/): a replica shipping behind the steps.
         self.archive_url = archive
-        self.archive_key_fingerprint = fingerprint
+        self.archive_key_fingerprint = options.archive.key_fingerprint
         self._sync_archiver: Archiver | None = None
         self._async_archiver: AsyncArchiver | None = None
         self._archive_replica = (
             ArchiveReplica(
                 self._archive_ship,
-                lag=float(archive_lag),
+                lag=options.archive.lag,
                 rescan=self._archive_rescan,
                 on_failing=self._archive_failing,
             )
@@ -683,8 +684,13 @@ class DurableSaver(BaseCheckpointSaver[str]):
         )
         self.archive_restores = 0  # threads brought back from the archive by a read
         # One writer per thread (lease.py): the leases this saver holds.
+        lease = options.leases
         self._leases = LeaseBook(
-            ttl=lease_ttl, on_busy=on_busy, wait=lease_wait, linger=lease_linger, max_kept_bytes=budget.kept_leases
+            ttl=lease.ttl,
+            on_busy=cast(OnBusy, lease.on_busy),
+            wait=lease.wait,
+            linger=lease.linger,
+            max_kept_bytes=budget.kept_leases,
         )
         # What this saver wrote last under a thread's lease, read back from
         # the local tier alone while it holds the lease: both faces.

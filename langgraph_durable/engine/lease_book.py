@@ -19,7 +19,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import ConfigError
 from ..model.lease import (
     _KEPT_OVERHEAD,
     DEFAULT_KEPT_LEASE_BYTES,
@@ -27,7 +26,6 @@ from ..model.lease import (
     DEFAULT_LEASE_WAIT_S,
     DEFAULT_ON_BUSY,
     MAX_TRACKED_THREADS,
-    ON_BUSY_CHOICES,
     Fence,
     Lease,
     OnBusy,
@@ -135,17 +133,7 @@ class LeaseBook:
         linger: float = 0.0,
         max_kept_bytes: int = DEFAULT_KEPT_LEASE_BYTES,
     ) -> None:
-        if not isinstance(ttl, (int, float)) or ttl <= 0:
-            raise ConfigError(f"lease_ttl must be a positive number of seconds, got {ttl!r}.")
-        if on_busy not in ON_BUSY_CHOICES:
-            raise ConfigError(f"on_busy must be 'raise' or 'wait', got {on_busy!r}.")
-        if not isinstance(wait, (int, float)) or wait < 0:
-            raise ConfigError(f"lease_wait must be a number of seconds (0 or more), got {wait!r}.")
-        if isinstance(linger, bool) or not isinstance(linger, (int, float)) or not 0 <= linger < float("inf"):
-            raise ConfigError(
-                f"lease_linger must be a number of seconds (0 or more; 0 gives a run's lease back when it "
-                f"ends), got {linger!r}."
-            )
+        # The options were checked with the saver's others (`options.lease_options`).
         self.ttl = ttl
         self.linger = float(linger)
         self.on_busy = on_busy
