@@ -55,10 +55,11 @@ PARTS: list[tuple[str, str, str, list[str], list[str]]] = [
     (
         "bench_delta_channel.py",
         "The latest state of a DeltaChannel thread",
-        "One thread of 95 super-steps whose list is a `DeltaChannel` (a snapshot every 10 steps); "
-        "`graph.get_state` on it, 200 calls per saver, one saver after the other.",
+        "Threads whose list is a `DeltaChannel`: at LangGraph's default snapshot frequency (100) with 90 and "
+        "990 super-steps, and at 10 with 95, each ending between two snapshots; `graph.get_state` on each, "
+        "200 calls per saver, one saver after the other, and the target (at most 0.5x PostgresSaver).",
         [],
-        ["--steps", "30", "--reads", "20"],
+        ["--shapes", "100:30,10:15", "--reads", "20"],
     ),
     (
         "bench_handoff.py",

@@ -1067,10 +1067,38 @@ class TierChain:
         wanted = sorted((c for c in mine if before_id is None or c < before_id), reverse=True)[:limit]
         if len(wanted) < limit:
             return None  # the page reaches past the lease: other writers' checkpoints, maybe
-        page = self.reads.local_list(thread_id, ns, before_id, limit, channels, mine)
+        page = self.local_page(thread_id, ns, before_id, limit, channels, mine)
         if page is None or [t.config["configurable"]["checkpoint_id"] for t in page] != wanted:
             return None
         return page
+
+    def local_page(
+        self,
+        thread_id: str,
+        ns: str,
+        before_id: str | None,
+        limit: int,
+        channels: Sequence[str] | None,
+        mine: Mapping[str, frozenset[tuple[str, int]]],
+    ) -> list[CheckpointTuple] | None:
+        """`TierReader.local_list`, kept while the local file is
+        unchanged (`read_cache.py`) under what the lease says the file holds
+        (`mine`), as the latest state read under the lease is: a DeltaChannel
+        read walks the same ancestors again on every `get_state`."""
+        key = (
+            "own-list",
+            thread_id,
+            ns,
+            before_id,
+            limit,
+            tuple(channels) if channels is not None else None,
+            frozenset(mine.items()),
+        )
+
+        def read() -> list[CheckpointTuple]:
+            return self.reads.local_list(thread_id, ns, before_id, limit, channels, mine) or []
+
+        return self._kept(key, read) or None
 
     def delta_history(
         self,
@@ -1113,7 +1141,7 @@ class TierChain:
                 return None
             page = None
             if mine is not None and found in mine:
-                page = self.reads.local_list(thread_id, ns, oldest, size, channels, mine)
+                page = self.local_page(thread_id, ns, oldest, size, channels, mine)
             if not page:
                 mine = None  # past what this saver wrote under the lease: every tier from here
                 page = self.list_tuples(

@@ -1080,10 +1080,38 @@ class AsyncTierChain:
         wanted = sorted((c for c in mine if before_id is None or c < before_id), reverse=True)[:limit]
         if len(wanted) < limit:
             return None  # the page reaches past the lease: other writers' checkpoints, maybe
-        page = await self.reads.local_list(thread_id, ns, before_id, limit, channels, mine)
+        page = await self.local_page(thread_id, ns, before_id, limit, channels, mine)
         if page is None or [t.config["configurable"]["checkpoint_id"] for t in page] != wanted:
             return None
         return page
+
+    async def local_page(
+        self,
+        thread_id: str,
+        ns: str,
+        before_id: str | None,
+        limit: int,
+        channels: Sequence[str] | None,
+        mine: Mapping[str, frozenset[tuple[str, int]]],
+    ) -> list[CheckpointTuple] | None:
+        """`AsyncTierReader.local_list`, kept while the local file is
+        unchanged (`read_cache.py`) under what the lease says the file holds
+        (`mine`), as the latest state read under the lease is: a DeltaChannel
+        read walks the same ancestors again on every `get_state`."""
+        key = (
+            "own-list",
+            thread_id,
+            ns,
+            before_id,
+            limit,
+            tuple(channels) if channels is not None else None,
+            frozenset(mine.items()),
+        )
+
+        async def read() -> list[CheckpointTuple]:
+            return await self.reads.local_list(thread_id, ns, before_id, limit, channels, mine) or []
+
+        return await self._kept(key, read) or None
 
     async def delta_history(
         self,
@@ -1126,7 +1154,7 @@ class AsyncTierChain:
                 return None
             page = None
             if mine is not None and found in mine:
-                page = await self.reads.local_list(thread_id, ns, oldest, size, channels, mine)
+                page = await self.local_page(thread_id, ns, oldest, size, channels, mine)
             if not page:
                 mine = None  # past what this saver wrote under the lease: every tier from here
                 page = await self.list_tuples(
