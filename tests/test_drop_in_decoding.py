@@ -8,19 +8,25 @@ raises `UndecodableRecord` (test_types_come_back.py)."""
 # No `from __future__ import annotations`: the state schema below names
 # classes of its function, which a string annotation could not find.
 import dataclasses
+import functools
 import logging
 import operator
 import sqlite3
+import subprocess
+import sys
+import textwrap
+import types
 from typing import Annotated, Any
 
 import pydantic
 import pytest
+from langgraph.checkpoint.base.id import uuid6
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
 from typing_extensions import TypedDict
 
-from langgraph_durable import DurableSaver, UndecodableRecord
+from langgraph_durable import DurableSaver, SerializationError, UndecodableRecord
 from langgraph_durable.metrics import PlainData, TierStats
 from langgraph_durable.model.codec import _mark_tag, split_tag
 from langgraph_durable.model.records import DIGEST_SIZE, MAGIC, blob_context, open_envelope, seal
@@ -299,3 +305,95 @@ def test_open_telemetry_counts_each_type_once(make_saver: Any) -> None:
         assert {p.attributes["type"]: p.value for p in points} == {f"{__name__}.Item": 1, f"{__name__}.Note": 1}
     finally:
         provider.shutdown()
+
+
+# -- what is marked, and what is not ---------------------------------------------------
+
+
+def _marks(saver: DurableSaver, value: Any) -> frozenset[str]:
+    tag, _ = saver._codec._dump(value, channel="c", what="state key")
+    return split_tag(tag)[1]
+
+
+@functools.cache
+class Cached(pydantic.BaseModel):
+    """A class whose module-level name is a decorator's wrapper, which
+    LangGraph can still call to rebuild it: never marked."""
+
+    x: int
+
+
+def test_a_name_that_leads_to_anything_is_not_marked(make_saver: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    class Local(pydantic.BaseModel):
+        x: int
+
+    with make_saver("sqlite") as saver:
+        assert len(_marks(saver, Local(x=1))) == 1
+        assert _marks(saver, Cached(x=1)) == frozenset()  # the name is a callable, not a class
+        assert _marks(saver, typed_state.Item("i", 1)) == frozenset()
+        # A module that cannot be looked into (its __getattr__ raises), or
+        # that is not loaded: cannot tell, so not marked, and the write works.
+        lazy = types.ModuleType("lazy_models")
+
+        def refuse(name: str) -> Any:
+            raise RuntimeError(f"lazy import of {name} failed")
+
+        lazy.__getattr__ = refuse  # type: ignore[method-assign]
+        monkeypatch.setitem(sys.modules, "lazy_models", lazy)
+        Hidden = pydantic.create_model("Hidden", x=(int, ...), __module__="lazy_models")
+        assert _marks(saver, Hidden(x=1)) == frozenset()
+        Unloaded = pydantic.create_model("Unloaded", x=(int, ...), __module__="not_loaded_anywhere")
+        assert _marks(saver, Unloaded(x=1)) == frozenset()
+
+
+def test_more_classes_than_a_record_can_note_is_refused_before_anything_is_written(make_saver: Any) -> None:
+    """Each record notes its never-importable classes in its type tag, which
+    holds about twenty: a value holding more is refused at the write, with
+    what to do, and the thread is left as it was."""
+    many = [pydantic.create_model(f"Kind{i}", x=(int, ...))(x=i) for i in range(40)]
+
+    class Few(pydantic.BaseModel):
+        x: int
+
+    def step(state: Both) -> dict[str, Any]:
+        return {"value": Few(x=2)}
+
+    g = StateGraph(Both)
+    g.add_node("step", step)
+    g.add_edge(START, "step")
+    g.add_edge("step", END)
+    with make_saver("sqlite+redis+postgres") as saver:
+        graph = g.compile(checkpointer=saver)
+        graph.invoke({"value": Few(x=1)}, config("t"))  # one class: noted, written
+        before = saver.get_tuple(config("t"))
+        with pytest.raises(
+            SerializationError, match=r"40 classes .* more than one record can note\. Define them at a module"
+        ):
+            saver.put(
+                before.config,
+                {**before.checkpoint, "id": str(uuid6()), "channel_values": {"value": many}},
+                {"source": "update", "step": 9, "parents": {}},
+                {"value": "99"},
+            )
+        assert saver.get_tuple(config("t")).checkpoint["id"] == before.checkpoint["id"]
+
+
+def test_reloading_the_codec_leaves_langgraph_s_serializer_working() -> None:
+    """The codec wraps functions of LangGraph's serializer module: loading it
+    again wraps LangGraph's own, never its earlier wrappers. (In a process of
+    its own: a reload replaces the module's objects for everything else.)"""
+    script = textwrap.dedent(
+        """
+        import datetime, importlib
+        from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+        from langgraph_durable.model import codec
+        importlib.reload(codec)
+        importlib.reload(codec)
+        serde = JsonPlusSerializer()
+        when = datetime.datetime(2026, 1, 2, 3, 4, 5)
+        assert serde.loads_typed(serde.dumps_typed({"when": when})) == {"when": when}
+        print("ok")
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr

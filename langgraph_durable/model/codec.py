@@ -318,7 +318,9 @@ class _WatchedMsgpack:
         def watched(code: int, payload: bytes) -> Any:
             seen = len(blocked) if blocked is not None else 0
             value = ext_hook(code, payload)
-            # A model is never exactly a dict; blocked types are reported apart.
+            # A model is never exactly a dict; blocked types are reported
+            # apart. (A RootModel comes back as its root value wherever it
+            # is defined: LangGraph passes it the stored data as keywords.)
             if code in _PYDANTIC_EXTS and type(value) is dict and (blocked is None or len(blocked) == seen):
                 unbuilt.append(_ext_type_name(real, payload))
             return value
@@ -333,31 +335,51 @@ class _WatchedMsgpack:
 # an object back as its stored data, as the stock savers do. The record says
 # so (`_mark_tag`): a reader hands that data back too, while a class that
 # was importable when the record was written and is not now still raises.
-_WRITING: ContextVar[list[str] | None] = ContextVar("langgraph_durable_never_importable", default=None)
+_WRITING: ContextVar[set[str] | None] = ContextVar("langgraph_durable_never_importable", default=None)
 # Classes found importable under their module and name: module-level
 # objects, which live as long as their module (so holding them costs nothing).
 _IMPORTABLE: dict[type, None] = {}
 
 
 def _never_importable(cls: type) -> str | None:
-    """``module.Name`` as LangGraph stores `cls` when no such name leads to a
-    class in its module (None when one does: the class, or a later
-    definition of it, as a notebook cell run again makes)."""
+    """``module.Name`` as LangGraph stores `cls` when its module, loaded,
+    has nothing under that name (a class defined in a function, a nested
+    class, a model made with `create_model`). None whenever that cannot be
+    told for sure: the name leads to something (the class, a later
+    definition of it as a notebook cell run again makes, a decorator's
+    wrapper LangGraph can call), the module is not loaded, or looking the
+    name up fails; such a class raises when it cannot be rebuilt, as before."""
     if cls in _IMPORTABLE:
         return None
     module, name = getattr(cls, "__module__", None), getattr(cls, "__name__", None)
     if not isinstance(module, str) or not isinstance(name, str):
         return None
-    found = getattr(sys.modules.get(module), name, None)
-    if isinstance(found, type):
+    loaded = sys.modules.get(module)
+    if loaded is None:
+        return None
+    try:
+        found = getattr(loaded, name, None)
+    except Exception:  # a module __getattr__ that raises: cannot tell
+        return None
+    if found is not None:
         if found is cls:
             _IMPORTABLE[cls] = None
         return None
     return f"{module}.{name}"
 
 
-_langgraph_fallback = _jsonplus._reconstruction_fallback
-_langgraph_default = _jsonplus._msgpack_default
+# LangGraph's own functions, kept on its module the first time: a reload of
+# this module must wrap them, never the wrappers it installed before.
+_ORIGINALS = _jsonplus.__dict__.setdefault(
+    "_langgraph_durable_originals",
+    {
+        "ormsgpack": _jsonplus.ormsgpack,
+        "fallback": _jsonplus._reconstruction_fallback,
+        "default": _jsonplus._msgpack_default,
+    },
+)
+_langgraph_fallback = _ORIGINALS["fallback"]
+_langgraph_default = _ORIGINALS["default"]
 
 
 def _msgpack_default(obj: Any) -> Any:
@@ -368,7 +390,7 @@ def _msgpack_default(obj: Any) -> Any:
     if writing is not None:
         cls = type(obj)
         if cls not in _IMPORTABLE and (name := _never_importable(cls)) is not None:
-            writing.append(name)
+            writing.add(name)
     return _langgraph_default(obj)
 
 
@@ -382,10 +404,9 @@ def _reconstruction_fallback(tup: Any, exc: Exception) -> Any:
     return _langgraph_fallback(tup, exc)
 
 
-if not isinstance(_jsonplus.ormsgpack, _WatchedMsgpack):  # a reload of this module
-    _jsonplus.ormsgpack = _WatchedMsgpack(_jsonplus.ormsgpack)  # type: ignore[assignment]
-    _jsonplus._reconstruction_fallback = _reconstruction_fallback
-    _jsonplus._msgpack_default = _msgpack_default
+_jsonplus.ormsgpack = _WatchedMsgpack(_ORIGINALS["ormsgpack"])  # type: ignore[assignment]
+_jsonplus._reconstruction_fallback = _reconstruction_fallback
+_jsonplus._msgpack_default = _msgpack_default
 
 
 # A record's type tag carries the marks of its never-importable types after
@@ -399,17 +420,11 @@ def _type_mark(name: str) -> str:
     return hashlib.sha256(name.encode()).hexdigest()[:_MARK_CHARS]
 
 
-def _mark_tag(tag: str, names: Iterable[str]) -> str:
-    """`tag` with the marks of `names` (as many as fit in a tag: a type left
-    out raises `UndecodableRecord` when read where it cannot be built)."""
-    out = tag + _PLAIN_SEP
-    sep = ""
-    for mark in sorted({_type_mark(n) for n in names}):
-        if len(out.encode()) + len(sep) + len(mark) > _MAX_TAG_BYTES:
-            break
-        out += sep + mark
-        sep = ","
-    return out if sep else tag
+def _mark_tag(tag: str, names: Collection[str]) -> str | None:
+    """`tag` with the marks of `names`; None if they do not all fit in a
+    tag (`RecordCodec._dump` then refuses the value)."""
+    out = tag + _PLAIN_SEP + ",".join(sorted({_type_mark(n) for n in names}))
+    return out if len(out.encode()) <= _MAX_TAG_BYTES else None
 
 
 def split_tag(tag: str) -> tuple[str, frozenset[str]]:
@@ -499,7 +514,7 @@ class RecordCodec:
     # -- encode ------------------------------------------------------------
 
     def _dump(self, value: Any, *, channel: str, what: str) -> tuple[str, bytes]:
-        never_importable: list[str] = []
+        never_importable: set[str] = set()
         token = _WRITING.set(never_importable)
         try:
             tag, payload = self.serde.dumps_typed(value)
@@ -515,7 +530,16 @@ class RecordCodec:
         finally:
             _WRITING.reset(token)
         if never_importable:
-            tag = _mark_tag(tag, never_importable)
+            marked = _mark_tag(tag, never_importable)
+            if marked is None:
+                names = ", ".join(sorted(never_importable)[:5]) + (", ..." if len(never_importable) > 5 else "")
+                raise SerializationError(
+                    f"{what} {channel!r} holds objects of {len(never_importable)} classes that cannot be imported "
+                    f"by their module and name ({names}), more than one record can note. Define them at a "
+                    "module's top level (each then comes back as itself), or hold fewer kinds in one value.",
+                    channel=channel,
+                )
+            tag = marked
         if self.max_record_bytes is not None and len(payload) > self.max_record_bytes:
             raise RecordTooLarge(
                 f"{what} {channel!r} serializes to {len(payload):,} bytes, over max_record_bytes="
@@ -704,7 +728,8 @@ class RecordCodec:
         if unbuilt and never_importable:
             # Classes that could not be imported where the record was
             # written either: their stored data, as LangGraph hands it back.
-            plain = [u for u in unbuilt if _type_mark(u.split(" (")[0]) in never_importable]
+            marked = {n for n in {u.split(" (")[0] for u in unbuilt} if _type_mark(n) in never_importable}
+            plain = [u for u in unbuilt if u.split(" (")[0] in marked]
             if plain:
                 self._report_plain(plain, context)
                 unbuilt = [u for u in unbuilt if u not in plain]
