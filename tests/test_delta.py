@@ -269,3 +269,42 @@ def delta_walk_stops_at(saver: Any, missing: str) -> bool:
     latest = max(tuples, key=delta.checkpoint_id)
     found = delta.walk(latest, {delta.checkpoint_id(t): t for t in tuples}, list(DELTA_CHANNELS))
     return found == missing
+
+
+@pytest.mark.parametrize("tiers", ["sqlite", "postgres", "sqlite+redis+postgres"])
+def test_history_drops_a_task_whose_other_write_is_damaged_everywhere(make_saver: Any, tiers: str) -> None:
+    """A DeltaChannel's walk decodes only the delta channels' writes, but a
+    task that lost another write (here its write to ``n``, damaged in every
+    tier) loses its delta write too, as `get_tuple` serves it: the paged
+    walk answers as LangGraph's own walk over get_tuple does."""
+    from .conftest import REDIS_URL
+    from .tamper import WRITE, Rec, flip, open_stores
+
+    with make_saver(tiers, lease_linger=0) as saver:
+        graph = delta_graph().compile(checkpointer=saver)
+        graph.invoke(RUNS[0], _cfg("hurt"))
+        tuples = list(saver.list(_cfg("hurt")))
+        # An ancestor a few steps back whose step wrote `items` and `n`.
+        victim = next(t for t in tuples[4:] if {w[1] for w in t.pending_writes} >= {"items", "n"})
+        cid = victim.config["configurable"]["checkpoint_id"]
+        task = next(w[0] for w in victim.pending_writes if w[1] == "n")
+        idx = [w[1] for w in victim.pending_writes if w[0] == task].index("n")
+        rec = Rec(WRITE, "", (cid, task, idx))
+        child = next(t for t in tuples if t.parent_config and t.parent_config["configurable"]["checkpoint_id"] == cid)
+        item = f"item {victim.metadata['step']}"
+        channels = list(DELTA_CHANNELS)
+        intact = saver.get_delta_channel_history(config=child.config, channels=channels)
+        assert [item] in [w[2] for w in intact["items"]["writes"]]
+        stores = open_stores(saver, REDIS_URL)
+        try:
+            for store in stores:
+                stored = store.get("hurt", rec)
+                assert stored is not None and stored.envelope is not None, store.name
+                store.put_envelope("hurt", rec, flip(stored.envelope, len(stored.envelope) - 1, 1), stored)
+        finally:
+            for store in stores:
+                store.close()
+        ours = saver.get_delta_channel_history(config=child.config, channels=channels)
+        walked = BaseCheckpointSaver.get_delta_channel_history(saver, config=child.config, channels=channels)
+        assert ours == walked
+        assert [item] not in [w[2] for w in ours["items"]["writes"]]  # the task runs again: none of its writes

@@ -433,8 +433,11 @@ class AsyncTierReader:
         copies: Sequence[tuple[AsyncTier, Sequence[WriteRow]]] | None = None,
         *,
         local_asked: bool = False,
+        channels: Collection[str] | None = None,
     ) -> dict[str, list[tuple[WriteRow, PendingWrite]]]:
-        """The pending writes of these checkpoints: the union of what every
+        """The pending writes of these checkpoints (with `channels`, only the
+        writes to those: every write is still verified, as what a task loses
+        depends on all of them, but only those are decoded): the union of what every
         reachable tier holds intact (or of `copies`, what they answered
         already; a write one tier lost is still served, and copied back). A
         task with a write that no tier holds intact loses all its writes, so
@@ -474,7 +477,10 @@ class AsyncTierReader:
             undecodable: UndecodableRecord | None = None
             for tier, w in held:
                 try:
-                    decoded = self.codec.decode_write(w)
+                    if channels is None or w.channel in channels:
+                        decoded = self.codec.decode_write(w)
+                    else:
+                        decoded = self.codec.check_write(w)
                 except BadRecord as exc:
                     label = f"write {w.task_id}/{w.idx} of checkpoint {w.checkpoint_id}"
                     bad.append(Incident(tier, "write", thread_id, ns, label, exc.reason, w.envelope, row=w))
@@ -488,7 +494,7 @@ class AsyncTierReader:
             if good is None and undecodable is not None:
                 if given:
                     del incidents[start:]
-                    return await self.writes(thread_id, ns, cids, incidents)
+                    return await self.writes(thread_id, ns, cids, incidents, channels=channels)
                 incidents.extend(bad)
                 raise undecodable
             if good is None:
@@ -512,7 +518,7 @@ class AsyncTierReader:
             incidents.extend(bad)
         if given and dropped:
             del incidents[start:]
-            return await self.writes(thread_id, ns, cids, incidents)
+            return await self.writes(thread_id, ns, cids, incidents, channels=channels)
         local = self.roles.cache
         if given and not local_asked and local is not None and fix.get((local, False)):
             # The write is copied into the local cache, taken to hold none:
@@ -524,7 +530,7 @@ class AsyncTierReader:
             if held_locally:
                 del incidents[start:]
                 copies = [(t, held_locally if t is local else rows) for t, rows in copies]
-                return await self.writes(thread_id, ns, cids, incidents, copies, local_asked=True)
+                return await self.writes(thread_id, ns, cids, incidents, copies, local_asked=True, channels=channels)
         for incident in incidents:
             of = served_from.get(id(incident))
             if of is not None and (of[0], of[1]) in dropped:
@@ -539,7 +545,7 @@ class AsyncTierReader:
                 await self._withdraw_writes(thread_id, ns, key, held_intact)
         out: dict[str, list[tuple[WriteRow, PendingWrite]]] = defaultdict(list)
         for (cid, task_id, _), pair in chosen.items():
-            if (cid, task_id) not in dropped:
+            if (cid, task_id) not in dropped and (channels is None or pair[0].channel in channels):
                 out[cid].append(pair)
         return out
 
@@ -555,7 +561,7 @@ class AsyncTierReader:
         """Attach channel values and pending writes, batched per (thread, ns)
         (`writes`: every reachable tier's writes of the one checkpoint in
         `found`, if they were read already; `channels`: only these channels'
-        values, the rest left out; `blob_rows`: receives every value record
+        values and pending writes, the rest left out (a DeltaChannel's walk); `blob_rows`: receives every value record
         the read opened intact, `blobs`' ``opened_out``; `copied_later`:
         tiers the caller copies the checkpoint into next, with those records). A
         checkpoint missing an intact channel value comes back `Unusable`."""
@@ -570,7 +576,9 @@ class AsyncTierReader:
             ]
             keys = [(ch, version_key(v)) for vs in versions for ch, v in vs.items()]
             blobs = await self.blobs(thread_id, ns, keys, incidents, opened_out=blob_rows, copied_later=copied_later)
-            pending = await self.writes(thread_id, ns, [row.checkpoint_id for row, _, _ in items], incidents, writes)
+            pending = await self.writes(
+                thread_id, ns, [row.checkpoint_id for row, _, _ in items], incidents, writes, channels=channels
+            )
             for (row, cp, md), wanted in zip(items, versions):
                 cid = row.checkpoint_id
                 absent = [(ch, version_key(v)) for ch, v in wanted.items() if (ch, version_key(v)) not in blobs]

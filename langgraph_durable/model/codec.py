@@ -815,6 +815,12 @@ class RecordCodec:
         # accepts unsigned records, decode the list as one of them would be.
         return self._loads("b\x00list rebuilt from its pieces", MSGPACK_TAG, whole, unsigned=b"" in self.keys)
 
+    def check_write(self, row: WriteRow) -> PendingWrite:
+        """`decode_write` without decoding the value (None in its place): the
+        record verified, or `BadRecord`."""
+        open_envelope_any(row.context, row.envelope, self.keys)
+        return (row.task_id, row.channel, None)
+
     def decode_write(self, row: WriteRow) -> PendingWrite:
         value = self._load(row.context, row.envelope)
         return (row.task_id, row.channel, None if value is _EMPTY else value)
