@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from typing import Annotated, Any, TypedDict
+from typing import Annotated, Any, TypedDict, cast
 
 import pytest
 from langgraph.channels.delta import DeltaChannel
@@ -308,3 +308,24 @@ def test_history_drops_a_task_whose_other_write_is_damaged_everywhere(make_saver
         walked = BaseCheckpointSaver.get_delta_channel_history(saver, config=child.config, channels=channels)
         assert ours == walked
         assert [item] not in [w[2] for w in ours["items"]["writes"]]  # the task runs again: none of its writes
+
+
+def test_the_first_page_reaches_as_far_back_as_langgraph_s_counters_say() -> None:
+    """LangGraph's metadata counts the super-steps since each DeltaChannel's
+    snapshot: the walk reads that many ancestors at once (bounded), not a
+    doubling series of small pages; without the counters, a small page."""
+    from langgraph.checkpoint.base import CheckpointTuple
+
+    from langgraph_durable.model import delta
+
+    def target(metadata: dict[str, Any]) -> CheckpointTuple:
+        config: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": "c"}}
+        return CheckpointTuple(config=config, checkpoint=cast(Any, {}), metadata=cast(Any, metadata))
+
+    counters = {"items": [40, 90], "odd": [3, 7]}
+    assert delta.first_page(target({delta.DELTA_COUNTERS: counters}), ["items", "odd"]) == 92
+    assert delta.first_page(target({delta.DELTA_COUNTERS: counters}), ["odd"]) == 9
+    assert delta.first_page(target({delta.DELTA_COUNTERS: {"items": [1, 2]}}), ["items"]) == delta.FIRST_PAGE
+    assert delta.first_page(target({delta.DELTA_COUNTERS: {"items": [1, 5000]}}), ["items"]) == delta.MAX_PAGE
+    for odd in ({}, {delta.DELTA_COUNTERS: "x"}, {delta.DELTA_COUNTERS: {"items": ["a", True]}}):
+        assert delta.first_page(target(odd), ["items"]) == delta.FIRST_PAGE

@@ -1132,7 +1132,7 @@ class TierChain:
             return delta.empty(channels)
         ancestors: dict[str, CheckpointTuple] = {}
         oldest = delta.checkpoint_id(target)
-        size = delta.FIRST_PAGE
+        size = delta.first_page(target, channels)
         while True:
             found = delta.walk(target, ancestors, channels)
             if not isinstance(found, str):

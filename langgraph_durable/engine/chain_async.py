@@ -1145,7 +1145,7 @@ class AsyncTierChain:
             return delta.empty(channels)
         ancestors: dict[str, CheckpointTuple] = {}
         oldest = delta.checkpoint_id(target)
-        size = delta.FIRST_PAGE
+        size = delta.first_page(target, channels)
         while True:
             found = delta.walk(target, ancestors, channels)
             if not isinstance(found, str):

@@ -43,6 +43,7 @@ from ..integrity import CorruptionEvent, Incident, IntegrityPolicy, Unusable
 from ..ledger import LedgerEntry, newest_entry
 from ..model.codec import RecordCodec, assemble_tuple, version_key
 from ..model.decisions import Bad, Intact, Undecodable, Verdict, choose_copy, fall_back, latest_attempts
+from ..model.delta import DELTA_COUNTERS
 from ..model.deltas import MSGPACK_TAG, DeltaMemo, Last, Piece, whole_payload
 from ..model.records import (
     BadRecord,
@@ -869,10 +870,12 @@ class TierReader:
         with self._parents_lock:
             known = self._parents.get((thread_id, ns, checkpoint_id), False)
         if known is not False:
+            parent, counters = known
             config: Any = {
                 "configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}
             }
-            return CheckpointTuple(config=config, checkpoint=cast(Any, {}), metadata=cast(Any, {}), parent_config=known)
+            metadata: Any = {DELTA_COUNTERS: counters} if counters is not None else {}
+            return CheckpointTuple(config=config, checkpoint=cast(Any, {}), metadata=metadata, parent_config=parent)
         for tier in self.tiers:
             try:
                 row = tier.read_checkpoint(thread_id, ns, checkpoint_id)
@@ -975,12 +978,14 @@ class TierReader:
         return tup
 
     def _remember_parent(self, tup: CheckpointTuple) -> None:
-        """A served checkpoint's parent pointer (immutable): what `stub` needs
-        when LangGraph asks for its DeltaChannel history right after."""
+        """A served checkpoint's parent pointer and its DeltaChannels' counts
+        since their snapshots (immutable): what `stub` needs when LangGraph
+        asks for its DeltaChannel history right after."""
         conf = tup.config["configurable"]
         key = conf["thread_id"], conf.get("checkpoint_ns", ""), conf["checkpoint_id"]
+        counters = (tup.metadata or {}).get(DELTA_COUNTERS)
         with self._parents_lock:
-            self._parents[key] = tup.parent_config
+            self._parents[key] = tup.parent_config, counters
             while len(self._parents) > PARENTS_REMEMBERED:
                 self._parents.popitem(last=False)
 

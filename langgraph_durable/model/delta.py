@@ -26,6 +26,21 @@ from langgraph.checkpoint.base import CheckpointTuple, DeltaChannelHistory, Pend
 # LangGraph snapshots a DeltaChannel every few versions), doubling after.
 FIRST_PAGE = 8
 MAX_PAGE = 128
+# LangGraph's checkpoint metadata: per DeltaChannel, (updates, super-steps)
+# since its last snapshot, so how far back its seed is.
+DELTA_COUNTERS = "counters_since_delta_snapshot"
+
+
+def first_page(target: CheckpointTuple, channels: Sequence[str]) -> int:
+    """How many ancestors to read first: as far back as `target`'s metadata
+    says the channels' seeds are (one page instead of a doubling series),
+    else `FIRST_PAGE`. A count that is off only costs another page."""
+    counters = (target.metadata or {}).get(DELTA_COUNTERS)
+    if not isinstance(counters, Mapping):
+        return FIRST_PAGE
+    steps = [c[1] for ch in channels if isinstance(c := counters.get(ch), (list, tuple)) and len(c) == 2]
+    back = max((s for s in steps if isinstance(s, int) and not isinstance(s, bool)), default=0)
+    return min(MAX_PAGE, max(FIRST_PAGE, back + 2))
 
 
 def checkpoint_id(tup: CheckpointTuple) -> str:
