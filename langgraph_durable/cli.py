@@ -71,7 +71,7 @@ from .environment import (
     ENV_SIGNING_KEY,
     ENV_WRITE,
 )
-from .errors import DurableError, as_cli_flags, printable
+from .errors import DurableError, as_cli_flags, no_store_at, printable
 from .model.roles import Role
 from .retention import RetentionPolicy
 from .tiers.registry import DEFAULT_SQLITE_PATH, KINDS, POSTGRES, REDIS, SQLITE
@@ -493,6 +493,10 @@ def open_saver(args: argparse.Namespace, *, rebuilds: bool = False, **options: A
     read as its stored data, as LangGraph would hand it back, so showing,
     pinning, pruning, repairing, archiving and restoring need none of the
     application's classes."""
+    if options.get("read_only"):
+        missing = _missing_local_store(args)
+        if missing is not None:
+            raise no_store_at(missing)  # before loading the saver: a wrong path answers at once
     saver = demo.saver_from_args(args, **options)
     if not rebuilds:
         saver._codec.plain_when_unbuildable = True
@@ -502,6 +506,22 @@ def open_saver(args: argparse.Namespace, *, rebuilds: bool = False, **options: A
         saver.close()
         raise
     return saver
+
+
+def _missing_local_store(args: argparse.Namespace) -> str | None:
+    """The local file a command that only looks would read, if it is not
+    there and no shared tier is named (the flags, else the environment, as
+    `demo.saver_from_args` takes them): what the read-only saver refuses
+    with `no_store_at`, told without loading it."""
+
+    def named(flag: str, env: str, default: str | None = None) -> str | None:
+        value = getattr(args, flag, None)
+        return (value or None) if value is not None else (os.environ.get(env, default or "") or None)
+
+    sqlite = named("sqlite", SQLITE.env, DEFAULT_SQLITE_PATH)
+    if sqlite is None or sqlite == ":memory:" or named("redis", REDIS.env) or named("postgres", POSTGRES.env):
+        return None
+    return None if os.path.exists(sqlite) else sqlite
 
 
 # -- inspection: threads, history, show --------------------------------------------------

@@ -244,6 +244,15 @@ _KEYWORD = re.compile(r"(?<![\w?&.=/:-])(sqlite|redis|postgres|archive_key_finge
 _REPEATED_FLAG = re.compile(r"(--(?:sqlite|redis|postgres|archive)), \1\b")
 
 
+def no_store_at(path: str) -> ConfigError:
+    """What a read-only saver, or a command that only looks, says of a
+    local file that is not there (it never creates one)."""
+    return ConfigError(
+        f"no store at {path!r}: a read-only saver (and every command that only looks) never creates one. "
+        "Check the path (sqlite=, --sqlite, LANGGRAPH_DURABLE_SQLITE) and the directory you run it from."
+    )
+
+
 def as_cli_flags(message: str) -> str:
     """`message` as a command-line user reads it: the saver's keywords
     (``postgres=``, ``redis=``, ``sqlite=``, ``archive=``,

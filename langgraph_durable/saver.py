@@ -51,7 +51,7 @@ from .engine.lease_keeper import LeaseKeeper
 from .engine.lease_keeper_async import AsyncLeaseKeeper
 from .engine.replicator import WRITE_BEHIND_GAP_S, Replicator
 from .engine.sweeper import RetentionSweeper
-from .errors import ConfigError, DurableError, ThreadArchived, ThreadBusy, TierUnavailable
+from .errors import ConfigError, DurableError, ThreadArchived, ThreadBusy, TierUnavailable, no_store_at
 from .integrity import IntegrityPolicy, OnCorruption, ScanReport
 from .ledger import LedgerEntry, damaged_entry, operator_answer
 from .metrics import MetricsHook, MetricsSink, Outcome, PlainData, TierCall
@@ -576,11 +576,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         self.sqlite_path = tiers.sqlite
         if read_only and self.sqlite_path and self.sqlite_path != ":memory:" and not os.path.exists(self.sqlite_path):
             if not tiers.shared:
-                raise ConfigError(
-                    f"no store at {self.sqlite_path!r}: a read-only saver (and every command that only looks) "
-                    "never creates one. Check the path (sqlite=, --sqlite, LANGGRAPH_DURABLE_SQLITE) and the "
-                    "directory you run it from."
-                )
+                raise no_store_at(self.sqlite_path)
             # No local copy yet on this machine: the shared tiers answer, and no
             # file is made. (Write-behind needs a local file: a reader writes nothing.)
             self.sqlite_path = None

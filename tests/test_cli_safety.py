@@ -250,3 +250,47 @@ def test_a_read_command_on_an_empty_database_says_so_and_creates_nothing(
     with psycopg.connect(postgres_url) as conn:
         assert conn.execute("SELECT count(*) FROM pg_tables WHERE tablename LIKE 'lgd_%'").fetchone() == (0,)
     assert snapshot(None, redis_prefix, None) == {}
+
+
+def test_a_read_command_on_a_missing_store_answers_without_loading_the_saver(tmp_path: Path) -> None:
+    """The usual slip (a mistyped path, the wrong directory) is told from the
+    flags and the environment alone: the saver, LangGraph and the drivers
+    are never loaded for it. Named shared tiers are read instead, as the
+    read-only saver does."""
+    import textwrap
+
+    script = textwrap.dedent(
+        """
+        import os, sys
+        from langgraph_durable import cli
+        code = cli.main(sys.argv[1:])
+        print(code, "langgraph_durable.saver" in sys.modules)
+        """
+    )
+    missing = str(tmp_path / "no" / "x.sqlite")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LANGGRAPH_DURABLE_")}
+    for argv, extra in (
+        (["threads", "--sqlite", missing], {}),
+        (["history", "t"], {"LANGGRAPH_DURABLE_SQLITE": missing}),
+        (["verify"], {}),  # the default file, from a directory without one
+    ):
+        done = subprocess.run(
+            [sys.executable, "-c", script, *argv],
+            cwd=tmp_path,
+            env=env | extra,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.stdout.split() == [str(cli.EXIT_CANNOT_RUN), "False"], (argv, done.stdout, done.stderr)
+        assert "no store at" in done.stderr
+    done = subprocess.run(
+        [sys.executable, "-c", script, "threads", "--sqlite", missing, "--redis", REDIS_URL],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.stdout.split()[-2:] == [str(cli.EXIT_OK), "True"], done.stderr  # Redis answers
+    assert list(tmp_path.iterdir()) == []
