@@ -649,11 +649,12 @@ class DurableSaver(BaseCheckpointSaver[str]):
         self._replicator = Replicator(
             self._replicate, lambda: self._sync_chain().lag(), gap=WRITE_BEHIND_GAP_S if behind else 0.0
         )
-        self.retention = retention
+        sweeps = options.retention
+        self.retention = sweeps.policy
         self._sweeper: RetentionSweeper | None = None
-        if retention_every is not None:
+        if sweeps.every is not None:
             self._sweeper = RetentionSweeper(
-                lambda pace: self.apply_retention(pace=pace), every=retention_every, rate=retention_rate
+                lambda pace: self.apply_retention(pace=pace), every=sweeps.every, rate=sweeps.rate
             )
         self._lock = threading.Lock()
         self._drains: list[threading.Event] = []  # drains under way (_drain_pending): close waits

@@ -43,7 +43,6 @@ from ..metrics import MetricsSink
 from ..model import delta
 from ..model.backlog import (
     DEFAULT_CALL_TIMEOUT_S,
-    WRITE_MODES,
     JournalEntry,
     Lag,
     MemoryBacklog,
@@ -120,14 +119,8 @@ class AsyncTierChain:
         store_key: bool = False,
         read_only: bool = False,
     ) -> None:
-        if local is None and not shared:
-            raise ConfigError("at least one tier is needed: pass sqlite=, redis= or postgres=.")
-        if write not in WRITE_MODES:
-            raise ConfigError(f"write= must be one of {', '.join(map(repr, WRITE_MODES))}, got {write!r}.")
-        if write == "local" and (local is None or not shared):
-            raise ConfigError(
-                'write="local" (write-behind) needs a local tier (sqlite=) and a shared one (redis= or postgres=).'
-            )
+        # The options were checked with the saver's others (`options.Options.parse`);
+        # `Roles.of` below refuses a chain without a tier.
         self.write = write
         self.breakers = breakers or Breakers()
         self.metrics = metrics  # every tier call is reported to it (guard_async.py)

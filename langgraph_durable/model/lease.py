@@ -1,4 +1,6 @@
-"""Per-thread writer leases: the decisions, with no I/O.
+"""Per-thread writer leases: the decisions, with no I/O but what /proc says
+of processes (`this_process`, `process_started`: the PID namespace and start
+times a lease's holder is named and judged by).
 
 One writer per thread. A graph run takes the thread's lease before it reads
 the thread's latest checkpoint, and every write it makes is *fenced*: the
