@@ -1455,13 +1455,13 @@ class DurableSaver(BaseCheckpointSaver[str]):
         for thread_id in thread_ids:
             self._note_archive(thread_id)
 
-    # -- DeltaChannel history (delta.py) ------------------------------------------------
+    # -- DeltaChannel history (delta_history.py) ------------------------------------------------
 
     def get_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
         """LangGraph's walk up the parent chain, over ancestors read a page at
-        a time with `list` instead of one `get_tuple` each (`delta.py`), from
+        a time with `list` instead of one `get_tuple` each (`delta_history.py`), from
         the local cache alone for what this saver wrote under the thread's
         lease it still holds; LangGraph's own walk whenever the chain is not
         complete in those pages."""

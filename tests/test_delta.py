@@ -154,7 +154,7 @@ async def _scenario(saver: Any, use_async: bool) -> None:
     assert await _values(graph, _cfg("t"), use_async) == expected
     assert await _history(graph, _cfg("t"), use_async) == expected_history
 
-    # Our paged history walk (delta.py) against LangGraph's default walk over
+    # Our paged history walk (delta_history.py) against LangGraph's default walk over
     # our get_tuple and against the reference, at every checkpoint (matched
     # by step: the ids differ).
     channels = list(DELTA_CHANNELS)
@@ -263,7 +263,7 @@ def test_history_falls_back_to_langgraphs_walk_when_the_chain_is_broken(make_sav
 
 def delta_walk_stops_at(saver: Any, missing: str) -> bool:
     """`delta.walk` over what list() returns names the missing ancestor."""
-    from langgraph_durable.model import delta
+    from langgraph_durable.model import delta_history as delta
 
     tuples = list(saver.list(_cfg("broken")))
     latest = max(tuples, key=delta.checkpoint_id)
@@ -316,7 +316,7 @@ def test_the_first_page_reaches_as_far_back_as_langgraph_s_counters_say() -> Non
     doubling series of small pages; without the counters, a small page."""
     from langgraph.checkpoint.base import CheckpointTuple
 
-    from langgraph_durable.model import delta
+    from langgraph_durable.model import delta_history as delta
 
     def target(metadata: dict[str, Any]) -> CheckpointTuple:
         config: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": "c"}}

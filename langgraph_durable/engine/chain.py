@@ -34,7 +34,7 @@ from ..errors import ConfigError, DurableError, TierUnavailable
 from ..integrity import Incident, IntegrityPolicy, ScanReport
 from ..ledger import LedgerEntry
 from ..metrics import MetricsSink
-from ..model import delta
+from ..model import delta_history as delta
 from ..model.backlog import DEFAULT_CALL_TIMEOUT_S, JournalEntry, Lag, MemoryBacklog, Owed, WriteMode, lag_of
 from ..model.breaker import Breakers
 from ..model.carried import SeenVersions, never_written
@@ -1093,7 +1093,7 @@ class TierChain:
         lease_token: int | None = None,
         trusted_until: float | None = None,
     ) -> Mapping[str, DeltaChannelHistory] | None:
-        """A DeltaChannel's history (`delta.py`): the parent-chain walk over
+        """A DeltaChannel's history (`delta_history.py`): the parent-chain walk over
         ancestors read a page at a time; None when the chain is not complete
         in what `list` returns (the caller then walks with `get_tuple`).
         Under this saver's lease (`lease_token`, `trusted_until`: see

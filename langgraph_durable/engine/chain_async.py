@@ -40,7 +40,7 @@ from ..integrity import (
 )
 from ..ledger import LedgerEntry
 from ..metrics import MetricsSink
-from ..model import delta
+from ..model import delta_history as delta
 from ..model.backlog import (
     DEFAULT_CALL_TIMEOUT_S,
     JournalEntry,
@@ -1114,7 +1114,7 @@ class AsyncTierChain:
         lease_token: int | None = None,
         trusted_until: float | None = None,
     ) -> Mapping[str, DeltaChannelHistory] | None:
-        """A DeltaChannel's history (`delta.py`): the parent-chain walk over
+        """A DeltaChannel's history (`delta_history.py`): the parent-chain walk over
         ancestors read a page at a time; None when the chain is not complete
         in what `list` returns (the caller then walks with `get_tuple`).
         Under this saver's lease (`lease_token`, `trusted_until`: see

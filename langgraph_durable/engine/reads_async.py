@@ -45,7 +45,7 @@ from ..integrity import CorruptionEvent, Incident, IntegrityPolicy, Unusable
 from ..ledger import LedgerEntry, newest_entry
 from ..model.codec import RecordCodec, assemble_tuple, version_key
 from ..model.decisions import Bad, Intact, Undecodable, Verdict, choose_copy, fall_back, latest_attempts
-from ..model.delta import DELTA_COUNTERS
+from ..model.delta_history import DELTA_COUNTERS
 from ..model.deltas import MSGPACK_TAG, DeltaMemo, Last, Piece, whole_payload
 from ..model.records import (
     BadRecord,

@@ -198,7 +198,7 @@ class OwnHeads:
         """The checkpoints written under the lease and the keys of their
         pending writes, if they can be trusted now (see `current`): the local
         tier holds each with these writes (`TierReader.local_list` checks
-        that it holds exactly these), so a walk over them (`delta.py`) needs
+        that it holds exactly these), so a walk over them (`delta_history.py`) needs
         no other tier."""
         with self._lock:
             own = self._trusted(thread_id, ns, token, now, until)
