@@ -401,11 +401,11 @@ class Options:
 
 def lease_options(ttl: object, on_busy: object, wait: object, linger: object) -> LeaseOptions:
     """The lease options checked (`LeaseBook` takes them as they are)."""
-    if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not 0 < ttl < math.inf:
+    if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not ttl > 0:  # NaN fails too
         raise ConfigError(f"lease_ttl must be a positive number of seconds, got {ttl!r}.")
     if on_busy not in ON_BUSY_CHOICES:
         raise ConfigError(f"on_busy must be 'raise' or 'wait', got {on_busy!r}.")
-    if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not 0 <= wait < math.inf:
+    if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not wait >= 0:  # inf: wait as long as it takes
         raise ConfigError(f"lease_wait must be a number of seconds (0 or more), got {wait!r}.")
     if isinstance(linger, bool) or not isinstance(linger, (int, float)) or not 0 <= linger < math.inf:
         raise ConfigError(
