@@ -40,7 +40,13 @@ from .errors import ConfigError
 from .integrity import OnCorruption
 from .model.backlog import WRITE_MODES, WriteMode
 from .model.codec import serde_from_spec
-from .model.lease import DEFAULT_LEASE_TTL_S, DEFAULT_LEASE_WAIT_S, DEFAULT_ON_BUSY, ON_BUSY_CHOICES
+from .model.lease import (
+    DEFAULT_LEASE_LINGER_S,
+    DEFAULT_LEASE_TTL_S,
+    DEFAULT_LEASE_WAIT_S,
+    DEFAULT_ON_BUSY,
+    ON_BUSY_CHOICES,
+)
 from .model.memory_budget import MemoryBudget
 from .retention import RetentionPolicy
 from .tiers.postgres.sql import MAX_SCHEMA_BYTES
@@ -264,7 +270,7 @@ class Options:
         lease_ttl: float = DEFAULT_LEASE_TTL_S,
         on_busy: str = DEFAULT_ON_BUSY,
         lease_wait: float = DEFAULT_LEASE_WAIT_S,
-        lease_linger: float = 0.0,
+        lease_linger: float = DEFAULT_LEASE_LINGER_S,
         archive: str | None = None,
         archive_lag: float = DEFAULT_ARCHIVE_LAG_S,
         archive_key_fingerprint: str | None = None,
@@ -272,6 +278,8 @@ class Options:
     ) -> Options:
         """Every option checked, or the first that is wrong as a
         `ConfigError` that says what it takes."""
+        if isinstance(sqlite, (str, os.PathLike)) and not os.fspath(sqlite):
+            sqlite = None  # '' names no file: no local tier, as the environment's '' does
         if write not in WRITE_MODES:
             raise ConfigError(
                 f"write= must be one of {', '.join(map(repr, WRITE_MODES))}, got {write!r}: "

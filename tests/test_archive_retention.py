@@ -444,8 +444,10 @@ def test_pace_runs_once_per_thread_on_both_faces(
         if face == "sync" and kind == "async":
             from langgraph_durable import ConfigError
 
+            before = len(list(saver.list(cfg("p-hot"))))
             with pytest.raises(ConfigError, match="an async pace was given to a sync method"):
                 run(face, body)
+            assert len(list(saver.list(cfg("p-hot")))) == before  # refused before any thread was touched
             return
         ids, swept, moved = run(face, body)
         assert ids == ["p-hot", "p-idle"]  # what the hot tiers hold

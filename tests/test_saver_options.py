@@ -123,6 +123,7 @@ BAD_VALUES = [
     {"redis_ttl": -1},
     {"validators": [42]},
     {"metrics": 42},
+    {"sqlite": "", "write": "local"},  # '' names no file: write-behind has no local tier
 ]
 
 

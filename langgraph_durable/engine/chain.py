@@ -1290,7 +1290,8 @@ class TierChain:
         ask: Callable[[str], Any] | None = None,
     ) -> RetentionReport:
         """Apply `policy` to these threads (None: every thread any tier
-        holds), one at a time; `pace()` runs after each (a rate limit).
+        holds), one at a time; `pace()` runs before each (a rate limit; on
+        the sync face an async one is refused before any thread is touched).
         `ask(thread_id)` runs before a thread is changed (`Maintenance.retain`)."""
         self.ensure_setup()
         if thread_ids is None:
@@ -1300,6 +1301,8 @@ class TierChain:
         report = RetentionReport(dry_run=dry_run)
         for done, thread_id in enumerate(thread_ids, start=1):
             thread_id = thread_id_of(thread_id, what="apply_retention")
+            if pace is not None:
+                refuse_awaitable(pace(), "pace")
             unconfirmed = any(e.escalated() for e in self.actions(thread_id).values())
             if not dry_run and self.own is not None:
                 self.own.forget(thread_id)
@@ -1317,8 +1320,6 @@ class TierChain:
             report.add(retained, unconfirmed=unconfirmed)
             if progress is not None:
                 progress(done, len(thread_ids))
-            if pace is not None:
-                refuse_awaitable(pace(), "pace")
         return report
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:

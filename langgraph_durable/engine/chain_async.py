@@ -1313,7 +1313,8 @@ class AsyncTierChain:
         ask: Callable[[str], Any] | None = None,
     ) -> RetentionReport:
         """Apply `policy` to these threads (None: every thread any tier
-        holds), one at a time; `pace()` runs after each (a rate limit).
+        holds), one at a time; `pace()` runs before each (a rate limit; on
+        the sync face an async one is refused before any thread is touched).
         `ask(thread_id)` runs before a thread is changed (`AsyncMaintenance.retain`)."""
         await self.ensure_setup()
         if thread_ids is None:
@@ -1323,6 +1324,11 @@ class AsyncTierChain:
         report = RetentionReport(dry_run=dry_run)
         for done, thread_id in enumerate(thread_ids, start=1):
             thread_id = thread_id_of(thread_id, what="apply_retention")
+            if pace is not None:
+                if True:  # ASYNC
+                    await amaybe_await(pace())
+                else:
+                    refuse_awaitable(pace(), "pace")
             unconfirmed = any(e.escalated() for e in (await self.actions(thread_id)).values())
             if not dry_run and self.own is not None:
                 self.own.forget(thread_id)
@@ -1340,11 +1346,6 @@ class AsyncTierChain:
             report.add(retained, unconfirmed=unconfirmed)
             if progress is not None:
                 progress(done, len(thread_ids))
-            if pace is not None:
-                if True:  # ASYNC
-                    await amaybe_await(pace())
-                else:
-                    refuse_awaitable(pace(), "pace")
         return report
 
     async def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
