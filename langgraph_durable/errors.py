@@ -253,6 +253,14 @@ def no_store_at(path: str) -> ConfigError:
     )
 
 
+def no_archive() -> ConfigError:
+    """What an archive operation says on a saver without an archive."""
+    return ConfigError(
+        "this saver has no archive: pass archive='s3://BUCKET/PREFIX' (or set "
+        "LANGGRAPH_DURABLE_ARCHIVE_URL, or --archive on the command line)."
+    )
+
+
 def as_cli_flags(message: str) -> str:
     """`message` as a command-line user reads it: the saver's keywords
     (``postgres=``, ``redis=``, ``sqlite=``, ``archive=``,

@@ -191,7 +191,7 @@ def test_a_background_pass_leaves_a_running_threads_newest_records_to_its_run(
     """While a run is going, a background replicator pass leaves its records
     younger than RUN_SHIPS_ITS_OWN_S to the run's end; older ones, and any
     pass that is not a background one (drain, close), ship them."""
-    import langgraph_durable.saver as saver_module
+    import langgraph_durable.faces.base as faces_base
 
     monkeypatch.setattr(Replicator, "kick", lambda self, **_: None)
     thread = "running"
@@ -202,7 +202,7 @@ def test_a_background_pass_leaves_a_running_threads_newest_records_to_its_run(
         if n == 2:
             saver._replicate(background=True)
             seen["young, background pass"] = len(_redis_ids(REDIS_URL, redis_prefix, thread))
-            monkeypatch.setattr(saver_module, "RUN_SHIPS_ITS_OWN_S", 0.0)
+            monkeypatch.setattr(faces_base, "RUN_SHIPS_ITS_OWN_S", 0.0)
             saver._replicate(background=True)
             seen["old enough"] = len(_redis_ids(REDIS_URL, redis_prefix, thread))
         if n == 4:

@@ -61,7 +61,7 @@ class Importer:
     """One import of `source` into a saver, through the saver's `list`,
     `get_tuple`, `put` and `put_writes` (passed in, so the saver decides how
     they read and write). `tables`: direct access to a stock saver's tables
-    (`importing.async_tables`), None to read `source` through its API."""
+    (`importing.sync_tables`), None to read `source` through its API."""
 
     def __init__(
         self,

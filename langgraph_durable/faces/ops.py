@@ -1,0 +1,772 @@
+# WARNING: this file is generated from langgraph_durable/faces/ops_async.py; edit that file and run tools/async_to_sync.py. DO NOT EDIT.
+"""The saver's operations, written once: every public operation of
+`DurableSaver`, on both faces, and the private steps they share.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from datetime import timedelta
+from types import TracebackType
+from typing import Any, Self, cast
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    DeltaChannelHistory,
+)
+
+from ..archive.reports import ArchiveReport, RestoreReport
+from ..engine import importing
+from ..engine.chain import TierChain
+from ..engine.concurrency import refuse_awaitable, sleep
+from ..engine.importer import Importer
+from ..engine.importing import ImportReport
+from ..errors import ConfigError, DurableError, ThreadBusy, TierUnavailable
+from ..integrity import ScanReport
+from ..ledger import LedgerEntry, damaged_entry, operator_answer
+from ..model.backlog import ArchiveLag, Lag
+from ..model.codec import thread_id_of
+from ..model.health import Health
+from ..model.pins import Pin, pin_entry, pin_key, unpin_entry
+from ..retention import RetentionPolicy, RetentionReport
+from ..tiers.base import ARCHIVE_META, EMBEDDED_META, QuarantinedRecord, archived_key
+from .base import (
+    BRING_BACK_POLL_S,
+    HAND_OFF_START_WAIT_S,
+    SaverBase,
+    archived_runs_unsearched,
+    idle_for,
+    left_alone,
+    rearchived,
+    resolve_quarantined,
+    seconds_above_zero,
+    settles,
+    thread_archived,
+    undo_count,
+)
+
+
+class SaverOps(SaverBase):
+    """The operations of `DurableSaver` on one face (see the module's docstring)."""
+
+    def setup(self) -> None:
+        """Create or migrate the schema of every tier. Idempotent; safe from
+        many replicas at once. Raises `TierUnavailable` naming the tier that
+        cannot be reached. Called on first use if you do not call it. With
+        ``lease_linger``, also starts listening for hand-off requests."""
+        self._sync_chain().setup()
+        self._listen_for_hand_offs(HAND_OFF_START_WAIT_S)
+
+    def close(self) -> None:
+        """Ship what the shared tiers are still owed (for up to
+        ``drain_timeout`` seconds, see `drain`), then close the connections
+        and the local file. The saver may not be used afterwards. The async
+        face's close closes the connections of both faces: after async use,
+        close the saver with it (or ``async with``)."""
+        if self._origin is not None:  # a with_allowlist clone: its origin owns the connections
+            self._origin.close()
+            return
+        self._wait_for_drains()
+        self._drain_at_close()
+        self._stop_hand_offs()
+        self._close_sync()
+
+    def drain(self, timeout: float | None = None) -> Lag:
+        """Ship what the shared tiers are owed, until nothing is or `timeout`
+        seconds passed (None: one pass). Returns what is still owed. The
+        drain on SIGTERM calls this on a thread of its own
+        (`langgraph_durable.shutdown`); call it from a thread, never from a
+        signal handler, which may have interrupted one of this saver's calls."""
+        return self._replicator.drain(timeout)
+
+    def lag(self) -> Lag:
+        """How far behind the shared tiers are: records owed (in all and per
+        tier) and the age of the oldest in seconds. With ``write="local"``
+        this is the write-behind lag; otherwise it is what tiers that were
+        down have still to be sent, and (all three tiers) what Redis is
+        still to get from the replicator."""
+        return self._with_archive(self._sync_chain().lag())
+
+    def health(self) -> Health:
+        """Probe every tier now: reachable, latency, breaker state, records
+        owed. ``langgraph-durable doctor`` prints it."""
+        chain = self._sync_chain()
+        health = chain.health()
+        if all(t.reachable for t in health.tiers):  # a tier down: no second wait for it
+            with contextlib.suppress(DurableError):
+                chain.ensure_setup()  # the store's key, for its fingerprint
+        health = self._with_fingerprint(health)
+        if self.archive_url is None:
+            return health
+        return self._archive_health(health, self._archive_probe)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """The checkpoint `config` names, else the thread's latest (LangGraph's
+        contract). A run's first call takes the thread's writer lease and runs
+        the resume validators."""
+        chain = self._sync_chain()
+        first = self._first_call_of_run(config)
+        # A run takes the thread's writer lease before it reads "latest" (also
+        # for a new thread), and gives it back if it fails to start.
+        lease = self._sync_leases().begin_run(config) if first else None
+        try:
+            token, until = (None, None) if first else self._lease_token(config)
+            tup = chain.get_tuple(config, lease_token=token, trusted_until=until)
+            if tup is None and self._brought_back(config, held=first):
+                tup = chain.get_tuple(config)
+            if tup is not None and first:
+                tup = chain.validate(tup, self._validators, self._on_validation)
+        except BaseException:
+            if lease is not None:
+                self._sync_leases().abandon_run(lease)
+            raise
+        return tup
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        """The checkpoints matching the arguments, newest first (LangGraph's contract)."""
+        chain = self._sync_chain()
+        token, until = None, None
+        if config:
+            token, until = self._lease_token(config)
+        items = chain.list_tuples(
+            config, filter=filter, before=before, limit=limit, lease_token=token, trusted_until=until
+        )
+        if not items and config and self._brought_back(config):
+            items = chain.list_tuples(config, filter=filter, before=before, limit=limit)
+        for item in items:
+            yield item
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """Store a checkpoint, under the thread's writer lease (LangGraph's contract)."""
+        stored = self._sync_leases().put(config, checkpoint, self._stamped(metadata), new_versions)
+        self._note_archive(config)
+        return stored
+
+    def put_writes(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
+    ) -> None:
+        """Store a task's pending writes, under the thread's writer lease (LangGraph's contract)."""
+        self._sync_leases().put_writes(config, writes, task_id, task_path)
+        self._note_archive(config)
+
+    def delete_thread(self, thread_id: str) -> None:
+        """Delete every checkpoint, pending write and ledger entry of the
+        thread, in every tier (and its archive copy)."""
+        chain = self._sync_chain()
+        if self.archive_url is None:  # its archive copy would stay, and serve it again
+            self._refuse_archived(chain, {"configurable": {"thread_id": str(thread_id)}})
+        leases = self._sync_leases()
+        leases.ask_kept_back(thread_id, "delete_thread")  # another saver's kept lease (lease_linger)
+        held = self._hold_archived(thread_id)
+        try:
+            self._delete_now(thread_id, chain)
+        finally:
+            if held is not None:
+                leases.unhold(held)
+
+    def _delete_now(self, thread_id: str, chain: TierChain | None = None) -> None:
+        """`delete_thread`'s deletion, under a lease the caller holds if any."""
+        chain = chain or self._sync_chain()
+        with self._replicator.exclusive():
+            chain.catch_up()  # what is owed first: nothing deleted is shipped later
+            chain.delete_thread(thread_id)
+        self._archive_forget(thread_id)
+
+    def _hold_archived(self, thread_id: str) -> Any:
+        """With an archive: the thread's lease for a delete, so that no
+        bring-back of it (which holds it) is half done meanwhile. While the
+        thread is flagged archived, whoever holds its lease is bringing it
+        back (a run brings it back before it runs), however long that takes:
+        the delete waits for it, or the bring-back would write the deleted
+        thread back. Once it is hot, a run holding it does not hold the
+        delete up, as it never did."""
+        if self.archive_url is None or self.read_only:
+            return None
+        archiver = self._archiver()
+        while True:
+            try:
+                return self._sync_leases().hold(str(thread_id))
+            except TierUnavailable:
+                return None
+            except ThreadBusy:
+                if archiver.flag(str(thread_id)) is None:
+                    return None
+            sleep(BRING_BACK_POLL_S)
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Delete the checkpoints and pending writes of these runs, from every
+        thread (archived ones are brought back first), in every tier."""
+        chain = self._sync_chain()
+        leases = self._sync_leases()
+        unsearched: TierUnavailable | None = None
+        if self.archive_url is not None and not self.read_only and run_ids:
+            # An archived thread holding one of the runs comes back first: the runs go from it too.
+            try:
+                for thread_id in self._archiver().holding_runs([str(r) for r in run_ids]):
+                    self._bring_back_thread(thread_id)
+            except TierUnavailable as exc:
+                unsearched = exc  # the hot threads lose the runs all the same; then it is said
+        with self._replicator.exclusive():
+            chain.catch_up()  # what is owed first: nothing deleted is shipped later
+            # Another saver's kept lease of a thread that loses a checkpoint (lease_linger).
+            chain.delete_for_runs(run_ids, self._asking(leases.ask_kept_back, "delete_for_runs"))
+        if unsearched is not None:
+            raise archived_runs_unsearched(unsearched)
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Copy every checkpoint and pending write of one thread to another, in every tier."""
+        chain = self._sync_chain()
+        # An archived source would copy as nothing, an archived target be overwritten by its bring-back.
+        self._bring_back_thread(source_thread_id)
+        self._bring_back_thread(target_thread_id)
+        self._sync_leases().ask_kept_back(target_thread_id, "copy_thread: target")  # see delete_thread
+        with self._replicator.exclusive():
+            chain.catch_up()  # what is owed first: nothing deleted is shipped later
+            chain.copy_thread(source_thread_id, target_thread_id)
+        self._note_archive(target_thread_id)
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """Prune the threads' checkpoints by `strategy` (LangGraph's
+        ``"keep_latest"`` or ``"delete"``), in every tier; pinned
+        checkpoints stay."""
+        chain = self._sync_chain()
+        leases = self._sync_leases()
+        for thread_id in thread_ids:
+            self._bring_back_thread(thread_id)  # an archived thread is pruned as a hot one is
+            leases.ask_kept_back(thread_id, "prune")  # see delete_thread
+            self._archive_owe(thread_id)
+        with self._replicator.exclusive():
+            chain.catch_up()  # see delete_thread
+            chain.prune(thread_ids, strategy=strategy)
+        for thread_id in thread_ids:
+            self._note_archive(thread_id)
+
+    def get_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        """LangGraph's walk up the parent chain, over ancestors read a page at
+        a time with `list` instead of one `get_tuple` each (`delta_history.py`), from
+        the local cache alone for what this saver wrote under the thread's
+        lease it still holds; LangGraph's own walk whenever the chain is not
+        complete in those pages."""
+        if not channels:
+            return {}
+        chain = self._sync_chain()
+        token, until = self._lease_token(config)
+        found = chain.delta_history(config, channels, lease_token=token, trusted_until=until)
+        if found is not None:
+            return found
+        return super().get_delta_channel_history(config=config, channels=channels)
+
+    def actions(self, thread_id: str) -> dict[str, LedgerEntry]:
+        """The thread's ledger of non-resumable actions, by key."""
+        return self._sync_chain().actions(thread_id)
+
+    def record_action(self, thread_id: str, entry: LedgerEntry) -> None:
+        """Write a ledger entry through every tier (used by `ledger.action`)."""
+        self._sync_chain().record_action(thread_id_of(thread_id, what="record_action"), entry)
+        self._note_archive(str(thread_id))
+
+    def resolve_action(
+        self, thread_id: str, key: str, *, done: bool, result: Any = None, force: bool = False
+    ) -> LedgerEntry:
+        """An operator's answer for an escalated action: ``done=True`` (it
+        happened; `result` is what later runs get) or ``done=False`` (it did
+        not; the next run may do it). The thread can then run again.
+
+        Raises `ConfigError`, writing nothing, if the thread has no action
+        `key`, or if the action is already answered (confirmed done, or
+        answered by an operator) and `force` is not set: changing a confirmed
+        action could make the thread repeat or skip its side effect. An entry
+        damaged in every tier can always be answered."""
+        try:
+            entries: Mapping[str, LedgerEntry] | None = self.actions(thread_id)
+        except Exception as exc:
+            if not damaged_entry(exc, str(thread_id), key):
+                raise
+            entries = None  # unreadable everywhere: the answer replaces it
+        entry = operator_answer(str(thread_id), key, entries, done=done, result=result, force=force)
+        self.record_action(thread_id, entry)
+        return entry
+
+    def restore_quarantined(
+        self, records: Sequence[QuarantinedRecord | str]
+    ) -> tuple[builtins.list[QuarantinedRecord], builtins.list[QuarantinedRecord]]:
+        """Put quarantined copies back where they were (`quarantined` lists
+        them; a string names one as ``"tier:id"``, as the CLI prints it).
+
+        Nothing is trusted because it was restored: the next read verifies
+        the copy again (and quarantines it again if it is still bad). A copy
+        whose place holds an intact record now stays in the quarantine.
+        Returns ``(restored, kept)``. Raises `ConfigError` for an unknown id
+        or a copy kept without its row's fields."""
+        chain = self._sync_chain()
+        chain.ensure_setup()
+        known = self.quarantined() if any(isinstance(r, str) for r in records) else []
+        return chain.restore_quarantined(resolve_quarantined(records, known))
+
+    def quarantined(self, thread_id: str | None = None) -> builtins.list[QuarantinedRecord]:
+        """Quarantined copies, from every tier (one thread or all): bad copies
+        met by reads, `repair` or the journal, and withdrawn checkpoints.
+        Each carries its tier, id, reason and bytes; `restore_quarantined`
+        puts them back."""
+        chain = self._sync_chain()
+        chain.ensure_setup()
+        return [q for tier in chain.tiers for q in tier.list_quarantine(thread_id)]
+
+    def restore_outcomes(self, records: Sequence[QuarantinedRecord]) -> builtins.list[tuple[str, str]]:
+        """What `restore_quarantined` would do with each of `records` now,
+        changing nothing: ``(verdict, why)`` with verdict ``"restore"`` (put
+        back: its place holds no intact copy), ``"keep"`` (an intact copy is
+        in its place, after `repair` say: it stays quarantined) or
+        ``"refuse"`` (it cannot be put back)."""
+        return self._sync_chain().restore_outcomes(records)
+
+    def purge_quarantined(
+        self, older_than: float | timedelta, *, thread_id: str | None = None, dry_run: bool = False
+    ) -> builtins.list[QuarantinedRecord]:
+        """Delete for good, from every tier, the quarantined copies detected
+        more than `older_than` (seconds, or a timedelta) ago: of `thread_id`,
+        or of every thread. With `dry_run` nothing is deleted. Returns the
+        copies purged (or that would be). A read-only saver refuses
+        (`ConfigError`)."""
+        self._may_purge()
+        return self._sync_chain().purge_quarantined(
+            seconds_above_zero(older_than), thread_id=thread_id, dry_run=dry_run
+        )
+
+    def thread_ids(self) -> builtins.list[str]:
+        """Every thread with a checkpoint or pending write in some tier,
+        sorted: the union over the tiers, as `verify` walks them (so a tier
+        that cannot be reached raises `TierUnavailable` rather than leaving
+        its threads out). ``langgraph-durable threads`` lists them."""
+        chain = self._sync_chain()
+        chain.ensure_setup()
+        return sorted({t for tier in chain.tiers for t in tier.thread_ids()})
+
+    def verify(self, thread_id: str | None = None, *, progress: Callable[[int, int], None] | None = None) -> ScanReport:
+        """Check every copy of every record in every tier (one thread or all).
+        Changes nothing; `ScanReport.bad` lists each bad copy with its tier and key.
+        With an archive, `ScanReport.archive` says which of its segments do
+        not verify and which threads the hot tiers hold older than it does
+        (rolled back, or lost everywhere), an `archive.reports.ArchiveCheck`.
+        `progress(done, total)` is called after each thread."""
+        report = self._sync_chain().scan(thread_id, repair=False, progress=progress)
+        if self.archive_url is not None:
+            report.archive = self._archiver().check(None if thread_id is None else [thread_id])
+        return report
+
+    def repair(self, thread_id: str | None = None, *, progress: Callable[[int, int], None] | None = None) -> ScanReport:
+        """`verify`, then replace each bad copy with an intact copy from another
+        tier (the bad bytes are quarantined first). Copies with no intact twin
+        are listed in `ScanReport.unrestorable`."""
+        return self._sync_chain().scan(thread_id, repair=True, progress=progress)
+
+    def apply_retention(
+        self,
+        policy: RetentionPolicy | None = None,
+        *,
+        thread_ids: Sequence[str] | None = None,
+        dry_run: bool = False,
+        now: float | None = None,
+        progress: Callable[[int, int], None] | None = None,
+        pace: Callable[[], Any] | None = None,
+    ) -> RetentionReport:
+        """Apply `policy` (default: the saver's `retention=`) to these threads
+        (default: every thread any tier holds), in every tier; with `dry_run`
+        only count what would go. What a sweep never removes is listed in
+        `RetentionPolicy`. Records still owed to the shared tiers are shipped
+        first. A tier that cannot be reached raises `TierUnavailable` and
+        leaves the threads not reached yet as they were; run it again.
+        `progress(done, total)` runs after each thread, `pace()` before each
+        (a rate limit: the background sweep's `retention_rate`); on the async
+        face `pace()` may return an awaitable, which is awaited."""
+        chosen = self._retention_policy(policy)
+        chain = self._sync_chain()
+        leases = self._sync_leases()
+        when = time.time() if now is None else now
+        hot_ids, archived_ids = self._retention_split(thread_ids)
+        with self._replicator.exclusive():
+            chain.catch_up()  # what is owed first: nothing deleted is shipped later
+            # Another saver's kept lease of a thread it deletes or prunes (lease_linger).
+            report = chain.retain(
+                chosen,
+                hot_ids,
+                now=when,
+                dry_run=dry_run,
+                progress=progress,
+                pace=pace,
+                ask=self._asking(leases.ask_kept_back, "apply_retention"),
+            )
+        if self.archive_url is not None:
+            self._retain_archived(chosen, archived_ids, report, now=when, dry_run=dry_run, pace=pace)
+        if chosen.archive_idle_after is not None:
+            archived = self.archive_idle(
+                chosen.archive_idle_after, thread_ids=thread_ids, dry_run=dry_run, now=when, pace=pace
+            )
+            report.threads_archived = len(archived.archived)
+        return report
+
+    def _retention_split(self, thread_ids: Sequence[str] | None) -> tuple[Sequence[str] | None, builtins.list[str]]:
+        """A sweep's hot threads (None: every thread the hot tiers hold) and
+        its archived ones: flagged in the hot tiers, listed in the archive."""
+        if self.archive_url is None:
+            return thread_ids, []
+        archiver = self._archiver()
+        if thread_ids is None:
+            return None, archiver.archived_threads()
+        archived = [str(t) for t in thread_ids if archiver.flag(str(t)) is not None]
+        return [t for t in thread_ids if str(t) not in archived], archived
+
+    def _retain_archived(
+        self,
+        policy: RetentionPolicy,
+        thread_ids: Sequence[str],
+        report: RetentionReport,
+        *,
+        now: float,
+        dry_run: bool,
+        pace: Callable[[], Any] | None = None,
+    ) -> None:
+        """A sweep's archived threads, each judged on its archive copy
+        (`Archiver.judge`) and passed over unread where the archived flag
+        shows that no rule can touch it. One a rule changes is deleted
+        (idle), or brought back, swept as a hot one and archived again; each
+        under the thread's writer lease and only while its flag is the one
+        judged, so a run or a pin that brought it back since wins. A thread
+        whose copy was read and loses nothing has that noted in its flag
+        (`Archiver.settle`)."""
+        archiver = self._archiver()
+        leases = self._sync_leases()
+        for thread_id in thread_ids:
+            if pace is not None:
+                refuse_awaitable(pace(), "pace")
+            judged = archiver.judge(thread_id, policy, now)
+            if judged is None:
+                continue  # brought back since it was listed: the next sweep finds it hot
+            report.add(judged.retained, unconfirmed=judged.unconfirmed)
+            if dry_run or not (judged.acts or settles(judged)):
+                continue
+            leases.ask_kept_back(thread_id, "apply_retention")  # see delete_thread
+            try:
+                lease = leases.hold(thread_id)
+            except ThreadBusy:
+                left_alone(report, judged)  # a run has it: not idle, and swept hot by the next sweep
+                continue
+            try:
+                if not judged.acts:
+                    archiver.settle(thread_id, judged, policy, now)
+                    continue
+                if archiver.flag(thread_id) != judged.flag:
+                    left_alone(report, judged)  # brought back meanwhile: the next sweep finds it hot
+                    continue
+                if judged.retained.thread_deleted:
+                    self._delete_now(thread_id)
+                    continue
+                with self._archive_call("bring_back"):
+                    archiver.bring_back(thread_id)  # under the lease held here
+                self._archive_owe(thread_id)  # see prune
+            finally:
+                leases.unhold(lease)
+            undo_count(report, judged)  # counted again as the hot sweep finds it
+            with self._replicator.exclusive():
+                swept = self._sync_chain().retain(
+                    policy,
+                    [thread_id],
+                    now=now,
+                    dry_run=False,
+                    ask=self._asking(leases.ask_kept_back, "apply_retention"),
+                )
+            report.merge(swept)
+            again = archiver.archive_threads(
+                [thread_id],
+                ArchiveReport(dry_run=False),
+                idle_after=idle_for(judged, now),
+                now=now,
+                **self._archiving_with(leases),
+            )
+            rearchived(thread_id, again)
+
+    def _asking(self, ask: Callable[[str, str], Any], what: str) -> Callable[[str], Any]:
+        """`ask(thread_id, what)` before a thread is changed outside a run,
+        the thread noted for the archive replica too."""
+
+        def asked(thread_id: str) -> Any:
+            self._note_archive(thread_id)
+            self._archive_owe(thread_id)
+            return ask(thread_id, what)
+
+        return asked
+
+    def _archive_owe(self, thread_id: str) -> None:
+        """Before a deletion in the thread: noted in the hot tiers for the
+        archive, so that it reaches the archive even when the object store
+        is down now and this process exits before it answers again."""
+        if self.archive_url is not None and not self.read_only:
+            self._archiver().owe(str(thread_id))
+
+    def _archive_forget(self, thread_id: str) -> None:
+        """After `delete_thread`: the thread is no longer archived (the hot
+        tiers' flag goes, so no read brings it back, whatever the object
+        store says), and its archive copy goes with the replica's next pass."""
+        if self.archive_url is None or self.read_only:
+            return
+        self._note_archive(thread_id)
+        self._archiver().forget(str(thread_id))
+
+    def _refuse_archived(self, chain: TierChain, config: RunnableConfig) -> None:
+        """A saver without an archive found nothing of the thread: if the
+        system of record flags it archived (another saver of the store moved
+        it there), `ThreadArchived`, before anything is written. One read of
+        the system of record on such a miss, as a saver with an archive pays."""
+        configurable = config.get("configurable") or {}
+        thread_id = configurable.get("thread_id")
+        if thread_id is None or configurable.get("checkpoint_ns"):
+            return  # a subgraph's first step: its thread's root namespace answered already
+        chain.ensure_setup()  # the store's key first, as any read
+        for tier in chain.roles.by_authority():
+            try:
+                flagged = tier.read_meta(archived_key(str(thread_id)))
+                where = tier.read_meta(ARCHIVE_META) if flagged is not None else None
+            except TierUnavailable:
+                continue
+            if flagged is not None:
+                raise thread_archived(str(thread_id), where, looking=self.archive_url is not None)
+            return
+
+    def _bring_back_thread(self, thread_id: str) -> None:
+        """If the thread is archived, bring it back (under its lease), for an
+        operation on it that works on the hot tiers."""
+        self._brought_back({"configurable": {"thread_id": str(thread_id)}})
+
+    def _brought_back(self, config: RunnableConfig, *, held: bool = False) -> bool:
+        """A read found nothing of the thread: if the hot tiers flag it
+        archived, copy it back into them (one read of the system of record
+        on such a miss; the object store only for an archived thread).
+        Whether it did. Under the thread's writer lease: the caller's run's
+        (`held`), this saver's kept one, or taken for it."""
+        if self.archive_url is None or self.read_only:
+            self._refuse_archived(self._sync_chain(), config)
+        thread_id = self._archived_thread_of(config)
+        if thread_id is None:
+            return False
+        leases = self._sync_leases()
+        mine = held or self._lease_token(config)[0] is not None
+        hold, release = (None, None) if mine else (leases.hold, leases.unhold)
+        archiver = self._archiver()
+        if archiver.flag(thread_id) is None:
+            return False
+        with self._archive_call("bring_back"):
+            if not archiver.bring_back(thread_id, hold=hold, release=release):
+                return False
+        self.archive_restores += 1
+        self._note_archive(thread_id)
+        return True
+
+    def archive_idle(
+        self,
+        older_than: float,
+        *,
+        thread_ids: Sequence[str] | None = None,
+        dry_run: bool = False,
+        now: float | None = None,
+        pace: Callable[[], Any] | None = None,
+    ) -> ArchiveReport:
+        """Move every thread whose newest checkpoint is older than
+        `older_than` seconds out of the hot tiers into the archive.
+
+        Each thread is shipped, its archive copy read back and checked to
+        hold every record any hot tier holds (every namespace, checkpoint,
+        channel value and list piece, pending write, ledger entry and pin
+        entry), byte for byte, and only then deleted from the local, Redis
+        and Postgres tiers, under the thread's writer lease. A thread with a
+        pin, one being run, or one whose copy does not check out stays (the
+        report says why). Any later read or run of an archived thread
+        (``get_tuple``, ``list``, ``invoke``, ``get_state_history``) brings
+        it back first. With `dry_run`, only say which threads would go.
+        `pace()` runs before each thread (a rate limit)."""
+        archiver = self._archiver()
+        leases = self._sync_leases()
+        chain = archiver.chain
+        chain.ensure_setup()
+        report = ArchiveReport(dry_run=dry_run)
+        when = time.time() if now is None else now
+        ids = sorted({t for tier in chain.tiers for t in tier.thread_ids()}) if thread_ids is None else thread_ids
+        with self._replicator.exclusive():
+            chain.catch_up()  # what is owed first: the hot tiers hold everything
+        return archiver.archive_threads(
+            ids, report, idle_after=older_than, now=when, pace=pace, **self._archiving_with(leases)
+        )
+
+    def promote_local(self, *, progress: Callable[[int, int], None] | None = None) -> int:
+        """Give a store that ran on SQLite alone its shared tiers: copy every
+        thread the local file holds (checkpoints, channel values, pending
+        writes, ledger entries) into Redis and Postgres, sealed with the
+        store's key, each record as it is. Until it has, a saver given both
+        the file and shared tiers refuses to start (`ConfigError`), so no
+        replica serves part of a thread's history. Safe to run again, and
+        to resume after an interruption. The threads copied
+        (``langgraph-durable promote``)."""
+        return self._sync_chain().promote_local(progress)
+
+    def needs_promote(self) -> bool:
+        """Whether this saver has shared tiers and its SQLite file holds the
+        history of a store that ran on it alone, not copied there yet: what
+        `promote_local` (``langgraph-durable promote``) does. Until it has,
+        a saver given both refuses to start."""
+        chain = self._sync_chain()
+        if chain.local is None or not chain.shared:
+            return False
+        return chain.local.read_meta(EMBEDDED_META) is not None
+
+    def archived_threads(self) -> builtins.list[str]:
+        """Threads that live only in the archive (``threads --archived``)."""
+        return self._archiver().archived_threads()
+
+    def restore(self, thread_ids: Sequence[str] | None = None, *, until: float | None = None) -> RestoreReport:
+        """Rebuild the hot tiers from the archive, after they were lost: every
+        thread it holds (or `thread_ids`), as of the newest segment (or the
+        newest written by `until`, seconds since the epoch: a point in time,
+        to the replica's pass). With every thread, archived threads stay
+        archived (the hot tiers get their marker back); a thread named is
+        brought back, under its writer lease (`ThreadBusy` while a run holds
+        it). Safe to run again; ``langgraph-durable restore`` runs it."""
+        leases = self._sync_leases()
+        return self._archiver().restore(thread_ids, until=until, hold=leases.hold, release=leases.unhold)
+
+    def drain_archive(self, timeout: float | None = None) -> ArchiveLag | None:
+        """Ship every thread written since the archive replica's last pass
+        now, for up to `timeout` seconds. What is still behind (None without
+        an archive)."""
+        replica = (self._origin or self)._archive_replica
+        if replica is None:
+            return None
+        return replica.flush(timeout)
+
+    def pin(self, config: RunnableConfig, *, label: str = "", check: bool = True) -> Pin:
+        """Pin a checkpoint (the one `config` names, else the thread's
+        latest): retention, ``prune``, ``delete_for_runs`` and `archive_idle`
+        never remove it or anything it is rebuilt from, until `unpin`.
+        Resume from it with ``graph.invoke(None, pin.config)``. With
+        `check` (default) the checkpoint must exist, else `ConfigError`;
+        `pin_here` pins the checkpoint its step started from without
+        looking, as it may still be on its way to the tiers."""
+        thread_id, ns, checkpoint_id = self._pin_target(config)
+        if check or not checkpoint_id:
+            target = config if checkpoint_id else {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns}}
+            tup = self.get_tuple(cast(RunnableConfig, target))
+            if tup is None:
+                raise ConfigError(f"pin: thread {thread_id!r} has no checkpoint {checkpoint_id or '(latest)'} to pin.")
+            checkpoint_id = tup.config["configurable"]["checkpoint_id"]
+        assert checkpoint_id is not None
+        self._sync_chain().record_entry(thread_id, pin_entry(ns, checkpoint_id, label))
+        self._note_archive(thread_id)
+        return Pin(thread_id, ns, checkpoint_id, label, time.time())
+
+    def unpin(self, config: RunnableConfig) -> bool:
+        """Remove the pin of the checkpoint `config` names. Whether there was one."""
+        thread_id, ns, checkpoint_id = self._pin_target(config)
+        if not checkpoint_id:
+            raise ConfigError("unpin: name the checkpoint (configurable checkpoint_id), as pin() returned it.")
+        chain = self._sync_chain()
+        entry = chain.ledger_entries(thread_id).get(pin_key(ns, checkpoint_id))
+        if entry is None or entry.state != "intent":
+            return False
+        chain.record_entry(thread_id, unpin_entry(entry))
+        self._note_archive(thread_id)
+        return True
+
+    def pins(self, thread_id: str) -> builtins.list[Pin]:
+        """The thread's pinned checkpoints, oldest pin first."""
+        return self._sync_chain().pins(thread_id)
+
+    def import_from(
+        self,
+        source: BaseCheckpointSaver,
+        *,
+        verify: bool = True,
+        progress: Callable[[int, int], None] | None = None,
+        allow: Iterable[tuple[str, str] | str | type] = (),
+        merge: bool = False,
+        thread_prefix: str = "",
+    ) -> ImportReport:
+        """Copy every thread, namespace, checkpoint (parent chain and metadata
+        included) and pending write of `source` into this saver's tiers; see
+        the README's "Switching from SqliteSaver or PostgresSaver".
+
+        A SqliteSaver or PostgresSaver (LangGraph's serializer, optionally
+        encrypted) is read from its tables, through its own connection, and
+        nothing its records name is run: a value that would rebuild a type
+        outside LangGraph's allowlist plus `allow` (``("module", "Class")``
+        pairs, ``"module:Class"`` strings or classes), or that is pickled, is
+        not decoded; its row is skipped and listed in
+        `ImportReport.rejected`. Any other saver is read through its public
+        `list`, which decodes with that saver's own serializer.
+
+        A thread already in the tiers with checkpoints the source does not
+        have raises `ImportConflict` (a `ConfigError`) before anything is
+        written, unless `merge` (add the source's checkpoints to it) or
+        `thread_prefix` (import thread ``t`` as ``thread_prefix + t``).
+        Run it again to resume an interrupted import: checkpoints already
+        here are skipped and missing pending writes added. With `verify`,
+        every copy is read back through `list` and `get_tuple` and compared
+        with its source; `ImportReport.differences` lists what differs.
+        `progress(done, total)` is called per thread. Checkpoints keep their
+        metadata as the source stored it. A source or tier failure raises;
+        what was written stays and is skipped next time.
+
+        On the async face an AsyncSqliteSaver or AsyncPostgresSaver is read
+        from its tables, and any other async-capable saver (InMemorySaver,
+        ...) through its own async listing."""
+        leases = self._sync_leases()
+        return Importer(
+            source,
+            list_target=self.list,
+            get_target=self.get_tuple,
+            put=leases.put,
+            put_writes=leases.put_writes,
+            tables=importing.sync_tables(source),
+            allow=allow,
+            merge=merge,
+            thread_prefix=thread_prefix,
+            verify=verify,
+            progress=progress,
+        ).run()
+
+    def release_thread(self, thread_id: str) -> None:
+        """Give back this saver's writer lease of `thread_id` now. Not needed
+        after a run: a run gives its lease back when it ends, or keeps it
+        (``lease_linger``) until another replica asks for it. A run of this
+        saver still going on the thread gets `LeaseLost` at its next write.
+        Raises `TierUnavailable` if the lease tier cannot be reached (the
+        lease then expires by itself after ``lease_ttl``)."""
+        self._sync_leases().release(str(thread_id))
