@@ -80,7 +80,7 @@ def unconfirmed_message(thread_id: str, keys: list[str]) -> str:
         f"thread {thread_id!r} has non-resumable action(s) {names} that started but were never confirmed, "
         "so they may or may not have happened. Check, then record the answer with "
         "saver.resolve_action(thread_id, key, done=True|False) or "
-        "`langgraph-durable resolve-action --thread ... --key ... --done|--not-done`, and run the thread again."
+        "`langgraph-durable resolve-action ... --key ... --done|--not-done`, and run the thread again."
     )
 
 
@@ -264,7 +264,7 @@ def refusal(
         known = ", ".join(repr(k) for k in sorted(entries)) or "none"
         return (
             f"thread {thread_id!r} has no action {key!r} (its actions: {known}); "
-            "`langgraph-durable actions --thread ...` or saver.actions(thread_id) lists them."
+            "`langgraph-durable actions ...` or saver.actions(thread_id) lists them."
         )
     if entry.state != "intent" and not force:
         what = "confirmed done" if entry.state == "done" else "answered not done"

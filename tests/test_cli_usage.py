@@ -30,11 +30,31 @@ def _usage_error(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[str, s
             ["doctor", "--postgress=X"],
             "langgraph-durable doctor: unknown option --postgress (did you mean --postgres?)",
         ),
-        # The typo is what is reported, not the required --thread it hides.
-        (["actions", "--thred", "t"], "langgraph-durable actions: unknown option --thred (did you mean --thread?)"),
+        # The typo is what is reported, not the THREAD it hides.
+        (
+            ["actions", "--thred", "t"],
+            "langgraph-durable actions: unknown option --thred "
+            "(did you mean `langgraph-durable actions THREAD`? THREAD takes no flag)",
+        ),
         (
             ["quarantine", "purge", "--older-then", "30d"],
-            "langgraph-durable quarantine: unknown option --older-then (did you mean --older-than?)",
+            "langgraph-durable quarantine purge: unknown option --older-then (did you mean --older-than?)",
+        ),
+        (["quarantine", "lst"], "langgraph-durable quarantine: unknown action lst (did you mean list?)"),
+        (
+            ["resolve-action", "--key", "k", "--done"],
+            "langgraph-durable resolve-action: name the thread: `langgraph-durable resolve-action THREAD` "
+            "(see `langgraph-durable resolve-action --help`)",
+        ),
+        (
+            ["actions", "a", "--thread", "b"],
+            "langgraph-durable actions: two threads given ('a' and --thread 'b'): name one "
+            "(see `langgraph-durable actions --help`)",
+        ),
+        (
+            ["quarantine", "list", "--older-than", "1d"],
+            "langgraph-durable quarantine list: unknown option --older-than (see `langgraph-durable quarantine "
+            "list --help`)",
         ),
         # A flag spelled like an argument given without one names that argument.
         (
@@ -67,6 +87,17 @@ def test_a_usage_error_with_json_also_prints_the_envelope(capsys: pytest.Capture
         "exit_status": 2,
     }
     assert err.count("\n") == 1
+
+
+def test_a_thread_is_named_one_way_and_the_older_flag_still_works() -> None:
+    # A command about one thread takes THREAD; `--thread THREAD` (the older
+    # spelling of actions and resolve-action) is still taken, and not shown.
+    assert cli.parse(["actions", "t1"]).thread == "t1"
+    assert cli.parse(["actions", "--thread", "t1"]).thread == "t1"
+    assert cli.parse(["actions", "t1", "--thread", "t1"]).thread == "t1"
+    assert cli.parse(["resolve-action", "t1", "--key", "k", "--done"]).thread == "t1"
+    assert cli.parse(["verify", "--thread", "t1"]).thread == "t1"  # narrowing many threads: a flag
+    assert cli.parse(["quarantine", "purge", "--older-than", "2d", "--thread", "t1"]).older_than == 2 * 86400
 
 
 def test_an_abbreviation_argparse_accepts_is_not_a_typo(capsys: pytest.CaptureFixture[str]) -> None:

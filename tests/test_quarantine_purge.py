@@ -146,7 +146,7 @@ def test_purge_needs_a_duration_and_only_purge_takes_one(
             cli.main(argv)
         assert info.value.code == cli.EXIT_USAGE, argv
         err = capsys.readouterr().err
-        assert err.startswith("langgraph-durable quarantine: ") and err.count("\n") == 1, err
+        assert err.startswith(f"langgraph-durable quarantine {argv[1]}: ") and err.count("\n") == 1, err
 
 
 def test_list_says_what_restore_would_do(tiers: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:

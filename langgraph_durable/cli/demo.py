@@ -23,11 +23,12 @@ from typing import TYPE_CHECKING, Annotated, Any, TextIO, TypedDict
 
 from langchain_core.runnables import RunnableConfig
 
-from .model.codec import serde_from_spec
-from .saver import DurableSaver
+from .store import saver_from_args
 
 if TYPE_CHECKING:
     from langgraph.graph import StateGraph
+
+    from ..saver import DurableSaver
 
 STEP_SECONDS = 0.3
 
@@ -44,8 +45,7 @@ def build_graph(executions_log: str) -> StateGraph:
     Each execution is appended to `executions_log` *before* the work, so a
     step that was cut short by the kill and run again shows up twice.
     """
-    # Imported here: every command line command imports this module (for
-    # `saver_from_args`), and only the demo builds a graph.
+    # Imported here: only the demo builds a graph.
     from langgraph.graph import END, START, StateGraph
 
     def work(state: DemoState) -> dict[str, Any]:
@@ -60,23 +60,6 @@ def build_graph(executions_log: str) -> StateGraph:
     g.add_edge(START, "work")
     g.add_conditional_edges("work", lambda s: "work" if s["n"] < s["total"] else END)
     return g
-
-
-def saver_from_args(args: Any, **options: Any) -> DurableSaver:
-    """A saver from the command line's tier flags, falling back to the
-    environment (`DurableSaver.from_env`). A flag given as '' switches its
-    tier off, even when the environment names one."""
-    for tier in ("sqlite", "redis", "postgres", "archive"):
-        value = getattr(args, tier, None)
-        if value is not None:
-            options[tier] = value or None
-    if getattr(args, "redis_key_prefix", None):
-        options["redis_key_prefix"] = args.redis_key_prefix
-    if getattr(args, "archive_key_fingerprint", None):
-        options["archive_key_fingerprint"] = args.archive_key_fingerprint
-    if getattr(args, "serde", None):
-        options["serde"] = serde_from_spec(args.serde, what="--serde")
-    return DurableSaver.from_env(**options)
 
 
 def worker(args: Any) -> int:

@@ -1,0 +1,312 @@
+"""The command line's parsing: the `Command` rows, the `Parser` whose usage
+errors are one line naming the likely meaning, the help texts, and the
+argument types (durations, times, JSON)."""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import re
+import shutil
+import sys
+import textwrap
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, NoReturn, cast
+
+from ..environment import (
+    DEFAULT_KEY_PREFIX,
+    ENV_ARCHIVE_KEY_FINGERPRINT,
+    ENV_ARCHIVE_URL,
+    ENV_LEASE_LINGER,
+    ENV_OLD_SIGNING_KEYS,
+    ENV_POSTGRES_PREPARED_STATEMENTS,
+    ENV_POSTGRES_SCHEMA,
+    ENV_REDIS_KEY_PREFIX,
+    ENV_REDIS_TTL,
+    ENV_SIGNING_KEY,
+    ENV_WRITE,
+)
+from ..tiers.registry import DEFAULT_SQLITE_PATH, POSTGRES, REDIS, SQLITE
+from .output import (
+    EXIT_CANNOT_RUN,
+    EXIT_FINDINGS,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
+    Output,
+    envelope,
+    write_json,
+)
+
+EXIT_CODES_HELP = f"""exit status:
+  {EXIT_OK:<4} ok
+  {EXIT_FINDINGS:<4} findings: verify found bad or missing copies, repair could not restore some, doctor
+       found a tier down, resolve-action refused (no such action, or one already answered
+       without --force), history/show found no such thread or checkpoint, the demo failed
+  {EXIT_USAGE:<4} usage error: one line on stderr (an unknown option or command names the likely one)
+  {EXIT_CANNOT_RUN:<4} could not run: a tier unreachable, a configuration error (one line on stderr
+       says why)
+  {EXIT_INTERRUPTED:<4} interrupted (Ctrl-C)"""
+
+
+JSON_ENVELOPE_HELP = """--json: one JSON document on stdout, the same shape for every command (and for a
+usage error or a failure, with the exit status below):
+  {"command": "verify", "ok": true, "version": "0.1.0", "ts": "2026-11-28T08:00:00.000Z",
+   "report": {...the command's own fields...},
+   "error": {"type": "TierUnavailable", "message": "...", "exit_status": 3}}   (only when not ok)
+  times are ISO 8601 UTC; docs/operations/json.md shows each command's report"""
+
+
+ENVIRONMENT_HELP = f"""environment (the tier flags override it; a flag given as '' switches its tier off):
+  {SQLITE.env:<36} {SQLITE.what}
+  {"":<36} (default {DEFAULT_SQLITE_PATH})
+  {REDIS.env:<36} {REDIS.what}
+  {ENV_REDIS_KEY_PREFIX:<36} prefix of the saver's Redis keys (default {DEFAULT_KEY_PREFIX!r})
+  {ENV_REDIS_TTL:<36} seconds after which an idle thread leaves Redis
+  {POSTGRES.env:<36} {POSTGRES.what}
+  {ENV_POSTGRES_PREPARED_STATEMENTS:<36} false behind PgBouncer in transaction mode
+  {ENV_POSTGRES_SCHEMA:<36} the Postgres schema of the saver's tables
+  {ENV_SIGNING_KEY:<36} the key that signs every record (HMAC); it must be
+  {"":<36} the key the store was written with
+  {ENV_OLD_SIGNING_KEYS:<36} older keys still accepted during a rotation,
+  {"":<36} comma-separated ('unsigned' accepts unsigned records)
+  {ENV_WRITE:<36} which tiers hold a write before it returns:
+  {"":<36} shared (default), all or local
+  {ENV_LEASE_LINGER:<36} seconds a run's lease is kept after it ends (default 30)
+  {ENV_ARCHIVE_URL:<36} s3://BUCKET/PREFIX of the archive (object storage);
+  {"":<36} its endpoint and credentials from the AWS_* variables
+  {ENV_ARCHIVE_KEY_FINGERPRINT:<36} the store key's full fingerprint (doctor prints
+  {"":<36} it), to rebuild a store from its archive"""
+
+
+# The exit-status table is in the top-level help only; a command's own says where.
+SUBCOMMAND_EPILOG = "exit status: 0 ok, 1 findings, 2 usage, 3 could not run; `langgraph-durable --help` says more."
+
+
+JSON_HELP = "print one JSON document on stdout instead of text (same exit status)"
+
+
+@dataclass(frozen=True)
+class Command:
+    """One subcommand. `arguments` adds its own options; `store.tier_flags`
+    and ``--json`` are added for it (``tiers`` / ``json``). A command that
+    chooses an action adds a subcommand per action and returns their
+    parsers, which then get those flags. `run(args, out)` returns the exit
+    status. An ``internal`` command is left out of --help and only parsed
+    when it is the first argument."""
+
+    name: str
+    help: str  # its line in `langgraph-durable --help`
+    description: str  # its own --help
+    arguments: Callable[[Parser], list[Parser] | None]
+    run: Callable[[argparse.Namespace, Output], int]
+    tiers: bool = True
+    json: bool = True
+    internal: bool = False
+
+
+def wrapped(text: str) -> str:
+    """Prose wrapped to the terminal, as argparse would; text that has its
+    own line breaks (the environment and exit status tables) as it is."""
+    if "\n" in text:
+        return text
+    width = max(40, min(100, shutil.get_terminal_size().columns - 2))
+    return textwrap.fill(" ".join(text.split()), width)
+
+
+class Formatter(argparse.RawDescriptionHelpFormatter):
+    """Descriptions and epilogs as `wrapped` made them."""
+
+
+class Parser(argparse.ArgumentParser):
+    """An argparse parser whose usage errors are one line on stderr (exit 2),
+    naming the command and, for a mistyped option, command or action, the
+    likely one: ``langgraph-durable doctor: unknown option --postgress (did
+    you mean --postgres?)``. With ``--json`` on the command line, the
+    envelope (its ``error`` of type ``usage``) goes to stdout as well.
+
+    It keeps its own record of its options, positionals and subcommands
+    (`flags`, `positionals`, `subcommands`), for `check`."""
+
+    argv: Sequence[str] = ()  # the command line, set by `parse`
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        for key in ("description", "epilog"):
+            if kwargs.get(key):
+                kwargs[key] = wrapped(kwargs[key])
+        self.flags: list[str] = []
+        self.positionals: dict[str, str] = {}  # dest -> how --help shows it
+        self.subcommands: dict[str, Parser] = {}
+        super().__init__(*args, **kwargs)
+
+    def add_argument(self, *names: str, **kwargs: Any) -> argparse.Action:
+        self._note(names, kwargs)
+        return super().add_argument(*names, **kwargs)
+
+    def add_argument_group(self, *args: Any, **kwargs: Any) -> Any:
+        return _Noted(super().add_argument_group(*args, **kwargs), self)
+
+    def add_mutually_exclusive_group(self, **kwargs: Any) -> Any:
+        return _Noted(super().add_mutually_exclusive_group(**kwargs), self)
+
+    def actions(self, dest: str, *, metavar: str = "ACTION") -> Any:
+        """Subcommands for the actions a command chooses from (`add_action` adds one)."""
+        return self.add_subparsers(dest=dest, required=True, metavar=metavar, parser_class=Parser)
+
+    def add_action(self, actions: Any, name: str, *, help: str) -> Parser:
+        """One action of `actions` (`actions`), described by `help`."""
+        parser = cast(
+            Parser,
+            actions.add_parser(name, help=help, description=help, epilog=SUBCOMMAND_EPILOG, formatter_class=Formatter),
+        )
+        self.subcommands[name] = parser
+        return parser
+
+    def _note(self, names: Sequence[str], kwargs: dict[str, Any]) -> None:
+        if names and names[0].startswith("-"):
+            self.flags.extend(names)
+        else:
+            dest = kwargs.get("dest") or (names[0] if names else "")
+            self.positionals[dest] = kwargs.get("metavar") or dest.upper()
+
+    def check(self, argv: Sequence[str]) -> None:
+        """Before parsing: an unknown command, action or option in `argv`
+        is named (with the likely one), not a required option it hides."""
+        parser: Parser = self
+        rest = list(argv)
+        while parser.subcommands and rest and not rest[0].startswith("-"):
+            name = rest.pop(0)
+            if name not in parser.subcommands:
+                what = "command" if parser is self else "action"
+                public = [n for n, p in parser.subcommands.items() if not n.startswith("_")]
+                parser.error(unknown(what, name, public))
+            parser = parser.subcommands[name]
+        problem = parser.unknown_option(rest)
+        if problem is not None:
+            parser.error(problem)
+
+    def unknown_option(self, argv: Sequence[str]) -> str | None:
+        """The first option in `argv` that this parser does not take, as
+        `unknown` words it; None if there is none."""
+        known = self.flags
+        for token in argv:
+            if token == "--":
+                break
+            if not token.startswith("-") or token == "-" or re.fullmatch(r"-\d+(\.\d*)?|-\.\d+", token):
+                continue
+            name = token.split("=", 1)[0]
+            if name in known or (name.startswith("--") and any(o.startswith(name) for o in known)):
+                continue  # exact, or an abbreviation argparse accepts
+            # Arguments given without a flag (`history THREAD`): a flag spelled
+            # like one is named as that, not as the nearest other flag.
+            meant = difflib.get_close_matches(name.lstrip("-"), list(self.positionals), n=1, cutoff=0.6)
+            if meant:
+                usage = f"{self.prog} {self.positionals[meant[0]]}"
+                return f"unknown option {name} (did you mean `{usage}`? {self.positionals[meant[0]]} takes no flag)"
+            return unknown("option", name, [o for o in known if o.startswith("--")] or known)
+        return None
+
+    def error(self, message: str) -> NoReturn:
+        if "(did you mean " not in message:
+            message += f" (see `{self.prog} --help`)"
+        print(f"{self.prog}: {message}", file=sys.stderr)
+        if "--json" in self.argv:
+            command = self.prog.removeprefix("langgraph-durable").strip()
+            error = {"type": "usage", "message": message, "exit_status": EXIT_USAGE}
+            write_json(envelope(command, None, error=error))
+        self.exit(EXIT_USAGE)
+
+
+class _Noted:
+    """An argument group whose arguments its parser records (`Parser.flags`)."""
+
+    def __init__(self, group: Any, parser: Parser) -> None:
+        self._group = group
+        self._parser = parser
+
+    def add_argument(self, *names: str, **kwargs: Any) -> argparse.Action:
+        self._parser._note(names, kwargs)
+        return cast(argparse.Action, self._group.add_argument(*names, **kwargs))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._group, name)
+
+
+def thread_argument(p: Parser, help: str) -> None:
+    """THREAD, for a command about one thread (a command over many narrows
+    them with ``--thread``). ``--thread THREAD``, the spelling of earlier
+    releases for some commands, is still taken (and not shown)."""
+    p.add_argument("thread", nargs="?", metavar="THREAD", help=help)
+    p.add_argument("--thread", dest="thread_flag", default=None, help=argparse.SUPPRESS)
+
+
+def settle_thread(args: argparse.Namespace) -> None:
+    """`thread_argument`'s THREAD, however it was given (a usage error if not at all)."""
+    if not hasattr(args, "thread_flag"):
+        return
+    if args.thread_flag is not None:
+        if args.thread is not None and args.thread != args.thread_flag:
+            args.parser.error(f"two threads given ({args.thread!r} and --thread {args.thread_flag!r}): name one")
+        args.thread = args.thread_flag
+    if args.thread is None:
+        args.parser.error(f"name the thread: `{args.parser.prog} THREAD`")
+
+
+def unknown(what: str, given: str, known: Sequence[str]) -> str:
+    """``unknown option --postgress (did you mean --postgres?)``."""
+    close = difflib.get_close_matches(given, known, n=1, cutoff=0.6)
+    return f"unknown {what} {given}" + (f" (did you mean {close[0]}?)" if close else "")
+
+
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}
+
+
+def duration(text: str) -> float:
+    """Seconds, from ``90``, ``90s``, ``15m``, ``12h``, ``7d`` or ``2w``."""
+    number, unit = (text[:-1], text[-1]) if text and text[-1] in _UNITS else (text, "s")
+    try:
+        seconds = float(number) * _UNITS[unit]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration: use e.g. 90s, 15m, 12h, 7d or 2w") from None
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"a duration must be above 0, got {text!r}")
+    return seconds
+
+
+def at_least(n: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < n:
+            raise argparse.ArgumentTypeError(f"must be at least {n}, got {value}")
+        return value
+
+    return parse
+
+
+def json_value(text: str) -> str:
+    try:
+        json.loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not valid JSON ({exc}): {text!r}") from None
+    return text
+
+
+def point_in_time(text: str) -> float:
+    """Seconds since the epoch, from an ISO 8601 time or a number."""
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        stamp = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a time: use ISO 8601 (2026-11-27T18:00:00Z) or seconds since the epoch"
+        ) from None
+    return (stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC)).timestamp()
