@@ -48,6 +48,7 @@ from .model.lease import (
     ON_BUSY_CHOICES,
 )
 from .model.memory_budget import MemoryBudget
+from .option_table import VARIABLES
 from .retention import RetentionPolicy
 from .tiers.postgres.sql import MAX_SCHEMA_BYTES
 from .tiers.redis.tier_async import check_url as check_redis_url
@@ -55,17 +56,9 @@ from .tiers.registry import KINDS, POSTGRES, REDIS, SQLITE, TierKind
 from .tiers.supplied import Supplied, supplied_postgres, supplied_redis
 
 # The keyword arguments `env_options` fills from the environment, and the
-# variables they come from (for its errors).
-ENV_OF_KEYWORD = {
-    **{kind.keyword: kind.env for kind in KINDS if kind.schemes},
-    "write": ENV_WRITE,
-    "redis_key_prefix": ENV_REDIS_KEY_PREFIX,
-    "redis_ttl": ENV_REDIS_TTL,
-    "lease_linger": ENV_LEASE_LINGER,
-    "archive": ENV_ARCHIVE_URL,
-    "archive_key_fingerprint": ENV_ARCHIVE_KEY_FINGERPRINT,
-    "postgres_schema": ENV_POSTGRES_SCHEMA,
-}
+# variables they come from (for its errors; a signing key's, a serializer's
+# and a flag's errors name their variable themselves).
+ENV_OF_KEYWORD = {o.name: o.env for o in VARIABLES if o.reading in ("text", "seconds") and o.env}
 
 
 def check_postgres_schema(schema: object, pool: Supplied | None) -> None:
@@ -465,30 +458,25 @@ def _seconds(env: Mapping[str, str], name: str) -> float:
 
 def env_options(env: Mapping[str, str], default_sqlite: str) -> dict[str, Any]:
     """The keyword arguments the ``LANGGRAPH_DURABLE_*`` variables in `env`
-    give (`DurableSaver.from_env`), each checked as far as its variable
-    alone can be (the rest is checked with the other options)."""
+    give (`DurableSaver.from_env`; the variables are the option table's,
+    `option_table.VARIABLES`), each checked as far as its variable alone can
+    be (the rest is checked with the other options)."""
+    # Every tier is named, None for off: a keyword given to from_env overrides it.
     kwargs: dict[str, Any] = {kind.keyword: env.get(kind.env) or None for kind in KINDS}
     kwargs[SQLITE.keyword] = env.get(SQLITE.env, default_sqlite) or None
-    if env.get(ENV_ARCHIVE_URL):
-        kwargs["archive"] = env[ENV_ARCHIVE_URL]
-    if env.get(ENV_ARCHIVE_KEY_FINGERPRINT):
-        kwargs["archive_key_fingerprint"] = env[ENV_ARCHIVE_KEY_FINGERPRINT]
-    if env.get(ENV_WRITE):
-        kwargs["write"] = env[ENV_WRITE]
-    if env.get(ENV_REDIS_KEY_PREFIX):
-        kwargs["redis_key_prefix"] = env[ENV_REDIS_KEY_PREFIX]
-    if env.get(ENV_REDIS_TTL):
-        kwargs["redis_ttl"] = _seconds(env, ENV_REDIS_TTL)
-    if env.get(ENV_LEASE_LINGER):
-        kwargs["lease_linger"] = _seconds(env, ENV_LEASE_LINGER)
-    if env.get(ENV_POSTGRES_PREPARED_STATEMENTS):
-        kwargs["postgres_prepared_statements"] = env_flag(
-            ENV_POSTGRES_PREPARED_STATEMENTS, env[ENV_POSTGRES_PREPARED_STATEMENTS]
-        )
-    if env.get(ENV_POSTGRES_SCHEMA):
-        kwargs["postgres_schema"] = env[ENV_POSTGRES_SCHEMA]
-    if env.get(ENV_SERDE):
-        kwargs["serde"] = serde_from_spec(env[ENV_SERDE], what=ENV_SERDE)
+    for option in VARIABLES:
+        assert option.env is not None
+        text = env.get(option.env)
+        if option.name in kwargs or option.reading == "keys" or not text:
+            continue
+        if option.reading == "seconds":
+            kwargs[option.name] = _seconds(env, option.env)
+        elif option.reading == "bool":
+            kwargs[option.name] = env_flag(option.env, text)
+        elif option.reading == "serde":
+            kwargs[option.name] = serde_from_spec(text, what=option.env)
+        else:
+            kwargs[option.name] = text
     if env.get(ENV_SIGNING_KEY) or env.get(ENV_OLD_SIGNING_KEYS):
         old = [k.strip() for k in env.get(ENV_OLD_SIGNING_KEYS, "").split(",") if k.strip()]
         # Checked here, one variable at a time, so the error names it (never the key).

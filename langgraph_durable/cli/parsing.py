@@ -16,20 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, NoReturn, cast
 
-from ..environment import (
-    DEFAULT_KEY_PREFIX,
-    ENV_ARCHIVE_KEY_FINGERPRINT,
-    ENV_ARCHIVE_URL,
-    ENV_LEASE_LINGER,
-    ENV_OLD_SIGNING_KEYS,
-    ENV_POSTGRES_PREPARED_STATEMENTS,
-    ENV_POSTGRES_SCHEMA,
-    ENV_REDIS_KEY_PREFIX,
-    ENV_REDIS_TTL,
-    ENV_SIGNING_KEY,
-    ENV_WRITE,
-)
-from ..tiers.registry import DEFAULT_SQLITE_PATH, POSTGRES, REDIS, SQLITE
+from ..option_table import environment_help
 from .output import (
     EXIT_CANNOT_RUN,
     EXIT_FINDINGS,
@@ -60,26 +47,7 @@ usage error or a failure, with the exit status below):
   times are ISO 8601 UTC; docs/operations/json.md shows each command's report"""
 
 
-ENVIRONMENT_HELP = f"""environment (the tier flags override it; a flag given as '' switches its tier off):
-  {SQLITE.env:<36} {SQLITE.what}
-  {"":<36} (default {DEFAULT_SQLITE_PATH})
-  {REDIS.env:<36} {REDIS.what}
-  {ENV_REDIS_KEY_PREFIX:<36} prefix of the saver's Redis keys (default {DEFAULT_KEY_PREFIX!r})
-  {ENV_REDIS_TTL:<36} seconds after which an idle thread leaves Redis
-  {POSTGRES.env:<36} {POSTGRES.what}
-  {ENV_POSTGRES_PREPARED_STATEMENTS:<36} false behind PgBouncer in transaction mode
-  {ENV_POSTGRES_SCHEMA:<36} the Postgres schema of the saver's tables
-  {ENV_SIGNING_KEY:<36} the key that signs every record (HMAC); it must be
-  {"":<36} the key the store was written with
-  {ENV_OLD_SIGNING_KEYS:<36} older keys still accepted during a rotation,
-  {"":<36} comma-separated ('unsigned' accepts unsigned records)
-  {ENV_WRITE:<36} which tiers hold a write before it returns:
-  {"":<36} shared (default), all or local
-  {ENV_LEASE_LINGER:<36} seconds a run's lease is kept after it ends (default 30)
-  {ENV_ARCHIVE_URL:<36} s3://BUCKET/PREFIX of the archive (object storage);
-  {"":<36} its endpoint and credentials from the AWS_* variables
-  {ENV_ARCHIVE_KEY_FINGERPRINT:<36} the store key's full fingerprint (doctor prints
-  {"":<36} it), to rebuild a store from its archive"""
+ENVIRONMENT_HELP = environment_help()
 
 
 # The exit-status table is in the top-level help only; a command's own says where.

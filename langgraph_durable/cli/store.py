@@ -9,20 +9,19 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from ..environment import (
-    DEFAULT_KEY_PREFIX,
-    ENV_ARCHIVE_KEY_FINGERPRINT,
-    ENV_ARCHIVE_URL,
-    ENV_REDIS_KEY_PREFIX,
-    ENV_SERDE,
     ENV_SIGNING_KEY,
 )
 from ..errors import no_store_at
+from ..option_table import FLAGS, plain
 from ..tiers.registry import DEFAULT_SQLITE_PATH, KINDS, POSTGRES, REDIS, SQLITE
 from .parsing import wrapped
 
 if TYPE_CHECKING:
     from ..saver import DurableSaver
 
+
+# The flags whose '' switches their tier (or the archive) off, even when the environment names one.
+SWITCHED_OFF_BY_EMPTY = {kind.keyword for kind in KINDS} | {"archive"}
 
 # Maintenance needs every tier: write="all" makes setup fail on one that is down.
 STRICT: dict[str, Any] = {"write": "all"}
@@ -35,7 +34,8 @@ LOOK: dict[str, Any] = {"drain_timeout": 0, "read_only": True}
 
 
 def tier_flags(p: argparse.ArgumentParser) -> None:
-    """The options naming the tiers (default: the environment)."""
+    """The options naming the tiers and how to read them (default: the
+    environment): the flags of the option table (`option_table.FLAGS`)."""
     g = p.add_argument_group(
         "tiers",
         wrapped(
@@ -43,44 +43,24 @@ def tier_flags(p: argparse.ArgumentParser) -> None:
             "stores); '' switches a tier off"
         ),
     )
-    for kind in KINDS:
-        default = f"${kind.env}, else {DEFAULT_SQLITE_PATH}" if kind is SQLITE else f"${kind.env}"
-        off = "" if kind is SQLITE else ", or '' for none"
+    for option in FLAGS:
+        assert option.flag is not None
+        if option.name in SWITCHED_OFF_BY_EMPTY:
+            off = "" if option.name == SQLITE.keyword else ", or '' for none"
+        else:
+            off = ""
+        default = f"${option.env}" if option.env else "none"
+        if option.name == SQLITE.keyword:
+            default += f", else {DEFAULT_SQLITE_PATH}"
+        elif option.default is not None:
+            default += f", else {option.default!r}"
         g.add_argument(
-            kind.flag,
-            metavar="URL" if kind.schemes else "PATH",
+            option.flag,
+            dest=option.name,
+            metavar=option.metavar,
             default=None,
-            help=f"{kind.what}{off} (default {default})",
+            help=f"{plain(option.flag_help or option.doc)}{off} (default {default})",
         )
-    g.add_argument(
-        "--archive",
-        metavar="URL",
-        default=None,
-        help=f"s3://BUCKET/PREFIX of the archive, or '' for none (default ${ENV_ARCHIVE_URL}); endpoint and "
-        "credentials from the AWS_* variables",
-    )
-    g.add_argument(
-        "--archive-key-fingerprint",
-        metavar="FINGERPRINT",
-        default=None,
-        help="the full fingerprint of the store's key (hmac-sha256:<64 hex digits>, as `doctor` printed it), "
-        "to rebuild a store that lost every hot tier from its archive: the key the archive keeps is taken on "
-        f"this word alone (default ${ENV_ARCHIVE_KEY_FINGERPRINT})",
-    )
-    g.add_argument(
-        "--serde",
-        metavar="MODULE:ATTR",
-        default=None,
-        help="the application's serializer, for a store it wrote with its own (an EncryptedSerializer, say): "
-        "a serializer object, or a function returning one, importable as MODULE:ATTR "
-        f"(default ${ENV_SERDE}; without it, records another serializer wrote are reported, never moved)",
-    )
-    g.add_argument(
-        "--redis-key-prefix",
-        metavar="PREFIX",
-        default=None,
-        help=f"prefix of the saver's Redis keys (default ${ENV_REDIS_KEY_PREFIX}, else {DEFAULT_KEY_PREFIX!r})",
-    )
 
 
 def saver_from_args(args: Any, **options: Any) -> DurableSaver:
@@ -91,16 +71,16 @@ def saver_from_args(args: Any, **options: Any) -> DurableSaver:
     from ..model.codec import serde_from_spec
     from ..saver import DurableSaver
 
-    for tier in ("sqlite", "redis", "postgres", "archive"):
-        value = getattr(args, tier, None)
-        if value is not None:
-            options[tier] = value or None
-    if getattr(args, "redis_key_prefix", None):
-        options["redis_key_prefix"] = args.redis_key_prefix
-    if getattr(args, "archive_key_fingerprint", None):
-        options["archive_key_fingerprint"] = args.archive_key_fingerprint
-    if getattr(args, "serde", None):
-        options["serde"] = serde_from_spec(args.serde, what="--serde")
+    for option in FLAGS:
+        value = getattr(args, option.name, None)
+        if value is None:
+            continue
+        if option.name in SWITCHED_OFF_BY_EMPTY:
+            options[option.name] = value or None
+        elif value and option.reading == "serde":
+            options[option.name] = serde_from_spec(value, what=option.flag or option.name)
+        elif value:
+            options[option.name] = value
     return DurableSaver.from_env(**options)
 
 
