@@ -8,6 +8,10 @@ the syntax tree (the approach of psycopg's ``tools/async_to_sync.py``)::
     python tools/async_to_sync.py          # regenerate every twin
     python tools/async_to_sync.py --check  # exit 1, naming the stale twins
 
+Both also check that every file the package's docstrings and comments name
+(``chain_async.py``, ``engine/reads.py``) is there, and exit 1 naming the
+places that name one that is not.
+
 The transformation:
 
 - ``async def`` / ``async with`` / ``async for`` become their sync forms,
@@ -528,6 +532,29 @@ def generate(source: str, target: str) -> str:
     return _ruff(["format", "--quiet"], text, target_path)
 
 
+# A file named in a docstring or a comment: ``reads_async.py``, ``engine/chain.py``.
+_FILE_REFERENCE = re.compile(r"(?<![\w/.-])((?:[a-z_]+/)*[a-z_]+\.py)\b")
+
+
+def stale_references() -> list[str]:
+    """The places in the package's code that name a file of it that is not
+    there (a module renamed or moved since): ``path:line: name``. Files of
+    the repository outside the package (``tools/``, ``tests/``...) are not
+    checked here."""
+    package = ROOT / PACKAGE
+    files = {p.relative_to(package).as_posix() for p in package.rglob("*.py")}
+    stale = []
+    for path in sorted(package.rglob("*.py")):
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            for match in _FILE_REFERENCE.finditer(line):
+                name = match.group(1)
+                if name.startswith(("tools/", "tests/", "benchmarks/", f"{PACKAGE}/")):
+                    continue
+                if not any(f == name or f.endswith("/" + name) for f in files):
+                    stale.append(f"{path.relative_to(ROOT)}:{number}: {name}")
+    return stale
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 naming the stale twins")
@@ -544,7 +571,11 @@ def main(argv: list[str] | None = None) -> int:
     if opts.check and stale:
         print(f"out of date: {', '.join(stale)}; run tools/async_to_sync.py", file=sys.stderr)
         return 1
-    return 0
+    # The twins' headers and docstrings name files: so do the rest of the code's.
+    missing = stale_references()
+    for place in missing:
+        print(f"{place} names a file the package does not have", file=sys.stderr)
+    return 1 if missing else 0
 
 
 if __name__ == "__main__":
