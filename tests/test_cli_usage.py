@@ -5,6 +5,7 @@ exit-status table is in the top-level help only."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -98,6 +99,56 @@ def test_a_thread_is_named_one_way_and_the_older_flag_still_works() -> None:
     assert cli.parse(["resolve-action", "t1", "--key", "k", "--done"]).thread == "t1"
     assert cli.parse(["verify", "--thread", "t1"]).thread == "t1"  # narrowing many threads: a flag
     assert cli.parse(["quarantine", "purge", "--older-than", "2d", "--thread", "t1"]).older_than == 2 * 86400
+
+
+@pytest.mark.parametrize(
+    ("argv", "same_as"),
+    [
+        # Options given before the command or the action go where they belong.
+        (["quarantine", "--json", "list"], ["quarantine", "list", "--json"]),
+        (["quarantine", "--sqlite", "list", "list"], ["quarantine", "list", "--sqlite", "list"]),
+        (["quarantine", "--thread=t", "purge", "--older-than", "1d"], ["quarantine", "purge", "--older-than", "1d", "--thread", "t"]),
+        (["--json", "threads"], ["threads", "--json"]),
+        (["--", "threads"], ["threads"]),
+        (["quarantine", "--", "list"], ["quarantine", "list"]),
+    ],
+)  # fmt: skip
+def test_options_before_the_command_or_the_action_are_taken(argv: list[str], same_as: list[str]) -> None:
+    parsed, expected = vars(cli.parse(argv)), vars(cli.parse(same_as))
+    assert parsed.pop("parser").prog == expected.pop("parser").prog
+    assert parsed == expected
+
+
+@pytest.mark.parametrize("argv", [["-h", "--json"], ["--version", "--json"], ["--help", "--bogus"]])
+def test_help_and_version_answer_whatever_follows(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        cli.main(argv)
+    assert info.value.code == 0
+    assert capsys.readouterr().out.startswith(("usage: langgraph-durable", "langgraph-durable "))
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (["actions", ""], "langgraph-durable actions: name the thread: `langgraph-durable actions THREAD`"),
+        (["quarantine", "restore", "sqlite:1", "--all"], "langgraph-durable quarantine restore: give quarantine ids or --all, not both."),
+        (["quarantine", "restore"], "langgraph-durable quarantine restore: name the quarantined records to restore"),
+    ],
+)  # fmt: skip
+def test_a_command_s_own_usage_checks_come_before_any_store_is_opened(
+    argv: list[str], line: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    missing = tmp_path / "no.sqlite"
+    out, err = _usage_error(capsys, *argv, "--sqlite", str(missing))
+    assert err.startswith(line) and err.count("\n") == 1 and out == ""
+    assert not missing.exists()
+
+
+def test_a_usage_error_of_an_action_names_the_command_in_its_envelope(capsys: pytest.CaptureFixture[str]) -> None:
+    for flag in ("--json", "--js"):  # argparse takes the abbreviation: so does the envelope
+        out, _ = _usage_error(capsys, "quarantine", "purge", flag)
+        doc = json.loads(out)
+        assert doc["command"] == "quarantine" and doc["error"]["type"] == "usage"
 
 
 def test_an_abbreviation_argparse_accepts_is_not_a_typo(capsys: pytest.CaptureFixture[str]) -> None:

@@ -799,3 +799,33 @@ def test_a_redis_database_the_server_does_not_have_is_one_line(face: str, capsys
     err = capsys.readouterr().err
     assert code == cli.EXIT_CANNOT_RUN
     assert len(err.strip().splitlines()) == 1 and "DB index is out of range" in err
+
+
+def test_a_local_file_that_is_not_a_database_is_a_one_line_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "notes.sqlite"
+    path.write_bytes(b"these are my notes, not a database\n" * 200)
+    before = path.read_bytes()
+    saver = DurableSaver(sqlite=str(path))
+    with pytest.raises(ConfigError, match=r"sqlite= names .*notes\.sqlite', which is not a SQLite database"):
+        saver.setup()
+    saver.close()
+    assert cli.main(["threads", "--sqlite", str(path)]) == cli.EXIT_CANNOT_RUN
+    err = capsys.readouterr().err
+    assert err.startswith("langgraph-durable: error: --sqlite names ") and err.count("\n") == 1
+    assert path.read_bytes() == before  # nothing written to it
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.sqlite"]
+
+
+def test_a_serializer_module_that_fails_as_it_loads_is_a_config_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "broken_serde_module.py").write_text("raise RuntimeError('no settings file')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("LANGGRAPH_DURABLE_SERDE", "broken_serde_module:serde")
+    with pytest.raises(
+        ConfigError,
+        match=r"LANGGRAPH_DURABLE_SERDE 'broken_serde_module:serde': cannot import it \(RuntimeError: no settings file\)",
+    ):
+        DurableSaver.from_env(sqlite=":memory:")

@@ -1,8 +1,8 @@
 """The async face does what the sync face does, call for call.
 
-`DurableSaver`'s async methods are written by hand next to their sync
-twins (saver.py), over the async engine the sync one is generated from, and
-with what only the async face has: the async SQLite wrapper, the lease
+`DurableSaver`'s operations are written once, async (faces/ops_async.py),
+and the sync face is generated from them, over the async engine the sync one
+is generated from; the async face also has what only it has: the async SQLite wrapper, the lease
 keeper's releases on the event loop, the async archiver's own listing. Each
 test runs one body on both faces (`tests.faces`) and asserts the same
 observable results: values read back, what each tier holds (read directly,

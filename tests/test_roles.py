@@ -127,6 +127,8 @@ ROOMS = [
     "engine/journal_async.py",
     "engine/lease_keeper_async.py",
     "saver.py",
+    "faces/base.py",
+    "faces/ops_async.py",
 ]
 
 

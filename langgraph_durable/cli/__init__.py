@@ -38,7 +38,7 @@ the envelope (`envelope`)::
 A command calls ``out.document(report)``; `Output.finish` and `Output.fail`
 write the envelope once. Every time in a report is ISO 8601 UTC (`iso_utc`).
 Usage errors are one line on stderr (exit 2), an unknown option or command
-with the likely one (`_Parser`); with ``--json`` the envelope too. Only light
+with the likely one (`parsing.Parser`); with ``--json`` the envelope too. Only light
 modules are imported before the arguments are parsed: ``--help`` and
 ``--version`` do not load LangGraph or a tier driver.
 """
@@ -175,6 +175,7 @@ def parse(argv: Sequence[str]) -> Any:
     argv = list(argv)
     internal = argv[0] if argv and any(c.internal and c.name == argv[0] for c in COMMANDS) else None
     parser = build_parser(internal=internal, argv=argv)
+    argv = parser.arranged(argv)
     parser.check(argv)
     args, extra = parser.parse_known_args(argv)
     if extra:  # said by the command's parser, which names the command

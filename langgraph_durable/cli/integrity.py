@@ -117,6 +117,10 @@ def _quarantined(q: Any, outcome: tuple[str, str] | None = None) -> dict[str, An
 
 
 def _quarantine(args: argparse.Namespace, out: Output) -> int:
+    if args.action == "restore" and args.ids and args.all:
+        args.parser.error("give quarantine ids or --all, not both.")
+    if args.action == "restore" and not (args.ids or args.all):
+        args.parser.error("name the quarantined records to restore (ids from `quarantine list`), or pass --all.")
     # list only looks (a read-only saver: it never purges, restores or repairs).
     with open_saver(args, **STRICT, read_only=args.action == "list") as saver:
         if args.action == "list":
@@ -127,8 +131,6 @@ def _quarantine(args: argparse.Namespace, out: Output) -> int:
 
 
 def _quarantine_restore(saver: DurableSaver, args: argparse.Namespace, out: Output) -> int:
-    if bool(args.ids) == args.all:
-        args.parser.error("name the quarantined records to restore (ids from `quarantine list`), or pass --all.")
     if args.all:
         found = saver.quarantined(args.thread)
         outcomes = saver.restore_outcomes(found)

@@ -106,6 +106,7 @@ class Parser(argparse.ArgumentParser):
             if kwargs.get(key):
                 kwargs[key] = wrapped(kwargs[key])
         self.flags: list[str] = []
+        self.valued: set[str] = set()  # the flags that take a value
         self.positionals: dict[str, str] = {}  # dest -> how --help shows it
         self.subcommands: dict[str, Parser] = {}
         super().__init__(*args, **kwargs)
@@ -136,16 +137,70 @@ class Parser(argparse.ArgumentParser):
     def _note(self, names: Sequence[str], kwargs: dict[str, Any]) -> None:
         if names and names[0].startswith("-"):
             self.flags.extend(names)
+            if kwargs.get("action") not in _NO_VALUE:
+                self.valued.update(names)
         else:
             dest = kwargs.get("dest") or (names[0] if names else "")
             self.positionals[dest] = kwargs.get("metavar") or dest.upper()
 
+    def arranged(self, argv: Sequence[str]) -> list[str]:
+        """`argv` with the options given before a command or an action moved
+        after it, where its parser takes them (``quarantine --json list`` is
+        ``quarantine list --json``; ``--json threads`` is ``threads --json``),
+        and a ``--`` right before one left out. Unchanged where this level's
+        own options (--help, --version) come first: argparse answers them."""
+        tokens, parser = list(argv), self
+        done: list[str] = []
+        while parser.subcommands:
+            before: list[str] = []
+            i, found = 0, None
+            while i < len(tokens):
+                token = tokens[i]
+                if token == "--" and i + 1 < len(tokens) and tokens[i + 1] in parser.subcommands:
+                    i += 1
+                    continue
+                if token in parser.subcommands:
+                    found = i
+                    break
+                if not token.startswith("-") or token == "--":
+                    break  # an argument that names no command: argparse says so
+                before.append(token)
+                if "=" not in token and parser._takes_value(token) and i + 1 < len(tokens):
+                    before.append(tokens[i + 1])
+                    i += 1
+                i += 1
+            if found is None or any(parser._own(token) for token in before):
+                return done + tokens
+            done.append(tokens[found])
+            parser = parser.subcommands[tokens[found]]
+            tokens = before + tokens[found + 1 :]
+        return done + tokens
+
+    def _own(self, token: str) -> bool:
+        """Whether `token` is an option of this parser's own (not of its subcommands')."""
+        name = token.split("=", 1)[0]
+        return name in self.flags or (name.startswith("--") and any(f.startswith(name) for f in self.flags))
+
+    def _takes_value(self, token: str) -> bool:
+        """Whether the option `token` (or the one it abbreviates), of this
+        parser or of one of its subcommands, takes a value."""
+        parsers = [self]
+        for parser in parsers:
+            parsers.extend(parser.subcommands.values())
+        valued = {flag for parser in parsers for flag in parser.valued}
+        return token in valued or (token.startswith("--") and any(f.startswith(token) for f in valued))
+
     def check(self, argv: Sequence[str]) -> None:
-        """Before parsing: an unknown command, action or option in `argv`
-        is named (with the likely one), not a required option it hides."""
+        """Before parsing (`argv` as `arranged` made it): an unknown
+        command, action or option is named (with the likely one), not a
+        required option it hides."""
         parser: Parser = self
         rest = list(argv)
-        while parser.subcommands and rest and not rest[0].startswith("-"):
+        while parser.subcommands:
+            if rest and rest[0].startswith("-"):
+                return  # this level's own options (--help, --version): argparse answers them
+            if not rest:
+                break
             name = rest.pop(0)
             if name not in parser.subcommands:
                 what = "command" if parser is self else "action"
@@ -181,11 +236,16 @@ class Parser(argparse.ArgumentParser):
         if "(did you mean " not in message:
             message += f" (see `{self.prog} --help`)"
         print(f"{self.prog}: {message}", file=sys.stderr)
-        if "--json" in self.argv:
-            command = self.prog.removeprefix("langgraph-durable").strip()
+        if any(len(a) > 3 and "--json".startswith(a) for a in self.argv):  # --json, or --js as argparse takes it
+            # The command's name, as every envelope of the command gives it (not its action's).
+            command = (self.prog.removeprefix("langgraph-durable").split() or [""])[0]
             error = {"type": "usage", "message": message, "exit_status": EXIT_USAGE}
             write_json(envelope(command, None, error=error))
         self.exit(EXIT_USAGE)
+
+
+# The actions of an option that takes no value.
+_NO_VALUE = {"store_true", "store_false", "store_const", "append_const", "count", "help", "version"}
 
 
 class _Noted:
@@ -219,7 +279,7 @@ def settle_thread(args: argparse.Namespace) -> None:
         if args.thread is not None and args.thread != args.thread_flag:
             args.parser.error(f"two threads given ({args.thread!r} and --thread {args.thread_flag!r}): name one")
         args.thread = args.thread_flag
-    if args.thread is None:
+    if not args.thread:
         args.parser.error(f"name the thread: `{args.parser.prog} THREAD`")
 
 

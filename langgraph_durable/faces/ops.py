@@ -68,9 +68,10 @@ class SaverOps(SaverBase):
     def close(self) -> None:
         """Ship what the shared tiers are still owed (for up to
         ``drain_timeout`` seconds, see `drain`), then close the connections
-        and the local file. The saver may not be used afterwards. The async
-        face's close closes the connections of both faces: after async use,
-        close the saver with it (or ``async with``)."""
+        and the local file. The saver may not be used afterwards. Closing on
+        the sync face leaves the async face's connections and the local file
+        open (and says so in a warning): after async use, close the saver on
+        the async face (or with ``async with``), which closes both faces'."""
         if self._origin is not None:  # a with_allowlist clone: its origin owns the connections
             self._origin.close()
             return
@@ -81,10 +82,10 @@ class SaverOps(SaverBase):
 
     def drain(self, timeout: float | None = None) -> Lag:
         """Ship what the shared tiers are owed, until nothing is or `timeout`
-        seconds passed (None: one pass). Returns what is still owed. The
-        drain on SIGTERM calls this on a thread of its own
-        (`langgraph_durable.shutdown`); call it from a thread, never from a
-        signal handler, which may have interrupted one of this saver's calls."""
+        seconds passed (None: one pass). Returns what is still owed. At
+        SIGTERM, `langgraph_durable.shutdown` drains on a thread of its own;
+        never drain from a signal handler, which may have interrupted one of
+        this saver's calls."""
         return self._replicator.drain(timeout)
 
     def lag(self) -> Lag:

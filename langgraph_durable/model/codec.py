@@ -875,8 +875,10 @@ def serde_from_spec(spec: str, *, what: str) -> SerializerProtocol:
         target: Any = importlib.import_module(module_name)
         for part in attr.split("."):
             target = getattr(target, part)
-    except (ImportError, AttributeError) as exc:
-        raise ConfigError(f"{what} {spec!r}: cannot import it ({exc}); check the module is importable here.") from exc
+    except Exception as exc:  # ImportError, AttributeError, or whatever the module raises as it loads
+        raise ConfigError(
+            f"{what} {spec!r}: cannot import it ({type(exc).__name__}: {exc}); check the module is importable here."
+        ) from exc
     if not (hasattr(target, "loads_typed") and hasattr(target, "dumps_typed")) and callable(target):
         try:
             target = target()

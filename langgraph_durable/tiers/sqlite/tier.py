@@ -193,6 +193,17 @@ class SqliteTier:
                     f"cannot create the folder {parent!r} for the SQLite tier ({exc}); "
                     "pass sqlite= a writable path, ':memory:', or None for no local tier."
                 ) from exc
+        try:
+            conn = self._open(created)
+        except sqlite3.DatabaseError as exc:  # not the OperationalError of a file in use: made TierUnavailable
+            raise ConfigError(
+                f"sqlite= names {self.path!r}, which is not a SQLite database ({exc}): pass the store's file, "
+                "or a path where none is yet."
+            ) from exc
+        self._conn = conn
+        return conn
+
+    def _open(self, created: bool) -> sqlite3.Connection:
         with unavailable_on("sqlite", self.path, sqlite3.OperationalError):
             conn = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False)
             conn.text_factory = _text
@@ -211,7 +222,6 @@ class SqliteTier:
             if self._checkpointer is not None:
                 conn.execute(sql.set_wal_autocheckpoint(WAL_BACKSTOP_PAGES))
             conn.execute(sql.set_busy_timeout(self.busy_timeout))
-        self._conn = conn
         return conn
 
     def _enable_wal(self, conn: sqlite3.Connection) -> None:
