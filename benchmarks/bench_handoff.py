@@ -9,7 +9,7 @@ side by side in one run, and prints the tables (`--write` also overwrites
 `RESULTS_HANDOFF.md`).
 
 By default (``lease_linger``, 30 s) A keeps each run's lease, so B finds it
-busy and asks for it (`langgraph_durable.engine.handoff`); with
+busy and asks for it (`langgraph_durable.engine.leases.handoff`); with
 ``lease_linger=0`` A gave it back when its run ended. The stock PostgresSaver
 (two savers on one database) is the reference. Every read is checked against
 what B wrote.

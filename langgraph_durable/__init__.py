@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from ._version import __version__
 
 if TYPE_CHECKING:
-    from .engine.importing import ImportConflict, ImportReport
+    from .engine.imports.sources import ImportConflict, ImportReport
     from .errors import (
         ConfigError,
         CorruptCheckpoint,
@@ -49,8 +49,8 @@ if TYPE_CHECKING:
 
 # Each public name and the module that defines it.
 _EXPORTS = {
-    "ImportConflict": ".engine.importing",
-    "ImportReport": ".engine.importing",
+    "ImportConflict": ".engine.imports.sources",
+    "ImportReport": ".engine.imports.sources",
     "ConfigError": ".errors",
     "CorruptCheckpoint": ".errors",
     "DurableError": ".errors",

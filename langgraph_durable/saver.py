@@ -247,7 +247,7 @@ class DurableSaver(SaverOps, AsyncSaverOps):
             nothing). Another replica that wants to run the thread asks for
             the lease on the lease's tier (Postgres NOTIFY, else Redis
             PUBLISH) and this saver, listening on a connection of its own,
-            gives it back at once (`langgraph_durable.engine.handoff`); while
+            gives it back at once (`langgraph_durable.engine.leases.handoff`); while
             it cannot hear that channel it keeps no lease. A request not
             heard costs the other replica a wait (``on_busy="wait"``) or
             `ThreadBusy`, never a fork. A kept lease expires in its tier

@@ -26,7 +26,7 @@ from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from langgraph.types import Command
 
 from langgraph_durable import ConfigError, CorruptionEvent
-from langgraph_durable.engine.importing import open_source
+from langgraph_durable.engine.imports.sources import open_source
 
 from .graphs import _ahistory, _history
 

@@ -28,7 +28,7 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
 from langgraph_durable import ConfigError, ImportConflict, cli
-from langgraph_durable.engine.importing import ImportReport
+from langgraph_durable.engine.imports.sources import ImportReport
 
 from . import hostile_payloads as hostile
 from .test_import import _stock_sqlite, maker, populated_file
@@ -378,8 +378,8 @@ def test_verification_reports_a_copy_the_application_cannot_read(clean_file: Pat
     """The report compares the source with what `list` and `get_tuple`
     return, so an import whose copies do not read back can never report
     success: here the saver's reads are made to miss the copies."""
-    from langgraph_durable.engine.importer import Importer
-    from langgraph_durable.engine.importing import sync_tables
+    from langgraph_durable.engine.imports.importer import Importer
+    from langgraph_durable.engine.imports.sources import sync_tables
 
     source = _stock_sqlite(clean_file)
     with make_saver("sqlite") as saver:
@@ -427,7 +427,7 @@ def test_the_safe_decoder_builds_langgraphs_safe_types_and_refuses_the_rest() ->
     from langchain_core.messages import AIMessage, HumanMessage
     from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
-    from langgraph_durable.engine.importing import Refused, SafeDecoder
+    from langgraph_durable.engine.imports.sources import Refused, SafeDecoder
 
     value = {
         "messages": [HumanMessage("hi"), AIMessage("hello")],
@@ -451,7 +451,7 @@ def test_the_safe_decoder_builds_langgraphs_safe_types_and_refuses_the_rest() ->
 def test_an_allowed_type_that_cannot_be_imported_here_is_refused_not_flattened() -> None:
     """LangGraph's decoder returns a type it cannot import as plain data;
     an import would store that dict for good, so the row is refused."""
-    from langgraph_durable.engine.importing import Refused, SafeDecoder
+    from langgraph_durable.engine.imports.sources import Refused, SafeDecoder
 
     ext = hostile.ormsgpack.Ext(2, hostile.packed(["no_such_module_here", "Order", {"id": 1}]))
     with pytest.raises(Refused, match="not importable"):

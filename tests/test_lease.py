@@ -33,7 +33,7 @@ from langgraph.config import get_config
 from langgraph.graph import END, START, StateGraph
 
 from langgraph_durable import ConfigError, DurableError, DurableSaver, LeaseLost, ThreadBusy, reject
-from langgraph_durable.engine.lease_book import LeaseBook
+from langgraph_durable.engine.leases.book import LeaseBook
 from langgraph_durable.metrics import TierStats
 from langgraph_durable.model.lease import (
     DEFAULT_LEASE_TTL_S,

@@ -29,7 +29,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 
 from langgraph_durable import ConfigError, DurableSaver, RetentionPolicy
-from langgraph_durable.engine.lease_book import LeaseBook
+from langgraph_durable.engine.leases.book import LeaseBook
 from langgraph_durable.model.lease import KEPT_WINDOW_S, LEASE_HANDOFF_GRACE_S, Lease, wait_out
 from langgraph_durable.model.own_heads import OwnHeads
 

@@ -21,7 +21,7 @@ import pytest
 from langchain_core.runnables import RunnableConfig
 
 from langgraph_durable import DurableSaver, ThreadBusy
-from langgraph_durable.engine.lease_book import LeaseBook
+from langgraph_durable.engine.leases.book import LeaseBook
 from langgraph_durable.engine.replicator import Replicator
 from langgraph_durable.model.lease import Lease
 from langgraph_durable.validation import RUNTIME_KEY

@@ -12,7 +12,7 @@ import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 
 from langgraph_durable import ConfigError, DurableSaver
-from langgraph_durable.engine.lease_book import LeaseBook
+from langgraph_durable.engine.leases.book import LeaseBook
 from langgraph_durable.model.carried import SeenVersions
 from langgraph_durable.model.deltas import DeltaMemo, Last, Remember
 from langgraph_durable.model.lease import Lease

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from langgraph_durable import DurableSaver
-from langgraph_durable.engine.lease_keeper import LeaseKeeper
-from langgraph_durable.engine.lease_keeper_async import AsyncLeaseKeeper
+from langgraph_durable.engine.leases.keeper import LeaseKeeper
+from langgraph_durable.engine.leases.keeper_async import AsyncLeaseKeeper
 from langgraph_durable.engine.replicator import Replicator
 from langgraph_durable.model.backlog import JournalEntry, Outbox
 from langgraph_durable.model.records import BlobRow, CheckpointRow, WriteRow

@@ -125,7 +125,7 @@ ROOMS = [
     "engine/reads_async.py",
     "engine/scan_async.py",
     "engine/journal_async.py",
-    "engine/lease_keeper_async.py",
+    "engine/leases/keeper_async.py",
     "saver.py",
     "faces/base.py",
     "faces/ops_async.py",

@@ -23,9 +23,9 @@ from .store import STRICT, open_saver, saver_from_args
 
 # The saver, LangGraph and the drivers load when a command runs.
 if TYPE_CHECKING:
-    from ..engine import importing
+    from ..engine.imports import sources as importing
 else:
-    importing = lazy("langgraph_durable.engine.importing")
+    importing = lazy("langgraph_durable.engine.imports.sources")
 
 
 def _import(args: argparse.Namespace, out: Output) -> int:

@@ -40,10 +40,10 @@ from ..archive.store_async import AsyncArchiveStore
 from ..engine.chain import TierChain
 from ..engine.chain_async import AsyncTierChain
 from ..engine.concurrency import wait_deferred
-from ..engine.handoff import Ears, HandOffListener, PostgresEars, RedisEars
-from ..engine.lease_book import LeaseBook
-from ..engine.lease_keeper import LeaseKeeper
-from ..engine.lease_keeper_async import AsyncLeaseKeeper
+from ..engine.leases.book import LeaseBook
+from ..engine.leases.handoff import Ears, HandOffListener, PostgresEars, RedisEars
+from ..engine.leases.keeper import LeaseKeeper
+from ..engine.leases.keeper_async import AsyncLeaseKeeper
 from ..engine.replicator import WRITE_BEHIND_GAP_S, Replicator
 from ..engine.sweeper import RetentionSweeper
 from ..errors import ConfigError, DurableError, ThreadArchived, TierUnavailable, no_archive, no_store_at
@@ -539,7 +539,7 @@ class SaverBase(BaseCheckpointSaver[str]):
             self._metrics.close()  # the backlog gauges stop asking: they would reopen the local file
         # A run's end seen inside the garbage collector, or an async run's end
         # seen as its event loop shut down, is released by the deferred worker
-        # (lease_keeper.py) with the sync face: let it finish with the pools open.
+        # (leases/keeper.py) with the sync face: let it finish with the pools open.
         wait_deferred(DEFERRED_WAIT_S)
         self._closed = True
         if self._sync is not None:

@@ -24,11 +24,11 @@ from langgraph.checkpoint.base import (
 )
 
 from ..archive.reports import ArchiveReport, RestoreReport
-from ..engine import importing
 from ..engine.chain import TierChain
 from ..engine.concurrency import refuse_awaitable, sleep
-from ..engine.importer import Importer
-from ..engine.importing import ImportReport
+from ..engine.imports import sources as importing
+from ..engine.imports.importer import Importer
+from ..engine.imports.sources import ImportReport
 from ..errors import ConfigError, DurableError, ThreadBusy, TierUnavailable
 from ..integrity import ScanReport
 from ..ledger import LedgerEntry, damaged_entry, operator_answer

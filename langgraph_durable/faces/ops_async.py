@@ -31,11 +31,11 @@ from langgraph.checkpoint.base import (
 )
 
 from ..archive.reports import ArchiveReport, RestoreReport
-from ..engine import importing
 from ..engine.chain_async import AsyncTierChain
 from ..engine.concurrency import amaybe_await, asleep, refuse_awaitable, wait_deferred
-from ..engine.importer_async import AsyncImporter
-from ..engine.importing import ImportReport
+from ..engine.imports import sources as importing
+from ..engine.imports.importer_async import AsyncImporter
+from ..engine.imports.sources import ImportReport
 from ..errors import ConfigError, DurableError, ThreadBusy, TierUnavailable
 from ..integrity import ScanReport
 from ..ledger import LedgerEntry, damaged_entry, operator_answer

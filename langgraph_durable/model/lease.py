@@ -30,7 +30,7 @@ expiry to 0 (so a write shipped late by that holder is told from a takeover).
 
 Everything here takes the time as an argument (like psycopg_pool's
 ``AttemptWithBackoff``), so it is tested without servers and without
-sleeping. `lease_keeper_async.py` does the I/O.
+sleeping. `leases/keeper_async.py` does the I/O.
 """
 
 from __future__ import annotations

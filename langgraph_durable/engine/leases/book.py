@@ -4,7 +4,7 @@ A run is told apart by the Runtime object LangGraph makes for it, and its
 end by its stream writer being freed (a weak reference), since LangGraph
 tells a checkpointer nothing at the end of a run; the garbage collector may
 announce that end anywhere, hence `in_gc`. The lease decisions themselves
-are pure and live in `model/lease.py`; the I/O is `lease_keeper_async.py`.
+are pure and live in `model/lease.py`; the I/O is `leases/keeper_async.py`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..model.lease import (
+from ...model.lease import (
     _KEPT_OVERHEAD,
     DEFAULT_KEPT_LEASE_BYTES,
     DEFAULT_LEASE_TTL_S,
@@ -32,7 +32,7 @@ from ..model.lease import (
     new_holder,
     run_superseded,
 )
-from ..validation import RUNTIME_KEY
+from ...validation import RUNTIME_KEY
 
 # -- which run of this saver holds which thread -----------------------------------------
 

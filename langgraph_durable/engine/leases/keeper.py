@@ -1,4 +1,4 @@
-# WARNING: this file is generated from langgraph_durable/engine/lease_keeper_async.py; edit that file and run tools/async_to_sync.py. DO NOT EDIT.
+# WARNING: this file is generated from langgraph_durable/engine/leases/keeper_async.py; edit that file and run tools/async_to_sync.py. DO NOT EDIT.
 """Writer leases at work: a run takes its thread's lease, waits while another
 writer has it, fences every write with it, and gives it back.
 
@@ -37,10 +37,9 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata
 
-from ..engine.lease_book import LeaseBook, in_gc
-from ..errors import DurableError, LeaseLost, ThreadBusy, TierUnavailable
-from ..model.codec import thread_id_of, thread_of
-from ..model.lease import (
+from ...errors import DurableError, LeaseLost, ThreadBusy, TierUnavailable
+from ...model.codec import thread_id_of, thread_of
+from ...model.lease import (
     HAND_OFF_POLL_FIRST_S,
     KEPT_WINDOW_S,
     LEASE_HANDOFF_GRACE_S,
@@ -55,9 +54,10 @@ from ..model.lease import (
     thread_busy,
     wait_out,
 )
-from ..validation import RUNTIME_KEY
-from .chain import TierChain
-from .concurrency import Lock, defer, ensure_deferred_worker, sleep
+from ...validation import RUNTIME_KEY
+from ..chain import TierChain
+from ..concurrency import Lock, defer, ensure_deferred_worker, sleep
+from .book import LeaseBook, in_gc
 
 logger = logging.getLogger("langgraph_durable")
 

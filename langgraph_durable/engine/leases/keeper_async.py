@@ -21,7 +21,7 @@ saver's event loop, or, when that loop is shutting down or gone (the run of
 saver's sync face on a worker thread. The TTL covers whatever is not
 released that way.
 
-This file is the async source: ``lease_keeper.py`` is generated from it by
+This file is the async source: ``keeper.py`` is generated from it by
 ``tools/async_to_sync.py``; edit this one and regenerate.
 """
 
@@ -40,10 +40,9 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata
 
-from ..engine.lease_book import LeaseBook, in_gc
-from ..errors import DurableError, LeaseLost, ThreadBusy, TierUnavailable
-from ..model.codec import thread_id_of, thread_of
-from ..model.lease import (
+from ...errors import DurableError, LeaseLost, ThreadBusy, TierUnavailable
+from ...model.codec import thread_id_of, thread_of
+from ...model.lease import (
     HAND_OFF_POLL_FIRST_S,
     KEPT_WINDOW_S,
     LEASE_HANDOFF_GRACE_S,
@@ -58,9 +57,10 @@ from ..model.lease import (
     thread_busy,
     wait_out,
 )
-from ..validation import RUNTIME_KEY
-from .chain_async import AsyncTierChain
-from .concurrency import ALock, asleep, defer, ensure_deferred_worker
+from ...validation import RUNTIME_KEY
+from ..chain_async import AsyncTierChain
+from ..concurrency import ALock, asleep, defer, ensure_deferred_worker
+from .book import LeaseBook, in_gc
 
 logger = logging.getLogger("langgraph_durable")
 

@@ -1,4 +1,4 @@
-# WARNING: this file is generated from langgraph_durable/engine/importer_async.py; edit that file and run tools/async_to_sync.py. DO NOT EDIT.
+# WARNING: this file is generated from langgraph_durable/engine/imports/importer_async.py; edit that file and run tools/async_to_sync.py. DO NOT EDIT.
 """`DurableSaver.import_from`: copy every thread of another checkpoint saver.
 
 A stock saver's tables (`importing.TableAccess`) are read directly, every
@@ -28,8 +28,8 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
-from ..errors import ConfigError, SerializationError
-from .importing import (
+from ...errors import ConfigError, SerializationError
+from .sources import (
     Allowed,
     ImportConflict,
     ImportReport,

@@ -30,8 +30,8 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
-from ..errors import ConfigError, SerializationError
-from .importing import (
+from ...errors import ConfigError, SerializationError
+from .sources import (
     Allowed,
     ImportConflict,
     ImportReport,

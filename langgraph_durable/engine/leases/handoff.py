@@ -52,11 +52,11 @@ from typing import Any, Protocol
 import psycopg
 from psycopg import sql
 
-from ..engine.lease_book import LeaseBook
-from ..model.lease import KEPT_RENEW_S, KEPT_WINDOW_S, LINGER_TRUSTED, Lease, read_hand_off
-from ..tiers.pools import watched
-from ..tiers.postgres.tier import _KEEPALIVES
-from .tasks import BackgroundTask
+from ...model.lease import KEPT_RENEW_S, KEPT_WINDOW_S, LINGER_TRUSTED, Lease, read_hand_off
+from ...tiers.pools import watched
+from ...tiers.postgres.tier import _KEEPALIVES
+from ..tasks import BackgroundTask
+from .book import LeaseBook
 
 logger = logging.getLogger("langgraph_durable")
 

@@ -53,7 +53,7 @@ from langgraph.checkpoint.serde.jsonplus import (
     JsonPlusSerializer,
 )
 
-from ..errors import ConfigError, printable
+from ...errors import ConfigError, printable
 
 # How many differences between a source checkpoint and its copy, and how
 # many skipped rows, a report keeps (all are counted).
@@ -799,8 +799,8 @@ def open_source(spec: str) -> Iterator[BaseCheckpointSaver]:
             ) from exc
         import psycopg
 
-        from ..tiers.base import redact
-        from ..tiers.postgres.tier_async import connect_error
+        from ...tiers.base import redact
+        from ...tiers.postgres.tier_async import connect_error
 
         shown = redact(spec)
         try:
