@@ -487,17 +487,15 @@ class DurableSaver(SaverOps, AsyncSaverOps):
 
     @classmethod
     def from_env(cls, **options: Any) -> DurableSaver:
-        """Tiers from ``LANGGRAPH_DURABLE_SQLITE`` (a path, ``:memory:``, or
-        empty for no local tier; default ``.langgraph_durable/checkpoints.sqlite``),
-        ``LANGGRAPH_DURABLE_REDIS_URL`` (and ``LANGGRAPH_DURABLE_REDIS_KEY_PREFIX``,
-        ``LANGGRAPH_DURABLE_REDIS_TTL``),
-        ``LANGGRAPH_DURABLE_POSTGRES_URL`` (and
-        ``LANGGRAPH_DURABLE_POSTGRES_PREPARED_STATEMENTS``, true or false),
-        ``LANGGRAPH_DURABLE_SERDE`` (``module:attr`` of the serializer, or of a
-        function returning it), ``LANGGRAPH_DURABLE_WRITE``, ``LANGGRAPH_DURABLE_LEASE_LINGER``,
-        ``LANGGRAPH_DURABLE_ARCHIVE_URL`` (``s3://BUCKET/PREFIX``) and
-        ``LANGGRAPH_DURABLE_SIGNING_KEY`` (plus ``LANGGRAPH_DURABLE_OLD_SIGNING_KEYS``,
-        comma-separated, during a key rotation). Keyword options override them."""
+        """A saver from the ``LANGGRAPH_DURABLE_*`` environment variables:
+        the tiers (``LANGGRAPH_DURABLE_SQLITE``, a path, ``:memory:`` or empty
+        for none, default ``.langgraph_durable/checkpoints.sqlite``;
+        ``LANGGRAPH_DURABLE_REDIS_URL``; ``LANGGRAPH_DURABLE_POSTGRES_URL``),
+        the signing keys, the serializer (``module:attr``), the write mode,
+        the archive and the rest of the option table's variables (the
+        configuration page lists each with its keyword). Keyword options
+        override them; an error about a value that came from a variable
+        names the variable."""
         from_env = env_options(os.environ, DEFAULT_SQLITE_PATH)
         kwargs = {**from_env, **options}
         try:

@@ -22,6 +22,7 @@ from .parsing import (
     Command,
     duration,
     point_in_time,
+    thread_filter,
 )
 from .store import LOOK, open_saver
 
@@ -51,7 +52,7 @@ def _archive_args(p: argparse.ArgumentParser) -> None:
         required=True,
         help="archive threads whose newest checkpoint is older than this (e.g. 30d, 12h)",
     )
-    p.add_argument("--thread", default=None, help="only this thread (default: every thread)")
+    thread_filter(p)
     p.add_argument("--dry-run", action="store_true", help="list what would be archived; move nothing")
 
 

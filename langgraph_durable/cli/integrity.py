@@ -21,6 +21,7 @@ from .parsing import (
     Command,
     Parser,
     duration,
+    thread_filter,
 )
 from .store import STRICT, open_saver
 
@@ -90,7 +91,7 @@ def _scan(args: argparse.Namespace, out: Output, *, repair: bool) -> int:
 
 
 def _scan_args(p: Parser) -> None:
-    p.add_argument("--thread", default=None, help="only this thread (default: every thread)")
+    thread_filter(p)
 
 
 _ON_RESTORE = {"restore": "yes", "keep": "no: intact copy in place", "refuse": "no: cannot be put back"}
@@ -204,7 +205,7 @@ def _quarantine_args(p: Parser) -> list[Parser]:
     )
     purge.add_argument("--dry-run", action="store_true", help="list what would be purged; delete nothing")
     for leaf in (listing, restore, purge):
-        leaf.add_argument("--thread", default=None, help="only this thread (default: every thread)")
+        thread_filter(leaf)
     return [listing, restore, purge]
 
 

@@ -18,6 +18,7 @@ from .parsing import (
     Command,
     at_least,
     duration,
+    thread_filter,
 )
 from .store import STRICT, open_saver, saver_from_args
 
@@ -120,7 +121,7 @@ def _prune_args(p: argparse.ArgumentParser) -> None:
         default=None,
         help="delete whole threads whose newest checkpoint is older than this (e.g. 30d)",
     )
-    p.add_argument("--thread", default=None, help="only this thread (default: every thread)")
+    thread_filter(p)
     p.add_argument("--dry-run", action="store_true", help="count what would be deleted; delete nothing")
 
 

@@ -271,6 +271,11 @@ def thread_argument(p: Parser, help: str) -> None:
     p.add_argument("--thread", dest="thread_flag", default=None, help=argparse.SUPPRESS)
 
 
+def thread_filter(p: argparse.ArgumentParser) -> None:
+    """``--thread THREAD``, for a command over many threads: only that one."""
+    p.add_argument("--thread", default=None, help="only this thread (default: every thread)")
+
+
 def settle_thread(args: argparse.Namespace) -> None:
     """`thread_argument`'s THREAD, however it was given (a usage error if not at all)."""
     if not hasattr(args, "thread_flag"):
