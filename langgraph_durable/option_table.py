@@ -56,6 +56,7 @@ class Option:
     shown_default: str | None = None  # the default as the reference words it, where repr() would not do
     see: str = ""  # a page of the docs that explains it, relative to docs/
     flag_help: str = ""  # the flag's help, where it says more than `doc`
+    env_doc: str = ""  # the variable's line, where it differs from the keyword's `doc`
 
     @property
     def default_text(self) -> str:
@@ -79,11 +80,14 @@ MIB = 1024 * 1024
 
 OPTIONS: tuple[Option, ...] = (
     # -- tiers and connections
-    Option("sqlite", "tiers", DEFAULT_SQLITE_PATH, "the local SQLite file or `:memory:` (None, or an empty variable: no local tier)",
+    Option("sqlite", "tiers", DEFAULT_SQLITE_PATH, "the local SQLite file or `:memory:` (None: no local tier)",
+           env_doc="the local SQLite file or `:memory:` (empty: no local tier)",
            env=ENV_SQLITE, flag="--sqlite", metavar="PATH", see="concepts/tiers.md", flag_help=SQLITE.what),
-    Option("redis", "tiers", None, "`redis://` / `rediss://` URL of the Redis tier (the keyword also takes a redis-py client)",
+    Option("redis", "tiers", None, "`redis://`, `rediss://`, `unix://` or `redis+sentinel://` URL of the Redis tier, or a redis-py client",
+           env_doc="`redis://`, `rediss://`, `unix://` or `redis+sentinel://` URL of the Redis tier",
            env=ENV_REDIS_URL, flag="--redis", metavar="URL", see="guides/your-own-connections.md", flag_help=REDIS.what),
-    Option("postgres", "tiers", None, "`postgresql://` URL of the Postgres tier (the keyword also takes a psycopg pool)",
+    Option("postgres", "tiers", None, "`postgresql://` URL of the Postgres tier, or a psycopg pool",
+           env_doc="`postgresql://` URL of the Postgres tier",
            env=ENV_POSTGRES_URL, flag="--postgres", metavar="URL", see="guides/your-own-connections.md",
            flag_help=POSTGRES.what),
     Option("redis_key_prefix", "tiers", DEFAULT_KEY_PREFIX,
@@ -95,6 +99,7 @@ OPTIONS: tuple[Option, ...] = (
            env=ENV_REDIS_TTL, reading="seconds", see="guides/scale.md#idle-threads-leave-redis"),
     Option("postgres_pool_size", "tiers", 10, "connections per face in the saver's own Postgres pool"),
     Option("postgres_prepared_statements", "tiers", True, "False behind PgBouncer in transaction mode",
+           env_doc="`false` behind PgBouncer in transaction mode (default `true`)",
            env=ENV_POSTGRES_PREPARED_STATEMENTS, reading="bool", see="guides/scale.md"),
     Option("postgres_schema", "tiers", None, "the Postgres schema of the saver's tables",
            env=ENV_POSTGRES_SCHEMA, shown_default="the connections' `search_path`",
@@ -102,7 +107,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("sqlite_busy_timeout", "tiers", 30.0, "seconds a local write waits for another process's lock"),
     Option("connect_timeout", "tiers", 5.0, "seconds to connect to a shared tier"),
     # -- integrity and keys
-    Option("serde", "integrity", None, "the serializer (an EncryptedSerializer, say), or `module:attr` of one",
+    Option("serde", "integrity", None, "the serializer (an EncryptedSerializer, say)",
+           env_doc="`module:attr` of the serializer, or of a function returning it",
            env=ENV_SERDE, reading="serde", flag="--serde", metavar="MODULE:ATTR",
            shown_default="LangGraph's `JsonPlusSerializer`", see="configuration.md#your-applications-types",
            flag_help="the application's serializer, for a store it wrote with its own (an EncryptedSerializer, "
@@ -112,15 +118,16 @@ OPTIONS: tuple[Option, ...] = (
            env=ENV_SIGNING_KEY, reading="keys", shown_default="the store's own key, with a shared tier",
            see="security.md"),
     Option("signing_keys", "integrity", None,
-           "keys still accepted while rotating, the sealing one first (`unsigned` in the variable: records without one)",
+           "every accepted key while rotating, the one that seals first (None among them: records without a key)",
+           env_doc="older keys still accepted while rotating, comma-separated (`unsigned`: records without a key)",
            env=ENV_OLD_SIGNING_KEYS, reading="keys", see="security.md"),
     Option("permissive_decoding", "integrity", False,
-           "decode unsigned shared-tier records with LangGraph's full msgpack (not the strict allowlist)",
+           "decode shared-tier records that verify without a key with `serde` as given (not the strict allowlist)",
            see="security.md"),
     Option("on_corruption", "integrity", "fallback",
-           "what a read does with a bad copy: `fallback` to an intact one, `raise`, or a callable",
+           "a record bad in every tier: `fallback` serves the newest intact ancestor, `raise` raises, or a callable",
            see="concepts/integrity.md"),
-    Option("max_record_bytes", "integrity", 64 * MIB, "the largest record a read decodes (None: no bound)",
+    Option("max_record_bytes", "integrity", 64 * MIB, "the largest record `put` / `put_writes` accept (`RecordTooLarge` past it; None: no bound)",
            shown_default="64 MiB", see="concepts/integrity.md"),
     # -- resuming
     Option("validators", "resume", (), "resume validators, run before a thread resumes",
@@ -201,8 +208,9 @@ def environment_help(width: int = 100) -> str:
     lines = ["environment (the tier flags override it; a flag given as '' switches its tier off):"]
     column = max(len(o.env or "") for o in VARIABLES)
     for o in VARIABLES:
-        default = "" if o.default in (None, False, ()) else f" (default {plain(o.default_text)})"
-        text = plain(o.doc) + default
+        shown = o.default in (None, False, ()) or "(default" in o.env_doc
+        default = "" if shown else f" (default {plain(o.default_text)})"
+        text = plain(o.env_doc or o.doc) + default
         assert o.env is not None
         wrapped = textwrap.wrap(text, width - column - 3) or [""]
         lines.append(f"  {o.env:<{column}} {wrapped[0]}")
@@ -214,8 +222,9 @@ def variables_table() -> str:
     """The environment variables' table of ``docs/configuration.md``."""
     out = ["| variable | keyword | meaning | default |", "|---|---|---|---|"]
     for o in VARIABLES:
-        meaning = o.doc + (f" (see [more]({o.see}))" if o.see else "")
-        out.append(f"| `{o.env}` | `{o.name}=` | {meaning} | {o.default_text} |")
+        meaning = (o.env_doc or o.doc) + (f" (see [more]({o.see}))" if o.see else "")
+        default = "`true`" if o.default is True else o.default_text
+        out.append(f"| `{o.env}` | `{o.name}=` | {meaning} | {default} |")
     return "\n".join(out) + "\n"
 
 

@@ -201,7 +201,7 @@ class Limits:
 
 @dataclass(frozen=True)
 class LeaseOptions:
-    """The writer lease of each thread (`engine.lease_book.LeaseBook`)."""
+    """The writer lease of each thread (`engine.leases.book.LeaseBook`)."""
 
     ttl: float
     on_busy: str

@@ -53,6 +53,15 @@ def _usage_error(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[str, s
             "(see `langgraph-durable actions --help`)",
         ),
         (
+            ["quarantine", "--bogus", "X", "list"],
+            "langgraph-durable quarantine list: unknown option --bogus (see `langgraph-durable quarantine list --help`)",
+        ),
+        (
+            ["--sqlite", "threads"],
+            "langgraph-durable: no command after --sqlite threads: `langgraph-durable COMMAND [OPTIONS]` "
+            "(see `langgraph-durable --help`)",
+        ),
+        (
             ["quarantine", "list", "--older-than", "1d"],
             "langgraph-durable quarantine list: unknown option --older-than (see `langgraph-durable quarantine "
             "list --help`)",
@@ -111,6 +120,11 @@ def test_a_thread_is_named_one_way_and_the_older_flag_still_works() -> None:
         (["--json", "threads"], ["threads", "--json"]),
         (["--", "threads"], ["threads"]),
         (["quarantine", "--", "list"], ["quarantine", "list"]),
+        # An option spelled out decides whether it takes a value (import's --allow does not make --all take one).
+        (["--all", "quarantine", "restore"], ["quarantine", "restore", "--all"]),
+        (["quarantine", "--al", "restore"], ["quarantine", "restore", "--all"]),
+        (["quarantine", "--sql", "list", "list"], ["quarantine", "list", "--sqlite", "list"]),
+        (["--f", "show", "t"], ["show", "t", "--full"]),
     ],
 )  # fmt: skip
 def test_options_before_the_command_or_the_action_are_taken(argv: list[str], same_as: list[str]) -> None:

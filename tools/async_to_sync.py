@@ -124,7 +124,6 @@ NAMES = {
     "maintenance_async": "maintenance",
     "journal_async": "journal",
     "resume_async": "resume",
-    "lease_keeper_async": "lease_keeper",
     "keeper_async": "keeper",
     "tier_async": "tier",
     "protocol_async": "protocol",

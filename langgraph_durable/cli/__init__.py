@@ -15,8 +15,9 @@ and the environment name, set up). A command that chooses an action
 (``quarantine list|restore|purge``) has a subcommand per action.
 
 To add a command: write its ``run`` and its arguments in the module of its
-group (or a new one) and add its row to that module's ``COMMANDS``; if it is
-a new module, add it to `GROUPS` below.
+group (or a new one) and add its row to that module's ``COMMANDS``, and
+its name to `HELP_ORDER` (where it stands in ``--help``); a new module also
+goes into `GROUPS`.
 
 With ``--json`` every command prints exactly one JSON document on stdout,
 the envelope (`envelope`)::

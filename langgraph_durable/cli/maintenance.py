@@ -24,14 +24,14 @@ from .store import STRICT, open_saver, saver_from_args
 
 # The saver, LangGraph and the drivers load when a command runs.
 if TYPE_CHECKING:
-    from ..engine.imports import sources as importing
+    from ..engine.imports import sources
 else:
-    importing = lazy("langgraph_durable.engine.imports.sources")
+    sources = lazy("langgraph_durable.engine.imports.sources")
 
 
 def _import(args: argparse.Namespace, out: Output) -> int:
-    allow = [importing.parse_allow(text) for text in args.allow]
-    with importing.open_source(args.source) as source, open_saver(args, rebuilds=True, **STRICT) as saver:
+    allow = [sources.parse_allow(text) for text in args.allow]
+    with sources.open_source(args.source) as source, open_saver(args, rebuilds=True, **STRICT) as saver:
         out.note(f"importing {type(source).__name__} into tiers {' -> '.join(saver.tier_names)}")
         with out.progress("importing", unit="threads") as progress:
             report = saver.import_from(

@@ -165,7 +165,8 @@ class Parser(argparse.ArgumentParser):
                 if not token.startswith("-") or token == "--":
                     break  # an argument that names no command: argparse says so
                 before.append(token)
-                if "=" not in token and parser._takes_value(token) and i + 1 < len(tokens):
+                following = tokens[i + 1] if i + 1 < len(tokens) else None
+                if "=" not in token and parser._takes_value(token, following) and following is not None:
                     before.append(tokens[i + 1])
                     i += 1
                 i += 1
@@ -181,14 +182,18 @@ class Parser(argparse.ArgumentParser):
         name = token.split("=", 1)[0]
         return name in self.flags or (name.startswith("--") and any(f.startswith(name) for f in self.flags))
 
-    def _takes_value(self, token: str) -> bool:
-        """Whether the option `token` (or the one it abbreviates), of this
-        parser or of one of its subcommands, takes a value."""
+    def _takes_value(self, token: str, following: str | None) -> bool:
+        """Whether the option `token`, of this parser or of one of its
+        subcommands, takes the `following` token as its value. An option
+        spelled out decides by itself; an abbreviation (which command's
+        option it abbreviates is not known yet) takes a value unless a
+        command follows it."""
         parsers = [self]
         for parser in parsers:
             parsers.extend(parser.subcommands.values())
-        valued = {flag for parser in parsers for flag in parser.valued}
-        return token in valued or (token.startswith("--") and any(f.startswith(token) for f in valued))
+        if any(token in parser.flags for parser in parsers):
+            return any(token in parser.valued for parser in parsers)
+        return following is not None and following not in self.subcommands
 
     def check(self, argv: Sequence[str]) -> None:
         """Before parsing (`argv` as `arranged` made it): an unknown
@@ -198,7 +203,10 @@ class Parser(argparse.ArgumentParser):
         rest = list(argv)
         while parser.subcommands:
             if rest and rest[0].startswith("-"):
-                return  # this level's own options (--help, --version): argparse answers them
+                if any(parser._own(token) for token in rest):
+                    return  # this level's own options (--help, --version): argparse answers them
+                what = "command" if parser is self else "action"
+                parser.error(f"no {what} after {' '.join(rest)}: `{parser.prog} {what.upper()} [OPTIONS]`")
             if not rest:
                 break
             name = rest.pop(0)

@@ -705,7 +705,7 @@ class TierChain:
             # The lease's tier took it, fenced, and the local journal owes it
             # to the rest: acknowledged ("shared": the journal and one shared
             # tier). A run's end ships what its thread owes before its lease
-            # is given back (lease_keeper), and the replicator what a
+            # is given back (leases/keeper.py), and the replicator what a
             # run still going wrote a while ago (DurableSaver._replicate), in
             # one transaction per thread and tier, from the outbox (`keep`),
             # not read back from the local file.
@@ -783,7 +783,7 @@ class TierChain:
         up first if it was down at setup. Returns the tiers that answered,
         their breakers closed. For a caller about to fail because no shared
         tier answers (setting up, taking a writer lease in
-        lease_keeper); it leaves out the tiers that just failed it."""
+        leases/keeper.py); it leaves out the tiers that just failed it."""
         answered: list[Tier] = []
         skipped = self._skipped(self.shared) & set(names)
         for tier in self.roles.lease_candidates():

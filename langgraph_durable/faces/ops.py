@@ -26,7 +26,7 @@ from langgraph.checkpoint.base import (
 from ..archive.reports import ArchiveReport, RestoreReport
 from ..engine.chain import TierChain
 from ..engine.concurrency import refuse_awaitable, sleep
-from ..engine.imports import sources as importing
+from ..engine.imports import sources
 from ..engine.imports.importer import Importer
 from ..engine.imports.sources import ImportReport
 from ..errors import ConfigError, DurableError, ThreadBusy, TierUnavailable
@@ -755,7 +755,7 @@ class SaverOps(SaverBase):
             get_target=self.get_tuple,
             put=leases.put,
             put_writes=leases.put_writes,
-            tables=importing.sync_tables(source),
+            tables=sources.sync_tables(source),
             allow=allow,
             merge=merge,
             thread_prefix=thread_prefix,

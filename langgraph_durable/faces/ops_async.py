@@ -33,7 +33,7 @@ from langgraph.checkpoint.base import (
 from ..archive.reports import ArchiveReport, RestoreReport
 from ..engine.chain_async import AsyncTierChain
 from ..engine.concurrency import amaybe_await, asleep, refuse_awaitable, wait_deferred
-from ..engine.imports import sources as importing
+from ..engine.imports import sources
 from ..engine.imports.importer_async import AsyncImporter
 from ..engine.imports.sources import ImportReport
 from ..errors import ConfigError, DurableError, ThreadBusy, TierUnavailable
@@ -795,7 +795,7 @@ class AsyncSaverOps(SaverBase):
             get_target=self.aget_tuple,
             put=leases.put,
             put_writes=leases.put_writes,
-            tables=importing.async_tables(source),
+            tables=sources.async_tables(source),
             allow=allow,
             merge=merge,
             thread_prefix=thread_prefix,

@@ -15,10 +15,10 @@ A run keeps its lease after it ends (``lease_linger``, 30 s by default,
 where a local cache sits in front of a shared tier), until another replica
 asks for it (`handoff.py`), or gives it back at once, so another replica may
 run the thread right after it (with write-behind, once the replicator has
-shipped the run: `lease_book.LeaseBook.hand_off_later`). LangGraph tells a checkpointer nothing
+shipped the run: `leases.book.LeaseBook.hand_off_later`). LangGraph tells a checkpointer nothing
 at the end of a run; the sign used is the run's ``stream_writer`` (a
 function Pregel makes per run and keeps in the run's Runtime) being freed:
-`lease_book.LeaseBook` (in the engine) watches it with a weak reference. The TTL is the fallback for a holder that crashed, or
+`leases.book.LeaseBook` (in the engine) watches it with a weak reference. The TTL is the fallback for a holder that crashed, or
 a run whose end is only seen by the garbage collector later (or never, should
 a LangGraph version keep the stream writer alive).
 
@@ -114,7 +114,7 @@ class Lease:
     token: int
     expires_at: float  # seconds since the epoch, in the lease tier's clock
     # The tier that holds it (set by the lease keeper): the most authoritative
-    # one reachable when it was taken (see `lease_keeper_async`).
+    # one reachable when it was taken (see `leases/keeper_async.py`).
     tier: str = field(default="", compare=False)
 
     @property

@@ -6,7 +6,7 @@ versions of the checkpoints it stored or served last (`carried.SeenVersions`),
 what it wrote last under each thread's lease (`own_heads.OwnHeads`), reads of the
 local file it can serve again (`read_cache.ReadCache`), the records of journal
 entries still to ship (`backlog.Outbox`) and the leases it keeps after runs
-(`lease_book.LeaseBook`). A process serving a million threads must not keep one
+(`leases.book.LeaseBook`). A process serving a million threads must not keep one
 entry per thread forever, so each memo is bounded by its *share* of one
 budget (``DurableSaver(memory_budget=)``, `DEFAULT_MEMORY_BUDGET` by default),
 counted in bytes estimated from the lengths of the ids and payloads an entry

@@ -1,8 +1,8 @@
 # WARNING: this file is generated from langgraph_durable/engine/imports/importer_async.py; edit that file and run tools/async_to_sync.py. DO NOT EDIT.
 """`DurableSaver.import_from`: copy every thread of another checkpoint saver.
 
-A stock saver's tables (`importing.TableAccess`) are read directly, every
-value decoded by `importing.SafeDecoder` (nothing the source names is run;
+A stock saver's tables (`sources.TableAccess`) are read directly, every
+value decoded by `sources.SafeDecoder` (nothing the source names is run;
 a row that cannot be read safely is reported and skipped); any other saver
 is read through its public `list`, which decodes with its own serializer.
 Threads are imported one (thread, namespace) at a time, oldest checkpoint
@@ -12,12 +12,12 @@ hold, `put_writes` per task).
 
 Before anything is written, every source thread is looked up in the tiers:
 one that already holds checkpoints the source does not have is a different
-history, and the import is refused (`importing.ImportConflict`) unless asked
+history, and the import is refused (`sources.ImportConflict`) unless asked
 to merge or to import under a thread prefix. Running it again skips every
 checkpoint already in the tiers and adds pending writes a copy lacks, so an
 interrupted import is resumed by running it again. Afterwards each checkpoint
 is read back through the saver's own `list`, and the latest through its
-`get_tuple`, and compared with its source (`importing.differences`).
+`get_tuple`, and compared with its source (`sources.differences`).
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ class Importer:
     """One import of `source` into a saver, through the saver's `list`,
     `get_tuple`, `put` and `put_writes` (passed in, so the saver decides how
     they read and write). `tables`: direct access to a stock saver's tables
-    (`importing.sync_tables`), None to read `source` through its API."""
+    (`sources.sync_tables`), None to read `source` through its API."""
 
     def __init__(
         self,
