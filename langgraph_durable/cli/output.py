@@ -4,6 +4,7 @@ statuses, and the short forms of ages, sizes, namespaces and values."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import pprint
@@ -13,14 +14,14 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import fields, is_dataclass
 from datetime import UTC, datetime
-from typing import Any, TextIO, cast
-
-from rich.console import Console, JustifyMethod
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
+from typing import TYPE_CHECKING, Any, TextIO, cast
 
 from .. import __version__, browse
 from ..errors import DurableError, as_cli_flags, printable
+
+if TYPE_CHECKING:
+    from rich.console import Console, JustifyMethod
+    from rich.table import Table
 
 # Exit status, documented in --help.
 EXIT_OK = 0
@@ -45,6 +46,8 @@ def make_console(file: TextIO) -> Console:
     codes, and wide enough that lines are not folded at 80 columns. Strings
     are printed as they are (no markup, emoji codes or highlighting): thread
     ids and values may contain brackets and colons."""
+    from rich.console import Console  # loaded when a command writes, not for --help
+
     console = Console(file=file, markup=False, emoji=False, highlight=False, force_jupyter=False)
     if not console.is_terminal and "COLUMNS" not in os.environ:
         console.width = 200
@@ -71,6 +74,8 @@ def progress_bar(
     """
     console = make_console(file if file is not None else sys.stderr)
     if console.is_terminal:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
         columns = [TextColumn("  {task.description}"), BarColumn(), MofNCompleteColumn()]
         if unit:
             columns.append(TextColumn(unit))
@@ -217,20 +222,26 @@ class Output:
         return progress_bar(label, unit=unit, file=sys.stderr, transient=transient)
 
 
-class _PrintableTable(Table):
-    """A rich table whose text cells are shown with control characters escaped."""
+@functools.cache
+def _printable_table() -> type[Table]:
+    """A rich table whose text cells are shown with control characters
+    escaped (rich loads when a command writes a table, not for --help)."""
+    from rich.table import Table
 
-    def add_row(self, *renderables: Any, **kwargs: Any) -> None:
-        super().add_row(*(printable(r) if isinstance(r, str) else r for r in renderables), **kwargs)
+    class PrintableTable(Table):
+        def add_row(self, *renderables: Any, **kwargs: Any) -> None:
+            super().add_row(*(printable(r) if isinstance(r, str) else r for r in renderables), **kwargs)
+
+    return PrintableTable
 
 
 def table(*columns: str | tuple[str, str]) -> Table:
     """A borderless table; a column given as ``(name, "right")`` is right-aligned.
     Text cells are escaped (`printable`)."""
-    t = _PrintableTable(box=None, pad_edge=False, show_edge=False, header_style="bold", highlight=False)
+    t = _printable_table()(box=None, pad_edge=False, show_edge=False, header_style="bold", highlight=False)
     for column in columns:
         name, justify = column if isinstance(column, tuple) else (column, "left")
-        t.add_column(name, justify=cast(JustifyMethod, justify))
+        t.add_column(name, justify=cast("JustifyMethod", justify))
     return t
 
 
