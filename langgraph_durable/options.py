@@ -20,22 +20,7 @@ from typing import Any
 
 from .archive.replica import DEFAULT_ARCHIVE_LAG_S
 from .archive.store_async import parse_archive_url
-from .environment import (  # noqa: F401 (where they were always imported from)
-    ENV_ARCHIVE_KEY_FINGERPRINT,
-    ENV_ARCHIVE_URL,
-    ENV_LEASE_LINGER,
-    ENV_OLD_SIGNING_KEYS,
-    ENV_POSTGRES_PREPARED_STATEMENTS,
-    ENV_POSTGRES_SCHEMA,
-    ENV_POSTGRES_URL,
-    ENV_REDIS_KEY_PREFIX,
-    ENV_REDIS_TTL,
-    ENV_REDIS_URL,
-    ENV_SERDE,
-    ENV_SIGNING_KEY,
-    ENV_SQLITE,
-    ENV_WRITE,
-)
+from .environment import ENV_OLD_SIGNING_KEYS, ENV_SIGNING_KEY
 from .errors import ConfigError
 from .integrity import OnCorruption
 from .model.backlog import WRITE_MODES, WriteMode

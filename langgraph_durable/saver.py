@@ -16,6 +16,41 @@ from typing import TYPE_CHECKING, Any, cast
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from .archive.replica import DEFAULT_ARCHIVE_LAG_S
+
+# The variables, named with the options, are also importable from here.
+from .environment import (
+    ENV_LEASE_LINGER as ENV_LEASE_LINGER,
+)
+from .environment import (
+    ENV_OLD_SIGNING_KEYS as ENV_OLD_SIGNING_KEYS,
+)
+from .environment import (
+    ENV_POSTGRES_PREPARED_STATEMENTS as ENV_POSTGRES_PREPARED_STATEMENTS,
+)
+from .environment import (
+    ENV_POSTGRES_URL as ENV_POSTGRES_URL,
+)
+from .environment import (
+    ENV_REDIS_KEY_PREFIX as ENV_REDIS_KEY_PREFIX,
+)
+from .environment import (
+    ENV_REDIS_TTL as ENV_REDIS_TTL,
+)
+from .environment import (
+    ENV_REDIS_URL as ENV_REDIS_URL,
+)
+from .environment import (
+    ENV_SERDE as ENV_SERDE,
+)
+from .environment import (
+    ENV_SIGNING_KEY as ENV_SIGNING_KEY,
+)
+from .environment import (
+    ENV_SQLITE as ENV_SQLITE,
+)
+from .environment import (
+    ENV_WRITE as ENV_WRITE,
+)
 from .errors import ConfigError
 from .integrity import OnCorruption
 from .metrics import MetricsHook
@@ -30,41 +65,6 @@ from .model.lease import (
     OnBusy,
 )
 from .model.memory_budget import DEFAULT_MEMORY_BUDGET
-
-# The variables, defined with the options, are also importable from here.
-from .options import (
-    ENV_LEASE_LINGER as ENV_LEASE_LINGER,
-)
-from .options import (
-    ENV_OLD_SIGNING_KEYS as ENV_OLD_SIGNING_KEYS,
-)
-from .options import (
-    ENV_POSTGRES_PREPARED_STATEMENTS as ENV_POSTGRES_PREPARED_STATEMENTS,
-)
-from .options import (
-    ENV_POSTGRES_URL as ENV_POSTGRES_URL,
-)
-from .options import (
-    ENV_REDIS_KEY_PREFIX as ENV_REDIS_KEY_PREFIX,
-)
-from .options import (
-    ENV_REDIS_TTL as ENV_REDIS_TTL,
-)
-from .options import (
-    ENV_REDIS_URL as ENV_REDIS_URL,
-)
-from .options import (
-    ENV_SERDE as ENV_SERDE,
-)
-from .options import (
-    ENV_SIGNING_KEY as ENV_SIGNING_KEY,
-)
-from .options import (
-    ENV_SQLITE as ENV_SQLITE,
-)
-from .options import (
-    ENV_WRITE as ENV_WRITE,
-)
 from .options import (
     Options,
     env_options,

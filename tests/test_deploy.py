@@ -28,8 +28,8 @@ import langgraph_durable
 import langgraph_durable.archive.store_async
 from langgraph_durable import DurableSaver
 from langgraph_durable.archive import parse_archive_url
+from langgraph_durable.environment import ENV_ARCHIVE_URL
 from langgraph_durable.model.backlog import WRITE_MODES
-from langgraph_durable.options import ENV_ARCHIVE_URL
 from langgraph_durable.saver import DEFAULT_DRAIN_TIMEOUT_S, ENV_SQLITE
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
