@@ -81,6 +81,7 @@ from bench_growth import PACKAGES as GROWTH_PACKAGES
 from bench_growth import State, check_values, first_input, make_message, postgres_bytes, run_config, thread_of
 
 from langgraph_durable import DurableSaver
+from langgraph_durable import Tiers as SaverTiers
 from langgraph_durable.archive.segments import THREADS, marker_key, segments_prefix
 from langgraph_durable.archive.store import ArchiveStore
 
@@ -188,10 +189,10 @@ class Tiers:
         return DurableSaver(
             sqlite=self.sqlite,
             redis=REDIS_URL,
-            redis_key_prefix=self.prefix,
             postgres=self.postgres,
             archive=self.archive,
             **options,
+            tiers=SaverTiers(redis_key_prefix=self.prefix),
         )
 
 

@@ -177,9 +177,13 @@ PARTS = ("history", "resume", "concurrency", "bytes")  # ms/step and get_state a
 
 
 def has_snapshot_keyword() -> bool:
+    import langgraph_durable
     from langgraph_durable import DurableSaver
 
-    return "list_snapshot_every" in inspect.signature(DurableSaver).parameters
+    # A flat keyword in older versions; a field of Memory since the option groups.
+    memory = getattr(langgraph_durable, "Memory", None)
+    fields = getattr(memory, "__dataclass_fields__", {})
+    return "list_snapshot_every" in inspect.signature(DurableSaver).parameters or "list_snapshot_every" in fields
 
 
 # -- parameters and results ------------------------------------------------------------
@@ -405,25 +409,31 @@ def allocate(config: Config, tag: str, res: Resources, pg: dict[str, str], pg_ta
 
 
 def durable_kwargs(config: Config, st: Storage) -> dict[str, Any]:
+    from langgraph_durable import Leases, Memory, Tiers
+
     kw: dict[str, Any] = {
         "sqlite": st.sqlite_path if "sqlite" in config.tiers else None,
         "redis": REDIS_URL if "redis" in config.tiers else None,
         "postgres": st.postgres_url if "postgres" in config.tiers else None,
     }
-    if "redis" in config.tiers:
-        kw["redis_key_prefix"] = st.redis_prefix
     if config.write is not None:
         kw["write"] = config.write
-    if config.local_fsync is not None:
-        kw["local_fsync"] = config.local_fsync
+    kw["tiers"] = Tiers(
+        redis_key_prefix=st.redis_prefix if "redis" in config.tiers else Tiers().redis_key_prefix,
+        local_fsync=config.local_fsync,
+    )
+    memory: dict[str, Any] = {}
     if config.whole:
-        kw["list_snapshot_every"] = 1
-    if config.linger is not None:
-        kw["lease_linger"] = config.linger
+        memory["list_snapshot_every"] = 1
     if config.read_cache is not None:
-        kw["read_cache_bytes"] = config.read_cache
+        memory["read_cache_bytes"] = config.read_cache
+    kw["memory"] = Memory(**memory)
+    leases: dict[str, Any] = {}
+    if config.linger is not None:
+        leases["linger"] = config.linger
     if config.on_busy is not None:
-        kw["on_busy"] = config.on_busy
+        leases["on_busy"] = config.on_busy
+    kw["leases"] = Leases(**leases)
     return kw
 
 

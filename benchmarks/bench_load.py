@@ -58,6 +58,8 @@ from _env import (
     run_lines,  # benchmarks/ is on sys.path when run as a script
 )
 
+from langgraph_durable import Memory, Tiers
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 if str(ROOT) not in sys.path:
@@ -174,7 +176,7 @@ def storage_series(args: argparse.Namespace, res: Resources, retention: bool, pr
             first_run=r * args.round_runs,
             thread_prefix="store",
             message_bytes=args.message_bytes,
-            saver_options={"local_max_bytes": args.local_max_bytes} if bounded else None,
+            saver_options={"memory": Memory(local_max_bytes=args.local_max_bytes)} if bounded else None,
             check_files=not bounded,  # a bounded cache evicts what its saver wrote
         )
         label = f"storage {'with' if retention else 'without'} retention, round {r + 1}"
@@ -184,7 +186,9 @@ def storage_series(args: argparse.Namespace, res: Resources, retention: bool, pr
         rnd = Round(r + 1, (r + 1) * args.round_runs, check, Usage())
         if retention:
             t0 = time.perf_counter()
-            with DurableSaver(sqlite=None, redis=REDIS_URL, redis_key_prefix=prefix, postgres=url) as saver:
+            with DurableSaver(
+                sqlite=None, redis=REDIS_URL, postgres=url, tiers=Tiers(redis_key_prefix=prefix)
+            ) as saver:
                 report = saver.apply_retention(RetentionPolicy(keep_last=args.keep_last))
             rnd.retention_s = time.perf_counter() - t0
             rnd.deleted, rnd.kept = report.checkpoints_deleted, report.checkpoints_kept

@@ -43,6 +43,8 @@ from _env import (  # benchmarks/ is on sys.path when run as a script
     run_lines,
 )
 
+from langgraph_durable import Tiers
+
 HERE = Path(__file__).resolve().parent
 NAME = "lgd_mbench"
 PACKAGES = [
@@ -121,7 +123,10 @@ def child(args: argparse.Namespace) -> int:
 
             saver = stack.enter_context(
                 DurableSaver(
-                    sqlite=args.sqlite, redis=args.redis, redis_key_prefix=args.redis_prefix, postgres=args.postgres
+                    sqlite=args.sqlite,
+                    redis=args.redis,
+                    postgres=args.postgres,
+                    tiers=Tiers(redis_key_prefix=args.redis_prefix),
                 )
             )
             saver.setup()

@@ -339,10 +339,12 @@ def allocate_storage(config: Config, mode: str, res: Resources, pg_cache: dict[s
 
 
 def durable_kwargs(config: Config, st: Storage) -> dict[str, Any]:
+    from langgraph_durable import Tiers
+
     kw: dict[str, Any] = {"sqlite": st.sqlite_path if "sqlite" in config.tiers else None}
     if "redis" in config.tiers:
         kw["redis"] = REDIS_URL
-        kw["redis_key_prefix"] = st.redis_prefix
+        kw["tiers"] = Tiers(redis_key_prefix=st.redis_prefix)
     if "postgres" in config.tiers:
         kw["postgres"] = st.postgres_url
     if config.write is not None:

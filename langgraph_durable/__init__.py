@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from .ledger import LedgerEntry, action, apin_here, durable_action, pin_here
     from .metrics import CorruptCopy, MetricsHook, OpenTelemetryMetrics, PlainData, TierCall, TierStats
     from .model.pins import Pin
+    from .option_groups import Archive, Integrity, Leases, Memory, Tiers
     from .retention import RetentionPolicy, RetentionReport
     from .saver import DurableSaver
     from .validation import (
@@ -76,6 +77,11 @@ _EXPORTS = {
     "TierCall": ".metrics",
     "TierStats": ".metrics",
     "Pin": ".model.pins",
+    "Archive": ".option_groups",
+    "Integrity": ".option_groups",
+    "Leases": ".option_groups",
+    "Memory": ".option_groups",
+    "Tiers": ".option_groups",
     "RetentionPolicy": ".retention",
     "RetentionReport": ".retention",
     "DurableSaver": ".saver",
@@ -131,6 +137,12 @@ __all__ = [
     "CorruptionHook",
     "DurableError",
     "DurableSaver",
+    # the saver's option groups
+    "Archive",
+    "Integrity",
+    "Leases",
+    "Memory",
+    "Tiers",
     "ImportConflict",
     "ImportReport",
     # metrics

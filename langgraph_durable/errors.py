@@ -191,7 +191,7 @@ class ThreadBusy(DurableError):
     Raised from ``invoke`` / ``ainvoke`` / ``stream`` (or a direct ``put``)
     before anything is written. `holder` names the writer, `expires_in` says
     how many seconds its lease has left unless it writes again. Wait and
-    retry, use ``on_busy="wait"``, or have the holder ``release_thread()``.
+    retry, use ``Leases(on_busy="wait")``, or have the holder ``release_thread()``.
     """
 
     def __init__(self, message: str, *, thread_id: str, holder: str, token: int, expires_in: float) -> None:
@@ -240,7 +240,7 @@ class LeaseLost(DurableError):
 
 # A keyword of `DurableSaver` that the command line spells as a flag: messages
 # name the keyword (``postgres=``), the CLI shows them with the flag instead.
-_KEYWORD = re.compile(r"(?<![\w?&.=/:-])(sqlite|redis|postgres|archive_key_fingerprint|archive)=(?=(['\"])?)")
+_KEYWORD = re.compile(r"(?<![\w?&.=/:-])(sqlite|redis|postgres|archive|Archive\(key_fingerprint)=\)?(?=(['\"])?)")
 _REPEATED_FLAG = re.compile(r"(--(?:sqlite|redis|postgres|archive)), \1\b")
 
 
@@ -264,11 +264,13 @@ def no_archive() -> ConfigError:
 def as_cli_flags(message: str) -> str:
     """`message` as a command-line user reads it: the saver's keywords
     (``postgres=``, ``redis=``, ``sqlite=``, ``archive=``,
-    ``archive_key_fingerprint=``) named by their flags (``--postgres``...). The Python API's messages keep the keywords;
-    the CLI renders every error it prints through this."""
+    ``Archive(key_fingerprint=)``) named by their flags (``--postgres``...).
+    The Python API's messages keep the keywords; the CLI renders every
+    error it prints through this."""
 
     def flag(m: re.Match[str]) -> str:
-        return f"--{m.group(1).replace('_', '-')}" + (" " if m.group(2) else "")
+        name = "archive-key-fingerprint" if m.group(1).startswith("Archive(") else m.group(1)
+        return f"--{name}" + (" " if m.group(2) else "")
 
     return _REPEATED_FLAG.sub(r"\1", _KEYWORD.sub(flag, message))
 

@@ -121,7 +121,7 @@ class IntegrityPolicy:
             from .errors import ConfigError
 
             raise ConfigError(
-                f"on_corruption= must be 'fallback', 'raise' or a callable taking a CorruptionEvent, "
+                f"Integrity(on_corruption=) must be 'fallback', 'raise' or a callable taking a CorruptionEvent, "
                 f"not {on_corruption!r}."
             )
         self.raise_on_loss = on_corruption == "raise"

@@ -35,6 +35,7 @@ from .environment import (
     ENV_SQLITE,
     ENV_WRITE,
 )
+from .option_groups import checked_name, spelled
 from .tiers.registry import DEFAULT_SQLITE_PATH, POSTGRES, REDIS, SQLITE
 
 # How a variable's text becomes the keyword's value (`options.env_options`).
@@ -57,6 +58,30 @@ class Option:
     see: str = ""  # a page of the docs that explains it, relative to docs/
     flag_help: str = ""  # the flag's help, where it says more than `doc`
     env_doc: str = ""  # the variable's line, where it differs from the keyword's `doc`
+
+    @property
+    def keyword(self) -> str:
+        """The constructor's keyword it is given with (its group's, for a
+        field of a group)."""
+        return self.name.partition(".")[0]
+
+    @property
+    def field(self) -> str | None:
+        """Its field in its group (None for a keyword of its own)."""
+        return self.name.partition(".")[2] or None
+
+    @property
+    def flat(self) -> str:
+        """Its name among the checks (`options.Options.parse`), where every
+        option has a flat one."""
+        return self.keyword if self.field is None else checked_name(self.keyword, self.field)
+
+    @property
+    def spelled(self) -> str:
+        """How it is written: ``write=``, ``Leases(linger=)``."""
+        if self.keyword == "retention" and self.field:
+            return f"RetentionPolicy({self.field}=)"
+        return spelled(self.keyword, self.field)
 
     @property
     def default_text(self) -> str:
@@ -90,22 +115,22 @@ OPTIONS: tuple[Option, ...] = (
            env_doc="`postgresql://` URL of the Postgres tier",
            env=ENV_POSTGRES_URL, flag="--postgres", metavar="URL", see="guides/your-own-connections.md",
            flag_help=POSTGRES.what),
-    Option("redis_key_prefix", "tiers", DEFAULT_KEY_PREFIX,
+    Option("tiers.redis_key_prefix", "tiers", DEFAULT_KEY_PREFIX,
            "prefix of the saver's Redis keys, for deployments sharing one Redis database",
            env=ENV_REDIS_KEY_PREFIX, flag="--redis-key-prefix", metavar="PREFIX"),
-    Option("redis_cluster", "tiers", None, "whether Redis is a cluster (None: asked of the server)",
+    Option("tiers.redis_cluster", "tiers", None, "whether Redis is a cluster (None: asked of the server)",
            see="guides/scale.md"),
-    Option("redis_ttl", "tiers", None, "seconds after which an idle thread leaves Redis, served from Postgres",
+    Option("tiers.redis_ttl", "tiers", None, "seconds after which an idle thread leaves Redis, served from Postgres",
            env=ENV_REDIS_TTL, reading="seconds", see="guides/scale.md#idle-threads-leave-redis"),
-    Option("postgres_pool_size", "tiers", 10, "connections per face in the saver's own Postgres pool"),
-    Option("postgres_prepared_statements", "tiers", True, "False behind PgBouncer in transaction mode",
+    Option("tiers.postgres_pool_size", "tiers", 10, "connections per face in the saver's own Postgres pool"),
+    Option("tiers.postgres_prepared_statements", "tiers", True, "False behind PgBouncer in transaction mode",
            env_doc="`false` behind PgBouncer in transaction mode (default `true`)",
            env=ENV_POSTGRES_PREPARED_STATEMENTS, reading="bool", see="guides/scale.md"),
-    Option("postgres_schema", "tiers", None, "the Postgres schema of the saver's tables",
+    Option("tiers.postgres_schema", "tiers", None, "the Postgres schema of the saver's tables",
            env=ENV_POSTGRES_SCHEMA, shown_default="the connections' `search_path`",
            see="guides/your-own-connections.md#one-database-several-applications"),
-    Option("sqlite_busy_timeout", "tiers", 30.0, "seconds a local write waits for another process's lock"),
-    Option("connect_timeout", "tiers", 5.0, "seconds to connect to a shared tier"),
+    Option("tiers.sqlite_busy_timeout", "tiers", 30.0, "seconds a local write waits for another process's lock"),
+    Option("tiers.connect_timeout", "tiers", 5.0, "seconds to connect to a shared tier"),
     # -- integrity and keys
     Option("serde", "integrity", None, "the serializer (an EncryptedSerializer, say)",
            env_doc="`module:attr` of the serializer, or of a function returning it",
@@ -117,17 +142,17 @@ OPTIONS: tuple[Option, ...] = (
     Option("signing_key", "integrity", None, "your own key for the records' HMACs",
            env=ENV_SIGNING_KEY, reading="keys", shown_default="the store's own key, with a shared tier",
            see="security.md"),
-    Option("signing_keys", "integrity", None,
+    Option("integrity.signing_keys", "integrity", None,
            "every accepted key while rotating, the one that seals first (None among them: records without a key)",
            env_doc="older keys still accepted while rotating, comma-separated (`unsigned`: records without a key)",
            env=ENV_OLD_SIGNING_KEYS, reading="keys", see="security.md"),
-    Option("permissive_decoding", "integrity", False,
+    Option("integrity.permissive_decoding", "integrity", False,
            "decode shared-tier records that verify without a key with `serde` as given (not the strict allowlist)",
            see="security.md"),
-    Option("on_corruption", "integrity", "fallback",
+    Option("integrity.on_corruption", "integrity", "fallback",
            "a record bad in every tier: `fallback` serves the newest intact ancestor, `raise` raises, or a callable",
            see="concepts/integrity.md"),
-    Option("max_record_bytes", "integrity", 64 * MIB, "the largest record `put` / `put_writes` accept (`RecordTooLarge` past it; None: no bound)",
+    Option("integrity.max_record_bytes", "integrity", 64 * MIB, "the largest record `put` / `put_writes` accept (`RecordTooLarge` past it; None: no bound)",
            shown_default="64 MiB", see="concepts/integrity.md"),
     # -- resuming
     Option("validators", "resume", (), "resume validators, run before a thread resumes",
@@ -135,48 +160,48 @@ OPTIONS: tuple[Option, ...] = (
     Option("on_validation", "resume", None, "called with every validation's outcome", see="concepts/resume.md"),
     Option("app_version", "resume", None, "stamped into every checkpoint's metadata", see="concepts/resume.md"),
     # -- one writer per thread
-    Option("lease_ttl", "leases", 30.0, "seconds a thread's writer lease lasts without renewal",
+    Option("leases.ttl", "leases", 30.0, "seconds a thread's writer lease lasts without renewal",
            see="concepts/leases.md"),
-    Option("on_busy", "leases", "raise", "a run on a thread another holds: `raise` ThreadBusy, or `wait`",
+    Option("leases.on_busy", "leases", "raise", "a run on a thread another holds: `raise` ThreadBusy, or `wait`",
            see="concepts/leases.md"),
-    Option("lease_wait", "leases", 60.0, "seconds `on_busy=\"wait\"` waits", see="concepts/leases.md"),
-    Option("lease_linger", "leases", 30.0,
+    Option("leases.wait", "leases", 60.0, "seconds `on_busy=\"wait\"` waits", see="concepts/leases.md"),
+    Option("leases.linger", "leases", 30.0,
            "seconds a run's lease is kept after it ends, so this replica reads the thread locally (0: given back)",
            env=ENV_LEASE_LINGER, reading="seconds",
            see="concepts/leases.md#reads-after-a-run-lease_linger-30-s-by-default"),
     # -- writes and outages
     Option("write", "write", "shared", "which tiers hold a write before it returns: `shared`, `all` or `local`",
            env=ENV_WRITE, see="concepts/write-modes.md"),
-    Option("local_fsync", "write", None, "fsync each local commit (None: with `write=\"local\"` only)",
+    Option("tiers.local_fsync", "write", None, "fsync each local commit (None: with `write=\"local\"` only)",
            see="concepts/write-modes.md"),
-    Option("call_timeout", "write", 10.0, "seconds one tier call may take (None: no bound)",
+    Option("tiers.call_timeout", "write", 10.0, "seconds one tier call may take (None: no bound)",
            see="concepts/write-modes.md"),
-    Option("drain_timeout", "write", 10.0, "seconds `close()` ships what the shared tiers are owed",
+    Option("tiers.drain_timeout", "write", 10.0, "seconds `close()` ships what the shared tiers are owed",
            see="concepts/write-modes.md"),
     # -- memory and the local file
-    Option("list_snapshot_every", "memory", 16,
+    Option("memory.list_snapshot_every", "memory", 16,
            "a growing list is stored whole every this many versions, else as what it appended (0 or 1: always whole)",
            see="concepts/tiers.md"),
-    Option("memory_budget", "memory", 64 * MIB, "bytes the saver's caches and memos may hold, in all",
+    Option("memory.budget", "memory", 64 * MIB, "bytes the saver's caches and memos may hold, in all",
            shown_default="64 MiB", see="concepts/tiers.md"),
-    Option("read_cache_bytes", "memory", None, "the read cache's share of the budget (0: no read cache)",
-           shown_default="its share of `memory_budget`", see="concepts/tiers.md"),
-    Option("local_max_bytes", "memory", None, "bound the local SQLite cache of the shared tiers to this many bytes",
+    Option("memory.read_cache_bytes", "memory", None, "the read cache's share of the budget (0: no read cache)",
+           shown_default="its share of `Memory(budget=)`", see="concepts/tiers.md"),
+    Option("memory.local_max_bytes", "memory", None, "bound the local SQLite cache of the shared tiers to this many bytes",
            see="guides/scale.md"),
     # -- retention and the archive
     Option("retention", "retention", None, "a RetentionPolicy for `apply_retention` and the background sweep",
            see="guides/retention-and-archiving.md"),
-    Option("retention_every", "retention", None, "seconds between background retention sweeps (None: none)",
+    Option("retention.every", "retention", None, "seconds between background retention sweeps (None: none)",
            see="guides/retention-and-archiving.md"),
-    Option("retention_rate", "retention", 20.0, "threads a background sweep visits per second, at most",
+    Option("retention.rate", "retention", 20.0, "threads a background sweep visits per second, at most",
            see="guides/retention-and-archiving.md"),
     Option("archive", "retention", None, "`s3://BUCKET/PREFIX` of the archive (endpoint and credentials: `AWS_*`)",
            env=ENV_ARCHIVE_URL, flag="--archive", metavar="URL",
            see="guides/retention-and-archiving.md#the-archive-on-object-storage",
            flag_help="s3://BUCKET/PREFIX of the archive (endpoint and credentials from the AWS_* variables)"),
-    Option("archive_lag", "retention", 60.0, "seconds within which a record written reaches the archive while the object store answers",
+    Option("archive.lag", "retention", 60.0, "seconds within which a record written reaches the archive while the object store answers",
            see="guides/retention-and-archiving.md"),
-    Option("archive_key_fingerprint", "retention", None,
+    Option("archive.key_fingerprint", "retention", None,
            "the store key's full fingerprint (`doctor` prints it), to rebuild a store from its archive",
            env=ENV_ARCHIVE_KEY_FINGERPRINT, flag="--archive-key-fingerprint", metavar="FINGERPRINT",
            shown_default="none: a key kept in the bucket is never taken",
@@ -224,7 +249,7 @@ def variables_table() -> str:
     for o in VARIABLES:
         meaning = (o.env_doc or o.doc) + (f" (see [more]({o.see}))" if o.see else "")
         default = "`true`" if o.default is True else o.default_text
-        out.append(f"| `{o.env}` | `{o.name}=` | {meaning} | {default} |")
+        out.append(f"| `{o.env}` | `{o.spelled}` | {meaning} | {default} |")
     return "\n".join(out) + "\n"
 
 
@@ -236,6 +261,6 @@ def reference() -> str:
         for o in (o for o in OPTIONS if o.group == group):
             variable = f"`{o.env}`" if o.env else ""
             meaning = o.doc + (f" ([more]({o.see}))" if o.see else "")
-            out.append(f"| `{o.name}=` | {o.default_text} | {variable} | {meaning} |")
+            out.append(f"| `{o.spelled}` | {o.default_text} | {variable} | {meaning} |")
         out.append("")
     return "\n".join(out).rstrip() + "\n"

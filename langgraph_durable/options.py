@@ -1,11 +1,11 @@
 """The saver's options, grouped by concern, checked in one place and read
 from the environment in one place.
 
-`DurableSaver(...)` keeps its keyword arguments (they are the documented
-API, and `from_urls` passes them through); it hands them to `Options.parse`,
-which checks every one and returns them as typed groups: the tiers and
-their connections, integrity and keys, leases, the write mode, retention,
-and the limits. `env_options` reads the ``LANGGRAPH_DURABLE_*`` variables
+`DurableSaver(...)` takes its keywords and option groups
+(`option_groups`); their values, each by a flat name, go to
+`Options.parse`, which checks every one and returns them as the groups the
+rooms below read: the tiers and their connections, integrity and keys,
+leases, the write mode, retention, and the limits. `env_options` reads the ``LANGGRAPH_DURABLE_*`` variables
 into the same keywords (`DurableSaver.from_env`), and an error about a
 value that came from a variable names the variable.
 """
@@ -43,7 +43,8 @@ from .tiers.supplied import Supplied, supplied_postgres, supplied_redis
 # The keyword arguments `env_options` fills from the environment, and the
 # variables they come from (for its errors; a signing key's, a serializer's
 # and a flag's errors name their variable themselves).
-ENV_OF_KEYWORD = {o.name: o.env for o in VARIABLES if o.reading in ("text", "seconds") and o.env}
+ENV_OF_KEYWORD = {o.flat: o.env for o in VARIABLES if o.reading in ("text", "seconds") and o.env}
+SPELLED = {o.flat: o.spelled for o in VARIABLES}
 
 
 def check_postgres_schema(schema: object, pool: Supplied | None) -> None:
@@ -61,7 +62,7 @@ def check_postgres_schema(schema: object, pool: Supplied | None) -> None:
         or schema.startswith("pg_")
     ):
         raise ConfigError(
-            f"postgres_schema must be a schema name of 1 to {MAX_SCHEMA_BYTES} bytes not starting with pg_ "
+            f"Tiers(postgres_schema=) must be a schema name of 1 to {MAX_SCHEMA_BYTES} bytes not starting with pg_ "
             f"(Postgres reserves those), or None for the connections' search_path; got {schema!r}."
         )
     if schema is None and pool is not None and pool.callbacks:
@@ -70,7 +71,7 @@ def check_postgres_schema(schema: object, pool: Supplied | None) -> None:
             "other face (the sync methods for an async pool, which LangGraph calls too) from a pool of its own, "
             "which cannot run your callback, so a search_path it sets would hold on one face only and the two "
             "faces would use different tables. Name the schema: DurableSaver(postgres=pool, "
-            "postgres_schema='...') (the saver then names its tables in that schema on both faces, creating it "
+            "tiers=Tiers(postgres_schema='...')) (the saver then names its tables in that schema on both faces, creating it "
             "at setup if needed; 'public' for the default one)."
         )
 
@@ -243,8 +244,6 @@ class Options:
         read_cache_bytes: int | None,
         memory_budget: int,
         retention: RetentionPolicy | None,
-        retention_every: float | None,
-        retention_rate: float | None,
         lease_ttl: float = DEFAULT_LEASE_TTL_S,
         on_busy: str = DEFAULT_ON_BUSY,
         lease_wait: float = DEFAULT_LEASE_WAIT_S,
@@ -269,16 +268,18 @@ class Options:
             )
         if local_fsync is not None and (not isinstance(local_fsync, bool) or sqlite is None):
             raise ConfigError(
-                "local_fsync= says whether each commit of the local SQLite file is fsynced: True, False, or None "
+                "Tiers(local_fsync=) says whether each commit of the local SQLite file is fsynced: True, False, or None "
                 f'(fsynced with write="local" only); it needs sqlite=. Got {local_fsync!r}.'
             )
         if call_timeout is not None and call_timeout <= 0:
-            raise ConfigError(f"call_timeout must be a positive number of seconds or None, got {call_timeout!r}.")
+            raise ConfigError(
+                f"Tiers(call_timeout=) must be a positive number of seconds or None, got {call_timeout!r}."
+            )
         if drain_timeout < 0:
-            raise ConfigError(f"drain_timeout must be 0 or more seconds, got {drain_timeout!r}.")
+            raise ConfigError(f"Tiers(drain_timeout=) must be 0 or more seconds, got {drain_timeout!r}.")
         if not isinstance(list_snapshot_every, int) or isinstance(list_snapshot_every, bool) or list_snapshot_every < 0:
             raise ConfigError(
-                f"list_snapshot_every must be a whole number of versions (1 or 0: store every value whole), "
+                f"Memory(list_snapshot_every=) must be a whole number of versions (1 or 0: store every value whole), "
                 f"got {list_snapshot_every!r}."
             )
         if sqlite is None and redis is None and postgres is None:
@@ -290,14 +291,14 @@ class Options:
             or (redis is None and postgres is None)
         ):
             raise ConfigError(
-                "local_max_bytes= bounds the local SQLite cache of the shared tiers: it needs sqlite= and redis= "
+                "Memory(local_max_bytes=) bounds the local SQLite cache of the shared tiers: it needs sqlite= and redis= "
                 f"or postgres= (alone, the local file is the only copy), and a number of bytes; got {local_max_bytes!r}."
             )
         if read_cache_bytes is not None and (
             not isinstance(read_cache_bytes, int) or isinstance(read_cache_bytes, bool) or read_cache_bytes < 0
         ):
             raise ConfigError(
-                f"read_cache_bytes must be a whole number of bytes (0: no read cache), got {read_cache_bytes!r}."
+                f"Memory(read_cache_bytes=) must be a whole number of bytes (0: no read cache), got {read_cache_bytes!r}."
             )
         if sqlite is not None and not isinstance(sqlite, (str, os.PathLike)):
             raise ConfigError(f"sqlite= must be a file path, ':memory:' or None, not {type(sqlite).__name__}.")
@@ -309,7 +310,7 @@ class Options:
                 redis_cluster = redis_client.cluster
             elif redis_cluster != redis_client.cluster:
                 raise ConfigError(
-                    f"redis_cluster={redis_cluster} does not match the client given as redis= (a "
+                    f"Tiers(redis_cluster={redis_cluster}) does not match the client given as redis= (a "
                     f"{type(redis_client.obj).__name__}): leave redis_cluster unset."
                 )
         elif redis is not None:
@@ -322,10 +323,10 @@ class Options:
         elif postgres is not None:
             postgres_url = POSTGRES.check(postgres)
         if postgres_pool_size < 1:
-            raise ConfigError(f"postgres_pool_size must be at least 1, got {postgres_pool_size}.")
+            raise ConfigError(f"Tiers(postgres_pool_size=) must be at least 1, got {postgres_pool_size}.")
         if not isinstance(postgres_prepared_statements, bool):
             raise ConfigError(
-                f"postgres_prepared_statements must be True or False, got {postgres_prepared_statements!r}."
+                f"Tiers(postgres_prepared_statements=) must be True or False, got {postgres_prepared_statements!r}."
             )
         check_postgres_schema(postgres_schema, postgres_pool)
         keys = signing_keys_of(signing_key, signing_keys)
@@ -337,25 +338,21 @@ class Options:
             or postgres is None
         ):
             raise ConfigError(
-                "redis_ttl= lets idle threads leave Redis, to be served from Postgres: it needs redis= and "
+                "Tiers(redis_ttl=) lets idle threads leave Redis, to be served from Postgres: it needs redis= and "
                 f"postgres=, and a number of seconds above 0; got {redis_ttl!r}."
             )
         if max_record_bytes is not None and max_record_bytes < 1:
-            raise ConfigError(f"max_record_bytes must be positive or None, got {max_record_bytes}.")
+            raise ConfigError(f"Integrity(max_record_bytes=) must be positive or None, got {max_record_bytes}.")
         if not isinstance(read_only, bool):
             raise ConfigError(f"read_only must be True or False, got {read_only!r}.")
         if retention is not None and not isinstance(retention, RetentionPolicy):
             raise ConfigError(f"retention= must be a langgraph_durable.RetentionPolicy, not {retention!r}.")
-        if retention_every is not None and (retention is None or retention_every <= 0):
-            raise ConfigError("retention_every= needs retention= (a RetentionPolicy) and a number of seconds above 0.")
-        if retention_rate is not None and retention_rate <= 0:
-            raise ConfigError(f"retention_rate= must be threads per second above 0, or None, not {retention_rate!r}.")
         leases = lease_options(lease_ttl, on_busy, lease_wait, lease_linger)
         budget = MemoryBudget.of(memory_budget, read_cache=read_cache_bytes)
         if archive is not None:
             parse_archive_url(archive)
         if isinstance(archive_lag, bool) or not isinstance(archive_lag, (int, float)) or not archive_lag > 0:
-            raise ConfigError(f"archive_lag= must be a number of seconds above 0, got {archive_lag!r}.")
+            raise ConfigError(f"Archive(lag=) must be a number of seconds above 0, got {archive_lag!r}.")
         fingerprint = archive_key_fingerprint_of(archive_key_fingerprint)
         return cls(
             tiers=TierOptions(
@@ -377,7 +374,9 @@ class Options:
             ),
             integrity=IntegrityOptions(keys, permissive_decoding, on_corruption, max_record_bytes),
             write=WriteOptions(write, list_snapshot_every, local_fsync),
-            retention=RetentionOptions(retention, retention_every, retention_rate),
+            retention=RetentionOptions(
+                retention, retention.every if retention else None, retention.rate if retention else None
+            ),
             limits=Limits(local_max_bytes, read_cache_bytes, memory_budget, budget),
             leases=leases,
             archive=ArchiveOptions(archive, float(archive_lag), fingerprint),
@@ -388,14 +387,14 @@ class Options:
 def lease_options(ttl: object, on_busy: object, wait: object, linger: object) -> LeaseOptions:
     """The lease options checked (`LeaseBook` takes them as they are)."""
     if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not ttl > 0:  # NaN fails too
-        raise ConfigError(f"lease_ttl must be a positive number of seconds, got {ttl!r}.")
+        raise ConfigError(f"Leases(ttl=) must be a positive number of seconds, got {ttl!r}.")
     if on_busy not in ON_BUSY_CHOICES:
-        raise ConfigError(f"on_busy must be 'raise' or 'wait', got {on_busy!r}.")
+        raise ConfigError(f"Leases(on_busy=) must be 'raise' or 'wait', got {on_busy!r}.")
     if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not wait >= 0:  # inf: wait as long as it takes
-        raise ConfigError(f"lease_wait must be a number of seconds (0 or more), got {wait!r}.")
+        raise ConfigError(f"Leases(wait=) must be a number of seconds (0 or more), got {wait!r}.")
     if isinstance(linger, bool) or not isinstance(linger, (int, float)) or not 0 <= linger < math.inf:
         raise ConfigError(
-            f"lease_linger must be a number of seconds (0 or more; 0 gives a run's lease back when it "
+            f"Leases(linger=) must be a number of seconds (0 or more; 0 gives a run's lease back when it "
             f"ends), got {linger!r}."
         )
     return LeaseOptions(float(ttl), str(on_busy), float(wait), float(linger))
@@ -404,15 +403,15 @@ def lease_options(ttl: object, on_busy: object, wait: object, linger: object) ->
 def signing_keys_of(signing_key: bytes | str | None, signing_keys: Sequence[bytes | str | None] | None) -> list[bytes]:
     """The accepted keys, sealing key first; b"" stands for unsigned."""
     if signing_key is not None and signing_keys is not None:
-        raise ConfigError("pass signing_key= or signing_keys=[new, old, ...], not both.")
+        raise ConfigError("pass signing_key= or Integrity(signing_keys=[new, old, ...]), not both.")
     if isinstance(signing_keys, (str, bytes)):
         raise ConfigError(
-            "signing_keys= takes a list of keys, the one that seals new records first: signing_keys=[new, old]; "
+            "Integrity(signing_keys=) takes a list of keys, the one that seals new records first: signing_keys=[new, old]; "
             "for one key, pass signing_key= instead."
         )
     given = list(signing_keys) if signing_keys is not None else [signing_key]
     if not given:
-        raise ConfigError("signing_keys= needs at least one key (the one that seals new records) first.")
+        raise ConfigError("Integrity(signing_keys=) needs at least one key (the one that seals new records) first.")
     keys: list[bytes] = []
     for k in given:
         key = k.encode() if isinstance(k, str) else (k or b"")
@@ -442,26 +441,27 @@ def _seconds(env: Mapping[str, str], name: str) -> float:
 
 
 def env_options(env: Mapping[str, str], default_sqlite: str) -> dict[str, Any]:
-    """The keyword arguments the ``LANGGRAPH_DURABLE_*`` variables in `env`
-    give (`DurableSaver.from_env`; the variables are the option table's,
-    `option_table.VARIABLES`), each checked as far as its variable alone can
-    be (the rest is checked with the other options)."""
+    """The options the ``LANGGRAPH_DURABLE_*`` variables in `env` give
+    (`DurableSaver.from_env`; the variables are the option table's,
+    `option_table.VARIABLES`), by their flat names (`option_groups.grouped`
+    makes the saver's keywords of them), each checked as far as its variable
+    alone can be (the rest is checked with the other options)."""
     # Every tier is named, None for off: a keyword given to from_env overrides it.
     kwargs: dict[str, Any] = {kind.keyword: env.get(kind.env) or None for kind in KINDS}
     kwargs[SQLITE.keyword] = env.get(SQLITE.env, default_sqlite) or None
     for option in VARIABLES:
         assert option.env is not None
         text = env.get(option.env)
-        if option.name in kwargs or option.reading == "keys" or not text:
+        if option.flat in kwargs or option.reading == "keys" or not text:
             continue
         if option.reading == "seconds":
-            kwargs[option.name] = _seconds(env, option.env)
+            kwargs[option.flat] = _seconds(env, option.env)
         elif option.reading == "bool":
-            kwargs[option.name] = env_flag(option.env, text)
+            kwargs[option.flat] = env_flag(option.env, text)
         elif option.reading == "serde":
-            kwargs[option.name] = serde_from_spec(text, what=option.env)
+            kwargs[option.flat] = serde_from_spec(text, what=option.env)
         else:
-            kwargs[option.name] = text
+            kwargs[option.flat] = text
     if env.get(ENV_SIGNING_KEY) or env.get(ENV_OLD_SIGNING_KEYS):
         old = [k.strip() for k in env.get(ENV_OLD_SIGNING_KEYS, "").split(",") if k.strip()]
         # Checked here, one variable at a time, so the error names it (never the key).
@@ -478,8 +478,8 @@ def naming_the_variable(exc: ConfigError, from_env: Mapping[str, Any], given: Ma
     """`exc`, about an option that came from the environment (in `from_env`,
     not overridden in `given`), with its variable's name in front."""
     message = str(exc)
-    for keyword, name in ENV_OF_KEYWORD.items():
-        if keyword in from_env and keyword not in given and message.startswith((f"{keyword}=", f"{keyword} ")):
+    for flat, name in ENV_OF_KEYWORD.items():
+        if flat in from_env and flat not in given and message.startswith(SPELLED[flat].rstrip(")")):
             return ConfigError(f"{name}: {message}")
     return exc
 
@@ -499,6 +499,6 @@ def archive_key_fingerprint_of(value: object) -> str | None:
     shown = value if isinstance(value, str) else type(value).__name__
     short = " (the 16-digit form the tiers record is not enough to vouch for a key)" if len(digits) == 16 else ""
     raise ConfigError(
-        f"archive_key_fingerprint= got {shown!r}{short}: give the store key's full fingerprint, "
+        f"Archive(key_fingerprint=) got {shown!r}{short}: give the store key's full fingerprint, "
         "hmac-sha256: and 64 hex digits, as `langgraph-durable doctor` prints it."
     )

@@ -219,6 +219,8 @@ def blobs_of(nodes: Mapping[str, Node | None], kept: Iterable[str]) -> set[BlobK
 
 # -- retention policy: which checkpoints a sweep keeps ---------------------------------
 
+DEFAULT_SWEEP_RATE = 20.0  # threads a background sweep visits per second
+
 
 @dataclass(frozen=True, slots=True)
 class RetentionPolicy:
@@ -235,6 +237,15 @@ class RetentionPolicy:
       brings it back. Should be shorter than `delete_idle_after` when both
       are given.
 
+    Given to the saver (``DurableSaver(retention=...)``), the policy is
+    what `apply_retention` applies by default, and two more fields say how
+    the saver sweeps by itself:
+
+    - `every`: seconds between background sweeps (a daemon thread; None,
+      the default: none, call `apply_retention` yourself);
+    - `rate`: threads a background sweep visits per second, at most
+      (default 20; None: no limit).
+
     A checkpoint is kept when either keep rule keeps it (with neither, every
     checkpoint of a live thread is kept). Whatever the rules say, a sweep
     never removes the newest checkpoint of a namespace, a checkpoint left
@@ -250,6 +261,8 @@ class RetentionPolicy:
     keep_for: float | None = None
     delete_idle_after: float | None = None
     archive_idle_after: float | None = None
+    every: float | None = None
+    rate: float | None = DEFAULT_SWEEP_RATE
 
     def __post_init__(self) -> None:
         from .errors import ConfigError
@@ -261,10 +274,14 @@ class RetentionPolicy:
             )
         if self.keep_last is not None and (not isinstance(self.keep_last, int) or self.keep_last < 1):
             raise ConfigError(f"keep_last= must be a whole number of checkpoints, 1 or more, not {self.keep_last!r}.")
-        for name in ("keep_for", "delete_idle_after", "archive_idle_after"):
+        for name in ("keep_for", "delete_idle_after", "archive_idle_after", "every"):
             value = getattr(self, name)
-            if value is not None and (not isinstance(value, (int, float)) or value <= 0):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
                 raise ConfigError(f"{name}= must be a number of seconds above 0, not {value!r}.")
+        if self.rate is not None and (
+            isinstance(self.rate, bool) or not isinstance(self.rate, (int, float)) or not self.rate > 0
+        ):
+            raise ConfigError(f"rate= must be threads per second above 0, or None, not {self.rate!r}.")
 
     def keeps_everything(self) -> bool:
         return self.keep_last is None and self.keep_for is None

@@ -25,6 +25,7 @@ import redis as redis_lib
 from hypothesis import settings
 
 from langgraph_durable import DurableSaver
+from tests.flat_options import durable_options
 
 POSTGRES_URL = os.environ.get("LANGGRAPH_DURABLE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 REDIS_URL = os.environ.get("LANGGRAPH_DURABLE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -315,8 +316,8 @@ def make_saver(request: pytest.FixtureRequest, tmp_path: Path) -> SaverFactory:
     """
     state: dict[str, Any] = {}
 
-    def make(tiers: str, *, sqlite_name: str = "local.sqlite", **options: Any) -> DurableSaver:
-        parts = set(tiers.split("+"))
+    def make(which: str, /, *, sqlite_name: str = "local.sqlite", **options: Any) -> DurableSaver:
+        parts = set(which.split("+"))
         unknown = parts - {"sqlite", "redis", "postgres"}
         assert not unknown, unknown
         kwargs: dict[str, Any] = {"sqlite": str(tmp_path / sqlite_name) if "sqlite" in parts else None}
@@ -330,6 +331,6 @@ def make_saver(request: pytest.FixtureRequest, tmp_path: Path) -> SaverFactory:
                 state["postgres_url"] = request.getfixturevalue("postgres_url")
             kwargs["postgres"] = state["postgres_url"]
         kwargs.update(options)
-        return DurableSaver(**kwargs)
+        return DurableSaver(**durable_options(kwargs))
 
     return make

@@ -68,6 +68,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from langgraph_durable import DurableSaver
+from tests.flat_options import durable_options
 
 from . import crash_worker as worker
 
@@ -282,7 +283,7 @@ class Tiers:
             # system of record keeps: give it that key (the workers run with
             # the default, sealing with it).
             options["signing_key"] = self.store_key()
-        return DurableSaver(**options)
+        return DurableSaver(**durable_options(options))
 
     def store_key(self) -> bytes:
         """The key the store seals its records with (created by the first

@@ -71,6 +71,7 @@ from langgraph_durable.tiers.postgres.tier_async import AsyncPostgresTier
 from langgraph_durable.tiers.redis.tier import RedisTier
 from langgraph_durable.tiers.redis.tier_async import AsyncRedisTier
 from langgraph_durable.tiers.sqlite.tier import SqliteTier
+from tests.flat_options import durable_options
 
 EXIT_DONE = 0
 EXIT_ESCALATED = 3
@@ -477,7 +478,7 @@ def make_saver(args: argparse.Namespace) -> AckingSaver:
             name, _, value = item.partition("=")
             os.environ[name] = value
         options["archive"] = args.archive
-    return AckingSaver(acks=args.acks, **options)
+    return AckingSaver(acks=args.acks, **durable_options(options))
 
 
 def _escalation(exc: ResumeRejected, ledger: dict[str, Any]) -> dict[str, Any]:

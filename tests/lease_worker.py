@@ -18,6 +18,7 @@ from typing import Annotated, Any, TypedDict
 from langgraph.graph import END, START, StateGraph
 
 from langgraph_durable import DurableSaver
+from tests.flat_options import durable_options
 
 
 class CountState(TypedDict, total=False):
@@ -42,7 +43,7 @@ def increments(saver_kwargs: dict[str, Any], thread_id: str, tag: str, runs: int
     """`runs` increment runs on `thread_id` (each gives the lease back when
     it ends), pausing a little between them so the two processes interleave."""
     try:
-        with DurableSaver(**saver_kwargs) as saver:
+        with DurableSaver(**durable_options(saver_kwargs)) as saver:
             graph = counter().compile(checkpointer=saver)
             config = {"configurable": {"thread_id": thread_id}}
             start.wait(60)
@@ -64,7 +65,7 @@ def hold(saver_kwargs: dict[str, Any], thread_id: str, entered: Any, proceed: An
         return {"count": state.get("count", 0) + 1}
 
     try:
-        with DurableSaver(**saver_kwargs) as saver:
+        with DurableSaver(**durable_options(saver_kwargs)) as saver:
             graph = counter(wait_inside).compile(checkpointer=saver)
             # durability="sync": the input checkpoint is stored before the node
             # runs, so a kill after `entered` always leaves a thread to resume
@@ -89,7 +90,7 @@ def alternate(
 
     async def arun() -> list[list[str]]:
         runs = []
-        async with DurableSaver(**saver_kwargs) as saver:
+        async with DurableSaver(**durable_options(saver_kwargs)) as saver:
             graph = counter().compile(checkpointer=saver)
             for turn in range(mine, len(turns), 2):
                 if not await asyncio.to_thread(turns[turn].wait, 60):
@@ -103,7 +104,7 @@ def alternate(
 
     def run() -> list[list[str]]:
         runs = []
-        with DurableSaver(**saver_kwargs) as saver:
+        with DurableSaver(**durable_options(saver_kwargs)) as saver:
             graph = counter().compile(checkpointer=saver)
             for turn in range(mine, len(turns), 2):
                 if not turns[turn].wait(60):
@@ -144,7 +145,7 @@ def keep_and_die(saver_kwargs: dict[str, Any], thread_id: str, host: str, ran: A
 
     socket.gethostname = lambda: host  # type: ignore[assignment]
     try:
-        saver = DurableSaver(**saver_kwargs)
+        saver = DurableSaver(**durable_options(saver_kwargs))
         saver.setup()
         out = (
             counter().compile(checkpointer=saver).invoke({"hits": ["kept"]}, {"configurable": {"thread_id": thread_id}})
@@ -170,7 +171,7 @@ def _hold_in_files(saver_kwargs: dict[str, Any], thread_id: str, folder: Path) -
             time.sleep(0.01)
         return {"count": state.get("count", 0) + 1}
 
-    with DurableSaver(**saver_kwargs) as saver:
+    with DurableSaver(**durable_options(saver_kwargs)) as saver:
         graph = counter(wait_inside).compile(checkpointer=saver)
         return graph.invoke({"hits": ["holder"]}, {"configurable": {"thread_id": thread_id}}, durability="sync")
 
@@ -180,12 +181,12 @@ def _contend(saver_kwargs: dict[str, Any], thread_id: str, face: str) -> Any:
     config = {"configurable": {"thread_id": thread_id}}
 
     async def arun() -> Any:
-        async with DurableSaver(**saver_kwargs) as saver:
+        async with DurableSaver(**durable_options(saver_kwargs)) as saver:
             return await counter().compile(checkpointer=saver).ainvoke({"hits": ["contender"]}, config)
 
     if face == "async":
         return asyncio.run(arun())
-    with DurableSaver(**saver_kwargs) as saver:
+    with DurableSaver(**durable_options(saver_kwargs)) as saver:
         return counter().compile(checkpointer=saver).invoke({"hits": ["contender"]}, config)
 
 

@@ -65,7 +65,8 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata, CheckpointTuple
 from langgraph.graph import END, START, StateGraph
 
-from langgraph_durable import DurableSaver
+from langgraph_durable import DurableSaver, Integrity
+from tests.flat_options import durable_options
 
 SPAWN = multiprocessing.get_context("spawn")
 MESSAGE_BYTES = 100  # padding of each message
@@ -140,7 +141,7 @@ class TimedSaver(DurableSaver):
     checkpointer call raised to LangGraph (which may report another one)."""
 
     def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+        super().__init__(**durable_options(kwargs))
         self.marks: dict[str, list[tuple[float, str]]] = {}
         self.failures: dict[str, list[str]] = {}
 
@@ -808,7 +809,7 @@ def check_load(
     for view, kwargs, whole_history in views:
         wrong = lost = forks = unlinked = 0
         events: list[Any] = []  # CorruptionEvents: what this view could not read intact anywhere
-        with DurableSaver(**kwargs, on_corruption=events.append) as saver:
+        with DurableSaver(**durable_options({**kwargs, "integrity": Integrity(on_corruption=events.append)})) as saver:
             for t in range(result.threads):
                 thread_id = thread_id_of(thread_prefix, t)
                 config: RunnableConfig = {"configurable": {"thread_id": thread_id}}

@@ -541,7 +541,7 @@ def test_an_archive_url_is_checked(make_saver: SaverFactory) -> None:
         make_saver("sqlite", archive="https://bucket/prefix")
     with pytest.raises(ConfigError, match="bucket"):
         make_saver("sqlite", archive="s3:///prefix")
-    with pytest.raises(ConfigError, match="archive_lag"):
+    with pytest.raises(ConfigError, match=r"Archive\(lag=\)"):
         make_saver("sqlite", archive="s3://b/p", archive_lag=0)
     with make_saver("sqlite") as saver, pytest.raises(ConfigError, match="no archive"):
         saver.archive_idle(0.0)

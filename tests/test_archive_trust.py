@@ -32,7 +32,7 @@ import redis as redis_lib
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
-from langgraph_durable import DurableSaver, cli
+from langgraph_durable import Archive, DurableSaver, Tiers, cli
 from langgraph_durable.archive.segments import (
     LEGACY_SEGMENT_TAG,
     SEGMENT_TAG,
@@ -47,6 +47,7 @@ from langgraph_durable.model.records import open_envelope, seal
 from tests import hostile_payloads as hostile
 from tests import test_cli
 from tests.conftest import POSTGRES_URL, REDIS_URL, SaverFactory, database_url, lose_every_hot_tier, make_bucket
+from tests.flat_options import durable_options
 from tests.graphs import _history, loop_graph
 
 pytestmark = [pytest.mark.s3]
@@ -117,7 +118,11 @@ def plant(archive_url: str, attacker_redis_prefix: str, marker: Path, *, with_ke
     bucket = archive_url.removeprefix("s3://").split("/", 1)[0]
     scratch = f"s3://{bucket}/scratch-{uuid.uuid4().hex[:8]}"
     with DurableSaver(
-        sqlite=None, redis=REDIS_URL, redis_key_prefix=attacker_redis_prefix, archive=scratch, serde=PlantingSerde()
+        sqlite=None,
+        redis=REDIS_URL,
+        archive=scratch,
+        serde=PlantingSerde(),
+        tiers=Tiers(redis_key_prefix=attacker_redis_prefix),
     ) as attacker:
         checkpoint = empty_checkpoint()
         checkpoint["channel_values"] = {"n": Planted(f"touch {marker}"), "messages": ["attacker's state"]}
@@ -207,7 +212,7 @@ def test_a_planted_store_key_is_never_adopted_and_the_planted_value_never_runs(
     assert refused is not None, "restore adopted the key the bucket held"
     message = str(refused)
     assert "\n" not in message
-    assert "archive_key_fingerprint" in message and "doctor" in message
+    assert "Archive(key_fingerprint=)" in message and "doctor" in message
     # Nothing was written: the hot tiers still hold no key and no record.
     with make_saver("redis+postgres", read_only=True) as looking:
         assert list(looking.list(None)) == []
@@ -361,7 +366,7 @@ def test_no_hostile_payload_in_a_planted_segment_constructs_anything(
     bucket = archive_url.removeprefix("s3://").split("/", 1)[0]
     scratch = f"s3://{bucket}/scratch"
     with DurableSaver(
-        sqlite=None, redis=REDIS_URL, redis_key_prefix=other_redis_prefix, archive=scratch, serde=Serde()
+        sqlite=None, redis=REDIS_URL, archive=scratch, serde=Serde(), tiers=Tiers(redis_key_prefix=other_redis_prefix)
     ) as attacker:
         checkpoint = empty_checkpoint()
         checkpoint["channel_values"] = {"n": Planted("")}
@@ -410,7 +415,7 @@ def test_a_second_store_on_an_owned_prefix_is_refused_and_never_mixes(
     b_tiers = other_store(tmp_path, other_redis_prefix, other_postgres_url)
     refused: ConfigError | None = None
     try:
-        with DurableSaver(**b_tiers, archive=archive_url) as b:
+        with DurableSaver(**durable_options(b_tiers), archive=archive_url) as b:
             loop_graph(2).compile(checkpointer=b).invoke({"messages": ["B's data"], "n": 0}, cfg(THREAD))
             b.drain_archive()
     except ConfigError as exc:
@@ -439,7 +444,9 @@ def test_two_new_stores_claiming_one_empty_prefix_at_once_one_wins(
     claims it. A's write is conditional: A is refused naming B, and B's
     claim stands (a plain write would have taken the prefix from B)."""
     a = make_saver(FULL, archive=archive_url)
-    b = DurableSaver(**other_store(tmp_path, other_redis_prefix, other_postgres_url), archive=archive_url)
+    b = DurableSaver(
+        **durable_options(other_store(tmp_path, other_redis_prefix, other_postgres_url)), archive=archive_url
+    )
     try:
         chain = a._sync_chain()
         store = a._sync_archiver.store  # type: ignore[union-attr]
@@ -484,11 +491,11 @@ def test_a_store_with_its_own_key_pointed_at_an_owned_prefix_is_refused_naming_b
         a_fingerprint = a.health().store_key_fingerprint  # type: ignore[attr-defined]
     b_tiers = {"sqlite": None, "redis": REDIS_URL, "redis_key_prefix": other_redis_prefix}
     b_tiers["postgres"] = other_postgres_url
-    with DurableSaver(**b_tiers) as b:  # B ran before, without an archive: it has its own key
+    with DurableSaver(**durable_options(b_tiers)) as b:  # B ran before, without an archive: it has its own key
         loop_graph(2).compile(checkpointer=b).invoke({"messages": ["B"], "n": 0}, cfg(THREAD))
         b_fingerprint = b.health().store_key_fingerprint  # type: ignore[attr-defined]
 
-    b = DurableSaver(**b_tiers, archive=archive_url)
+    b = DurableSaver(**durable_options(b_tiers), archive=archive_url)
     with pytest.raises(ConfigError) as info:
         if face == "sync":
             b.setup()
@@ -522,7 +529,9 @@ def test_a_segment_of_another_store_with_the_same_signing_key_never_verifies(
     bucket = archive_url.removeprefix("s3://").split("/", 1)[0]
     b_url = f"s3://{bucket}/app-b"
     b_tiers = {"redis": REDIS_URL, "redis_key_prefix": other_redis_prefix, "postgres": other_postgres_url}
-    with DurableSaver(sqlite=str(tmp_path / "b.sqlite"), **b_tiers, archive=b_url, signing_key=key) as b:
+    with DurableSaver(
+        sqlite=str(tmp_path / "b.sqlite"), **durable_options(b_tiers), archive=b_url, signing_key=key
+    ) as b:
         loop_graph(2).compile(checkpointer=b).invoke({"messages": ["B's data"], "n": 0}, cfg(THREAD))
         assert b.drain_archive().caught_up  # type: ignore[union-attr]
     with make_saver(FULL, archive=archive_url, signing_key=key) as a:
@@ -627,11 +636,17 @@ def test_doctor_prints_the_fingerprint_the_option_takes(
     assert json.loads(capsys.readouterr().out)["report"]["store_key_fingerprint"] == fingerprint
     # What the option and its variable take, and what they refuse (savers made, never opened).
     digits = fingerprint.removeprefix("hmac-sha256:")
-    given = DurableSaver(sqlite=":memory:", archive=archive_url, archive_key_fingerprint=digits.upper())
+    given = DurableSaver(
+        sqlite=":memory:",
+        archive=Archive(archive_url, key_fingerprint=digits.upper()),
+    )
     assert given.archive_key_fingerprint == fingerprint
     given.close()
     with pytest.raises(ConfigError, match="16-digit form"):
-        DurableSaver(sqlite=":memory:", archive=archive_url, archive_key_fingerprint=fingerprint[:28])
+        DurableSaver(
+            sqlite=":memory:",
+            archive=Archive(archive_url, key_fingerprint=fingerprint[:28]),
+        )
     monkeypatch.setenv("LANGGRAPH_DURABLE_ARCHIVE_KEY_FINGERPRINT", "not-a-fingerprint")
     with pytest.raises(ConfigError, match="LANGGRAPH_DURABLE_ARCHIVE_KEY_FINGERPRINT"):
         DurableSaver.from_env(sqlite=":memory:", archive=archive_url)

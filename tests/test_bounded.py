@@ -86,8 +86,8 @@ def test_what_the_journal_owes_is_never_evicted(
 
 
 def test_the_bound_needs_a_shared_tier(make_saver: Any) -> None:
-    with pytest.raises(ConfigError, match="local_max_bytes"):
+    with pytest.raises(ConfigError, match=r"Memory\(local_max_bytes=\)"):
         make_saver("sqlite", local_max_bytes=BOUND)
-    with pytest.raises(ConfigError, match="local_max_bytes"):
+    with pytest.raises(ConfigError, match=r"Memory\(local_max_bytes=\)"):
         make_saver("sqlite+redis", local_max_bytes=0)
     assert 0 < EVICT_TO < 1

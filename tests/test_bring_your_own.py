@@ -19,7 +19,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 from typing_extensions import TypedDict
 
-from langgraph_durable import ConfigError, DurableSaver
+from langgraph_durable import ConfigError, DurableSaver, Tiers
 
 from .conftest import REDIS_URL
 from .graphs import loop_graph
@@ -45,7 +45,10 @@ def test_a_sync_pool_and_client_serve_the_sync_face_and_stay_open(
     with ConnectionPool(postgres_url, kwargs={"row_factory": dict_row}) as pool:
         client = redis_lib.Redis.from_url(REDIS_URL, socket_timeout=5)
         saver = DurableSaver(
-            sqlite=str(tmp_path / "local.sqlite"), redis=client, postgres=pool, redis_key_prefix=redis_prefix
+            sqlite=str(tmp_path / "local.sqlite"),
+            redis=client,
+            postgres=pool,
+            tiers=Tiers(redis_key_prefix=redis_prefix),
         )
         before = _requests(pool)
         with saver:
@@ -70,7 +73,10 @@ async def test_an_async_pool_and_client_serve_both_faces(postgres_url: str, redi
     async with AsyncConnectionPool(postgres_url, kwargs={"row_factory": dict_row}, open=False) as pool:
         client = aredis.Redis.from_url(REDIS_URL)
         saver = DurableSaver(
-            sqlite=str(tmp_path / "local.sqlite"), redis=client, postgres=pool, redis_key_prefix=redis_prefix
+            sqlite=str(tmp_path / "local.sqlite"),
+            redis=client,
+            postgres=pool,
+            tiers=Tiers(redis_key_prefix=redis_prefix),
         )
         before = _requests(pool)
         async with saver:

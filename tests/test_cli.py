@@ -27,7 +27,7 @@ import psycopg
 import pytest
 import redis as redis_lib
 
-from langgraph_durable import DurableSaver, LedgerEntry, __version__, cli
+from langgraph_durable import DurableSaver, LedgerEntry, Tiers, __version__, cli
 from langgraph_durable.errors import ConfigError
 
 from .conftest import REDIS_URL
@@ -52,7 +52,9 @@ def _cfg(thread: str) -> Any:
 def store(tmp_path: Path, postgres_url: str, redis_prefix: str) -> Iterator[list[str]]:
     """The tier flags of a store holding four threads and a ledger."""
     sqlite = str(tmp_path / "local.sqlite")
-    with DurableSaver(sqlite=sqlite, redis=REDIS_URL, redis_key_prefix=redis_prefix, postgres=postgres_url) as saver:
+    with DurableSaver(
+        sqlite=sqlite, redis=REDIS_URL, postgres=postgres_url, tiers=Tiers(redis_key_prefix=redis_prefix)
+    ) as saver:
         loop_graph(3).compile(checkpointer=saver).invoke({"messages": [], "n": 0}, _cfg("loop"))
         loop_graph(1, message_bytes=LONG).compile(checkpointer=saver).invoke({"messages": [], "n": 0}, _cfg("long"))
         interrupt_graph().compile(checkpointer=saver).invoke({"messages": [], "n": 0}, _cfg("asks"))

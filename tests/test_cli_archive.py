@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from langgraph_durable import DurableSaver, cli
+from tests.flat_options import durable_options
 
 from . import test_cli
 from .conftest import REDIS_URL
@@ -31,7 +32,7 @@ def flags(tmp_path: Path, postgres_url: str, redis_prefix: str, archive_url: str
     """Tier flags (with --archive) of a store holding two threads."""
     sqlite = str(tmp_path / "local.sqlite")
     tiers = {"sqlite": sqlite, "redis": REDIS_URL, "redis_key_prefix": redis_prefix, "postgres": postgres_url}
-    with DurableSaver(**tiers, archive=archive_url) as saver:
+    with DurableSaver(**durable_options(tiers), archive=archive_url) as saver:
         loop_graph(3).compile(checkpointer=saver).invoke({"messages": [], "n": 0}, _cfg("loop"))
         interrupt_graph().compile(checkpointer=saver).invoke({"messages": [], "n": 0}, _cfg("asks"))
     yield [

@@ -17,6 +17,7 @@ import pytest
 import redis as redis_lib
 
 from langgraph_durable import DurableSaver, cli
+from tests.flat_options import durable_options
 
 from . import typed_state
 from .conftest import REDIS_URL
@@ -79,7 +80,7 @@ def test_an_encrypted_store_through_every_read_command(
         "redis_key_prefix": redis_prefix,
         "postgres": postgres_url,
     }
-    with DurableSaver(**app_options, serde=typed_state.encrypted_serde()) as app:
+    with DurableSaver(**durable_options(app_options), serde=typed_state.encrypted_serde()) as app:
         graph = typed_state.build().compile(checkpointer=app)
         graph.invoke({"log": []}, {"configurable": {"thread_id": "t"}})
         checkpoints = len(list(app.list({"configurable": {"thread_id": "t"}})))
@@ -105,7 +106,7 @@ def test_an_encrypted_store_through_every_read_command(
         if command == ["show", "t"]:
             assert doc["channel_values"]["item"] == {"id": "i1", "qty": 2}
     assert snapshot(postgres_url, redis_prefix if redis else None, sqlite) == before
-    with DurableSaver(**app_options, serde=typed_state.encrypted_serde()) as app:
+    with DurableSaver(**durable_options(app_options), serde=typed_state.encrypted_serde()) as app:
         assert app.quarantined() == []
         values = typed_state.build().compile(checkpointer=app).get_state({"configurable": {"thread_id": "t"}}).values
         assert values["order"] == typed_state.EXPECTED["order"]

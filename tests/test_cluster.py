@@ -29,11 +29,12 @@ from redis.crc import key_slot
 from redis.exceptions import ClusterDownError
 
 import langgraph_durable.faces.base as faces_base
-from langgraph_durable import ConfigError, DurableSaver, LeaseLost, TierUnavailable
+from langgraph_durable import ConfigError, DurableSaver, LeaseLost, Tiers, TierUnavailable
 from langgraph_durable.model.lease import Fence
 from langgraph_durable.model.records import BlobRow, CheckpointRow, WriteRow
 from langgraph_durable.tiers.redis.tier import RedisTier
 from langgraph_durable.tiers.redis.tier_async import AsyncRedisTier, SentinelAddress, sentinel_address
+from tests.flat_options import durable_options
 
 from .cluster import RedisClusterProcesses, SentinelProcesses, started
 from .conftest import REDIS_URL, SaverFactory
@@ -83,8 +84,8 @@ def _factory(request: pytest.FixtureRequest, tmp_path: Path, url: str, prefix: s
     """Like conftest's make_saver, with "rediscluster" for the cluster at `url`."""
     state: dict[str, str] = {}
 
-    def make(tiers: str, *, sqlite_name: str = "local.sqlite", **options: Any) -> DurableSaver:
-        parts = set(tiers.split("+"))
+    def make(which: str, /, *, sqlite_name: str = "local.sqlite", **options: Any) -> DurableSaver:
+        parts = set(which.split("+"))
         assert parts <= {"sqlite", "rediscluster", "postgres"}, parts
         kwargs: dict[str, Any] = {"sqlite": str(tmp_path / sqlite_name) if "sqlite" in parts else None}
         if "rediscluster" in parts:
@@ -93,7 +94,7 @@ def _factory(request: pytest.FixtureRequest, tmp_path: Path, url: str, prefix: s
             if "postgres" not in state:
                 state["postgres"] = request.getfixturevalue("postgres_url")
             kwargs["postgres"] = state["postgres"]
-        return DurableSaver(**{**kwargs, **defaults, **options})
+        return DurableSaver(**durable_options({**kwargs, **defaults, **options}))
 
     return make
 
@@ -129,7 +130,7 @@ def _threads_per_primary(cluster: RedisClusterProcesses, per_primary: int, tag: 
 
 
 def test_a_single_server_url_keeps_the_plain_client(redis_prefix: str) -> None:
-    with DurableSaver(sqlite=None, redis=REDIS_URL, redis_key_prefix=redis_prefix) as saver:
+    with DurableSaver(sqlite=None, redis=REDIS_URL, tiers=Tiers(redis_key_prefix=redis_prefix)) as saver:
         saver.setup()
         tier = _redis_tier(saver)
         assert (tier.cluster, tier.clustered) == (False, False)
@@ -137,7 +138,7 @@ def test_a_single_server_url_keeps_the_plain_client(redis_prefix: str) -> None:
 
 
 async def test_a_single_server_url_keeps_the_plain_async_client(redis_prefix: str) -> None:
-    async with DurableSaver(sqlite=None, redis=REDIS_URL, redis_key_prefix=redis_prefix) as saver:
+    async with DurableSaver(sqlite=None, redis=REDIS_URL, tiers=Tiers(redis_key_prefix=redis_prefix)) as saver:
         await saver.asetup()
         tier = _redis_tier(saver, "async")
         assert (tier.cluster, tier.clustered) == (False, False)
@@ -150,7 +151,9 @@ def test_any_node_url_finds_the_cluster(
 ) -> None:
     for port in redis_cluster.ports:
         with DurableSaver(
-            sqlite=None, redis=redis_cluster.url_of(port), redis_key_prefix=cluster_prefix, redis_cluster=option
+            sqlite=None,
+            redis=redis_cluster.url_of(port),
+            tiers=Tiers(redis_key_prefix=cluster_prefix, redis_cluster=option),
         ) as saver:
             saver.setup()
             tier = _redis_tier(saver)
@@ -161,7 +164,9 @@ def test_any_node_url_finds_the_cluster(
 
 
 async def test_any_node_url_finds_the_cluster_async(redis_cluster: RedisClusterProcesses, cluster_prefix: str) -> None:
-    async with DurableSaver(sqlite=None, redis=redis_cluster.url, redis_key_prefix=cluster_prefix) as saver:
+    async with DurableSaver(
+        sqlite=None, redis=redis_cluster.url, tiers=Tiers(redis_key_prefix=cluster_prefix)
+    ) as saver:
         await saver.asetup()
         tier = _redis_tier(saver, "async")
         assert tier.clustered
@@ -624,7 +629,9 @@ def sentinel() -> Iterator[SentinelProcesses]:
 
 def test_sentinel_url_finds_the_primary(sentinel: SentinelProcesses, tmp_path: Path) -> None:
     expected = run_scenarios(InMemorySaver(), "sync")
-    with DurableSaver(sqlite=str(tmp_path / "s.sqlite"), redis=sentinel.url, redis_key_prefix="sent") as saver:
+    with DurableSaver(
+        sqlite=str(tmp_path / "s.sqlite"), redis=sentinel.url, tiers=Tiers(redis_key_prefix="sent")
+    ) as saver:
         saver.setup()
         tier = _redis_tier(saver)
         assert not tier.clustered
@@ -639,7 +646,7 @@ def test_sentinel_url_finds_the_primary(sentinel: SentinelProcesses, tmp_path: P
 
 async def test_sentinel_url_async(sentinel: SentinelProcesses) -> None:
     expected = await arun_scenarios(InMemorySaver(), "sync")
-    async with DurableSaver(sqlite=None, redis=sentinel.url, redis_key_prefix="asent") as saver:
+    async with DurableSaver(sqlite=None, redis=sentinel.url, tiers=Tiers(redis_key_prefix="asent")) as saver:
         _compare(expected, await arun_scenarios(saver, "sync"))
 
 
@@ -656,5 +663,5 @@ def test_sentinel_urls_parse() -> None:
     ):
         with pytest.raises(ConfigError):
             sentinel_address(bad)
-    with pytest.raises(ConfigError, match="redis_cluster=True"):
-        DurableSaver(sqlite=None, redis="redis+sentinel://a/svc", redis_cluster=True)
+    with pytest.raises(ConfigError, match=r"Tiers\(redis_cluster=True\)"):
+        DurableSaver(sqlite=None, redis="redis+sentinel://a/svc", tiers=Tiers(redis_cluster=True))

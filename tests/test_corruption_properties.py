@@ -844,8 +844,8 @@ def _serving_the_parent_as_latest(make_saver: Any) -> Any:
     exactly as written, as a stale head would serve it. Reads by id are left
     alone, so the history still reads back as written before the damage."""
 
-    def make(tiers: str, **options: Any) -> Any:
-        saver = make_saver(tiers, **options)
+    def make(which: str, /, **options: Any) -> Any:
+        saver = make_saver(which, **options)
         real = saver.get_tuple
 
         def stale(config: Any) -> CheckpointTuple | None:

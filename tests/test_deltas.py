@@ -23,7 +23,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 
-from langgraph_durable import DurableSaver
+from langgraph_durable import DurableSaver, Memory
 from langgraph_durable.model.deltas import (
     DELTA_TAG,
     DeltaMemo,
@@ -343,8 +343,8 @@ def test_whole_copies_only_when_asked(make_saver: SaverFactory) -> None:
 def test_a_bad_snapshot_cadence_is_a_config_error(bad: Any) -> None:
     from langgraph_durable import ConfigError
 
-    with pytest.raises(ConfigError, match="list_snapshot_every"):
-        DurableSaver(sqlite=":memory:", list_snapshot_every=bad)
+    with pytest.raises(ConfigError, match=r"Memory\(list_snapshot_every=\)"):
+        DurableSaver(sqlite=":memory:", memory=Memory(list_snapshot_every=bad))
 
 
 def test_write_behind_ships_the_pieces_with_what_they_are_rebuilt_from(make_saver: SaverFactory) -> None:

@@ -26,11 +26,12 @@ import yaml
 
 import langgraph_durable
 import langgraph_durable.archive.store_async
-from langgraph_durable import DurableSaver
+from langgraph_durable import DurableSaver, Tiers
 from langgraph_durable.archive import parse_archive_url
 from langgraph_durable.environment import ENV_ARCHIVE_URL
+from langgraph_durable.faces.base import DEFAULT_DRAIN_TIMEOUT_S
 from langgraph_durable.model.backlog import WRITE_MODES
-from langgraph_durable.saver import DEFAULT_DRAIN_TIMEOUT_S, ENV_SQLITE
+from langgraph_durable.saver import ENV_SQLITE
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
 COMPOSE = DEPLOY / "docker-compose.yml"
@@ -359,7 +360,7 @@ def test_the_saver_accepts_what_compose_sets(tmp_path: Path, monkeypatch: pytest
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     # The file's own path is the container's; nothing connects until first use.
-    saver = DurableSaver.from_env(sqlite=str(tmp_path / "c.sqlite"), drain_timeout=0)
+    saver = DurableSaver.from_env(sqlite=str(tmp_path / "c.sqlite"), tiers=Tiers(drain_timeout=0))
     try:
         assert saver.redis_url == env["LANGGRAPH_DURABLE_REDIS_URL"]
         assert saver.postgres_url == env["LANGGRAPH_DURABLE_POSTGRES_URL"]

@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from langgraph_durable import ConfigError, DurableSaver, cli
+from langgraph_durable import ConfigError, DurableSaver, Tiers, cli
 from tests.conftest import REDIS_URL, SaverFactory
 from tests.faces import FACES, On, run
 from tests.graphs import loop_graph
@@ -106,7 +106,7 @@ def test_the_command_line_promotes_and_verify_finds_nothing_missing(
     assert cli.main(["verify", *flags]) == cli.EXIT_OK
     capsys.readouterr()
     with DurableSaver(
-        sqlite=None, postgres=postgres_url, redis=REDIS_URL, redis_key_prefix=redis_prefix
+        sqlite=None, postgres=postgres_url, redis=REDIS_URL, tiers=Tiers(redis_key_prefix=redis_prefix)
     ) as shared_only:
         graph = loop_graph(3).compile(checkpointer=shared_only)
         assert [s.config["configurable"]["checkpoint_id"] for s in graph.get_state_history(cfg("u"))] == history["u"]

@@ -28,8 +28,10 @@ from langgraph_durable import (
     ConfigError,
     DurableError,
     DurableSaver,
+    Integrity,
     RetentionPolicy,
     SerializationError,
+    Tiers,
     TierUnavailable,
     cli,
 )
@@ -183,7 +185,7 @@ def test_unserializable_pending_write_writes_nothing(make_saver: Any) -> None:
         ({"postgres": 5432}, "postgresql://"),
         ({"sqlite": None}, "at least one tier"),
         ({"sqlite": 3}, "file path"),
-        ({"postgres_pool_size": 0}, "at least 1"),
+        ({"tiers": Tiers(postgres_pool_size=0)}, "at least 1"),
         ({"signing_key": b"short"}, "at least 16 bytes"),
     ],
 )
@@ -202,16 +204,19 @@ KEY = "k" * 32  # a signing key long enough
         ({"write": "SHARED"}, ["write=", "'SHARED'", "'shared', 'all', 'local'"]),
         ({"write": None}, ["write=", "None", "'shared', 'all', 'local'"]),
         ({"write": "local"}, ['write="local"', "redis= or postgres="]),  # write-behind with no shared tier
-        ({"signing_key": KEY, "signing_keys": [KEY]}, ["signing_key=", "signing_keys=", "not both"]),
-        ({"signing_key": KEY, "signing_keys": []}, ["signing_key=", "signing_keys=", "not both"]),
-        ({"signing_keys": []}, ["signing_keys=", "at least one key"]),
+        (
+            {"signing_key": KEY, "integrity": Integrity(signing_keys=[KEY])},
+            ["signing_key=", "signing_keys=", "not both"],
+        ),
+        ({"signing_key": KEY, "integrity": Integrity(signing_keys=[])}, ["signing_key=", "signing_keys=", "not both"]),
+        ({"integrity": Integrity(signing_keys=[])}, ["signing_keys=", "at least one key"]),
         pytest.param(
-            {"signing_keys": KEY},
+            {"integrity": Integrity(signing_keys=KEY)},
             ["signing_keys=", "list"],
         ),
         ({"retention": {"keep_last": 3}}, ["retention=", "RetentionPolicy", "'keep_last': 3"]),
         ({"retention": RetentionPolicy}, ["retention=", "langgraph_durable.RetentionPolicy"]),
-        ({"retention": 30, "retention_every": 60}, ["retention=", "RetentionPolicy", "30"]),
+        ({"retention": 30}, ["retention=", "RetentionPolicy", "30"]),
     ],
 )
 def test_constructor_errors_say_how_to_fix_them_and_create_nothing(
@@ -352,7 +357,7 @@ def _closed_port() -> int:
 def test_unreachable_server_at_setup(tier: str, tmp_path: Any) -> None:
     port = _closed_port()
     url = f"redis://127.0.0.1:{port}/0" if tier == "redis" else f"postgresql://u:secret@127.0.0.1:{port}/db"
-    saver = DurableSaver(sqlite=str(tmp_path / "x.sqlite"), **{tier: url}, connect_timeout=1)
+    saver = DurableSaver(sqlite=str(tmp_path / "x.sqlite"), **{tier: url}, tiers=Tiers(connect_timeout=1))
     with pytest.raises(TierUnavailable) as info:
         saver.setup()
     assert info.value.tier == tier
@@ -365,7 +370,7 @@ def test_unreachable_server_at_setup(tier: str, tmp_path: Any) -> None:
 async def test_unreachable_server_at_asetup(tier: str, tmp_path: Any) -> None:
     port = _closed_port()
     url = f"redis://127.0.0.1:{port}/0" if tier == "redis" else f"postgresql://u@127.0.0.1:{port}/db"
-    saver = DurableSaver(sqlite=str(tmp_path / "x.sqlite"), **{tier: url}, connect_timeout=1)
+    saver = DurableSaver(sqlite=str(tmp_path / "x.sqlite"), **{tier: url}, tiers=Tiers(connect_timeout=1))
     with pytest.raises(TierUnavailable, match=tier):
         await saver.asetup()
     await saver.aclose()
@@ -588,7 +593,7 @@ def test_unreachable_error_hides_a_query_string_password(tier: str, tmp_path: An
         else f"postgresql://127.0.0.1:{port}/db?user=u&password=secret"
     )
     tiers: dict[str, Any] = {tier: url}
-    saver = DurableSaver(sqlite=str(tmp_path / "x.sqlite"), **tiers, connect_timeout=1)
+    saver = DurableSaver(sqlite=str(tmp_path / "x.sqlite"), **tiers, tiers=Tiers(connect_timeout=1))
     with pytest.raises(TierUnavailable) as info:
         saver.setup()
     assert "secret" not in str(info.value) and "password=***" in str(info.value)
@@ -656,7 +661,7 @@ def _with(url: str, *, user: str | None = None, database: str | None = None) -> 
 async def test_wrong_database_or_role_is_a_config_error_with_the_servers_reason(
     postgres_url: str, tmp_path: Any, face: str, change: dict[str, str], reason: str
 ) -> None:
-    saver = DurableSaver(sqlite=None, postgres=_with(postgres_url, **change), connect_timeout=1)
+    saver = DurableSaver(sqlite=None, postgres=_with(postgres_url, **change), tiers=Tiers(connect_timeout=1))
     with pytest.raises(ConfigError) as info:
         if face == "sync":
             saver.setup()

@@ -16,7 +16,7 @@ import psycopg
 import pytest
 from langgraph.checkpoint.postgres import PostgresSaver
 
-from langgraph_durable import ConfigError, DurableSaver, TierUnavailable, cli
+from langgraph_durable import ConfigError, DurableSaver, Tiers, TierUnavailable, cli
 from langgraph_durable.errors import as_cli_flags
 from langgraph_durable.model.breaker import Breaker
 from tests.conftest import POSTGRES_URL, database_url
@@ -95,7 +95,7 @@ def test_refusal_is_one_line_config_error_fast(
     # The bound only separates the two, far from either.
     started = time.monotonic()
     with pytest.raises(ConfigError, match=said) as info:
-        with DurableSaver(sqlite=None, postgres=url, connect_timeout=30) as saver:
+        with DurableSaver(sqlite=None, postgres=url, tiers=Tiers(connect_timeout=30)) as saver:
             saver.setup()
     assert time.monotonic() - started < 15.0
     assert "postgres=" in str(info.value) and "--postgres" not in str(info.value)
@@ -128,7 +128,7 @@ def test_unreachable_postgres_is_an_outage_not_config(tmp_path: Any, capsys: Any
     caplog.set_level(logging.DEBUG)
     started = time.monotonic()
     with pytest.raises(TierUnavailable, match="unreachable") as info:
-        with DurableSaver(sqlite=None, postgres=url, write="all", connect_timeout=30) as saver:
+        with DurableSaver(sqlite=None, postgres=url, write="all", tiers=Tiers(connect_timeout=30)) as saver:
             saver.setup()
     assert not isinstance(info.value, ConfigError)
     assert info.value.tier == "postgres"
@@ -175,7 +175,9 @@ def test_outage_logged_once_each_way(redis_proxy: Any, redis_prefix: str, tmp_pa
     config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
     from langgraph.checkpoint.conformance.test_utils import generate_checkpoint
 
-    with DurableSaver(sqlite=str(tmp_path / "local.sqlite"), redis=url, redis_key_prefix=redis_prefix) as saver:
+    with DurableSaver(
+        sqlite=str(tmp_path / "local.sqlite"), redis=url, tiers=Tiers(redis_key_prefix=redis_prefix)
+    ) as saver:
         saver.setup()
         saver.put(config, generate_checkpoint(), {}, {})
         proxy.cut()
@@ -229,7 +231,7 @@ def test_missing_database_with_owed_journal_fails_at_once(postgres_proxy: Any, t
     local = str(tmp_path / "local.sqlite")
     config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
     proxy, url = postgres_proxy
-    with DurableSaver(sqlite=local, postgres=url, write="local", signing_key=KEY, drain_timeout=0) as s:
+    with DurableSaver(sqlite=local, postgres=url, write="local", signing_key=KEY, tiers=Tiers(drain_timeout=0)) as s:
         s.setup()
         proxy.cut()  # so the journal keeps owing what is written now
         s.put(config, generate_checkpoint(), {}, {})
@@ -237,7 +239,9 @@ def test_missing_database_with_owed_journal_fails_at_once(postgres_proxy: Any, t
     missing = database_url(POSTGRES_URL, f"lgd_missing_{uuid.uuid4().hex[:12]}")
     started = time.monotonic()
     with pytest.raises(ConfigError, match="does not exist"):
-        with DurableSaver(sqlite=local, postgres=missing, write="local", signing_key=KEY, drain_timeout=60) as s:
+        with DurableSaver(
+            sqlite=local, postgres=missing, write="local", signing_key=KEY, tiers=Tiers(drain_timeout=60)
+        ) as s:
             s.get_tuple(config)
     # Retrying, the drain would take drain_timeout (60 s): a definite refusal does not wait it out.
     assert time.monotonic() - started < 20.0
@@ -251,7 +255,7 @@ async def test_refusal_on_the_async_face(private_pg: PrivatePostgres, caplog: An
     started = time.monotonic()
     with pytest.raises(ConfigError, match="password authentication failed"):
         async with DurableSaver(
-            sqlite=None, postgres=private_pg.url(password="wrong-password"), connect_timeout=30
+            sqlite=None, postgres=private_pg.url(password="wrong-password"), tiers=Tiers(connect_timeout=30)
         ) as saver:
             await saver.asetup()
     assert time.monotonic() - started < 15.0  # retrying would take the connect timeout, 30 s

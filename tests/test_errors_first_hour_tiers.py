@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from langgraph_durable import ConfigError, DurableSaver, TierUnavailable, cli
+from langgraph_durable import ConfigError, DurableSaver, Tiers, TierUnavailable, cli
 from tests.conftest import POSTGRES_URL, database_url
 from tests.graphs import loop_graph
 from tests.servers import free_port
@@ -58,7 +58,9 @@ def test_both_shared_tiers_down_at_start_names_both(tmp_path: Any, capsys: Any, 
     redis, postgres = _down_urls()
     caplog.set_level(logging.INFO)
     started = time.monotonic()
-    saver = DurableSaver(sqlite=str(tmp_path / "l.sqlite"), redis=redis, postgres=postgres, connect_timeout=1)
+    saver = DurableSaver(
+        sqlite=str(tmp_path / "l.sqlite"), redis=redis, postgres=postgres, tiers=Tiers(connect_timeout=1)
+    )
     with pytest.raises(TierUnavailable) as info:
         saver.setup()
     saver.close()
@@ -93,9 +95,8 @@ def test_both_shared_tiers_cut_mid_run_names_both_and_the_pool_is_quiet(
         sqlite=str(tmp_path / "l.sqlite"),
         redis=redis,
         postgres=postgres,
-        redis_key_prefix=redis_prefix,
-        connect_timeout=1,
         signing_key=KEY,
+        tiers=Tiers(redis_key_prefix=redis_prefix, connect_timeout=1),
     )
     graph = loop_graph(2).compile(checkpointer=saver)
 
@@ -141,13 +142,13 @@ def test_drain_stops_at_a_config_error(postgres_url: str, tmp_path: Any, caplog:
     # Owed for sure: written behind while Postgres cannot be reached (nothing
     # listens on port 1), not shipped by a pass that may win the race.
     down = database_url(POSTGRES_URL, "lgd_unused").replace(urlsplit(POSTGRES_URL).netloc.split("@")[-1], "127.0.0.1:1")
-    with DurableSaver(sqlite=local, postgres=down, write="local", signing_key=KEY, drain_timeout=0) as s:
+    with DurableSaver(sqlite=local, postgres=down, write="local", signing_key=KEY, tiers=Tiers(drain_timeout=0)) as s:
         s.put(CONFIG, generate_checkpoint(), {}, {})
         assert s.lag().records > 0
     caplog.clear()  # that saver's "postgres tier is down"
     missing = database_url(POSTGRES_URL, f"lgd_missing_{uuid.uuid4().hex[:12]}")
     caplog.set_level(logging.INFO, logger="langgraph_durable")
-    saver = DurableSaver(sqlite=local, postgres=missing, write="local", signing_key=KEY, drain_timeout=0)
+    saver = DurableSaver(sqlite=local, postgres=missing, write="local", signing_key=KEY, tiers=Tiers(drain_timeout=0))
     try:
         started = time.monotonic()
         saver.drain(60)

@@ -149,7 +149,7 @@ def test_raise_policy_refuses_instead_of_falling_back(make_saver: Any) -> None:
         first = saver.put(generate_config("t"), generate_checkpoint(), generate_metadata(step=0), {})
         second = saver.put(first, generate_checkpoint(), generate_metadata(step=1), {})
         damage_checkpoint(saver, "t", second["configurable"]["checkpoint_id"], {"sqlite", "redis", "postgres"})
-        with pytest.raises(CorruptCheckpoint, match="on_corruption='fallback'") as info:
+        with pytest.raises(CorruptCheckpoint, match=r"Integrity\(on_corruption='fallback'\)") as info:
             saver.get_tuple(generate_config("t"))
         assert len(info.value.reasons) == 3
         with pytest.raises(CorruptCheckpoint):
@@ -262,7 +262,8 @@ def test_a_state_over_the_size_limit_names_the_channel_and_writes_nothing(
             cp = generate_checkpoint(channel_values={"small": "x", "document": "y" * 50_000})
             cp["channel_versions"] = {"small": 1, "document": 1}
             with pytest.raises(
-                RecordTooLarge, match=r"'document' serializes to 50,0\d\d bytes, over max_record_bytes=10,000"
+                RecordTooLarge,
+                match=r"'document' serializes to 50,0\d\d bytes, over Integrity\(max_record_bytes=10,000\)",
             ) as info:
                 await on.put(generate_config("big"), cp, generate_metadata(), {"small": 1, "document": 1})
             assert info.value.channel == "document" and info.value.size > 50_000

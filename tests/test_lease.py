@@ -56,6 +56,7 @@ from langgraph_durable.model.lease import (
 from langgraph_durable.validation import RUNTIME_KEY
 from tests import lease_worker
 from tests.conftest import REDIS_URL, unavailable
+from tests.flat_options import durable_options
 from tests.graphs import LoopState, subgraph_graph
 from tests.waiting import await_until
 
@@ -228,7 +229,7 @@ def test_lease_book_forgets_the_least_recently_used_threads() -> None:
 def test_lease_options_are_checked() -> None:
     for bad in ({"lease_ttl": 0}, {"lease_ttl": "5"}, {"on_busy": "queue"}, {"lease_wait": -1}):
         with pytest.raises(ConfigError):
-            DurableSaver(sqlite=":memory:", **bad)
+            DurableSaver(sqlite=":memory:", **durable_options(bad))
     assert DEFAULT_LEASE_WAIT_S >= 2 * DEFAULT_LEASE_TTL_S
 
 
@@ -318,7 +319,7 @@ def test_a_second_process_gets_thread_busy_and_writes_nothing(
         assert entered.wait(60), "the holder never started its run"
         mine = _saver_kwargs(request, tmp_path, tiers, "loser")
         stats = TierStats()
-        with DurableSaver(**mine, metrics=stats) as loser:  # default on_busy="raise"
+        with DurableSaver(**durable_options(mine), metrics=stats) as loser:  # default on_busy="raise"
             graph = lease_worker.counter().compile(checkpointer=loser)
             with pytest.raises(ThreadBusy) as busy:
                 graph.invoke({"hits": ["loser"]}, config)
@@ -327,7 +328,7 @@ def test_a_second_process_gets_thread_busy_and_writes_nothing(
             # never waited for it (lease_wait: polls every 0.5 s for a minute).
             looks = stats.tier("postgres" if "postgres" in tiers else "sqlite", ["read_lease"]).calls
             assert 1 <= looks <= 16, looks
-            assert "pass on_busy='wait' to wait for it" in str(busy.value)
+            assert "pass leases=Leases(on_busy='wait') to wait for it" in str(busy.value)
             assert busy.value.thread_id == thread_id and busy.value.expires_in > 0
             assert f":{holder.pid}:" in busy.value.holder
             with pytest.raises(ThreadBusy):  # update_state is refused too
@@ -335,7 +336,7 @@ def test_a_second_process_gets_thread_busy_and_writes_nothing(
     finally:
         proceed.set()
     assert _collect(results, 1, [holder])[0][0] == "ok"
-    with DurableSaver(**_saver_kwargs(request, tmp_path, tiers, "check")) as check:
+    with DurableSaver(**durable_options(_saver_kwargs(request, tmp_path, tiers, "check"))) as check:
         history = _history_is_one_line(check, thread_id)
         assert check.get_tuple(config).checkpoint["channel_values"] == {"count": 1, "hits": ["holder"]}
         assert not any("loser" in repr(t.checkpoint) + repr(t.pending_writes) for t in history)
@@ -674,7 +675,7 @@ def test_processes_hand_a_thread_to_each_other_between_runs(
     # back (with on_busy="raise", a lease still held would have been refused).
     took_over = [t for o in outcomes for t in o[1]]
     assert len(took_over) == rounds and not any(took_over), took_over
-    with DurableSaver(**_saver_kwargs(request, tmp_path, tiers, "check")) as check:
+    with DurableSaver(**durable_options(_saver_kwargs(request, tmp_path, tiers, "check"))) as check:
         state = check.get_tuple({"configurable": {"thread_id": thread_id}}).checkpoint["channel_values"]
         assert state["count"] == rounds
         assert state["hits"] == [f"{'AB'[i % 2]}-{i}" for i in range(rounds)]

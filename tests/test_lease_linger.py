@@ -28,10 +28,11 @@ from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 
-from langgraph_durable import ConfigError, DurableSaver, RetentionPolicy
+from langgraph_durable import ConfigError, DurableSaver, Leases, RetentionPolicy
 from langgraph_durable.engine.leases.book import LeaseBook
 from langgraph_durable.model.lease import KEPT_WINDOW_S, LEASE_HANDOFF_GRACE_S, Lease, wait_out
 from langgraph_durable.model.own_heads import OwnHeads
+from tests.flat_options import durable_options
 
 from .conftest import REDIS_URL, SaverFactory
 from .graphs import looping
@@ -501,8 +502,8 @@ def test_write_behind_keeps_the_lease_once_the_run_has_shipped(make_saver: Saver
 
 @pytest.mark.parametrize("bad", [-1, "5", True, float("inf"), float("nan")])
 def test_lease_linger_must_be_a_number_of_seconds(tmp_path: Any, bad: Any) -> None:
-    with pytest.raises(ConfigError, match="lease_linger must be a number of seconds"):
-        DurableSaver(sqlite=str(tmp_path / "x.sqlite"), lease_linger=bad)
+    with pytest.raises(ConfigError, match=r"Leases\(linger=\) must be a number of seconds"):
+        DurableSaver(sqlite=str(tmp_path / "x.sqlite"), leases=Leases(linger=bad))
 
 
 def test_from_env_takes_lease_linger(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -894,7 +895,7 @@ def test_a_replica_killed_while_it_keeps_a_lease_is_taken_over_once_the_window_l
         os.kill(a.pid, signal.SIGKILL)
         a.join(60)  # a liveness bound: a SIGKILLed process ends
     b_kwargs = _saver_kwargs(request, tmp_path, "sqlite+redis+postgres", "b")
-    with DurableSaver(**b_kwargs) as b, caplog.at_level(logging.WARNING, logger="langgraph_durable"):
+    with DurableSaver(**durable_options(b_kwargs)) as b, caplog.at_level(logging.WARNING, logger="langgraph_durable"):
         # Kept by A when it died: B does not get ThreadBusy, it waits the window out.
         out = lease_worker.counter().compile(checkpointer=b).invoke({"hits": ["b"]}, config_of(thread))
         assert out == {"count": 2, "hits": ["kept", "b"]}

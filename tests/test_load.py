@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from langchain_core.runnables import RunnableConfig
 
-from langgraph_durable import DurableSaver, ThreadBusy
+from langgraph_durable import DurableSaver, Integrity, Leases, ThreadBusy
 from langgraph_durable.engine.leases.book import LeaseBook
 from langgraph_durable.engine.replicator import Replicator
 from langgraph_durable.model.lease import Lease
@@ -114,8 +114,10 @@ def test_a_refused_write_behind_checkpoint_stays_out_of_the_shared_history(
     the background replicator is held back so only ``drain()`` ships."""
     monkeypatch.setattr(Replicator, "kick", lambda self, **_: None)
     config: RunnableConfig = {"configurable": {"thread_id": "refused"}}
-    a = DurableSaver(sqlite=str(tmp_path / "a.sqlite"), postgres=postgres_url, write="local", lease_ttl=1)
-    b = DurableSaver(sqlite=str(tmp_path / "b.sqlite"), postgres=postgres_url, write="local", on_busy="wait")
+    a = DurableSaver(sqlite=str(tmp_path / "a.sqlite"), postgres=postgres_url, write="local", leases=Leases(ttl=1))
+    b = DurableSaver(
+        sqlite=str(tmp_path / "b.sqlite"), postgres=postgres_url, write="local", leases=Leases(on_busy="wait")
+    )
     try:
         ga, gb = (loop_graph(3).compile(checkpointer=s) for s in (a, b))
         ga.invoke({"messages": [], "n": 0}, config, durability="sync")
@@ -129,7 +131,7 @@ def test_a_refused_write_behind_checkpoint_stays_out_of_the_shared_history(
         a.close()
         b.close()
     events: list[Any] = []
-    with DurableSaver(sqlite=None, postgres=postgres_url, on_corruption=events.append) as fresh:
+    with DurableSaver(sqlite=None, postgres=postgres_url, integrity=Integrity(on_corruption=events.append)) as fresh:
         listed = [(c.config["configurable"]["checkpoint_id"], c.parent_config) for c in fresh.list(config)]
     assert events == []
     assert count_forks((cid, (p or {}).get("configurable", {}).get("checkpoint_id")) for cid, p in listed) == (0, 0)
@@ -169,7 +171,7 @@ async def test_a_write_behind_async_run_keeps_its_lease_until_it_has_shipped(
     monkeypatch.setattr(Replicator, "kick", lambda self, **_: None)
     config: RunnableConfig = {"configurable": {"thread_id": "kept"}}
     a = DurableSaver(sqlite=str(tmp_path / "a.sqlite"), postgres=postgres_url, write="local")
-    b = DurableSaver(sqlite=str(tmp_path / "b.sqlite"), postgres=postgres_url, lease_wait=1, on_busy="wait")
+    b = DurableSaver(sqlite=str(tmp_path / "b.sqlite"), postgres=postgres_url, leases=Leases(wait=1, on_busy="wait"))
     try:
         ga, gb = (loop_graph(3).compile(checkpointer=s) for s in (a, b))
         await ga.ainvoke({"messages": [], "n": 0}, config, durability="sync")

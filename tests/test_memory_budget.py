@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 
-from langgraph_durable import ConfigError, DurableSaver
+from langgraph_durable import ConfigError, DurableSaver, Memory
 from langgraph_durable.engine.leases.book import LeaseBook
 from langgraph_durable.model.carried import SeenVersions
 from langgraph_durable.model.deltas import DeltaMemo, Last, Remember
@@ -31,8 +31,8 @@ def test_the_shares_add_up_to_the_budget_and_bad_budgets_are_refused() -> None:
     assert budget.total == DEFAULT_MEMORY_BUDGET and sum(parts) <= DEFAULT_MEMORY_BUDGET
     assert MemoryBudget.of(8 * 1024 * 1024, read_cache=0).read_cache == 0
     for bad in (0, MIN_MEMORY_BUDGET - 1, 1.5e9, "64MB", True, None):
-        with pytest.raises(ConfigError, match="memory_budget must be a whole number of bytes"):
-            DurableSaver(sqlite=":memory:", memory_budget=bad)
+        with pytest.raises(ConfigError, match=r"Memory\(budget=\) must be a whole number of bytes"):
+            DurableSaver(sqlite=":memory:", memory=Memory(budget=bad))
 
 
 def test_own_heads_stay_within_their_bytes_and_forget_the_least_recently_written() -> None:

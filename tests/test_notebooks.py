@@ -7,7 +7,7 @@ database named by ``LANGGRAPH_DURABLE_REDIS_URL`` /
 ``LANGGRAPH_DURABLE_POSTGRES_URL``, as `DurableSaver.from_env` reads them.
 A notebook keeps its Redis keys under a prefix of its own run
 (``REDIS_KEY_PREFIX``, since from_env takes a prefix only as the
-``redis_key_prefix=`` option) and removes them; the test checks that it did,
+``Tiers(redis_key_prefix=)`` option) and removes them; the test checks that it did,
 and removes what a failed run left. On Redis and Postgres the test also
 checks, after each cell, that the notebook wrote there: keys under its
 prefix, checkpoints in the database (a notebook that ignored the environment

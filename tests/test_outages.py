@@ -23,7 +23,8 @@ import psycopg
 import pytest
 import redis as redis_lib
 
-from langgraph_durable import DurableSaver, TierUnavailable
+from langgraph_durable import DurableSaver, Tiers, TierUnavailable
+from tests.flat_options import durable_options
 from tests.graphs import loop_graph
 from tests.proxy import TcpProxy
 from tests.servers import PrivateRedis
@@ -44,7 +45,7 @@ def private_redis() -> Iterator[PrivateRedis]:
 
 def _saver(tmp_path: Path, name: str = "local.sqlite", **options: Any) -> DurableSaver:
     options.setdefault("connect_timeout", 2)
-    return DurableSaver(sqlite=str(tmp_path / name) if name else None, **options)
+    return DurableSaver(sqlite=str(tmp_path / name) if name else None, **durable_options(options))
 
 
 def _run(graph: Any, thread: str, face: str) -> dict[str, Any]:
@@ -471,7 +472,7 @@ def test_doctor_exit_status_follows_the_tiers(
     flags = ["--sqlite", str(tmp_path / "local.sqlite"), "--redis", private_redis.url, "--postgres", postgres_url,
              "--redis-key-prefix", redis_prefix]  # fmt: skip
     with DurableSaver(
-        sqlite=flags[1], redis=private_redis.url, postgres=postgres_url, redis_key_prefix=redis_prefix
+        sqlite=flags[1], redis=private_redis.url, postgres=postgres_url, tiers=Tiers(redis_key_prefix=redis_prefix)
     ) as app:
         app.setup()  # the replica's local file exists (doctor only looks: it creates none)
     assert cli.main(["doctor", *flags]) == cli.EXIT_OK
@@ -489,11 +490,11 @@ def test_doctor_exit_status_follows_the_tiers(
 
 SIGTERM_WORKER = """
 import sys, time
-from langgraph_durable import DurableSaver
+from langgraph_durable import DurableSaver, Tiers
 from langgraph_durable.shutdown import drain_on_sigterm
 from tests.graphs import loop_graph
 
-saver = DurableSaver(sqlite=sys.argv[1], postgres=sys.argv[2], write="local", connect_timeout=2, drain_timeout=0)
+saver = DurableSaver(sqlite=sys.argv[1], postgres=sys.argv[2], write="local", tiers=Tiers(connect_timeout=2, drain_timeout=0))
 drain_on_sigterm(saver, timeout=20)
 graph = loop_graph(3).compile(checkpointer=saver)
 graph.invoke({"messages": [], "n": 0}, {"configurable": {"thread_id": "sigterm"}})
@@ -571,10 +572,10 @@ def test_a_hung_postgres_costs_one_call_timeout_then_is_skipped(
 
 KILLED_WORKER = """
 import json, sys, time
-from langgraph_durable import DurableSaver
+from langgraph_durable import DurableSaver, Tiers
 from tests.graphs import loop_graph
 
-saver = DurableSaver(sqlite=sys.argv[1], postgres=sys.argv[2], write="local", connect_timeout=2)
+saver = DurableSaver(sqlite=sys.argv[1], postgres=sys.argv[2], write="local", tiers=Tiers(connect_timeout=2))
 graph = loop_graph(3).compile(checkpointer=saver)
 config = {"configurable": {"thread_id": "killed"}}
 graph.invoke({"messages": [], "n": 0}, config)

@@ -24,7 +24,7 @@ import psycopg
 import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 
-from langgraph_durable import ConfigError, DurableSaver
+from langgraph_durable import ConfigError, DurableSaver, Tiers
 from langgraph_durable.saver import ENV_POSTGRES_PREPARED_STATEMENTS
 from langgraph_durable.tiers.postgres.tier_async import MIGRATIONS
 from tests import lease_worker
@@ -57,8 +57,8 @@ def pooled_url(postgres_url: str, bouncer: PrivateBouncer) -> str:
 def make_pooled(make_saver: Any, pooled_url: str) -> Any:
     """`make_saver` with Postgres through the pooler, prepared statements off."""
 
-    def make(tiers: str, **options: Any) -> DurableSaver:
-        return make_saver(tiers, **({"postgres": pooled_url, "postgres_prepared_statements": False} | options))
+    def make(which: str, /, **options: Any) -> DurableSaver:
+        return make_saver(which, **({"postgres": pooled_url, "postgres_prepared_statements": False} | options))
 
     return make
 
@@ -69,7 +69,9 @@ def make_pooled(make_saver: Any, pooled_url: str) -> Any:
 def test_the_option_reaches_the_pool_and_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     url = "postgresql://postgres@127.0.0.1:1/none"  # nothing connects until first use
     for option, kwargs in ((False, {"prepare_threshold": None}), (True, {})):  # {}: psycopg's default
-        saver = DurableSaver(sqlite=None, postgres=url, postgres_prepared_statements=option, drain_timeout=0)
+        saver = DurableSaver(
+            sqlite=None, postgres=url, tiers=Tiers(postgres_prepared_statements=option, drain_timeout=0)
+        )
         (tier,) = saver._sync_chain().raw_shared
         assert {k: v for k, v in tier.pool.kwargs.items() if k == "prepare_threshold"} == kwargs
         saver.close()
@@ -80,7 +82,7 @@ def test_the_option_reaches_the_pool_and_the_environment(monkeypatch: pytest.Mon
     with pytest.raises(ConfigError, match="true or false"):
         DurableSaver.from_env(sqlite=None, postgres=url)
     with pytest.raises(ConfigError, match="True or False"):
-        DurableSaver(sqlite=None, postgres=url, postgres_prepared_statements="false")  # type: ignore[arg-type]
+        DurableSaver(sqlite=None, postgres=url, tiers=Tiers(postgres_prepared_statements="false"))  # type: ignore[arg-type]
 
 
 # -- the failure it prevents -------------------------------------------------------------------

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from langgraph_durable import DurableSaver
+from langgraph_durable import DurableSaver, Tiers
 from langgraph_durable.tiers.pools import OWN, AsyncConnectionPool
 
 from .proxy import TcpProxy
@@ -106,7 +106,7 @@ def test_a_saver_run_ending_as_postgres_reconnects_fails_returns(
     connection fails its check and the pool reconnects, in vain, just as the
     run ends. The third, Postgres back, is served by Postgres again."""
     proxy, proxied = postgres_proxy
-    saver = DurableSaver(sqlite=str(tmp_path / "local.sqlite"), postgres=proxied, connect_timeout=2)
+    saver = DurableSaver(sqlite=str(tmp_path / "local.sqlite"), postgres=proxied, tiers=Tiers(connect_timeout=2))
 
     async def run(i: int) -> Any:
         health = await saver.ahealth()

@@ -13,7 +13,7 @@ import psycopg
 import pytest
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from langgraph_durable import ConfigError, DurableSaver
+from langgraph_durable import ConfigError, DurableSaver, Tiers
 
 from .graphs import loop_graph
 
@@ -45,15 +45,15 @@ async def test_a_pool_whose_configure_sets_a_search_path_needs_a_schema_named(po
     """The other face's pool cannot run an async callback: a search_path it
     sets would hold on one face only. Refused at once, saying what to pass."""
     async with AsyncConnectionPool(postgres_url, configure=_set_path("app_a"), open=False) as pool:
-        with pytest.raises(ConfigError, match=r"configure callback.*postgres_schema='\.\.\.'"):
+        with pytest.raises(ConfigError, match=r"configure callback.*Tiers\(postgres_schema='\.\.\.'\)"):
             DurableSaver(sqlite=None, postgres=pool)
     assert _tables(postgres_url) == {}, "nothing was created"
 
 
 @pytest.mark.parametrize("bad", ["", "pg_mine", "x" * 64, 5])
 def test_a_bad_schema_name_is_a_config_error(bad: Any) -> None:
-    with pytest.raises(ConfigError, match="postgres_schema must be"):
-        DurableSaver(sqlite=None, postgres="postgresql://u@127.0.0.1:1/db", postgres_schema=bad)
+    with pytest.raises(ConfigError, match=r"Tiers\(postgres_schema=\) must be"):
+        DurableSaver(sqlite=None, postgres="postgresql://u@127.0.0.1:1/db", tiers=Tiers(postgres_schema=bad))
 
 
 async def test_two_apps_in_two_schemas_of_one_database_through_their_own_pools(postgres_url: str) -> None:
@@ -71,7 +71,7 @@ async def test_two_apps_in_two_schemas_of_one_database_through_their_own_pools(p
             pool = AsyncConnectionPool(postgres_url, configure=_set_path(f'"{schema}"'), open=False)
             await pool.open()
             pools.append(pool)
-            saver = DurableSaver(sqlite=None, postgres=pool, postgres_schema=schema)
+            saver = DurableSaver(sqlite=None, postgres=pool, tiers=Tiers(postgres_schema=schema))
             await saver.asetup()
             graph_of[name] = (loop_graph(3 if name == "app_a" else 5).compile(checkpointer=saver), saver)
         for name, (graph, _) in graph_of.items():
@@ -98,9 +98,9 @@ def test_a_sync_pool_with_a_schema_and_a_url_with_the_same_schema_address_the_sa
         conn.commit()
 
     with ConnectionPool(postgres_url, configure=configure) as pool:
-        with DurableSaver(sqlite=None, postgres=pool, postgres_schema="agents") as saver:
+        with DurableSaver(sqlite=None, postgres=pool, tiers=Tiers(postgres_schema="agents")) as saver:
             loop_graph(2).compile(checkpointer=saver).invoke({"messages": [], "n": 0}, _thread())
-    with DurableSaver(sqlite=None, postgres=postgres_url, postgres_schema="agents") as by_url:
+    with DurableSaver(sqlite=None, postgres=postgres_url, tiers=Tiers(postgres_schema="agents")) as by_url:
         assert by_url.get_tuple(_thread()).checkpoint["channel_values"]["n"] == 2
     with DurableSaver(sqlite=None, postgres=postgres_url) as in_public:  # another place: nothing there
         assert in_public.get_tuple(_thread()) is None
@@ -116,7 +116,7 @@ def test_the_schema_from_the_environment(postgres_url: str, monkeypatch: pytest.
         saver.setup()
     assert set(_tables(postgres_url)) == {"from_env"}
     monkeypatch.setenv("LANGGRAPH_DURABLE_POSTGRES_SCHEMA", "pg_bad")
-    with pytest.raises(ConfigError, match="LANGGRAPH_DURABLE_POSTGRES_SCHEMA: postgres_schema must be"):
+    with pytest.raises(ConfigError, match=r"LANGGRAPH_DURABLE_POSTGRES_SCHEMA: Tiers\(postgres_schema=\) must be"):
         DurableSaver.from_env()
 
 
@@ -130,7 +130,7 @@ def test_a_schema_behind_pgbouncer_in_transaction_mode(postgres_url: str) -> Non
         url = bouncer.url_for(postgres_url)
         for _ in range(2):  # the second finds the schema made by the first
             with DurableSaver(
-                sqlite=None, postgres=url, postgres_schema="pooled", postgres_prepared_statements=False
+                sqlite=None, postgres=url, tiers=Tiers(postgres_schema="pooled", postgres_prepared_statements=False)
             ) as saver:
                 graph = loop_graph(3).compile(checkpointer=saver)
                 config = {"configurable": {"thread_id": f"t-{uuid.uuid4().hex[:8]}"}}

@@ -13,7 +13,8 @@ import pytest
 from langgraph.graph import END, START, StateGraph
 
 import langgraph_durable
-from langgraph_durable import ConfigError, DurableSaver
+from langgraph_durable import ConfigError, DurableSaver, Tiers
+from tests.flat_options import durable_options
 
 from .conftest import REDIS_URL
 from .tamper import RedisStore, postgres_store, sqlite_store
@@ -65,7 +66,7 @@ def test_from_urls_names_the_three_tiers_and_a_thread_continues(
     urls = {"sqlite": str(tmp_path / "checkpoints.sqlite"), "redis": REDIS_URL, "postgres": postgres_url}
     # Keyword options pass through to the constructor (a prefix of the test's own).
     for expected in (["done"], ["done", "done"]):  # "Run it twice: the second run continues thread t1"
-        with DurableSaver.from_urls(**urls, redis_key_prefix=redis_prefix) as saver:
+        with DurableSaver.from_urls(**durable_options(urls), tiers=Tiers(redis_key_prefix=redis_prefix)) as saver:
             assert saver.tier_names == ["sqlite", "redis", "postgres"]
             assert (saver.sqlite_path, saver.redis_url, saver.postgres_url) == tuple(urls.values())
             assert saver.redis_key_prefix == redis_prefix

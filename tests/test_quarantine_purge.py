@@ -21,6 +21,7 @@ import pytest
 from langgraph_durable import ConfigError, DurableSaver, cli
 from langgraph_durable.model.records import row_fields
 from langgraph_durable.tiers.base import pack_fields
+from tests.flat_options import durable_options
 
 from . import test_cli
 from .conftest import REDIS_URL
@@ -39,7 +40,7 @@ def tiers(tmp_path: Path, postgres_url: str, redis_prefix: str) -> Iterator[dict
         "redis_key_prefix": redis_prefix,
         "postgres": postgres_url,
     }
-    with DurableSaver(**options) as saver:
+    with DurableSaver(**durable_options(options)) as saver:
         loop_graph(2).compile(checkpointer=saver).invoke({"messages": [], "n": 0}, test_cli._cfg("loop"))
     yield options
 
@@ -86,7 +87,7 @@ def test_purge_older_than_in_every_tier_and_list_never_purges(
     tiers: dict[str, Any], capsys: pytest.CaptureFixture[str]
 ) -> None:
     flags = _flags(tiers)
-    with DurableSaver(**tiers) as saver:
+    with DurableSaver(**durable_options(tiers)) as saver:
         _plant(saver, "redis", "old-redis-only", age=40 * DAY)  # in one tier only
         _plant(saver, "postgres", "old-postgres")
         _plant(saver, "sqlite", "old-sqlite", age=31 * DAY)
@@ -114,7 +115,7 @@ def test_purge_older_than_in_every_tier_and_list_never_purges(
     assert _listed(capsys, flags) == [("postgres", "fresh-postgres"), ("sqlite", "fresh-sqlite")]
 
     # The Python API: nothing that old is left; the fresh ones go with a short duration.
-    with DurableSaver(**tiers) as saver:
+    with DurableSaver(**durable_options(tiers)) as saver:
         assert saver.purge_quarantined(timedelta(days=30)) == []
         time.sleep(0.05)
         dry = asyncio.run(saver.apurge_quarantined(0.01, dry_run=True))
@@ -124,7 +125,10 @@ def test_purge_older_than_in_every_tier_and_list_never_purges(
             saver.purge_quarantined(0)
         assert sorted(q.key for q in saver.purge_quarantined(0.01, thread_id="loop")) == dry_keys(dry)
         assert saver.quarantined() == []
-    with DurableSaver(**tiers, read_only=True) as looker, pytest.raises(ConfigError, match="read-only"):
+    with (
+        DurableSaver(**durable_options(tiers), read_only=True) as looker,
+        pytest.raises(ConfigError, match="read-only"),
+    ):
         looker.purge_quarantined(1.0)
 
 
@@ -151,7 +155,7 @@ def test_purge_needs_a_duration_and_only_purge_takes_one(
 
 def test_list_says_what_restore_would_do(tiers: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
     flags = _flags(tiers)
-    with DurableSaver(**tiers) as saver:
+    with DurableSaver(**durable_options(tiers)) as saver:
         sqlite = _tier(saver, "sqlite")
         row = sqlite.thread_records("loop").checkpoints[0]
         # Withdrawn from SQLite: its place there is empty, so restore would put it back.
@@ -178,5 +182,5 @@ def test_list_says_what_restore_would_do(tiers: dict[str, Any], capsys: pytest.C
     assert code == cli.EXIT_OK
     assert [q["key"] for q in report["restored"]] == ["withdrawn"] and [q["key"] for q in report["kept"]] == ["twin"]
     assert _listed(capsys, flags) == [("postgres", "twin"), ("redis", "no-fields")]
-    with DurableSaver(**tiers) as saver:
+    with DurableSaver(**durable_options(tiers)) as saver:
         assert _tier(saver, "sqlite").read_checkpoint("loop", row.checkpoint_ns, row.checkpoint_id) is not None

@@ -23,7 +23,7 @@ import pytest
 from langgraph.checkpoint.base import CheckpointTuple, empty_checkpoint
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
-from langgraph_durable import ConfigError, DurableSaver
+from langgraph_durable import ConfigError, DurableSaver, Memory
 from langgraph_durable.model.read_cache import ReadCache
 
 from .conftest import SaverFactory
@@ -217,8 +217,8 @@ def test_off_or_with_a_shared_tier_every_read_reads(make_saver: SaverFactory) ->
 
 @pytest.mark.parametrize("bad", [-1, 1.5, "32MB", True])  # None: its share of memory_budget
 def test_read_cache_bytes_must_be_a_whole_number(tmp_path: Any, bad: Any) -> None:
-    with pytest.raises(ConfigError, match="read_cache_bytes must be a whole number of bytes"):
-        DurableSaver(sqlite=str(tmp_path / "s.sqlite"), read_cache_bytes=bad)
+    with pytest.raises(ConfigError, match=r"Memory\(read_cache_bytes=\) must be a whole number of bytes"):
+        DurableSaver(sqlite=str(tmp_path / "s.sqlite"), memory=Memory(read_cache_bytes=bad))
     assert not (tmp_path / "s.sqlite").exists()
 
 

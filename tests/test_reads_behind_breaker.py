@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from langgraph_durable import DurableSaver, TierUnavailable
+from langgraph_durable import DurableSaver, Tiers, TierUnavailable
 from tests.graphs import loop_graph
 from tests.proxy import TcpProxy
 
@@ -48,9 +48,8 @@ def test_a_read_tries_redis_behind_its_open_breaker_when_postgres_drops(
     redis, redis_url = redis_proxy
     postgres, postgres_url = postgres_proxy
     saver = DurableSaver(  # no local copy to fall back on
-        sqlite=None, redis=redis_url, redis_key_prefix=redis_prefix, postgres=postgres_url, signing_key=KEY,
-        call_timeout=2,
-    )  # fmt: skip
+        sqlite=None, redis=redis_url, postgres=postgres_url, signing_key=KEY,
+        tiers=Tiers(redis_key_prefix=redis_prefix, call_timeout=2))  # fmt: skip
     read = Reader(saver, face)
     try:
         saver.setup()

@@ -17,13 +17,14 @@ from typing import Any
 
 import pytest
 
-from langgraph_durable import DurableSaver
+from langgraph_durable import DurableSaver, Tiers
 from langgraph_durable.engine.leases.keeper import LeaseKeeper
 from langgraph_durable.engine.leases.keeper_async import AsyncLeaseKeeper
 from langgraph_durable.engine.replicator import Replicator
 from langgraph_durable.model.backlog import JournalEntry, Outbox
 from langgraph_durable.model.records import BlobRow, CheckpointRow, WriteRow
 from tests.conftest import REDIS_URL
+from tests.flat_options import durable_options
 from tests.graphs import looping
 from tests.proxy import TcpProxy
 from tests.test_local_reads import damage_newest_local_value
@@ -43,9 +44,8 @@ KEY = "k" * 32
 def _saver(tmp_path: Path, name: str, postgres: str, prefix: str, **options: Any) -> DurableSaver:
     options.setdefault("connect_timeout", 2)
     options.setdefault("signing_key", KEY)
-    return DurableSaver(
-        sqlite=str(tmp_path / name), redis=REDIS_URL, redis_key_prefix=prefix, postgres=postgres, **options
-    )
+    options["redis_key_prefix"] = prefix
+    return DurableSaver(sqlite=str(tmp_path / name), redis=REDIS_URL, postgres=postgres, **durable_options(options))
 
 
 def _invoke(graph: Any, saver: DurableSaver, thread: str, face: str) -> dict[str, Any]:
@@ -265,7 +265,7 @@ def test_read_repair_copies_a_checkpoint_into_a_tier_that_lacks_it_whole(
     assert _redis_ids(REDIS_URL, redis_prefix, thread) == set()
 
     full = _saver(tmp_path, "a.sqlite", postgres_url, redis_prefix)
-    alone = DurableSaver(sqlite=None, redis=REDIS_URL, redis_key_prefix=redis_prefix, signing_key=KEY)
+    alone = DurableSaver(sqlite=None, redis=REDIS_URL, signing_key=KEY, tiers=Tiers(redis_key_prefix=redis_prefix))
     try:
         served, from_redis = _read_through_then_alone(full, alone, config, face)
         assert served is not None and from_redis is not None
@@ -328,7 +328,7 @@ def test_a_checkpoint_copied_into_a_tier_that_lacks_it_takes_no_damaged_value_al
     version, record = damage_newest_local_value(path, thread, "n")
 
     full = _saver(tmp_path, "a.sqlite", postgres_url, redis_prefix)
-    alone = DurableSaver(sqlite=None, redis=REDIS_URL, redis_key_prefix=redis_prefix, signing_key=KEY)
+    alone = DurableSaver(sqlite=None, redis=REDIS_URL, signing_key=KEY, tiers=Tiers(redis_key_prefix=redis_prefix))
     try:
         served, from_redis = _read_through_then_alone(full, alone, config, face)
         assert served is not None and served.checkpoint["channel_values"]["n"] == 4

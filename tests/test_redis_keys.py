@@ -20,7 +20,7 @@ from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, gen
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
-from langgraph_durable import DurableSaver, RetentionPolicy, cli
+from langgraph_durable import DurableSaver, RetentionPolicy, Tiers, cli
 from langgraph_durable.tiers.redis import tier as redis_sync
 from langgraph_durable.tiers.redis import tier_async as redis_async
 from langgraph_durable.tiers.redis.tier import key_part, parse_key_part
@@ -58,7 +58,7 @@ def base(redis_prefix: str) -> Iterator[str]:
 
 
 def _saver(prefix: str, url: str = REDIS_URL) -> DurableSaver:
-    return DurableSaver(sqlite=None, redis=url, redis_key_prefix=prefix)
+    return DurableSaver(sqlite=None, redis=url, tiers=Tiers(redis_key_prefix=prefix))
 
 
 def _put(

@@ -135,7 +135,7 @@ def test_without_a_ttl_keys_never_expire(make_saver: Any, redis_prefix: str) -> 
 
 
 def test_a_ttl_needs_postgres(make_saver: Any) -> None:
-    with pytest.raises(ConfigError, match="redis_ttl"):
+    with pytest.raises(ConfigError, match=r"Tiers\(redis_ttl=\)"):
         make_saver("sqlite+redis", redis_ttl=60)
-    with pytest.raises(ConfigError, match="redis_ttl"):
+    with pytest.raises(ConfigError, match=r"Tiers\(redis_ttl=\)"):
         make_saver("redis+postgres", redis_ttl=0)

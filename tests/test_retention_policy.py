@@ -197,8 +197,8 @@ def test_keep_for_uses_the_checkpoint_time(tiers: str, make_saver: Any) -> None:
 
 
 def test_a_background_sweep_keeps_storage_flat(make_saver: Any) -> None:
-    policy = RetentionPolicy(keep_last=3)
-    with make_saver("sqlite", retention=policy, retention_every=0.1, retention_rate=None) as saver:
+    policy = RetentionPolicy(keep_last=3, every=0.1, rate=None)
+    with make_saver("sqlite", retention=policy) as saver:
         graph = loop_graph(5).compile(checkpointer=saver)
         cfg = {"configurable": {"thread_id": "t"}}
         for _ in range(4):
@@ -212,5 +212,6 @@ def test_a_background_sweep_keeps_storage_flat(make_saver: Any) -> None:
 def test_retention_needs_a_policy(make_saver: Any) -> None:
     with make_saver("sqlite") as saver, pytest.raises(ConfigError, match="no retention policy"):
         saver.apply_retention()
-    with pytest.raises(ConfigError, match="retention_every"):
-        make_saver("sqlite", retention_every=5)
+    # A background sweep is the policy's (every=), so it cannot be asked for without one.
+    with pytest.raises(ConfigError, match="every= must be a number of seconds above 0"):
+        RetentionPolicy(keep_last=1, every=0)

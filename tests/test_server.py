@@ -35,7 +35,7 @@ import pytest
 from langgraph_sdk import get_client
 from langgraph_sdk.schema import Command, ThreadState
 
-from langgraph_durable import ConfigError, DurableSaver, TierUnavailable
+from langgraph_durable import ConfigError, DurableSaver, Tiers, TierUnavailable
 from langgraph_durable.server import checkpointer
 
 from .conftest import REDIS_URL
@@ -191,7 +191,9 @@ async def tier_savers(sqlite: str, redis_prefix: str, postgres: str) -> AsyncIte
     await far.asetup()
     savers = {
         "sqlite": DurableSaver(sqlite=sqlite),
-        "redis": DurableSaver(sqlite=None, redis=REDIS_URL, redis_key_prefix=redis_prefix, signing_key=far._codec.key),
+        "redis": DurableSaver(
+            sqlite=None, redis=REDIS_URL, signing_key=far._codec.key, tiers=Tiers(redis_key_prefix=redis_prefix)
+        ),
         "postgres": far,
     }
     try:

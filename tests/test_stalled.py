@@ -26,6 +26,7 @@ import pytest
 from langgraph_durable import DurableSaver, TierUnavailable
 from langgraph_durable.metrics import TierCall
 from tests.conftest import REDIS_URL
+from tests.flat_options import durable_options
 from tests.graphs import LoopState, looping
 from tests.proxy import TcpProxy
 from tests.servers import PrivateRedis, free_port
@@ -85,7 +86,7 @@ def _saver(tmp_path: Path, **options: Any) -> DurableSaver:
     # Long enough that only call_timeout can bound a call to a stalled
     # server: the old sync face had no other bound than this.
     options.setdefault("connect_timeout", 120)
-    return DurableSaver(sqlite=str(tmp_path / "local.sqlite"), signing_key=KEY, **options)
+    return DurableSaver(sqlite=str(tmp_path / "local.sqlite"), signing_key=KEY, **durable_options(options))
 
 
 def _hold_open(saver: DurableSaver, tier: str) -> None:

@@ -17,6 +17,7 @@ from langgraph_durable import DurableSaver, LeaseLost
 from langgraph_durable.engine.replicator import Replicator
 from langgraph_durable.model.lease import Fence
 from langgraph_durable.model.records import BlobRow, CheckpointRow, WriteRow
+from tests.flat_options import durable_options
 
 from .graphs import loop_graph, looping
 
@@ -98,7 +99,7 @@ def test_a_fenced_batch_is_all_or_nothing(make_saver: Any, name: str) -> None:
 
 
 def _shared_history(saver_kwargs: dict[str, Any], config: RunnableConfig) -> list[Any]:
-    with DurableSaver(sqlite=None, **saver_kwargs) as reader:
+    with DurableSaver(sqlite=None, **durable_options(saver_kwargs)) as reader:
         return [(t.checkpoint["id"], t.metadata.get("step"), len(t.pending_writes or [])) for t in reader.list(config)]
 
 
@@ -194,7 +195,7 @@ def test_a_record_damaged_locally_before_it_ships_reaches_the_shared_tiers_intac
         looping(step, 6).compile(checkpointer=saver).invoke({"messages": [], "n": 0}, config, durability="sync")
         assert saver.drain(10).caught_up
         assert saver.quarantined("damaged-later") == []  # nothing was read back from the file to ship
-        with DurableSaver(sqlite=None, **_shared_of(saver)) as reader:
+        with DurableSaver(sqlite=None, **durable_options(_shared_of(saver))) as reader:
             shared = [t.checkpoint["id"] for t in reader.list(config)]
         assert len(shared) == 8 and damaged[0] in shared and events == []
         for cid in shared:

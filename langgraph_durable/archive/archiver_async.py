@@ -146,7 +146,7 @@ class AsyncArchiver:
         if kept is None:
             if self.key_fingerprint is not None:
                 raise ConfigError(
-                    f"archive_key_fingerprint= names the key of the store to rebuild, but the archive at {url} "
+                    f"Archive(key_fingerprint=) names the key of the store to rebuild, but the archive at {url} "
                     f"keeps no store key ({STORE_KEY_OBJECT} is missing): check the archive URL, or put "
                     f"{STORE_KEY_OBJECT} back from a version of the bucket you trust."
                 )
@@ -165,13 +165,13 @@ class AsyncArchiver:
                 f"this store's tiers hold no key and the archive at {url} keeps one (fingerprint "
                 f"{_short(fingerprint)}...), which is never taken from the bucket alone: to rebuild this store "
                 "from its archive, pass the full fingerprint of its key that `langgraph-durable doctor` printed "
-                "(kept with your secrets) as archive_key_fingerprint= (or LANGGRAPH_DURABLE_ARCHIVE_KEY_FINGERPRINT); "
+                "(kept with your secrets) as Archive(key_fingerprint=) (or LANGGRAPH_DURABLE_ARCHIVE_KEY_FINGERPRINT); "
                 "a new store needs its own archive prefix."
             )
         if fingerprint != self.key_fingerprint:
             raise ConfigError(
                 f"the store key the archive at {url} keeps (fingerprint {_short(fingerprint)}...) is not the key "
-                "whose fingerprint you gave (archive_key_fingerprint=): the bucket's copy was replaced, or this is "
+                "whose fingerprint you gave (Archive(key_fingerprint=)): the bucket's copy was replaced, or this is "
                 f"another store's archive. Put {STORE_KEY_OBJECT} and {OWNER} back from a version of the bucket you "
                 "trust, or check the archive URL."
             )
@@ -197,7 +197,7 @@ class AsyncArchiver:
             ours = key_fingerprint(chain.codec.key, full=True)
             if ours != self.key_fingerprint:
                 raise ConfigError(
-                    f"archive_key_fingerprint= names another key than this store's (fingerprint {_short(ours)}...): "
+                    f"Archive(key_fingerprint=) names another key than this store's (fingerprint {_short(ours)}...): "
                     "its tiers hold their own key, so the option is not needed here; remove it, or check which "
                     "store these tiers are."
                 )

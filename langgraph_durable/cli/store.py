@@ -56,7 +56,7 @@ def tier_flags(p: argparse.ArgumentParser) -> None:
             default += f", else {option.default!r}"
         g.add_argument(
             option.flag,
-            dest=option.name,
+            dest=option.flat,
             metavar=option.metavar,
             default=None,
             help=f"{plain(option.flag_help or option.doc)}{off} (default {default})",
@@ -72,15 +72,16 @@ def saver_from_args(args: Any, **options: Any) -> DurableSaver:
     from ..saver import DurableSaver
 
     for option in FLAGS:
-        value = getattr(args, option.name, None)
+        value = getattr(args, option.flat, None)
         if value is None:
             continue
         if option.name in SWITCHED_OFF_BY_EMPTY:
-            options[option.name] = value or None
+            options[option.flat] = value or None
         elif value and option.reading == "serde":
-            options[option.name] = serde_from_spec(value, what=option.flag or option.name)
+            options[option.flat] = serde_from_spec(value, what=option.flag or option.name)
         elif value:
-            options[option.name] = value
+            options[option.flat] = value
+    # By their flat names, as the environment's are (`options.env_options`).
     return DurableSaver.from_env(**options)
 
 

@@ -666,11 +666,11 @@ class TierReader:
                 # until someone repairs or restores it.
                 if incident.served is None:
                     incident.keep = True
-            self.settle(incidents, "nothing: CorruptCheckpoint raised (on_corruption='raise')")
+            self.settle(incidents, "nothing: CorruptCheckpoint raised (Integrity(on_corruption='raise'))")
             raise CorruptCheckpoint(
                 f"checkpoint {unusable.checkpoint_id!r} of thread {unusable.thread_id!r} (ns {unusable.ns!r}) "
                 f"cannot be read intact: {unusable.what}. Run `langgraph-durable verify` for details, or use "
-                "on_corruption='fallback' to resume from the newest intact checkpoint.",
+                "Integrity(on_corruption='fallback') to resume from the newest intact checkpoint.",
                 key=key,
                 reasons=reasons,
             )

@@ -1,4 +1,4 @@
-"""Retention sweeps in the background (`DurableSaver(retention_every=...)`).
+"""Retention sweeps in the background (`DurableSaver(retention=RetentionPolicy(..., every=...))`).
 
 A daemon thread applies the saver's `RetentionPolicy` every `every` seconds,
 one thread of the store at a time, at most `rate` threads a second, so a

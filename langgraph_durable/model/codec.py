@@ -542,9 +542,9 @@ class RecordCodec:
             tag = marked
         if self.max_record_bytes is not None and len(payload) > self.max_record_bytes:
             raise RecordTooLarge(
-                f"{what} {channel!r} serializes to {len(payload):,} bytes, over max_record_bytes="
-                f"{self.max_record_bytes:,}. Keep large data outside the state (store a path or an id) "
-                "or raise max_record_bytes.",
+                f"{what} {channel!r} serializes to {len(payload):,} bytes, over Integrity(max_record_bytes="
+                f"{self.max_record_bytes:,}). Keep large data outside the state (store a path or an id) "
+                "or raise Integrity(max_record_bytes=).",
                 channel=channel,
                 size=len(payload),
             )
@@ -751,7 +751,7 @@ class RecordCodec:
                     "it was stored without a signing key, so only LangGraph's allowlisted types are rebuilt from "
                     "it (anyone who can write to Redis or Postgres can plant such a record). If this store's "
                     "unsigned records were written by your application alone, seal them once with the store's "
-                    "key: DurableSaver(..., permissive_decoding=True).repair(). Else allow the types: "
+                    "key: DurableSaver(..., integrity=Integrity(permissive_decoding=True)).repair(). Else allow the types: "
                     "serde=JsonPlusSerializer(allowed_msgpack_modules=[...])."
                 )
             else:

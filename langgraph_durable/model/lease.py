@@ -356,13 +356,13 @@ def process_started(pid: int) -> str | None:
 def thread_busy(thread_id: str, current: Lease, now: float, *, waited: float | None) -> ThreadBusy:
     left = current.remaining(now)
     how = (
-        f"waited {waited:.1f} s (lease_wait) and it is still held"
+        f"waited {waited:.1f} s (Leases(wait=)) and it is still held"
         if waited is not None
-        else "pass on_busy='wait' to wait for it (up to lease_wait seconds)"
+        else "pass leases=Leases(on_busy='wait') to wait for it (up to Leases(wait=) seconds)"
     )
     return ThreadBusy(
         f"thread {thread_id!r} is being run by another writer ({current.holder}, lease token {current.token}); "
-        "it gives the lease back when its run ends, or keeps it after the run (lease_linger) until asked for it, "
+        "it gives the lease back when its run ends, or keeps it after the run (Leases(linger=)) until asked for it, "
         "which this saver did, "
         f"and the lease expires in {left:.1f} s unless it writes "
         "again. Only one writer may run a thread at a time: "
@@ -382,9 +382,9 @@ def lease_lost(fence: Fence, current: Lease | None, tier: str) -> LeaseLost:
     return LeaseLost(
         f"this run of thread {fence.thread_id!r} no longer holds the thread's writer lease (its token was "
         f"{fence.token}; {now}): another writer took the thread over after the lease expired "
-        f"(lease_ttl={fence.ttl:g} s without a write) or it was released. This write was not stored in the "
+        f"(Leases(ttl={fence.ttl:g}) s without a write) or it was released. This write was not stored in the "
         f"{tier} tier. Run the thread again (graph.invoke(None, config)) to continue from its latest "
-        "checkpoint, or raise lease_ttl if your steps take longer.",
+        "checkpoint, or raise Leases(ttl=) if your steps take longer.",
         thread_id=fence.thread_id,
         token=fence.token,
         holder=current.holder if current is not None else None,

@@ -68,7 +68,7 @@ class MemoryBudget:
         of at least `MIN_MEMORY_BUDGET`."""
         if not isinstance(total, int) or isinstance(total, bool) or total < MIN_MEMORY_BUDGET:
             raise ConfigError(
-                f"memory_budget must be a whole number of bytes, at least {MIN_MEMORY_BUDGET} (1 MiB), got {total!r}; "
+                f"Memory(budget=) must be a whole number of bytes, at least {MIN_MEMORY_BUDGET} (1 MiB), got {total!r}; "
                 f"the default is {DEFAULT_MEMORY_BUDGET} (64 MiB)."
             )
         part = {name: int(total * share) for name, share in SHARES.items()}

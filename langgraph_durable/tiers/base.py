@@ -87,7 +87,7 @@ def key_mismatch_message(tier: str, foreign: list[str], accepted: list[str]) -> 
     if foreign == ["unsigned"]:
         hint = (
             "The store was written without a signing key. To start signing it, pass "
-            "signing_keys=[key, None] (or LANGGRAPH_DURABLE_OLD_SIGNING_KEYS=unsigned) and run "
+            "integrity=Integrity(signing_keys=[key, None]) (or LANGGRAPH_DURABLE_OLD_SIGNING_KEYS=unsigned) and run "
             "`langgraph-durable repair` to seal the old records with the key; then drop None."
         )
     elif accepted == ["unsigned"]:
@@ -98,7 +98,7 @@ def key_mismatch_message(tier: str, foreign: list[str], accepted: list[str]) -> 
         )
     else:
         hint = (
-            "Use the key the store was written with, or during a rotation pass signing_keys=[new, old] "
+            "Use the key the store was written with, or during a rotation pass Integrity(signing_keys=[new, old]) "
             "(LANGGRAPH_DURABLE_OLD_SIGNING_KEYS) and run `langgraph-durable repair` to re-seal."
         )
     return (

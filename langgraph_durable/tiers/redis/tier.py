@@ -308,7 +308,7 @@ def check_url(url: str, cluster: bool | None) -> None:
         sentinel_address(url)
         if cluster:
             raise ConfigError(
-                "redis_cluster=True does not go with a redis+sentinel:// URL: Sentinel watches a single "
+                "Tiers(redis_cluster=True) does not go with a redis+sentinel:// URL: Sentinel watches a single "
                 "primary. Give the URL of any node of the cluster (redis://host:port) instead."
             )
 
