@@ -448,7 +448,9 @@ class TierStats:
         """The tiers seen so far, nearest first."""
         with self._lock:
             seen = {tier for tier, _ in self._tallies}
-        order = ["sqlite", "redis", "postgres"]
+        from .tiers.registry import kinds
+
+        order = [kind.keyword for kind in kinds()]
         return [t for t in order if t in seen] + sorted(seen - set(order))
 
     def ops(self, tier: str | None = None) -> list[OpStats]:

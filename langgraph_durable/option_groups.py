@@ -291,7 +291,7 @@ class Archive:
 # The groups by keyword, and the name each field has inside the checks
 # (`Options.parse`), where every option is one flat name.
 GROUPS: dict[str, type[Any]] = {"tiers": Tiers, "integrity": Integrity, "leases": Leases, "memory": Memory}
-_PREFIXED = {"leases": "lease_", "archive": "archive_"}
+_PREFIXED = {"leases": "lease_", "archive": "archive_", "retention": "retention_"}
 _RENAMED = {("memory", "budget"): "memory_budget", ("leases", "on_busy"): "on_busy"}
 
 

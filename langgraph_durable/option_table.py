@@ -36,7 +36,7 @@ from .environment import (
     ENV_WRITE,
 )
 from .option_groups import checked_name, spelled
-from .tiers.registry import DEFAULT_SQLITE_PATH, POSTGRES, REDIS, SQLITE
+from .tiers.registry import BUILT_IN, DEFAULT_SQLITE_PATH, POSTGRES, REDIS, SQLITE, kinds
 
 # How a variable's text becomes the keyword's value (`options.env_options`).
 EnvReading = Literal["text", "seconds", "bool", "serde", "keys"]
@@ -221,6 +221,26 @@ FLAGS = tuple(option for option in OPTIONS if option.flag)
 VARIABLES = tuple(option for option in OPTIONS if option.env)
 
 
+def registered_tiers() -> tuple[Option, ...]:
+    """A row for each tier kind registered from outside the package: its
+    keyword, variable and flag, from its `TierKind`."""
+    return tuple(
+        Option(kind.keyword, "tiers", None, kind.what, env=kind.env, flag=kind.flag, metavar="URL")
+        for kind in kinds()
+        if kind.keyword not in BUILT_IN
+    )
+
+
+def flags() -> tuple[Option, ...]:
+    """The command line's store flags: the table's, and the registered tier kinds'."""
+    return FLAGS + registered_tiers()
+
+
+def variables() -> tuple[Option, ...]:
+    """The variables `from_env` reads: the table's, and the registered tier kinds'."""
+    return VARIABLES + registered_tiers()
+
+
 def plain(text: str) -> str:
     """A doc line as a terminal shows it (no Markdown backticks)."""
     return text.replace("`", "")
@@ -231,8 +251,8 @@ def environment_help(width: int = 100) -> str:
     import textwrap
 
     lines = ["environment (the tier flags override it; a flag given as '' switches its tier off):"]
-    column = max(len(o.env or "") for o in VARIABLES)
-    for o in VARIABLES:
+    column = max(len(o.env or "") for o in variables())
+    for o in variables():
         shown = o.default in (None, False, ()) or "(default" in o.env_doc
         default = "" if shown else f" (default {plain(o.default_text)})"
         text = plain(o.env_doc or o.doc) + default

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .archive.replica import DEFAULT_ARCHIVE_LAG_S
@@ -33,11 +33,12 @@ from .model.lease import (
     ON_BUSY_CHOICES,
 )
 from .model.memory_budget import MemoryBudget
-from .option_table import VARIABLES
+from .model.roles import Role
+from .option_table import VARIABLES, variables
 from .retention import RetentionPolicy
 from .tiers.postgres.sql import MAX_SCHEMA_BYTES
 from .tiers.redis.tier_async import check_url as check_redis_url
-from .tiers.registry import KINDS, POSTGRES, REDIS, SQLITE, TierKind
+from .tiers.registry import BUILT_IN, POSTGRES, REDIS, SQLITE, TierKind, kind_named, kinds
 from .tiers.supplied import Supplied, supplied_postgres, supplied_redis
 
 # The keyword arguments `env_options` fills from the environment, and the
@@ -80,11 +81,9 @@ def check_postgres_schema(schema: object, pool: Supplied | None) -> None:
 class TierOptions:
     """Which tiers, and how to reach them."""
 
-    sqlite: str | None
-    redis: str | None
-    """Where Redis is: the URL given, or where a given client points."""
-    postgres: str | None
-    """Where Postgres is: the URL given, or where a given pool points."""
+    urls: Mapping[str, str]
+    """Where each configured tier is, by its kind's keyword: the file or
+    URL given, or where a given client or pool points."""
     redis_key_prefix: str
     redis_cluster: bool | None
     redis_ttl: float | None
@@ -96,43 +95,58 @@ class TierOptions:
     connect_timeout: float
     call_timeout: float | None
     drain_timeout: float
-    redis_client: Supplied | None = None
-    """The redis-py client the caller passed as ``redis=`` (theirs to close)."""
-    postgres_pool: Supplied | None = None
-    """The psycopg pool the caller passed as ``postgres=`` (theirs to close)."""
+    supplied: Mapping[str, Supplied] = field(default_factory=dict)
+    """The clients and pools the caller passed instead of URLs, by kind
+    (theirs to close)."""
+
+    def __post_init__(self) -> None:
+        one_tier_per_role(self.urls)
+
+    @property
+    def sqlite(self) -> str | None:
+        return self.urls.get(SQLITE.keyword)
+
+    @property
+    def redis(self) -> str | None:
+        return self.urls.get(REDIS.keyword)
+
+    @property
+    def postgres(self) -> str | None:
+        return self.urls.get(POSTGRES.keyword)
+
+    @property
+    def redis_client(self) -> Supplied | None:
+        """The redis-py client the caller passed as ``redis=``."""
+        return self.supplied.get(REDIS.keyword)
+
+    @property
+    def postgres_pool(self) -> Supplied | None:
+        """The psycopg pool the caller passed as ``postgres=``."""
+        return self.supplied.get(POSTGRES.keyword)
 
     @property
     def shared(self) -> bool:
-        """Whether a shared tier (Redis or Postgres) is configured."""
-        return self.redis is not None or self.postgres is not None
+        """Whether a shared tier is configured."""
+        return any(kind.role is not Role.LOCAL for kind in self.configured())
+
+    def configured(self) -> list[TierKind]:
+        """The kinds of the configured tiers, nearest first."""
+        return [kind for kind in kinds() if kind.keyword in self.urls]
 
     def url(self, kind: TierKind) -> str | None:
         """Where `kind`'s tier is (None: not configured)."""
-        return {SQLITE: self.sqlite, REDIS: self.redis, POSTGRES: self.postgres}[kind]
+        return self.urls.get(kind.keyword)
 
     def arguments(self, kind: TierKind, *, asynchronous: bool) -> dict[str, Any]:
         """The keyword arguments of a shared tier's class on one face, besides
-        its URL: the caller's pool or client if it serves that face. One
-        bound for a call on both faces: `call_timeout`."""
-        if kind is REDIS:
-            return {
-                "client": self.redis_client.for_face(asynchronous) if self.redis_client else None,
-                "key_prefix": self.redis_key_prefix,
-                "socket_timeout": self.call_timeout,
-                "connect_timeout": self.connect_timeout,
-                "cluster": self.redis_cluster,
-                "ttl": self.redis_ttl,
-            }
-        if kind is POSTGRES:
-            return {
-                "pool": self.postgres_pool.for_face(asynchronous) if self.postgres_pool else None,
-                "pool_size": self.postgres_pool_size,
-                "connect_timeout": self.connect_timeout,
-                "call_timeout": self.call_timeout,
-                "prepared_statements": self.postgres_prepared_statements,
-                "schema": self.postgres_schema,
-            }
-        raise ValueError(f"{kind.keyword} is not a shared tier")
+        its URL (the kind's ``arguments`` hook): the caller's pool or client
+        if it serves that face. One bound for a call on both faces:
+        `call_timeout`."""
+        make = kind.hook("arguments")
+        if kind.role is Role.LOCAL or make is None:
+            raise ValueError(f"{kind.keyword} is not a shared tier")
+        arguments: dict[str, Any] = make(self, self.supplied.get(kind.keyword), asynchronous)
+        return arguments
 
 
 @dataclass(frozen=True)
@@ -252,9 +266,11 @@ class Options:
         archive_lag: float = DEFAULT_ARCHIVE_LAG_S,
         archive_key_fingerprint: str | None = None,
         read_only: bool,
+        other_tiers: Mapping[str, object] | None = None,
     ) -> Options:
         """Every option checked, or the first that is wrong as a
-        `ConfigError` that says what it takes."""
+        `ConfigError` that says what it takes. `other_tiers`: the tiers of
+        kinds registered from outside the package, by keyword."""
         if isinstance(sqlite, (str, os.PathLike)) and not os.fspath(sqlite):
             sqlite = None  # '' names no file: no local tier, as the environment's '' does
         if write not in WRITE_MODES:
@@ -282,7 +298,8 @@ class Options:
                 f"Memory(list_snapshot_every=) must be a whole number of versions (1 or 0: store every value whole), "
                 f"got {list_snapshot_every!r}."
             )
-        if sqlite is None and redis is None and postgres is None:
+        others = other_tiers_of(other_tiers or {})
+        if sqlite is None and redis is None and postgres is None and not others:
             raise ConfigError("DurableSaver needs at least one tier: pass sqlite=, redis= or postgres=.")
         if local_max_bytes is not None and (
             not isinstance(local_max_bytes, int)
@@ -356,9 +373,16 @@ class Options:
         fingerprint = archive_key_fingerprint_of(archive_key_fingerprint)
         return cls(
             tiers=TierOptions(
-                sqlite=os.fspath(sqlite) if sqlite is not None else None,
-                redis=redis_url,
-                postgres=postgres_url,
+                urls={
+                    keyword: url
+                    for keyword, url in (
+                        (SQLITE.keyword, os.fspath(sqlite) if sqlite is not None else None),
+                        (REDIS.keyword, redis_url),
+                        (POSTGRES.keyword, postgres_url),
+                        *((k, url) for k, (url, _) in others.items()),
+                    )
+                    if url is not None
+                },
                 redis_key_prefix=redis_key_prefix,
                 redis_cluster=redis_cluster,
                 redis_ttl=redis_ttl,
@@ -369,8 +393,15 @@ class Options:
                 connect_timeout=connect_timeout,
                 call_timeout=call_timeout,
                 drain_timeout=drain_timeout,
-                redis_client=redis_client,
-                postgres_pool=postgres_pool,
+                supplied={
+                    keyword: given
+                    for keyword, given in (
+                        (REDIS.keyword, redis_client),
+                        (POSTGRES.keyword, postgres_pool),
+                        *((k, given) for k, (_, given) in others.items()),
+                    )
+                    if given is not None
+                },
             ),
             integrity=IntegrityOptions(keys, permissive_decoding, on_corruption, max_record_bytes),
             write=WriteOptions(write, list_snapshot_every, local_fsync),
@@ -382,6 +413,52 @@ class Options:
             archive=ArchiveOptions(archive, float(archive_lag), fingerprint),
             read_only=read_only,
         )
+
+
+def other_tiers_of(given: Mapping[str, object]) -> dict[str, tuple[str, Supplied | None]]:
+    """The tiers of kinds registered from outside the package, checked:
+    each a URL of its kind (or a client or pool its ``supplied`` hook
+    recognises), and no two tiers in one role."""
+    out: dict[str, tuple[str, Supplied | None]] = {}
+    for keyword, value in given.items():
+        kind = kind_named(keyword)
+        if kind is None or keyword in BUILT_IN:
+            raise unexpected_keyword(keyword)
+        if value is None or value == "":
+            continue
+        recognise = kind.hook("supplied")
+        supplied = recognise(value) if recognise is not None and not isinstance(value, str) else None
+        out[keyword] = (supplied.url, supplied) if supplied is not None else (kind.check(value), None)
+    return out
+
+
+def unexpected_keyword(keyword: str) -> TypeError:
+    """A keyword that is neither an option nor a registered tier kind's, as
+    Python would say it, with where an option of that name went."""
+    from .option_table import OPTIONS
+
+    moved = next((o for o in OPTIONS if o.field and o.flat == keyword), None)
+    if moved is not None:
+        where = "retention=" if moved.keyword == "retention" else f"{moved.keyword}="
+        hint = (
+            f": it is {where}{moved.spelled.removesuffix('=)')}=...) now (see the configuration page's option groups)"
+        )
+    else:
+        hint = f" (the tiers are {', '.join(f'{k.keyword}=' for k in kinds())})"
+    return TypeError(f"DurableSaver() got an unexpected keyword argument {keyword!r}{hint}.")
+
+
+def one_tier_per_role(urls: Mapping[str, str]) -> None:
+    """Two tiers in one role (a record kind besides Postgres, say) would
+    each take the other's place: refused."""
+    seen: dict[Role, str] = {}
+    for kind in kinds():
+        if kind.keyword in urls:
+            if kind.role in seen:
+                raise ConfigError(
+                    f"{seen[kind.role]}= and {kind.keyword}= are both {kind.role.value} tiers: give one of them."
+                )
+            seen[kind.role] = kind.keyword
 
 
 def lease_options(ttl: object, on_busy: object, wait: object, linger: object) -> LeaseOptions:
@@ -447,9 +524,9 @@ def env_options(env: Mapping[str, str], default_sqlite: str) -> dict[str, Any]:
     makes the saver's keywords of them), each checked as far as its variable
     alone can be (the rest is checked with the other options)."""
     # Every tier is named, None for off: a keyword given to from_env overrides it.
-    kwargs: dict[str, Any] = {kind.keyword: env.get(kind.env) or None for kind in KINDS}
+    kwargs: dict[str, Any] = {kind.keyword: env.get(kind.env) or None for kind in kinds()}
     kwargs[SQLITE.keyword] = env.get(SQLITE.env, default_sqlite) or None
-    for option in VARIABLES:
+    for option in variables():
         assert option.env is not None
         text = env.get(option.env)
         if option.flat in kwargs or option.reading == "keys" or not text:

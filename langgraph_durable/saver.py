@@ -52,6 +52,7 @@ from .environment import (
 from .errors import ConfigError
 from .metrics import MetricsHook
 from .model.backlog import WriteMode
+from .model.roles import Role
 from .option_groups import Archive, Integrity, Leases, Memory, Tiers, flattened, grouped
 from .options import (
     Options,
@@ -59,7 +60,7 @@ from .options import (
     naming_the_variable,
 )
 from .retention import RetentionPolicy
-from .tiers.registry import DEFAULT_SQLITE_PATH, KINDS, POSTGRES, REDIS, SQLITE
+from .tiers.registry import DEFAULT_SQLITE_PATH
 
 if TYPE_CHECKING:
     from .tiers.supplied import PostgresPool, RedisClient
@@ -195,6 +196,9 @@ class DurableSaver(SaverOps, AsyncSaverOps):
         memory: a `Memory`: the memory budget, the read cache's share, a
             bound on the local file, and how often a growing list is stored
             whole.
+        **other_tiers: the tier of a kind registered from outside the
+            package (`langgraph_durable.tiers.registry`), by its keyword:
+            a URL of its kind.
     """
 
     def __init__(
@@ -217,6 +221,7 @@ class DurableSaver(SaverOps, AsyncSaverOps):
         integrity: Integrity | None = None,
         leases: Leases | None = None,
         memory: Memory | None = None,
+        **other_tiers: Any,
     ) -> None:
         super().__init__(serde=serde)
         # Every option checked in one place (options.py), kept by concern,
@@ -237,7 +242,8 @@ class DurableSaver(SaverOps, AsyncSaverOps):
                     "leases": Leases() if leases is None else leases,
                     "memory": Memory() if memory is None else memory,
                 }
-            )
+            ),
+            other_tiers=other_tiers,
         )
         self._build(
             options, validators=validators, on_validation=on_validation, app_version=app_version, metrics=metrics
@@ -292,8 +298,8 @@ class DurableSaver(SaverOps, AsyncSaverOps):
     @property
     def tier_names(self) -> list[str]:
         """The configured tiers, nearest first."""
-        on = {SQLITE: self.sqlite_path, REDIS: self.redis_url, POSTGRES: self.postgres_url}
-        return [kind.keyword for kind in KINDS if on[kind]]
+        tiers = self.options.tiers
+        return [kind.keyword for kind in tiers.configured() if kind.role is not Role.LOCAL or self.sqlite_path]
 
     def with_allowlist(self, extra_allowlist: Collection[tuple[str, ...]]) -> DurableSaver:
         """A view of this saver that also rebuilds `extra_allowlist` types.

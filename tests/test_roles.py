@@ -13,7 +13,7 @@ import pytest
 import langgraph_durable
 from langgraph_durable import ConfigError
 from langgraph_durable.model.roles import Role, Roles, ships_behind
-from langgraph_durable.tiers.registry import KINDS, POSTGRES, REDIS, SQLITE, kind_of
+from langgraph_durable.tiers.registry import POSTGRES, REDIS, SQLITE, kind_of, kinds
 
 
 @dataclass(frozen=True)
@@ -86,9 +86,9 @@ def test_ships_behind(write: str, local: bool, shared: int, behind: bool) -> Non
 
 
 def test_the_registry_names_each_kind_once() -> None:
-    assert [k.keyword for k in KINDS] == ["sqlite", "redis", "postgres"]
-    assert [k.role for k in KINDS] == [Role.LOCAL, Role.HOT, Role.RECORD]
-    assert len({k.env for k in KINDS}) == len({k.flag for k in KINDS}) == 3
+    assert [k.keyword for k in kinds()] == ["sqlite", "redis", "postgres"]
+    assert [k.role for k in kinds()] == [Role.LOCAL, Role.HOT, Role.RECORD]
+    assert len({k.env for k in kinds()}) == len({k.flag for k in kinds()}) == 3
     assert kind_of("rediss://h:6380/0") is REDIS
     assert kind_of("postgres://u@h/db") is POSTGRES
     assert kind_of("checkpoints.sqlite") is None
@@ -159,7 +159,7 @@ def test_the_registry_names_the_classes_of_each_kind_on_both_faces() -> None:
 
     assert REDIS.tier_class(asynchronous=False) is RedisTier
     assert POSTGRES.tier_class(asynchronous=True) is AsyncPostgresTier
-    for kind in KINDS:
+    for kind in kinds():
         for face in (False, True):
             cls = kind.tier_class(asynchronous=face)
             assert (cls.name, cls.role) == (kind.keyword, kind.role)

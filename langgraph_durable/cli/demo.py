@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TextIO, TypedDict
 
 from langchain_core.runnables import RunnableConfig
 
+from ..tiers.registry import kinds
 from .store import saver_from_args
 
 if TYPE_CHECKING:
@@ -113,9 +114,11 @@ def _spawn(args: Any, *, resume: bool) -> subprocess.Popen[bytes]:
     ]
     # '' is passed on too: the worker must not fall back to a tier the
     # environment names but the command line switched off.
-    for tier in ("sqlite", "redis", "postgres", "archive"):
-        if getattr(args, tier) is not None:
-            cmd += [f"--{tier}", getattr(args, tier)]
+    for kind in kinds():
+        if getattr(args, kind.keyword, None) is not None:
+            cmd += [kind.flag, getattr(args, kind.keyword)]
+    if args.archive is not None:
+        cmd += ["--archive", args.archive]
     if args.redis_key_prefix:
         cmd += ["--redis-key-prefix", args.redis_key_prefix]
     if resume:

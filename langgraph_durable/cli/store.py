@@ -12,16 +12,19 @@ from ..environment import (
     ENV_SIGNING_KEY,
 )
 from ..errors import no_store_at
-from ..option_table import FLAGS, plain
-from ..tiers.registry import DEFAULT_SQLITE_PATH, KINDS, POSTGRES, REDIS, SQLITE
+from ..option_table import flags, plain
+from ..tiers.registry import DEFAULT_SQLITE_PATH, SQLITE, kinds
 from .parsing import wrapped
 
 if TYPE_CHECKING:
     from ..saver import DurableSaver
 
 
-# The flags whose '' switches their tier (or the archive) off, even when the environment names one.
-SWITCHED_OFF_BY_EMPTY = {kind.keyword for kind in KINDS} | {"archive"}
+def switched_off_by_empty(name: str) -> bool:
+    """Whether a flag given as '' switches its tier (or the archive) off,
+    even when the environment names one."""
+    return name == "archive" or any(kind.keyword == name for kind in kinds())
+
 
 # Maintenance needs every tier: write="all" makes setup fail on one that is down.
 STRICT: dict[str, Any] = {"write": "all"}
@@ -35,7 +38,8 @@ LOOK: dict[str, Any] = {"drain_timeout": 0, "read_only": True}
 
 def tier_flags(p: argparse.ArgumentParser) -> None:
     """The options naming the tiers and how to read them (default: the
-    environment): the flags of the option table (`option_table.FLAGS`)."""
+    environment): the flags of the option table and of the registered tier
+    kinds (`option_table.flags`)."""
     g = p.add_argument_group(
         "tiers",
         wrapped(
@@ -43,9 +47,9 @@ def tier_flags(p: argparse.ArgumentParser) -> None:
             "stores); '' switches a tier off"
         ),
     )
-    for option in FLAGS:
+    for option in flags():
         assert option.flag is not None
-        if option.name in SWITCHED_OFF_BY_EMPTY:
+        if switched_off_by_empty(option.name):
             off = "" if option.name == SQLITE.keyword else ", or '' for none"
         else:
             off = ""
@@ -71,11 +75,11 @@ def saver_from_args(args: Any, **options: Any) -> DurableSaver:
     from ..model.codec import serde_from_spec
     from ..saver import DurableSaver
 
-    for option in FLAGS:
+    for option in flags():
         value = getattr(args, option.flat, None)
         if value is None:
             continue
-        if option.name in SWITCHED_OFF_BY_EMPTY:
+        if switched_off_by_empty(option.name):
             options[option.flat] = value or None
         elif value and option.reading == "serde":
             options[option.flat] = serde_from_spec(value, what=option.flag or option.name)
@@ -120,7 +124,7 @@ def missing_local_store(args: argparse.Namespace) -> str | None:
         value = getattr(args, flag, None)
         return (value or None) if value is not None else (os.environ.get(env, default or "") or None)
 
-    sqlite = named("sqlite", SQLITE.env, DEFAULT_SQLITE_PATH)
-    if sqlite is None or sqlite == ":memory:" or named("redis", REDIS.env) or named("postgres", POSTGRES.env):
+    sqlite = named(SQLITE.keyword, SQLITE.env, DEFAULT_SQLITE_PATH)
+    if sqlite is None or sqlite == ":memory:" or any(named(k.keyword, k.env) for k in kinds() if k is not SQLITE):
         return None
     return None if os.path.exists(sqlite) else sqlite

@@ -70,7 +70,7 @@ from ..tiers.base import QuarantinedRecord, redact
 from ..tiers.postgres.tier import PostgresTier
 from ..tiers.postgres.tier_async import AsyncPostgresTier
 from ..tiers.redis.tier import RedisTier
-from ..tiers.registry import KINDS
+from ..tiers.registry import kinds
 from ..tiers.sqlite.tier import AsyncSqliteTier, SqliteTier
 
 if TYPE_CHECKING:
@@ -400,7 +400,7 @@ class SaverBase(BaseCheckpointSaver[str]):
         tiers = self.options.tiers
         made = [
             kind.tier_class(asynchronous=asynchronous)(url, **tiers.arguments(kind, asynchronous=asynchronous))
-            for kind in KINDS
+            for kind in kinds()
             if kind.role is not Role.LOCAL and (url := tiers.url(kind))
         ]
         for tier in made:
