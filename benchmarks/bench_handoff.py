@@ -205,7 +205,9 @@ def main() -> int:
                             runs[k].append((t1 - t0) * 1000)
                             reads[k].append((t2 - t1) * 1000)
                 for k, (label, a, _) in enumerate(opened):
-                    hand_offs = a._hand_offs.hand_offs if isinstance(a, DurableSaver) and a._hand_offs else None
+                    hand_offs = (
+                        a._runtime.hand_offs.hand_offs if isinstance(a, DurableSaver) and a._runtime.hand_offs else None
+                    )
                     rows.append((label, runs[k], reads[k], "-" if hand_offs is None else str(hand_offs)))
             takeovers = take_over_killed_keepers(res, args.takeovers, problems)
     finally:

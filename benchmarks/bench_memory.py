@@ -95,11 +95,12 @@ def memo_bytes(saver: Any) -> int | None:
 
     if not isinstance(saver, DurableSaver):
         return None
-    total = saver._seen.size + saver._own.usage()["heads_bytes"] + saver._own.usage()["early_bytes"]
-    total += saver._deltas.size if saver._deltas is not None else 0
-    total += saver._read_cache.size if saver._read_cache is not None else 0
-    total += saver._memory.outbox._bytes
-    kept = saver._leases.usage()
+    runtime = saver._runtime
+    total = runtime.seen.size + runtime.own.usage()["heads_bytes"] + runtime.own.usage()["early_bytes"]
+    total += runtime.deltas.size if runtime.deltas is not None else 0
+    total += runtime.read_cache.size if runtime.read_cache is not None else 0
+    total += runtime.memory.outbox._bytes
+    kept = runtime.leases.usage()
     return total + kept["kept_bytes"] + kept["handoff_bytes"]
 
 

@@ -2,7 +2,8 @@
 
 The public class and its options. Its operations are written once, async,
 in ``faces/ops_async.py`` (the sync face, ``faces/ops.py``, is generated from
-it); what both faces share is ``faces/base.py``.
+it); a saver is a view (``faces/base.py``) of a runtime that holds the
+tiers, the leases and the background work (``faces/runtime.py``).
 """
 
 from __future__ import annotations
@@ -64,7 +65,6 @@ from .tiers.registry import DEFAULT_SQLITE_PATH
 
 if TYPE_CHECKING:
     from .tiers.supplied import PostgresPool, RedisClient
-from .engine.sweeper import RetentionSweeper
 from .faces.base import checked_validator
 from .faces.ops import SaverOps
 from .faces.ops_async import AsyncSaverOps
@@ -245,17 +245,11 @@ class DurableSaver(SaverOps, AsyncSaverOps):
             ),
             other_tiers=other_tiers,
         )
+        # Nothing starts before every option has been checked (the retention
+        # sweep last), so a constructor that raises leaves no thread behind.
         self._build(
             options, validators=validators, on_validation=on_validation, app_version=app_version, metrics=metrics
         )
-        # Last: nothing starts before every option has been checked, so a
-        # constructor that raises leaves no thread behind.
-        sweeps = options.retention
-        if sweeps.every is not None:
-            self._sweeper = RetentionSweeper(
-                lambda pace: self.apply_retention(pace=pace), every=sweeps.every, rate=sweeps.rate
-            )
-            self._sweeper.start()
 
     # -- construction -----------------------------------------------------------
 
@@ -306,17 +300,15 @@ class DurableSaver(SaverOps, AsyncSaverOps):
 
         LangGraph's ``compile()`` calls this with the types of the graph's
         state (under ``LANGGRAPH_STRICT_MSGPACK=true``). The clone shares this
-        saver's connections, leases and counters; only its decoding differs,
-        including the strict decoding of unsigned shared-tier records."""
+        saver's runtime, so its connections, leases, background work and
+        counters; only its decoding differs, including the strict decoding
+        of unsigned shared-tier records. Closing either closes both."""
         clone = cast(DurableSaver, super().with_allowlist(extra_allowlist))
         if clone is self:
             if not self._codec.strict:
                 return self
             clone = copy.copy(self)
-        clone._origin = self._origin or self
         clone._codec = self._codec.with_allowlist(clone.serde, extra_allowlist)
-        clone._lease_keeper = None
-        clone._alease_keeper = None
         return clone
 
     def add_validator(self, validator: Validator) -> None:
@@ -340,7 +332,7 @@ class DurableSaver(SaverOps, AsyncSaverOps):
     @property
     def corruptions_detected(self) -> int:
         """Bad copies met by reads of this saver since it was created."""
-        return self._policy.count
+        return self._runtime.policy.count
 
     def get_next_version(self, current: str | None, channel: None) -> str:
         """Same format as the stock savers: zero-padded counter + random

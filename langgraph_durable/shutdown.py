@@ -110,7 +110,7 @@ class _Stop:
         if self.wake.is_set():
             return False
         self.signum = signum
-        self.done = self.saver._drain_pending()  # close() waits for it
+        self.done = self.saver._runtime.drain_pending()  # close() waits for it
         self.wake.set()
         return True
 

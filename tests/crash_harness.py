@@ -943,7 +943,7 @@ class Harness:
             name, _, value = item.partition("=")
             os.environ[name] = value
         with self.tiers.saver(*self.tiers.names()) as saver:
-            saver.archive_url = self.tiers.archive
+            saver._runtime.archive_url = self.tiers.archive
             image = saver._archiver().image(thread)
         for ns, cid in sorted(checkpoints - set(image.checkpoints)):
             fig.lost_checkpoints += 1

@@ -150,7 +150,7 @@ def keep_and_die(saver_kwargs: dict[str, Any], thread_id: str, host: str, ran: A
         out = (
             counter().compile(checkpointer=saver).invoke({"hits": ["kept"]}, {"configurable": {"thread_id": thread_id}})
         )
-        results.put(("ok", out, saver._leases.holder))
+        results.put(("ok", out, saver._runtime.leases.holder))
         ran.set()
         time.sleep(600)  # killed before
     except BaseException as exc:  # reported to the test

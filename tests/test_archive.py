@@ -101,16 +101,16 @@ def test_a_new_process_ships_what_a_killed_one_wrote_before_its_pass(
     # what it wrote reaches the archive through the next process's rescan.
     dead = make_saver(FULL, archive=archive_url, archive_lag=7200.0)
     loop_graph(3).compile(checkpointer=dead).invoke({"messages": [], "n": 0}, cfg("t-orphan"))
-    assert dead._archive_replica is not None
-    dead._archive_replica.stop()
+    assert dead._runtime.archive_replica is not None
+    dead._runtime.archive_replica.stop()
     assert not store_of(archive_url).keys(segments_prefix("t-orphan"))
     with make_saver(FULL, sqlite_name="other.sqlite", archive=archive_url, archive_lag=7200.0) as saver:
-        noted = saver._archive_rescan(saver._archive_replica.note, lambda: True)  # type: ignore[union-attr]
+        noted = saver._runtime.rescan_archive(saver._runtime.archive_replica.note, lambda: True)  # type: ignore[union-attr]
         assert noted == 1
         saver.drain_archive()
         assert store_of(archive_url).keys(segments_prefix("t-orphan"))
         # Current now: the next rescan notes nothing.
-        assert saver._archive_rescan(saver._archive_replica.note, lambda: True) == 0  # type: ignore[union-attr]
+        assert saver._runtime.rescan_archive(saver._runtime.archive_replica.note, lambda: True) == 0  # type: ignore[union-attr]
 
 
 # -- archived idle threads, brought back by a read ------------------------------------------
@@ -644,13 +644,20 @@ def test_a_write_during_a_ship_is_shipped_by_the_next_pass() -> None:
     shipped: list[str] = []
     replica: ArchiveReplica
 
-    def ship(thread_id: str) -> int:
-        shipped.append(thread_id)
-        if len(shipped) == 1:
-            replica.note(thread_id)  # a step of the thread lands while it ships
-        return 1
+    class Host:
+        def ship_to_archive(self, thread_id: str) -> int:
+            shipped.append(thread_id)
+            if len(shipped) == 1:
+                replica.note(thread_id)  # a step of the thread lands while it ships
+            return 1
 
-    replica = ArchiveReplica(ship, lag=3600.0)
+        def rescan_archive(self, note: Any, paced: Any) -> int:
+            return 0
+
+        def archive_failing(self, failing: dict[str, str]) -> None:
+            pass
+
+    replica = ArchiveReplica(Host(), lag=3600.0)
     try:
         replica.note("t")
         assert replica.run_pass() == 1
@@ -902,7 +909,7 @@ def test_a_pin_written_while_its_thread_is_archived_deletes_nothing(make_saver: 
         assert saver.archive_idle(0.0).archived == ["t-late-pin"]
         # Another replica's pin() read the thread before it was archived and writes its entry now.
         saver._sync_chain().record_entry("t-late-pin", pin_entry("", newest, "late"))
-        saver._note_archive("t-late-pin")
+        saver._runtime.note_archive("t-late-pin")
         saver.drain_archive()
         image = saver._archiver().image("t-late-pin")
         assert len(image.checkpoints) == len(before) and not image.gone

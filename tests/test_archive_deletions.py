@@ -14,9 +14,10 @@ from typing import Any
 
 import pytest
 
-from langgraph_durable import DurableSaver, cli
+from langgraph_durable import cli
 from langgraph_durable.archive.segments import segments_prefix
 from langgraph_durable.errors import TierUnavailable
+from langgraph_durable.faces.runtime import Runtime
 from tests.conftest import SaverFactory
 from tests.graphs import loop_graph
 from tests.test_archive import FULL, _lose_every_hot_tier, cfg, store_behind_a_proxy, store_of
@@ -63,13 +64,13 @@ def test_a_restore_leaves_what_was_deleted_while_the_object_store_was_down_delet
         # The process is gone; the object store is back; the restore runs
         # before any replica shipped the deletions (its rescan held off).
         proxy.restore()
-        rescan = DurableSaver._archive_rescan
+        rescan = Runtime.rescan_archive
         held_off = [True]
 
-        def later(self: DurableSaver, note: Any, paced: Any) -> int:
+        def later(self: Runtime, note: Any, paced: Any) -> int:
             return 0 if held_off[0] else rescan(self, note, paced)
 
-        monkeypatch.setattr(DurableSaver, "_archive_rescan", later)
+        monkeypatch.setattr(Runtime, "rescan_archive", later)
         with make_saver(FULL, archive=url, redis_key_prefix=redis_prefix) as again:
             report = again.restore(None) if face == "sync" else asyncio.run(again.arestore(None))
             assert again.get_tuple(cfg("t-deleted")) is None
@@ -303,7 +304,7 @@ def test_a_deletion_marker_lost_by_every_tier_but_the_system_of_record_still_win
     thread), then Redis and the local file lose their deletion markers: a
     restore reads the system of record's, and the thread stays deleted."""
     with store_behind_a_proxy(s3_env, monkeypatch, "lost-marker") as (proxy, url):
-        monkeypatch.setattr(DurableSaver, "_archive_rescan", lambda self, note, paced: 0)
+        monkeypatch.setattr(Runtime, "rescan_archive", lambda self, note, paced: 0)
         with make_saver(FULL, archive=url, redis_key_prefix=redis_prefix) as saver:
             graph = loop_graph(2).compile(checkpointer=saver)
             graph.invoke({"messages": [], "n": 0}, cfg("t-gone"))

@@ -214,7 +214,7 @@ def test_a_refused_thread_is_retried_with_backoff_not_every_pass(make_saver: Sav
     with make_saver(FULL, archive=archive_url, archive_lag=3600.0) as saver:
         run(saver, "refused", "a")
         store = refusing(saver, {"refused"})
-        replica = saver._archive_replica
+        replica = saver._runtime.archive_replica
         assert replica is not None
         replica.run_pass()
         tried = [k for k in store.puts if k.startswith(segments_prefix("refused"))]

@@ -449,7 +449,7 @@ def test_two_new_stores_claiming_one_empty_prefix_at_once_one_wins(
     )
     try:
         chain = a._sync_chain()
-        store = a._sync_archiver.store  # type: ignore[union-attr]
+        store = a._archiver().store
         claimed: list[str] = []
 
         def b_claims_first(write: Callable[[str, bytes], Any]) -> Callable[[str, bytes], Any]:
@@ -468,7 +468,7 @@ def test_two_new_stores_claiming_one_empty_prefix_at_once_one_wins(
             chain.ensure_setup()
         assert claimed
         owner = open_owner(ArchiveStore(archive_url).get("v1/store") or b"", b._sync_chain().codec.keys)
-        assert owner["store"] == b._sync_archiver.store_id  # type: ignore[union-attr]
+        assert owner["store"] == b._archiver().store_id
         loop_graph(2).compile(checkpointer=b).invoke({"messages": ["B's"], "n": 0}, cfg(THREAD))
         assert b.drain_archive().caught_up
     finally:
@@ -605,7 +605,7 @@ def test_a_store_that_took_its_key_but_never_claimed_still_reads_its_segments(
     with make_saver(
         FULL, archive=archive_url, sqlite_name="first.sqlite", archive_key_fingerprint=fingerprint
     ) as first:
-        first._archive_replica = None  # no background pass claims either
+        first._runtime.archive_replica = None  # no background pass claims either
         chain = first._sync_chain()
         chain.claim_archive = None  # the claim never happens
         chain.ensure_setup()

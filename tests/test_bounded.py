@@ -41,7 +41,7 @@ async def test_the_local_file_stays_within_its_bound_and_every_thread_is_served(
             else:
                 await graph.ainvoke({"messages": [], "n": 0}, cfg)
             ref.invoke({"messages": [], "n": 0}, cfg)
-        local = saver._local
+        local = saver._runtime.local
         local.evict(force=True)
         assert local.used_bytes() <= BOUND
         held = _local_threads(tmp_path / "local.sqlite")
@@ -74,7 +74,7 @@ def test_what_the_journal_owes_is_never_evicted(
         for i in range(12):
             graph.invoke({"messages": [], "n": 0}, {"configurable": {"thread_id": f"owed{i}"}})
         assert saver.lag().records > 0
-        evicted = saver._local.evict(force=True)
+        evicted = saver._runtime.local.evict(force=True)
         assert all(not t.startswith("owed") for t in evicted)
         assert {f"owed{i}" for i in range(12)} <= _local_threads(tmp_path / "local.sqlite")
         proxy.restore()

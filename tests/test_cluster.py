@@ -28,7 +28,7 @@ from redis.cluster import RedisCluster
 from redis.crc import key_slot
 from redis.exceptions import ClusterDownError
 
-import langgraph_durable.faces.base as faces_base
+import langgraph_durable.faces.runtime as faces_runtime
 from langgraph_durable import ConfigError, DurableSaver, LeaseLost, Tiers, TierUnavailable
 from langgraph_durable.model.lease import Fence
 from langgraph_durable.model.records import BlobRow, CheckpointRow, WriteRow
@@ -391,7 +391,7 @@ async def test_a_kept_lease_is_handed_off_on_the_cluster(make_cluster_saver: Sav
                 else await graph.ainvoke({"messages": [], "n": 0}, config)
             )
             assert out["n"] == 4
-        assert a._hand_offs is not None and a._hand_offs.hand_offs == 1
+        assert a._runtime.hand_offs is not None and a._runtime.hand_offs.hand_offs == 1
         tup = a.get_tuple(config) if face == "sync" else await a.aget_tuple(config)
         assert tup is not None and tup.checkpoint["channel_values"]["n"] == 4
 
@@ -519,7 +519,7 @@ def test_a_primary_killed_mid_run(
     served afterwards, and `repair` puts back what the node lost."""
     # Redis is written behind; here records ship as soon as a pass runs, not
     # at the runs' ends, so that the killed node has some to lose.
-    monkeypatch.setattr(faces_base, "RUN_SHIPS_ITS_OWN_S", 0.0)
+    monkeypatch.setattr(faces_runtime, "RUN_SHIPS_ITS_OWN_S", 0.0)
     prefix = f"lgd_test_{uuid.uuid4().hex[:16]}"
     # One key of the user's: Redis alone cannot reach the store's own key, which Postgres keeps.
     make = _factory(request, tmp_path, own_cluster.url, prefix, connect_timeout=1.0, call_timeout=2.0, signing_key=KEY)

@@ -185,7 +185,7 @@ async def test_a_checkpoint_not_shipped_yet_under_the_greatest_marker_is_served_
         a.delete_thread("t")
     async with make_saver(tiers, sqlite_name="b.sqlite", write="local") as b:
         b.setup()
-        b._replicator.stop()  # nothing shipped from here on
+        b._runtime.replicator.stop()  # nothing shipped from here on
         checkpoint = generate_checkpoint(channel_values={"v": 1}, channel_versions={"v": 1})
         if face == "sync":
             config = b.put(_cfg("t"), checkpoint, generate_metadata(), {"v": 1})

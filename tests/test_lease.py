@@ -452,7 +452,7 @@ def test_a_holder_that_stalls_past_the_ttl_loses_the_thread_and_its_write(
             # B took A's lease over because it had expired (A holds it while it stalls).
             took_over = [r.getMessage() for r in caplog.records if "took over the writer lease" in r.getMessage()]
             assert len(took_over) == 1 and f"thread {thread_id!r}" in took_over[0], took_over
-            assert f"from {a._leases.holder} (expired;" in took_over[0], took_over
+            assert f"from {a._runtime.leases.holder} (expired;" in took_over[0], took_over
         finally:
             proceed.set()
             runner.join(60)  # a liveness bound: A's node was let go
@@ -570,7 +570,7 @@ def test_langgraph_frees_a_runs_stream_writer_when_its_sync_run_ends(make_saver:
         assert len(writers) == 1
         assert writers[0]() is None, "LangGraph kept the run's stream_writer alive after invoke returned"
         # ... and the saver keeps nothing of the run: the lease is given back
-        assert saver._leases.held("pin") is None
+        assert saver._runtime.leases.held("pin") is None
         assert _lease_record(saver, "pin") == ("", 1)
 
 
@@ -583,7 +583,7 @@ async def test_langgraph_frees_a_runs_stream_writer_when_its_async_run_ends(make
         await graph.ainvoke({"hits": ["x"]}, {"configurable": {"thread_id": "pin"}})
         assert len(writers) == 1
         assert writers[0]() is None, "LangGraph kept the run's stream_writer alive after ainvoke returned"
-        assert saver._leases.held("pin") is None
+        assert saver._runtime.leases.held("pin") is None
         await await_until(lambda: _lease_record(saver, "pin") == ("", 1), "the run's lease was not given back")
 
 
@@ -598,7 +598,7 @@ def test_a_subgraph_ending_does_not_release_its_root_runs_lease(make_saver: Any)
         gc.collect()  # whatever of the subgraph's run is garbage is gone
         seen["sub writer gone"] = seen["sub writer"]() is None
         seen["record"] = _lease_record(saver, "sub")
-        seen["held"] = saver._leases.held("sub")
+        seen["held"] = saver._runtime.leases.held("sub")
         return {"messages": ["after"]}
 
     sub = StateGraph(LoopState)
@@ -614,7 +614,7 @@ def test_a_subgraph_ending_does_not_release_its_root_runs_lease(make_saver: Any)
     with make_saver("sqlite") as saver, make_saver("sqlite") as other:
         root.compile(checkpointer=saver).invoke({"messages": [], "n": 0}, {"configurable": {"thread_id": "sub"}})
         assert seen["sub writer gone"]  # the subgraph's run ended (it has a stream writer of its own) ...
-        assert seen["held"] is not None and seen["record"] == (saver._leases.holder, seen["held"].token)
+        assert seen["held"] is not None and seen["record"] == (saver._runtime.leases.holder, seen["held"].token)
         # ... and the root run's end gave the thread back
         assert _lease_record(saver, "sub") == ("", seen["held"].token)
         assert root.compile(checkpointer=other).invoke(None, {"configurable": {"thread_id": "sub"}})["n"] == 1
@@ -754,7 +754,7 @@ def test_the_lease_lives_in_the_most_authoritative_tier(make_saver: Any, tiers: 
         # the server's clock; the 10 minutes of slack are for a loaded machine
         assert list(during) == [where]
         holder, left = during[where]
-        assert holder == saver._leases.holder and 3000.0 < left <= 3600.0, left
+        assert holder == saver._runtime.leases.holder and 3000.0 < left <= 3600.0, left
         # after it: given back, or, where a local cache fronts a shared tier,
         # kept (``lease_linger``) for a short window the listener renews
         after = lease_records(saver)

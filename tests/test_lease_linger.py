@@ -125,7 +125,7 @@ async def test_a_read_right_after_ainvoke_waits_for_the_lease_to_be_kept_and_rea
             snap = await graph.aget_state(config_of(thread))
             assert snap.values == {"messages": ["m0", "m1", "m2"], "n": 3}
             assert sum(calls.values()) == 0, (i, calls)
-            assert saver._leases.kept(thread, time.monotonic()) is not None
+            assert saver._runtime.leases.kept(thread, time.monotonic()) is not None
 
 
 @pytest.mark.parametrize("face", ["sync", "async"])
@@ -149,8 +149,8 @@ async def test_another_replica_is_handed_a_kept_lease_at_once_and_its_state_is_t
                 out = await graph.ainvoke({"messages": [], "n": 0}, config_of(thread))
             newest = await get(b, face, thread)
         assert out["n"] == 5 and newest is not None
-        assert a._hand_offs is not None and a._hand_offs.hand_offs == 1
-        assert a._leases.kept(thread, time.monotonic()) is None
+        assert a._runtime.hand_offs is not None and a._runtime.hand_offs.hand_offs == 1
+        assert a._runtime.leases.kept(thread, time.monotonic()) is None
         tup = await get(a, face, thread)
         assert tup is not None and tup.checkpoint["id"] == newest.checkpoint["id"]
         assert tup.checkpoint["channel_values"]["n"] == 5
@@ -173,17 +173,17 @@ async def test_a_run_whose_end_its_busy_loop_has_not_handled_yet_is_handed_off_w
             .compile(checkpointer=a)
             .ainvoke({"messages": [], "n": 0}, config_of(thread), durability="sync")
         )
-        assert a._leases.held(thread) is None  # the run has ended...
-        assert a._leases.kept(thread, time.monotonic()) is None  # ...and the loop has not handled its end
+        assert a._runtime.leases.held(thread) is None  # the run has ended...
+        assert a._runtime.leases.kept(thread, time.monotonic()) is None  # ...and the loop has not handled its end
         # B runs on this very thread, holding A's loop: A's end of run cannot happen meanwhile.
         with make_saver(tiers, sqlite_name="b.sqlite") as b:
             out = counting_graph(5).compile(checkpointer=b).invoke({"messages": [], "n": 3}, config_of(thread))
             newest = b.get_tuple(config_of(thread))
         assert out["n"] == 5 and len(out["messages"]) == 5  # A's three steps, then B's two
-        assert newest is not None and a._hand_offs is not None and a._hand_offs.hand_offs == 1
+        assert newest is not None and a._runtime.hand_offs is not None and a._runtime.hand_offs.hand_offs == 1
         await asyncio.sleep(0.05)  # the loop now gets to the run's end: nothing left to do
-        await a._alease_keeper.settle(thread) if a._alease_keeper is not None else None
-        assert a._leases.kept(thread, time.monotonic()) is None
+        await a._runtime._alease_keeper.settle(thread) if a._runtime._alease_keeper is not None else None
+        assert a._runtime.leases.kept(thread, time.monotonic()) is None
         tup = await a.aget_tuple(config_of(thread))
         assert tup is not None and tup.checkpoint["id"] == newest.checkpoint["id"]
         # What A gave back was shipped to Redis first: every checkpoint A wrote is there.
@@ -225,7 +225,7 @@ async def test_a_maintenance_call_on_another_replica_asks_for_a_kept_lease_first
             else:
                 await getattr(b, "a" + call)(*args, **kwargs)
         assert await get(a, face, thread) is None
-        assert a._hand_offs is not None and a._hand_offs.hand_offs == 1
+        assert a._runtime.hand_offs is not None and a._runtime.hand_offs.hand_offs == 1
 
 
 def test_copy_thread_into_a_kept_thread_asks_for_its_lease_first(make_saver: SaverFactory) -> None:
@@ -254,9 +254,9 @@ def test_a_holder_that_does_not_hear_is_waited_out_and_its_cache_trusted_no_long
     with make_saver("sqlite+redis+postgres", sqlite_name="a.sqlite", lease_linger=30.0) as a:
         listening(a)
         counting_graph(3).compile(checkpointer=a).invoke({"messages": [], "n": 0}, config_of(thread))
-        assert a._hand_offs is not None
-        a._hand_offs.stop()  # kept leases stay kept, trusted for their window; requests go unheard
-        assert a._leases.kept(thread, time.monotonic()) is not None
+        assert a._runtime.hand_offs is not None
+        a._runtime.hand_offs.stop()  # kept leases stay kept, trusted for their window; requests go unheard
+        assert a._runtime.leases.kept(thread, time.monotonic()) is not None
         with (
             make_saver("sqlite+redis+postgres", sqlite_name="b.sqlite") as b,
             caplog.at_level(logging.WARNING, logger="langgraph_durable"),
@@ -266,7 +266,7 @@ def test_a_holder_that_does_not_hear_is_waited_out_and_its_cache_trusted_no_long
         assert out["n"] == 5 and newest is not None
         # B could only take the thread once A's kept lease had expired.
         assert_taken_over_expired(caplog, thread, a)
-        assert a._hand_offs.hand_offs == 0
+        assert a._runtime.hand_offs.hand_offs == 0
         # A's trust in its cache ended before the lease expired: it serves B's state.
         tup = a.get_tuple(config_of(thread))
         assert tup is not None and tup.checkpoint["id"] == newest.checkpoint["id"]
@@ -285,14 +285,16 @@ def test_a_listener_that_loses_its_connection_gives_kept_leases_back_then_listen
         listening(a)
         graph = counting_graph(2).compile(checkpointer=a)
         graph.invoke({"messages": [], "n": 0}, config_of(thread))
-        assert a._leases.kept(thread, time.monotonic()) is not None
+        assert a._runtime.leases.kept(thread, time.monotonic()) is not None
         with psycopg.connect(a.postgres_url or "", autocommit=True) as admin:
             killed = admin.execute(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
                 "WHERE application_name = 'lgd-hand-off' AND datname = current_database()"
             ).fetchall()
             assert len(killed) == 1
-            wait_until(lambda: a._leases.kept(thread, time.monotonic()) is None, "the kept lease was still trusted")
+            wait_until(
+                lambda: a._runtime.leases.kept(thread, time.monotonic()) is None, "the kept lease was still trusted"
+            )
             wait_until(
                 lambda: (
                     admin.execute("SELECT expires_at FROM lgd_leases WHERE thread_id = %s", (thread,)).fetchone()
@@ -300,9 +302,9 @@ def test_a_listener_that_loses_its_connection_gives_kept_leases_back_then_listen
                 ),
                 "the kept lease was not given back in its tier",
             )
-        wait_until(a._leases.may_keep, "the listener did not listen again")
+        wait_until(a._runtime.leases.may_keep, "the listener did not listen again")
         graph.invoke({"messages": [], "n": 0}, config_of(thread))
-        assert a._leases.kept(thread, time.monotonic()) is not None
+        assert a._runtime.leases.kept(thread, time.monotonic()) is not None
 
 
 async def test_the_async_face_keeps_hands_over_and_gives_back_as_the_sync_one(
@@ -318,13 +320,13 @@ async def test_the_async_face_keeps_hands_over_and_gives_back_as_the_sync_one(
         await alistening(a)
         await counting_graph(3).compile(checkpointer=a).ainvoke({"messages": [], "n": 0}, config)
         await wait_until_kept(a, thread)
-        assert a._hand_offs is not None
-        await asyncio.to_thread(a._hand_offs.stop)
+        assert a._runtime.hand_offs is not None
+        await asyncio.to_thread(a._runtime.hand_offs.stop)
         async with make_saver("sqlite+redis+postgres", sqlite_name="b.sqlite") as b:
             with caplog.at_level(logging.WARNING, logger="langgraph_durable"):
                 out = await counting_graph(5).compile(checkpointer=b).ainvoke({"messages": [], "n": 0}, config)
             assert_taken_over_expired(caplog, thread, a)  # not before A's kept lease expired
-            assert a._hand_offs.hand_offs == 0
+            assert a._runtime.hand_offs.hand_offs == 0
             newest = await b.aget_tuple(config)
         assert out["n"] == 5 and newest is not None
         tup = await a.aget_tuple(config)  # A's trust ended before its lease did
@@ -340,17 +342,17 @@ async def test_the_async_face_keeps_hands_over_and_gives_back_as_the_sync_one(
         # lease kept 30 s would end in ThreadBusy), and nothing to hand off.
         await graph.ainvoke({"messages": [], "n": 0}, config)
         await wait_until_kept(a, thread)
-        assert a._hand_offs is not None and a._hand_offs.hand_offs == 0
+        assert a._runtime.hand_offs is not None and a._runtime.hand_offs.hand_offs == 0
         calls.clear()
         assert (await graph.aget_state(config)).values["n"] == 2
         assert sum(calls.values()) == 0
         await graph.aupdate_state(config, {"messages": ["edited"], "n": 7})
-        assert a._leases.kept(thread, time.monotonic()) is None
+        assert a._runtime.leases.kept(thread, time.monotonic()) is None
         assert (await graph.aget_state(config)).values["n"] == 7
         await graph.ainvoke({"messages": [], "n": 0}, config)
         await wait_until_kept(a, thread)
         await a.arelease_thread(thread)
-        assert a._leases.kept(thread, time.monotonic()) is None
+        assert a._runtime.leases.kept(thread, time.monotonic()) is None
         calls.clear()
         assert (await graph.aget_state(config)).values["n"] == 2
         assert sum(calls.values()) > 0  # given back: every tier is asked again
@@ -373,7 +375,7 @@ def test_the_same_saver_runs_the_thread_again_at_once(make_saver: SaverFactory) 
         # Never waited for its own lease: on_busy="raise" would have raised
         # ThreadBusy (it is kept 30 s); nor asked itself to hand it off.
         assert graph.invoke({"messages": [], "n": 0}, config_of(thread))["n"] == 4
-        assert saver._hand_offs is not None and saver._hand_offs.hand_offs == 0
+        assert saver._runtime.hand_offs is not None and saver._runtime.hand_offs.hand_offs == 0
         calls = count_shared_reads(saver)
         assert graph.get_state(config_of(thread)).values == {"messages": ["m0", "m1", "m0", "m1", "m2", "m3"], "n": 4}
         assert sum(calls.values()) == 0
@@ -388,7 +390,7 @@ def test_update_state_under_a_kept_lease_is_what_is_read_next(make_saver: SaverF
         graph.update_state(config_of(thread), {"messages": ["edited"], "n": 7})
         assert graph.get_state(config_of(thread)).values == {"messages": ["m0", "m1", "edited"], "n": 7}
         # update_state took a lease of its own and gave it back: nothing is kept.
-        assert saver._leases.kept(thread, time.monotonic()) is None
+        assert saver._runtime.leases.kept(thread, time.monotonic()) is None
         with make_saver("sqlite+redis+postgres", sqlite_name="b.sqlite") as b:
             tup = b.get_tuple(config_of(thread))
             assert tup is not None and tup.checkpoint["channel_values"]["n"] == 7
@@ -399,7 +401,7 @@ def test_close_gives_kept_leases_back(make_saver: SaverFactory) -> None:
     with make_saver("sqlite+redis+postgres", sqlite_name="a.sqlite", lease_linger=30.0) as a:
         listening(a)
         counting_graph(2).compile(checkpointer=a).invoke({"messages": [], "n": 0}, config_of(thread))
-        assert a._leases.kept(thread, time.monotonic()) is not None
+        assert a._runtime.leases.kept(thread, time.monotonic()) is not None
     with make_saver("sqlite+redis+postgres", sqlite_name="b.sqlite") as b:  # on_busy="raise"
         assert counting_graph(3).compile(checkpointer=b).invoke({"messages": [], "n": 0}, config_of(thread))["n"] == 3
 
@@ -494,7 +496,7 @@ def test_write_behind_keeps_the_lease_once_the_run_has_shipped(make_saver: Saver
         graph.invoke({"messages": [], "n": 0}, config_of(thread))
         assert saver.drain(60).caught_up
         # the replicator hands off after shipping
-        wait_until(lambda: saver._leases.kept(thread, time.monotonic()), "the shipped run's lease was not kept")
+        wait_until(lambda: saver._runtime.leases.kept(thread, time.monotonic()), "the shipped run's lease was not kept")
         calls = count_shared_reads(saver)
         assert graph.get_state(config_of(thread)).values["n"] == 3
         assert sum(calls.values()) == 0
@@ -510,7 +512,7 @@ def test_from_env_takes_lease_linger(tmp_path: Any, monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv("LANGGRAPH_DURABLE_SQLITE", str(tmp_path / "x.sqlite"))
     monkeypatch.setenv("LANGGRAPH_DURABLE_LEASE_LINGER", "2.5")
     with DurableSaver.from_env() as saver:
-        assert saver._leases.linger == 2.5
+        assert saver._runtime.leases.linger == 2.5
     monkeypatch.setenv("LANGGRAPH_DURABLE_LEASE_LINGER", "soon")
     with pytest.raises(ConfigError, match="LANGGRAPH_DURABLE_LEASE_LINGER must be a number of seconds"):
         DurableSaver.from_env()
@@ -659,18 +661,20 @@ def listening(saver: DurableSaver) -> None:
     run's lease is kept only from then on (setup waits a few seconds at
     most, which a loaded machine can outlast)."""
     saver.setup()
-    wait_until(saver._leases.may_keep, "the hand-off listener did not hear its channel")
+    wait_until(saver._runtime.leases.may_keep, "the hand-off listener did not hear its channel")
 
 
 async def alistening(saver: DurableSaver) -> None:
     """`listening` on the async face."""
     await saver.asetup()
-    await await_until(saver._leases.may_keep, "the hand-off listener did not hear its channel")
+    await await_until(saver._runtime.leases.may_keep, "the hand-off listener did not hear its channel")
 
 
 async def wait_until_kept(saver: DurableSaver, thread: str) -> None:
     """The async face keeps an ended run's lease from a task scheduled when it ends."""
-    await await_until(lambda: saver._leases.kept(thread, time.monotonic()), "the ended run's lease was not kept")
+    await await_until(
+        lambda: saver._runtime.leases.kept(thread, time.monotonic()), "the ended run's lease was not kept"
+    )
 
 
 def assert_taken_over_expired(caplog: pytest.LogCaptureFixture, thread: str, a: DurableSaver) -> None:
@@ -678,7 +682,7 @@ def assert_taken_over_expired(caplog: pytest.LogCaptureFixture, thread: str, a: 
     by the taker), not handed off nor given back."""
     took_over = [r.getMessage() for r in caplog.records if "took over the writer lease" in r.getMessage()]
     assert len(took_over) == 1 and f"thread {thread!r}" in took_over[0], took_over
-    assert f"from {a._leases.holder} (expired;" in took_over[0], took_over
+    assert f"from {a._runtime.leases.holder} (expired;" in took_over[0], took_over
 
 
 @pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
@@ -816,7 +820,7 @@ def test_a_lease_taken_during_an_outage_is_not_kept(make_saver: SaverFactory, po
         listening(a)
         proxy.cut()
         assert counting.compile(checkpointer=a).invoke({"messages": [], "n": 0}, cfg)["n"] == 3
-        assert a._leases.kept(thread, time.monotonic()) is None
+        assert a._runtime.leases.kept(thread, time.monotonic()) is None
         proxy.restore()
         with make_saver("sqlite+redis+postgres", sqlite_name="b.sqlite") as b:
             five = looping(lambda s: {"messages": [f"m{s['n']}"], "n": s["n"] + 1}, 5)
@@ -861,10 +865,10 @@ def test_a_kept_lease_is_renewed_while_its_saver_lives_and_given_back_when_the_l
         # Renewed past its first window, never more than a window ahead, and trusted.
         wait_until(lambda: expiry() > first + KEPT_WINDOW_S, "the kept lease was not renewed")
         assert 0.0 < expiry_left() <= KEPT_WINDOW_S
-        assert saver._leases.kept(thread, time.monotonic()) is not None
+        assert saver._runtime.leases.kept(thread, time.monotonic()) is not None
         # Once the linger has ended: given back (expiry 0), and trusted no more.
         wait_until(lambda: expiry_left() < -1e8, "the kept lease was not given back when its linger ended")
-        assert saver._leases.kept(thread, time.monotonic()) is None
+        assert saver._runtime.leases.kept(thread, time.monotonic()) is None
 
 
 def test_a_replica_killed_while_it_keeps_a_lease_is_taken_over_once_the_window_lapses(

@@ -109,7 +109,7 @@ def test_a_run_ending_as_its_loop_shuts_down_gives_its_lease_back(
             kept.clear()
             gc.collect()  # a task or connection left behind warns here (warnings are errors)
             wait_until(lambda: _released(saver, thread_id), f"the lease of {thread_id} was not given back")
-        assert saver._leases.held("end-2") is None
+        assert saver._runtime.leases.held("end-2") is None
     gc.collect()
     assert _problems(caplog) == []
 

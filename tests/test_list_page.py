@@ -189,7 +189,7 @@ def test_a_checkpoint_still_owed_gets_every_tiers_writes(
     with make_saver("sqlite+redis+postgres", lease_linger=0) as saver:
         saver.setup()
         loop_graph(6).compile(checkpointer=saver).invoke({"messages": [], "n": 0}, {"configurable": {"thread_id": "t"}})
-        saver._replicator.stop()  # nothing shipped from here on
+        saver._runtime.replicator.stop()  # nothing shipped from here on
         want = _reference(saver, "t")
         owed = want[1][0]  # the newest has no pending writes
         _drop_redis_checkpoint(redis_prefix, "t", owed)

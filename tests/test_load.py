@@ -155,7 +155,7 @@ def test_a_write_behind_run_returns_before_it_ships_and_keeps_its_lease_until_it
         with pytest.raises(ThreadBusy):
             gb.invoke({"messages": ["too soon"], "n": 0}, config, durability="sync")
         assert a.drain(5).caught_up  # ships the run, then gives the lease back
-        assert a._leases.handoffs(time.monotonic()) == []
+        assert a._runtime.leases.handoffs(time.monotonic()) == []
         state = gb.invoke(None, config, durability="sync")  # nothing left to run: the whole run is seen
         assert state["n"] == 3 and len(state["messages"]) == 3
     finally:

@@ -104,14 +104,14 @@ THREADS = 120
 def _within(saver: DurableSaver) -> dict[str, int]:
     """Each memo's estimated bytes, checked against its share of the budget."""
     budget = MemoryBudget.of(BUDGET)
-    own = saver._own.usage()
-    kept = saver._leases.usage()
-    assert saver._deltas is not None and saver._read_cache is not None
+    own = saver._runtime.own.usage()
+    kept = saver._runtime.leases.usage()
+    assert saver._runtime.deltas is not None and saver._runtime.read_cache is not None
     held = {
-        "deltas": saver._deltas.size,
-        "seen": saver._seen.size,
+        "deltas": saver._runtime.deltas.size,
+        "seen": saver._runtime.seen.size,
         "own_heads": own["heads_bytes"],
-        "read_cache": saver._read_cache.size,
+        "read_cache": saver._runtime.read_cache.size,
         "kept_leases": kept["kept_bytes"] + kept["handoff_bytes"],
     }
     for name, size in held.items():
@@ -147,11 +147,11 @@ async def test_a_saver_serving_many_threads_stays_within_its_budget_and_reads_ev
             await run(f"t{i}", {"messages": [], "n": 0})
         held = _within(saver)
         # More threads than fit were served: the memos forgot the oldest.
-        assert saver._own.usage()["heads"] < THREADS and saver._seen.entries < 6 * THREADS
+        assert saver._runtime.own.usage()["heads"] < THREADS and saver._runtime.seen.entries < 6 * THREADS
         # The memos the tiers use are the saver's budgeted ones (both faces share them).
         assert held["deltas"] > 0 and held["seen"] > 0 and held["own_heads"] > 0
-        assert saver._deltas.entries < THREADS
-        assert saver._deltas.base_for("t0", "", None) == {}
+        assert saver._runtime.deltas.entries < THREADS
+        assert saver._runtime.deltas.base_for("t0", "", None) == {}
         # Every thread reads back as written, forgotten or not ...
         for i in (0, 1, THREADS // 2, THREADS - 1):
             cfg = {"configurable": {"thread_id": f"t{i}"}}

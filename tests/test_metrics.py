@@ -136,7 +136,7 @@ def test_metrics_option_is_checked_and_costs_nothing_when_absent(tmp_path: Path)
         DurableSaver(sqlite=str(tmp_path / "a.sqlite"), metrics=["not a hook"])  # type: ignore[list-item]
     with DurableSaver(sqlite=str(tmp_path / "b.sqlite")) as saver:
         chain: Any = saver._sync_chain()
-        assert saver._metrics is None and all(t.metrics is None for t in chain.tiers)
+        assert saver._runtime.metrics is None and all(t.metrics is None for t in chain.tiers)
 
 
 # -- against real tiers, both faces -------------------------------------------------------------
@@ -161,7 +161,7 @@ class Face:
         if self.name == "async":
             keeper = saver._async_leases()
             await await_until(
-                lambda: saver._leases.held(thread) is None and not keeper._to_release and not keeper._releasing,
+                lambda: saver._runtime.leases.held(thread) is None and not keeper._to_release and not keeper._releasing,
                 "the run's lease was not given back",
             )
         assert (await self.drain(saver)).caught_up

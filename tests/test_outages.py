@@ -79,7 +79,7 @@ def _thirty_runs(
 def _wait_for_probe(saver: DurableSaver, tier: str, within: float = 35.0) -> None:
     """Until the tier's breaker lets a probe through (its backoff has passed)."""
     deadline = time.monotonic() + within
-    while not saver._breakers[tier].available(time.monotonic()):
+    while not saver._runtime.breakers[tier].available(time.monotonic()):
         assert time.monotonic() < deadline, f"{tier}'s breaker stayed open"
         time.sleep(0.05)
 
@@ -290,7 +290,7 @@ def test_write_behind_refuses_a_write_whose_thread_was_taken_over(
     assert saver.drain(5).caught_up
     # This saver's own lease for the next write, then the link goes down.
     lease = saver._sync_leases()._acquire("taken")
-    saver._leases.begin(_Runtime(), lease)
+    saver._runtime.leases.begin(_Runtime(), lease)
     proxy.cut()
     saver.put(first, generate_checkpoint(), generate_metadata(step=1), {})
     assert saver.lag().records == 1
@@ -336,13 +336,13 @@ def test_owed_records_survive_a_restart(
         _run(graph, "before", "sync")
         assert saver.drain(10).caught_up
         proxy.cut()
-        saver._breakers["postgres"].failed(time.monotonic(), "test: cut")  # skip the first timeout
+        saver._runtime.breakers["postgres"].failed(time.monotonic(), "test: cut")  # skip the first timeout
         assert _run(graph, "owed", "sync")["n"] == STEPS  # Redis acknowledges it
         owed = saver.lag()
         assert owed.records > 0 and owed.by_tier["postgres"] > 0, owed
         assert _postgres_ids(postgres_url, "owed") == set()
         redis_proxy.cut()
-        saver._breakers["redis"].failed(time.monotonic(), "test: cut")
+        saver._runtime.breakers["redis"].failed(time.monotonic(), "test: cut")
         with pytest.raises(TierUnavailable):
             _run(graph, "refused", "sync")  # no shared tier at all: not acknowledged
         assert saver.lag().by_tier == owed.by_tier  # the refused run owes nothing
@@ -417,9 +417,9 @@ def test_local_disk_full_the_shared_tiers_carry_on(
     saver = _saver(tmp_path, redis=REDIS_URL, redis_key_prefix=redis_prefix, postgres=postgres_url)
     graph = loop_graph(STEPS).compile(checkpointer=saver)
     _run(graph, "disk-ok", face)
-    assert saver._local is not None
-    with saver._local._lock:
-        conn = saver._local._connect()
+    assert saver._runtime.local is not None
+    with saver._runtime.local._lock:
+        conn = saver._runtime.local._connect()
         pages = conn.execute("PRAGMA page_count").fetchone()[0]
         conn.execute(f"PRAGMA max_page_count={pages}")
     for i in range(3):
@@ -558,7 +558,7 @@ def test_a_hung_postgres_costs_one_call_timeout_then_is_skipped(
         assert _run(graph, f"slow-{i}", "async")["n"] == STEPS
     # Each timeout is one failure the breaker saw: the first call, then only
     # its probes, not every one of the runs' ~60 calls to Postgres.
-    timeouts = saver._breakers["postgres"].stats(time.monotonic()).failures
+    timeouts = saver._runtime.breakers["postgres"].stats(time.monotonic()).failures
     assert 1 <= timeouts <= 5, timeouts
     assert saver.lag().by_tier["postgres"] > 0
     proxy.restore()

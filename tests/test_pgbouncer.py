@@ -340,7 +340,7 @@ def test_lease_linger_keeps_no_lease_where_hand_off_requests_are_not_heard(
     with make_pooled("sqlite+postgres", lease_linger=30.0) as a:
         a.setup()
         loop_graph(2).compile(checkpointer=a).invoke({"messages": [], "n": 0}, config)
-        assert a._leases.kept(thread, time.monotonic()) is None
+        assert a._runtime.leases.kept(thread, time.monotonic()) is None
         assert "lease hand-offs: not listening" in caplog.text
         with make_pooled("sqlite+postgres", sqlite_name="b.sqlite") as b:
             assert loop_graph(3).compile(checkpointer=b).invoke({"messages": [], "n": 0}, config)["n"] == 3

@@ -56,7 +56,7 @@ def test_a_read_tries_redis_behind_its_open_breaker_when_postgres_drops(
         loop_graph(3).compile(checkpointer=saver).invoke({"messages": [], "n": 0}, {"configurable": {"thread_id": "t"}})
         newest = read("t")
         assert newest is not None
-        breaker = saver._breakers["redis"]
+        breaker = saver._runtime.breakers["redis"]
         breaker.backoff_first = breaker.backoff_max = 3600.0  # once open, no ordinary retry within the test
         redis.cut()
         assert read("t").config == newest.config  # Postgres alone answers

@@ -60,7 +60,7 @@ def _invoke(graph: Any, saver: DurableSaver, thread: str, face: str) -> dict[str
         out = await graph.ainvoke({"messages": [], "n": 0}, config, durability="sync")
         keeper = saver._async_leases()
         await await_until(
-            lambda: saver._leases.held(thread) is None and not keeper._to_release and not keeper._releasing,
+            lambda: saver._runtime.leases.held(thread) is None and not keeper._to_release and not keeper._releasing,
             "the run's lease was not given back",
         )
         return out
@@ -191,7 +191,7 @@ def test_a_background_pass_leaves_a_running_threads_newest_records_to_its_run(
     """While a run is going, a background replicator pass leaves its records
     younger than RUN_SHIPS_ITS_OWN_S to the run's end; older ones, and any
     pass that is not a background one (drain, close), ship them."""
-    import langgraph_durable.faces.base as faces_base
+    import langgraph_durable.faces.runtime as faces_runtime
 
     monkeypatch.setattr(Replicator, "kick", lambda self, **_: None)
     thread = "running"
@@ -200,13 +200,13 @@ def test_a_background_pass_leaves_a_running_threads_newest_records_to_its_run(
     def step(state: dict[str, Any]) -> dict[str, Any]:
         n = state.get("n", 0)
         if n == 2:
-            saver._replicate(background=True)
+            saver._runtime.replicate(background=True)
             seen["young, background pass"] = len(_redis_ids(REDIS_URL, redis_prefix, thread))
-            monkeypatch.setattr(faces_base, "RUN_SHIPS_ITS_OWN_S", 0.0)
-            saver._replicate(background=True)
+            monkeypatch.setattr(faces_runtime, "RUN_SHIPS_ITS_OWN_S", 0.0)
+            saver._runtime.replicate(background=True)
             seen["old enough"] = len(_redis_ids(REDIS_URL, redis_prefix, thread))
         if n == 4:
-            saver._replicate(background=False)
+            saver._runtime.replicate(background=False)
             seen["drain"] = len(_redis_ids(REDIS_URL, redis_prefix, thread))
         return {"messages": ["m"], "n": n + 1}
 

@@ -142,7 +142,7 @@ async def run_ended(saver: Any, thread: str) -> None:
     deadline = time.monotonic() + 10
     with psycopg.connect(saver.postgres_url, autocommit=True) as conn:
         while (
-            saver._leases.kept(thread, time.monotonic()) is None
+            saver._runtime.leases.kept(thread, time.monotonic()) is None
             and conn.execute("SELECT 1 FROM lgd_leases WHERE thread_id = %s AND expires_at > 0", (thread,)).fetchone()
         ):
             assert time.monotonic() < deadline, "the run's lease was neither given back nor kept"

@@ -205,8 +205,9 @@ def test_a_background_sweep_keeps_storage_flat(make_saver: Any) -> None:
             graph.invoke({"messages": [], "n": 0}, cfg)
             wait_until(lambda: len(_ids(saver, "t")) <= 3, "the background sweep did not run")
             assert len(_ids(saver, "t")) == 3
-        assert saver._sweeper is not None and saver._sweeper.sweeps >= 4
-    assert saver._sweeper._thread is not None and not saver._sweeper._thread.is_alive()  # close stopped it
+        sweeper = saver._runtime.sweeper
+        assert sweeper is not None and sweeper.sweeps >= 4
+    assert sweeper._thread is not None and not sweeper._thread.is_alive()  # close stopped it
 
 
 def test_retention_needs_a_policy(make_saver: Any) -> None:

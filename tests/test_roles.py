@@ -128,6 +128,7 @@ ROOMS = [
     "engine/leases/keeper_async.py",
     "saver.py",
     "faces/base.py",
+    "faces/runtime.py",
     "faces/ops_async.py",
 ]
 

@@ -88,7 +88,7 @@ def test_local_fsync_sets_how_the_local_file_commits(
 ) -> None:
     with make_saver("sqlite+postgres", **options) as saver:
         saver.setup()
-        level = saver._local._connect().execute("PRAGMA synchronous").fetchone()[0]
+        level = saver._runtime.local._connect().execute("PRAGMA synchronous").fetchone()[0]
         assert {1: "NORMAL", 2: "FULL"}[level] == synchronous
         graph = loop_graph(2).compile(checkpointer=saver)
         assert graph.invoke({"messages": [], "n": 0}, {"configurable": {"thread_id": "t"}})["n"] == 2

@@ -372,7 +372,7 @@ async def test_checkpointer_sets_up_yields_and_closes(
         assert saver.redis_key_prefix == redis_prefix
         assert (await saver.ahealth()).ok
         assert await saver.aget_tuple(config) is None
-    assert saver._async is None and saver._sync is None  # closed
+    assert saver._runtime._async is None and saver._runtime._sync is None  # closed
     # a second call builds a second saver: the server may call it once per thread
     async with checkpointer(redis_key_prefix=redis_prefix) as other:
         assert other is not saver

@@ -66,7 +66,7 @@ def test_a_signal_in_the_middle_of_a_saver_call_drains_and_exits(tmp_path: Path)
         """
 drain_on_sigterm(saver, timeout=5)
 with saver:
-    with saver._replicator.exclusive():
+    with saver._runtime.replicator.exclusive():
         print("ready", flush=True)
         time.sleep(120)
 """,

@@ -93,11 +93,11 @@ def _hold_open(saver: DurableSaver, tier: str) -> None:
     """Once this tier's breaker opens, no ordinary probe comes within the
     test, however slow the machine: what a test sees of the tier is the
     calls under test."""
-    saver._breakers[tier].backoff_first = saver._breakers[tier].backoff_max = 3600.0
+    saver._runtime.breakers[tier].backoff_first = saver._runtime.breakers[tier].backoff_max = 3600.0
 
 
 def _failures(saver: DurableSaver, tier: str) -> int:
-    return saver._breakers[tier].stats(time.monotonic()).failures
+    return saver._runtime.breakers[tier].stats(time.monotonic()).failures
 
 
 # -- a shared tier stalls mid-run ------------------------------------------------------
@@ -200,7 +200,7 @@ def test_first_run_of_a_new_saver_while_a_tier_refuses(
     out = _returns(_graph(saver), "first", face)
     assert not isinstance(out, BaseException), _why(out)
     assert out["n"] == STEPS
-    stats = saver._breakers[refusing].stats(time.monotonic())
+    stats = saver._runtime.breakers[refusing].stats(time.monotonic())
     assert stats.state == "open" and stats.failures == 1
     tried = [c for c in calls if c.tier == refusing and c.seconds > 0.0]
     skipped = [c for c in calls if c.tier == refusing and c.seconds == 0.0]
@@ -231,14 +231,14 @@ def test_redis_back_behind_its_open_breaker_takes_the_run_when_postgres_drops(
         _hold_open(saver, "redis")  # once open, it stays open for the rest of the test
         redis_server.kill()
         assert _returns(_graph(saver), "redis-down", face)["n"] == STEPS
-        assert saver._breakers["redis"].state == "open"
+        assert saver._runtime.breakers["redis"].state == "open"
         redis_server.start()  # back, behind its open breaker
         proxy.cut()
         out = _returns(_graph(saver), "postgres-cut", face)
         assert not isinstance(out, BaseException), _why(out)
         assert out["n"] == STEPS
-        assert saver._breakers["redis"].state == "closed"
-        assert saver._breakers["postgres"].state == "open"
+        assert saver._runtime.breakers["redis"].state == "closed"
+        assert saver._runtime.breakers["postgres"].state == "open"
         saver.close()
 
 
@@ -384,7 +384,7 @@ def test_hand_off_listener_stalled_ends_and_close_returns(
         out = _outcome(saver.setup, "setup")  # waits a moment for the listener's first try only
         assert not isinstance(out, BaseException), _why(out)
         assert proxy.hit.is_set()
-        listener = saver._hand_offs
+        listener = saver._runtime.hand_offs
         assert listener is not None and listener._thread is not None
         thread = listener._thread
         out = _outcome(saver.close, "close()")

@@ -131,7 +131,7 @@ def test_every_copy_failing_alike_is_read_around_but_never_quarantined(make_save
 def test_turning_a_key_on_over_a_store_written_unsigned(make_saver: Any) -> None:
     """A store written before records were sealed by default (unsigned)."""
     with make_saver(ALL) as plain:
-        plain._store_key = False  # how such a store was written
+        plain._runtime.store_key = False  # how such a store was written
         _chain(plain, "t", 3)
     with make_saver(ALL, signing_key=KEY) as keyed, pytest.raises(ConfigError, match=r"signing_keys=\[key, None\]"):
         keyed.setup()
@@ -417,7 +417,7 @@ async def test_an_undecodable_copy_in_one_tier_is_read_around(make_saver: Any, t
     instead of failing, and nothing is built from the planted one."""
     marker = tmp_path / "pwned"
     with make_saver("redis+postgres") as saver:
-        saver._store_key = False  # how such a store was written
+        saver._runtime.store_key = False  # how such a store was written
         config = _one_checkpoint(saver)
     _plant_os_system(saver, marker, postgres=False)
     saver = make_saver("redis+postgres")
@@ -436,7 +436,7 @@ def test_a_planted_record_in_a_store_written_unsigned_executes_nothing(make_save
     record verifies, so it is decoded with the strict allowlist."""
     marker = tmp_path / "pwned"
     with make_saver("redis+postgres") as saver:
-        saver._store_key = False  # how such a store was written
+        saver._runtime.store_key = False  # how such a store was written
         config = _one_checkpoint(saver)
     _plant_os_system(saver, marker)
     with make_saver("redis+postgres") as saver:

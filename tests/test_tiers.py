@@ -138,8 +138,8 @@ def test_journal_entry_left_by_a_crash_is_replayed(make_saver: Any) -> None:
             generate_metadata(),
             {"k": 1},
         )
-        assert saver._local is not None
-        saver._local.write_checkpoint(row, blobs, journal=True)  # what put() does before the crash
+        assert saver._runtime.local is not None
+        saver._runtime.local.write_checkpoint(row, blobs, journal=True)  # what put() does before the crash
     with make_saver("postgres") as postgres_only:
         assert postgres_only.get_tuple(generate_config("crashed")) is None
     with make_saver("sqlite+postgres") as restarted:

@@ -260,7 +260,7 @@ def test_a_type_the_allowlist_blocks_is_an_error_not_a_dict(make_saver: Any) -> 
     """A legacy record (sealed before the store had a key) holding an app
     type: strict decoding refuses it loudly, and repair re-seals it."""
     with make_saver("sqlite+postgres") as old:
-        old._store_key = False  # a store written before records were sealed by default
+        old._runtime.store_key = False  # a store written before records were sealed by default
         run_to_interrupt(old, "t")
         assert old._codec.key == b""
     with make_saver("sqlite+postgres", sqlite_name="new.sqlite") as new:

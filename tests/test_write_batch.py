@@ -152,7 +152,7 @@ def test_a_damaged_entry_in_a_run_is_quarantined_and_the_rest_ships(
         ids = [t.checkpoint["id"] for t in saver.list(config)]
         bad = ids[3]
         _damage_local(tmp_path / "local.sqlite", bad)
-        saver._memory.outbox.forget()
+        saver._runtime.memory.outbox.forget()
         assert saver.drain(10).caught_up
         quarantined = [q.key for q in saver.quarantined("damaged")]
         kwargs = _shared_of(saver)

@@ -3,8 +3,9 @@ behind the steps, within a bounded lag.
 
 The saver notes every thread it writes or deletes (`note`, a dict insert
 on the step path); a daemon thread wakes every ``archive_lag / 2`` seconds
-and ships each noted thread as one segment (`archiver_async.AsyncArchiver.ship`,
-on the sync face). A thread noted while a pass runs waits for the next one;
+and has the saver's runtime (`Ships`, ``faces/runtime.py``) ship each
+noted thread as one segment (`archiver_async.AsyncArchiver.ship`, on the
+sync face). A thread noted while a pass runs waits for the next one;
 one whose ship fails stays noted. A failure is the thread's own (a name or
 object the store refuses) when the store still answers a call that names
 no thread (`ArchiveRefused`, the ship's caller tells them apart): the pass
@@ -28,6 +29,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 from ..engine.tasks import BackgroundTask
 from ..errors import DurableError, TierUnavailable
@@ -51,24 +53,35 @@ FAILING_SHOWN = 10  # thread ids `lag().failing` names at most
 FAILING_META = "archive_failing"
 
 
+class Ships(Protocol):
+    """What the replica works for (a saver's runtime), on its thread."""
+
+    def ship_to_archive(self, thread_id: str) -> int:
+        """Ship the thread as one segment; the records shipped. Raises
+        `ArchiveRefused` when the store answers but refuses this thread,
+        `NotYet` while the shared tiers are still owed part of it,
+        `TierUnavailable` when the store is down."""
+
+    def rescan_archive(self, note: Callable[[str], None], paced: Callable[[], bool]) -> int:
+        """`note` every thread the archive is behind on (asking `paced()`
+        before each, and stopping when it says False); how many."""
+
+    def archive_failing(self, failing: dict[str, str]) -> None:
+        """Record the threads the replica cannot ship ({thread id: error})
+        where another process's `doctor` finds them."""
+
+
 class ArchiveReplica(BackgroundTask):
-    """Calls `ship(thread_id)` for each noted thread, every `lag / 2` seconds."""
+    """Has `host` ship each noted thread, every `lag / 2` seconds, and
+    rescan what the archive is behind on at start and every
+    `RESCAN_EVERY_S`."""
 
     thread_name = "langgraph-durable-archive"
 
-    def __init__(
-        self,
-        ship: Callable[[str], int],
-        *,
-        lag: float = DEFAULT_ARCHIVE_LAG_S,
-        rescan: Callable[[Callable[[str], None], Callable[[], bool]], int] | None = None,
-        on_failing: Callable[[dict[str, str]], None] | None = None,
-    ) -> None:
+    def __init__(self, host: Ships, *, lag: float = DEFAULT_ARCHIVE_LAG_S) -> None:
         super().__init__()
-        self._ship = ship
+        self._host = host
         self._failing: dict[str, tuple[float, float, str]] = {}  # thread id -> (retry at, backoff, error)
-        self._on_failing = on_failing
-        self._rescan = rescan
         self.lag_bound = lag
         self._noted: dict[str, float] = {}  # thread id -> when first noted since its last ship
         self._notes_seen: dict[str, int] = {}  # thread id -> notes so far: one noted during its ship stays
@@ -109,7 +122,7 @@ class ArchiveReplica(BackgroundTask):
     def flush(self, timeout: float | None = None) -> ArchiveLag:
         """Ship every noted thread now (a drain, ``close``); at most `timeout` seconds."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        if self._rescan is not None and self.running:
+        if self.running:
             # What a killed process left is noted by the first rescan: wait
             # for it (a small store's takes a moment), within the deadline.
             self._hurry.set()
@@ -134,7 +147,7 @@ class ArchiveReplica(BackgroundTask):
                 if failing is not None and not retry and time.monotonic() < failing[0]:
                     continue  # backing off (a drain tries it now)
                 try:
-                    shipped = self._ship(thread_id)
+                    shipped = self._host.ship_to_archive(thread_id)
                 except NotYet:
                     continue  # the local journal still owes the shared tiers some of it
                 except ArchiveRefused as exc:
@@ -185,21 +198,18 @@ class ArchiveReplica(BackgroundTask):
         self._tell_failing()
 
     def _tell_failing(self) -> None:
-        if self._on_failing is None:
-            return
         with self._notes:
             failing = {t: error for t, (_, _, error) in self._failing.items()}
         try:
-            self._on_failing(failing)
+            self._host.archive_failing(failing)
         except Exception as exc:  # a report never stops a pass
             logger.warning("archive replica: could not record the threads it cannot ship (%s)", exc)
 
     def _run(self) -> None:
-        if self._rescan is not None:
-            self._rescan_now()
+        self._rescan_now()
         while not self._stopping.wait(max(0.0, self.lag_bound / 2 - (time.monotonic() - self._last_pass))):
             self._pass_now()
-            if self._rescan is not None and time.monotonic() - self._last_rescan > RESCAN_EVERY_S:
+            if time.monotonic() - self._last_rescan > RESCAN_EVERY_S:
                 self._rescan_now()
 
     def _pass_now(self) -> None:
@@ -210,7 +220,6 @@ class ArchiveReplica(BackgroundTask):
             logger.exception("archive replica pass failed; trying again in %.0f s", self.lag_bound / 2)
 
     def _rescan_now(self) -> None:
-        assert self._rescan is not None
         self._last_rescan = time.monotonic()
 
         def paced() -> bool:
@@ -221,7 +230,7 @@ class ArchiveReplica(BackgroundTask):
             return not self._stopping.wait(1.0 / RESCAN_RATE)
 
         try:
-            noted = self._rescan(self.note, paced)
+            noted = self._host.rescan_archive(self.note, paced)
         except Exception as exc:  # the tiers or the store down: the next rescan tries again
             logger.warning("archive replica: rescan failed (%s); trying again in %.0f s", exc, RESCAN_EVERY_S)
             return

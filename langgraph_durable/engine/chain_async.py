@@ -722,7 +722,7 @@ class AsyncTierChain:
             # to the rest: acknowledged ("shared": the journal and one shared
             # tier). A run's end ships what its thread owes before its lease
             # is given back (leases/keeper_async.py), and the replicator what a
-            # run still going wrote a while ago (DurableSaver._replicate), in
+            # run still going wrote a while ago (Runtime.replicate), in
             # one transaction per thread and tier, from the outbox (`keep`),
             # not read back from the local file.
             assert seq is not None

@@ -4,8 +4,9 @@ Whatever a shared tier is owed (`backlog.py`: it was down, or the saver
 writes behind) is shipped by `journal_async.AsyncJournal.catch_up`. This
 thread runs it whenever a write leaves something owed (`kick`), and every
 `interval` seconds while anything is still owed, so a tier that comes back
-is caught up within a backoff of its breaker. It uses the saver's sync face,
-whichever face wrote: one thread, no event loop to outlive.
+is caught up within a backoff of its breaker. It works for the saver's
+runtime (`CatchesUp`, ``faces/runtime.py``), on the sync face, whichever
+face wrote: one thread, no event loop to outlive.
 
 `drain` is the same work done in the caller's thread against a deadline:
 ``close()`` uses it, and so does the SIGTERM handler (`shutdown.py`).
@@ -18,7 +19,8 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
+from typing import Protocol
 
 from ..errors import ConfigError, TierUnavailable
 from ..model.backlog import Lag
@@ -37,23 +39,35 @@ DEFAULT_INTERVAL_S = 0.5
 WRITE_BEHIND_GAP_S = 0.25
 
 
+class CatchesUp(Protocol):
+    """What the replicator works for (a saver's runtime)."""
+
+    def replicate(self, background: bool = False) -> int:
+        """One pass over what is owed; `background`: the replicator's own,
+        which may leave some records to whoever ships them anyway."""
+        ...
+
+    def shared_lag(self) -> Lag:
+        """What the shared tiers are still owed."""
+        ...
+
+
 class Replicator(BackgroundTask):
-    """Runs `catch_up` in the background while `lag` says something is owed."""
+    """Runs `host.replicate` in the background while `host.shared_lag` says
+    something is owed."""
 
     thread_name = "langgraph-durable-replicator"
     restartable = True  # a later `kick` starts a new thread
 
     def __init__(
         self,
-        catch_up: Callable[[bool], int],
-        lag: Callable[[], Lag],
+        host: CatchesUp,
         *,
         interval: float = DEFAULT_INTERVAL_S,
         gap: float = 0.0,
     ) -> None:
         super().__init__()
-        self._catch_up = catch_up
-        self._lag = lag
+        self._host = host
         self.interval = interval
         self.gap = gap  # the least time between the starts of two background passes
         self._wake = threading.Event()
@@ -89,7 +103,7 @@ class Replicator(BackgroundTask):
             started = time.monotonic()
             try:
                 self._pass(background=True)
-                owed = not self._lag().caught_up
+                owed = not self._host.shared_lag().caught_up
             except Exception as exc:  # keep running: the next pass retries
                 _pass_failed("replicator", exc, failed)
                 failed = exc
@@ -99,10 +113,10 @@ class Replicator(BackgroundTask):
 
     def _pass(self, *, background: bool = False) -> int:
         """One pass; `background`: this thread's, which may leave some
-        records to whoever ships them anyway (see `DurableSaver._replicate`)."""
+        records to whoever ships them anyway (see `Runtime.replicate`)."""
         with self._pass_lock:
             self.passes += 1
-            return self._catch_up(background)
+            return self._host.replicate(background)
 
     @contextlib.contextmanager
     def exclusive(self) -> Iterator[None]:
@@ -133,11 +147,11 @@ class Replicator(BackgroundTask):
                 # exist, a wrong password): no later pass can do better, so
                 # the drain ends now, not when its time is up.
                 logger.warning("drain stopped: %s", exc)
-                return self._lag()
+                return self._host.shared_lag()
             except Exception as exc:
                 _pass_failed("drain", exc, failed)
                 failed = exc
-            lag = self._lag()
+            lag = self._host.shared_lag()
             if lag.caught_up or time.monotonic() >= deadline:
                 return lag
             time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))

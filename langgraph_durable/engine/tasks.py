@@ -1,13 +1,16 @@
 """Background work with one lifecycle.
 
 The saver runs a few long-lived jobs beside the application: the replicator
-(replicator.py), the retention sweep (sweeper.py) and the lease hand-off
-listener (handoff.py). Each is a `BackgroundTask`: one daemon thread,
-started on demand (and again in a forked child, which inherits no
-threads), stopped once by the saver's ``close()``, woken or interrupted by
-its own hook. The saver keeps them in one list and stops them together.
-Like psycopg_pool's maintenance tasks, each is small and knows nothing of
-the others.
+(replicator.py), the retention sweep (sweeper.py), the archive replica
+(``archive/replica.py``) and the lease hand-off listener (handoff.py). Each
+is a `BackgroundTask`: one daemon thread, started on demand (and again in a
+forked child, which inherits no threads), stopped once by the saver's
+``close()``, woken or interrupted by its own hook. Like psycopg_pool's
+maintenance tasks, each is small, knows nothing of the others, and
+receives the object it works for (the saver's runtime, or for the sweep
+the saver), typed by a small protocol in its own module, not callbacks.
+The runtime (``faces/runtime.py``) makes them, starts them and stops them,
+in order, when the saver closes.
 """
 
 from __future__ import annotations

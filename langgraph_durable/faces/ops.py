@@ -40,7 +40,6 @@ from ..retention import RetentionPolicy, RetentionReport
 from ..tiers.base import ARCHIVE_META, EMBEDDED_META, QuarantinedRecord, archived_key
 from .base import (
     BRING_BACK_POLL_S,
-    HAND_OFF_START_WAIT_S,
     SaverBase,
     archived_runs_unsearched,
     idle_for,
@@ -52,6 +51,7 @@ from .base import (
     thread_archived,
     undo_count,
 )
+from .runtime import HAND_OFF_START_WAIT_S
 
 
 class SaverOps(SaverBase):
@@ -63,7 +63,7 @@ class SaverOps(SaverBase):
         cannot be reached. Called on first use if you do not call it. With
         ``lease_linger``, also starts listening for hand-off requests."""
         self._sync_chain().setup()
-        self._listen_for_hand_offs(HAND_OFF_START_WAIT_S)
+        self._runtime.listen_for_hand_offs(HAND_OFF_START_WAIT_S)
 
     def close(self) -> None:
         """Ship what the shared tiers are still owed (for up to
@@ -71,14 +71,10 @@ class SaverOps(SaverBase):
         and the local file. The saver may not be used afterwards. Closing on
         the sync face leaves the async face's connections and the local file
         open (and says so in a warning): after async use, close the saver on
-        the async face (or with ``async with``), which closes both faces'."""
-        if self._origin is not None:  # a with_allowlist clone: its origin owns the connections
-            self._origin.close()
-            return
-        self._wait_for_drains()
-        self._drain_at_close()
-        self._stop_hand_offs()
-        self._close_sync()
+        the async face (or with ``async with``), which closes both faces'.
+        Every view of the saver (`with_allowlist`) shares what this closes:
+        closing one closes them all."""
+        self._runtime.close()
 
     def drain(self, timeout: float | None = None) -> Lag:
         """Ship what the shared tiers are owed, until nothing is or `timeout`
@@ -86,7 +82,7 @@ class SaverOps(SaverBase):
         SIGTERM, `langgraph_durable.shutdown` drains on a thread of its own;
         never drain from a signal handler, which may have interrupted one of
         this saver's calls."""
-        return self._replicator.drain(timeout)
+        return self._runtime.drain(timeout)
 
     def lag(self) -> Lag:
         """How far behind the shared tiers are: records owed (in all and per
@@ -94,7 +90,7 @@ class SaverOps(SaverBase):
         this is the write-behind lag; otherwise it is what tiers that were
         down have still to be sent, and (all three tiers) what Redis is
         still to get from the replicator."""
-        return self._with_archive(self._sync_chain().lag())
+        return self._runtime.with_archive(self._sync_chain().lag())
 
     def health(self) -> Health:
         """Probe every tier now: reachable, latency, breaker state, records
@@ -107,7 +103,7 @@ class SaverOps(SaverBase):
         health = self._with_fingerprint(health)
         if self.archive_url is None:
             return health
-        return self._archive_health(health, self._archive_probe)
+        return self._runtime.archive_health(health)
 
     def __enter__(self) -> Self:
         return self
@@ -127,7 +123,7 @@ class SaverOps(SaverBase):
         # for a new thread), and gives it back if it fails to start.
         lease = self._sync_leases().begin_run(config) if first else None
         try:
-            token, until = (None, None) if first else self._lease_token(config)
+            token, until = (None, None) if first else self._runtime.lease_token(config)
             tup = chain.get_tuple(config, lease_token=token, trusted_until=until)
             if tup is None and self._brought_back(config, held=first):
                 tup = chain.get_tuple(config)
@@ -151,7 +147,7 @@ class SaverOps(SaverBase):
         chain = self._sync_chain()
         token, until = None, None
         if config:
-            token, until = self._lease_token(config)
+            token, until = self._runtime.lease_token(config)
         items = chain.list_tuples(
             config, filter=filter, before=before, limit=limit, lease_token=token, trusted_until=until
         )
@@ -169,7 +165,7 @@ class SaverOps(SaverBase):
     ) -> RunnableConfig:
         """Store a checkpoint, under the thread's writer lease (LangGraph's contract)."""
         stored = self._sync_leases().put(config, checkpoint, self._stamped(metadata), new_versions)
-        self._note_archive(config)
+        self._runtime.note_archive(config)
         return stored
 
     def put_writes(
@@ -177,7 +173,7 @@ class SaverOps(SaverBase):
     ) -> None:
         """Store a task's pending writes, under the thread's writer lease (LangGraph's contract)."""
         self._sync_leases().put_writes(config, writes, task_id, task_path)
-        self._note_archive(config)
+        self._runtime.note_archive(config)
 
     def delete_thread(self, thread_id: str) -> None:
         """Delete every checkpoint, pending write and ledger entry of the
@@ -197,7 +193,7 @@ class SaverOps(SaverBase):
     def _delete_now(self, thread_id: str, chain: TierChain | None = None) -> None:
         """`delete_thread`'s deletion, under a lease the caller holds if any."""
         chain = chain or self._sync_chain()
-        with self._replicator.exclusive():
+        with self._runtime.replicator.exclusive():
             chain.catch_up()  # what is owed first: nothing deleted is shipped later
             chain.delete_thread(thread_id)
         self._archive_forget(thread_id)
@@ -236,7 +232,7 @@ class SaverOps(SaverBase):
                     self._bring_back_thread(thread_id)
             except TierUnavailable as exc:
                 unsearched = exc  # the hot threads lose the runs all the same; then it is said
-        with self._replicator.exclusive():
+        with self._runtime.replicator.exclusive():
             chain.catch_up()  # what is owed first: nothing deleted is shipped later
             # Another saver's kept lease of a thread that loses a checkpoint (lease_linger).
             chain.delete_for_runs(run_ids, self._asking(leases.ask_kept_back, "delete_for_runs"))
@@ -250,10 +246,10 @@ class SaverOps(SaverBase):
         self._bring_back_thread(source_thread_id)
         self._bring_back_thread(target_thread_id)
         self._sync_leases().ask_kept_back(target_thread_id, "copy_thread: target")  # see delete_thread
-        with self._replicator.exclusive():
+        with self._runtime.replicator.exclusive():
             chain.catch_up()  # what is owed first: nothing deleted is shipped later
             chain.copy_thread(source_thread_id, target_thread_id)
-        self._note_archive(target_thread_id)
+        self._runtime.note_archive(target_thread_id)
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """Prune the threads' checkpoints by `strategy` (LangGraph's
@@ -265,11 +261,11 @@ class SaverOps(SaverBase):
             self._bring_back_thread(thread_id)  # an archived thread is pruned as a hot one is
             leases.ask_kept_back(thread_id, "prune")  # see delete_thread
             self._archive_owe(thread_id)
-        with self._replicator.exclusive():
+        with self._runtime.replicator.exclusive():
             chain.catch_up()  # see delete_thread
             chain.prune(thread_ids, strategy=strategy)
         for thread_id in thread_ids:
-            self._note_archive(thread_id)
+            self._runtime.note_archive(thread_id)
 
     def get_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
@@ -282,7 +278,7 @@ class SaverOps(SaverBase):
         if not channels:
             return {}
         chain = self._sync_chain()
-        token, until = self._lease_token(config)
+        token, until = self._runtime.lease_token(config)
         found = chain.delta_history(config, channels, lease_token=token, trusted_until=until)
         if found is not None:
             return found
@@ -295,7 +291,7 @@ class SaverOps(SaverBase):
     def record_action(self, thread_id: str, entry: LedgerEntry) -> None:
         """Write a ledger entry through every tier (used by `ledger.action`)."""
         self._sync_chain().record_action(thread_id_of(thread_id, what="record_action"), entry)
-        self._note_archive(str(thread_id))
+        self._runtime.note_archive(str(thread_id))
 
     def resolve_action(
         self, thread_id: str, key: str, *, done: bool, result: Any = None, force: bool = False
@@ -416,7 +412,7 @@ class SaverOps(SaverBase):
         leases = self._sync_leases()
         when = time.time() if now is None else now
         hot_ids, archived_ids = self._retention_split(thread_ids)
-        with self._replicator.exclusive():
+        with self._runtime.replicator.exclusive():
             chain.catch_up()  # what is owed first: nothing deleted is shipped later
             # Another saver's kept lease of a thread it deletes or prunes (lease_linger).
             report = chain.retain(
@@ -493,13 +489,13 @@ class SaverOps(SaverBase):
                 if judged.retained.thread_deleted:
                     self._delete_now(thread_id)
                     continue
-                with self._archive_call("bring_back"):
+                with self._runtime.archive_call("bring_back"):
                     archiver.bring_back(thread_id)  # under the lease held here
                 self._archive_owe(thread_id)  # see prune
             finally:
                 leases.unhold(lease)
             undo_count(report, judged)  # counted again as the hot sweep finds it
-            with self._replicator.exclusive():
+            with self._runtime.replicator.exclusive():
                 swept = self._sync_chain().retain(
                     policy,
                     [thread_id],
@@ -513,7 +509,7 @@ class SaverOps(SaverBase):
                 ArchiveReport(dry_run=False),
                 idle_after=idle_for(judged, now),
                 now=now,
-                **self._archiving_with(leases),
+                **self._runtime.archiving_with(leases),
             )
             rearchived(thread_id, again)
 
@@ -522,7 +518,7 @@ class SaverOps(SaverBase):
         the thread noted for the archive replica too."""
 
         def asked(thread_id: str) -> Any:
-            self._note_archive(thread_id)
+            self._runtime.note_archive(thread_id)
             self._archive_owe(thread_id)
             return ask(thread_id, what)
 
@@ -541,7 +537,7 @@ class SaverOps(SaverBase):
         store says), and its archive copy goes with the replica's next pass."""
         if self.archive_url is None or self.read_only:
             return
-        self._note_archive(thread_id)
+        self._runtime.note_archive(thread_id)
         self._archiver().forget(str(thread_id))
 
     def _refuse_archived(self, chain: TierChain, config: RunnableConfig) -> None:
@@ -581,16 +577,16 @@ class SaverOps(SaverBase):
         if thread_id is None:
             return False
         leases = self._sync_leases()
-        mine = held or self._lease_token(config)[0] is not None
+        mine = held or self._runtime.lease_token(config)[0] is not None
         hold, release = (None, None) if mine else (leases.hold, leases.unhold)
         archiver = self._archiver()
         if archiver.flag(thread_id) is None:
             return False
-        with self._archive_call("bring_back"):
+        with self._runtime.archive_call("bring_back"):
             if not archiver.bring_back(thread_id, hold=hold, release=release):
                 return False
-        self.archive_restores += 1
-        self._note_archive(thread_id)
+        self._runtime.archive_restores += 1
+        self._runtime.note_archive(thread_id)
         return True
 
     def archive_idle(
@@ -622,10 +618,10 @@ class SaverOps(SaverBase):
         report = ArchiveReport(dry_run=dry_run)
         when = time.time() if now is None else now
         ids = sorted({t for tier in chain.tiers for t in tier.thread_ids()}) if thread_ids is None else thread_ids
-        with self._replicator.exclusive():
+        with self._runtime.replicator.exclusive():
             chain.catch_up()  # what is owed first: the hot tiers hold everything
         return archiver.archive_threads(
-            ids, report, idle_after=older_than, now=when, pace=pace, **self._archiving_with(leases)
+            ids, report, idle_after=older_than, now=when, pace=pace, **self._runtime.archiving_with(leases)
         )
 
     def promote_local(self, *, progress: Callable[[int, int], None] | None = None) -> int:
@@ -668,10 +664,7 @@ class SaverOps(SaverBase):
         """Ship every thread written since the archive replica's last pass
         now, for up to `timeout` seconds. What is still behind (None without
         an archive)."""
-        replica = (self._origin or self)._archive_replica
-        if replica is None:
-            return None
-        return replica.flush(timeout)
+        return self._runtime.drain_archive(timeout)
 
     def pin(self, config: RunnableConfig, *, label: str = "", check: bool = True) -> Pin:
         """Pin a checkpoint (the one `config` names, else the thread's
@@ -690,7 +683,7 @@ class SaverOps(SaverBase):
             checkpoint_id = tup.config["configurable"]["checkpoint_id"]
         assert checkpoint_id is not None
         self._sync_chain().record_entry(thread_id, pin_entry(ns, checkpoint_id, label))
-        self._note_archive(thread_id)
+        self._runtime.note_archive(thread_id)
         return Pin(thread_id, ns, checkpoint_id, label, time.time())
 
     def unpin(self, config: RunnableConfig) -> bool:
@@ -703,7 +696,7 @@ class SaverOps(SaverBase):
         if entry is None or entry.state != "intent":
             return False
         chain.record_entry(thread_id, unpin_entry(entry))
-        self._note_archive(thread_id)
+        self._runtime.note_archive(thread_id)
         return True
 
     def pins(self, thread_id: str) -> builtins.list[Pin]:

@@ -5,8 +5,10 @@ This file is the async source: `AsyncSaverOps` is the async face, and
 ``ops.py`` (the sync face) is generated from it by ``tools/async_to_sync.py``.
 Edit this file, then run the tool; CI checks that the twin is current.
 `DurableSaver` (``saver.py``) is both faces over one `SaverBase`
-(``base.py``), which holds what the faces share: the tiers, the leases, the
-archive's coordination and the background workers.
+(``base.py``): a view of the runtime (``runtime.py``) that holds what the
+faces and every view share (the tiers, the leases, the archive's
+coordination, the background workers), and the codec the view decodes
+with.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from langgraph.checkpoint.base import (
 
 from ..archive.reports import ArchiveReport, RestoreReport
 from ..engine.chain_async import AsyncTierChain
-from ..engine.concurrency import amaybe_await, asleep, refuse_awaitable, wait_deferred
+from ..engine.concurrency import amaybe_await, asleep, refuse_awaitable
 from ..engine.imports import sources
 from ..engine.imports.importer_async import AsyncImporter
 from ..engine.imports.sources import ImportReport
@@ -47,8 +49,6 @@ from ..retention import RetentionPolicy, RetentionReport
 from ..tiers.base import ARCHIVE_META, EMBEDDED_META, QuarantinedRecord, archived_key
 from .base import (
     BRING_BACK_POLL_S,
-    DEFERRED_WAIT_S,
-    HAND_OFF_START_WAIT_S,
     SaverBase,
     archived_runs_unsearched,
     idle_for,
@@ -60,6 +60,7 @@ from .base import (
     thread_archived,
     undo_count,
 )
+from .runtime import HAND_OFF_START_WAIT_S
 
 
 class AsyncSaverOps(SaverBase):
@@ -72,9 +73,9 @@ class AsyncSaverOps(SaverBase):
         ``lease_linger``, also starts listening for hand-off requests."""
         await self._async_chain().setup()
         if True:  # ASYNC
-            await asyncio.to_thread(self._listen_for_hand_offs, HAND_OFF_START_WAIT_S)
+            await asyncio.to_thread(self._runtime.listen_for_hand_offs, HAND_OFF_START_WAIT_S)
         else:
-            self._listen_for_hand_offs(HAND_OFF_START_WAIT_S)
+            self._runtime.listen_for_hand_offs(HAND_OFF_START_WAIT_S)
 
     async def aclose(self) -> None:
         """Ship what the shared tiers are still owed (for up to
@@ -82,21 +83,10 @@ class AsyncSaverOps(SaverBase):
         and the local file. The saver may not be used afterwards. Closing on
         the sync face leaves the async face's connections and the local file
         open (and says so in a warning): after async use, close the saver on
-        the async face (or with ``async with``), which closes both faces'."""
-        if self._origin is not None:  # a with_allowlist clone: its origin owns the connections
-            await self._origin.aclose()
-            return
-        if True:  # ASYNC
-            await asyncio.to_thread(self._wait_for_drains)
-            await asyncio.to_thread(self._drain_at_close)
-            await asyncio.to_thread(self._stop_hand_offs)
-            await asyncio.to_thread(wait_deferred, DEFERRED_WAIT_S)  # see `_close_sync`
-            await self._close_async_face()
-        else:
-            self._wait_for_drains()
-            self._drain_at_close()
-            self._stop_hand_offs()
-        self._close_sync()
+        the async face (or with ``async with``), which closes both faces'.
+        Every view of the saver (`with_allowlist`) shares what this closes:
+        closing one closes them all."""
+        await self._runtime.aclose()
 
     async def adrain(self, timeout: float | None = None) -> Lag:
         """Ship what the shared tiers are owed, until nothing is or `timeout`
@@ -105,9 +95,9 @@ class AsyncSaverOps(SaverBase):
         never drain from a signal handler, which may have interrupted one of
         this saver's calls."""
         if True:  # ASYNC
-            return await asyncio.to_thread(self._replicator.drain, timeout)
+            return await asyncio.to_thread(self._runtime.drain, timeout)
         else:
-            return self._replicator.drain(timeout)
+            return self._runtime.drain(timeout)
 
     async def alag(self) -> Lag:
         """How far behind the shared tiers are: records owed (in all and per
@@ -115,7 +105,7 @@ class AsyncSaverOps(SaverBase):
         this is the write-behind lag; otherwise it is what tiers that were
         down have still to be sent, and (all three tiers) what Redis is
         still to get from the replicator."""
-        return self._with_archive(await self._async_chain().lag())
+        return self._runtime.with_archive(await self._async_chain().lag())
 
     async def ahealth(self) -> Health:
         """Probe every tier now: reachable, latency, breaker state, records
@@ -129,9 +119,9 @@ class AsyncSaverOps(SaverBase):
         if self.archive_url is None:
             return health
         if True:  # ASYNC
-            return await asyncio.to_thread(self._archive_health, health, self._archive_probe)
+            return await asyncio.to_thread(self._runtime.archive_health, health)
         else:
-            return self._archive_health(health, self._archive_probe)
+            return self._runtime.archive_health(health)
 
     async def __aenter__(self) -> Self:
         return self
@@ -152,8 +142,8 @@ class AsyncSaverOps(SaverBase):
         lease = await self._async_leases().begin_run(config) if first else None
         try:
             if not first:  # ASYNC ONLY
-                await self._run_end_settled(chain, config)
-            token, until = (None, None) if first else self._lease_token(config)
+                await self._runtime.settle_run_end(config)
+            token, until = (None, None) if first else self._runtime.lease_token(config)
             tup = await chain.get_tuple(config, lease_token=token, trusted_until=until)
             if tup is None and await self._abrought_back(config, held=first):
                 tup = await chain.get_tuple(config)
@@ -177,8 +167,8 @@ class AsyncSaverOps(SaverBase):
         chain = self._async_chain()
         token, until = None, None
         if config:
-            await self._run_end_settled(chain, config)  # ASYNC ONLY
-            token, until = self._lease_token(config)
+            await self._runtime.settle_run_end(config)  # ASYNC ONLY
+            token, until = self._runtime.lease_token(config)
         items = await chain.list_tuples(
             config, filter=filter, before=before, limit=limit, lease_token=token, trusted_until=until
         )
@@ -196,7 +186,7 @@ class AsyncSaverOps(SaverBase):
     ) -> RunnableConfig:
         """Store a checkpoint, under the thread's writer lease (LangGraph's contract)."""
         stored = await self._async_leases().put(config, checkpoint, self._stamped(metadata), new_versions)
-        self._note_archive(config)
+        self._runtime.note_archive(config)
         return stored
 
     async def aput_writes(
@@ -204,7 +194,7 @@ class AsyncSaverOps(SaverBase):
     ) -> None:
         """Store a task's pending writes, under the thread's writer lease (LangGraph's contract)."""
         await self._async_leases().put_writes(config, writes, task_id, task_path)
-        self._note_archive(config)
+        self._runtime.note_archive(config)
 
     async def adelete_thread(self, thread_id: str) -> None:
         """Delete every checkpoint, pending write and ledger entry of the
@@ -224,7 +214,7 @@ class AsyncSaverOps(SaverBase):
     async def _adelete_now(self, thread_id: str, chain: AsyncTierChain | None = None) -> None:
         """`delete_thread`'s deletion, under a lease the caller holds if any."""
         chain = chain or self._async_chain()
-        async with self._replicator.aexclusive():
+        async with self._runtime.replicator.aexclusive():
             await chain.catch_up()  # what is owed first: nothing deleted is shipped later
             await chain.delete_thread(thread_id)
         await self._aarchive_forget(thread_id)
@@ -263,7 +253,7 @@ class AsyncSaverOps(SaverBase):
                     await self._abring_back_thread(thread_id)
             except TierUnavailable as exc:
                 unsearched = exc  # the hot threads lose the runs all the same; then it is said
-        async with self._replicator.aexclusive():
+        async with self._runtime.replicator.aexclusive():
             await chain.catch_up()  # what is owed first: nothing deleted is shipped later
             # Another saver's kept lease of a thread that loses a checkpoint (lease_linger).
             await chain.delete_for_runs(run_ids, self._aasking(leases.ask_kept_back, "delete_for_runs"))
@@ -277,10 +267,10 @@ class AsyncSaverOps(SaverBase):
         await self._abring_back_thread(source_thread_id)
         await self._abring_back_thread(target_thread_id)
         await self._async_leases().ask_kept_back(target_thread_id, "copy_thread: target")  # see delete_thread
-        async with self._replicator.aexclusive():
+        async with self._runtime.replicator.aexclusive():
             await chain.catch_up()  # what is owed first: nothing deleted is shipped later
             await chain.copy_thread(source_thread_id, target_thread_id)
-        self._note_archive(target_thread_id)
+        self._runtime.note_archive(target_thread_id)
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """Prune the threads' checkpoints by `strategy` (LangGraph's
@@ -292,11 +282,11 @@ class AsyncSaverOps(SaverBase):
             await self._abring_back_thread(thread_id)  # an archived thread is pruned as a hot one is
             await leases.ask_kept_back(thread_id, "prune")  # see delete_thread
             await self._aarchive_owe(thread_id)
-        async with self._replicator.aexclusive():
+        async with self._runtime.replicator.aexclusive():
             await chain.catch_up()  # see delete_thread
             await chain.prune(thread_ids, strategy=strategy)
         for thread_id in thread_ids:
-            self._note_archive(thread_id)
+            self._runtime.note_archive(thread_id)
 
     async def aget_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
@@ -309,8 +299,8 @@ class AsyncSaverOps(SaverBase):
         if not channels:
             return {}
         chain = self._async_chain()
-        await self._run_end_settled(chain, config)  # ASYNC ONLY
-        token, until = self._lease_token(config)
+        await self._runtime.settle_run_end(config)  # ASYNC ONLY
+        token, until = self._runtime.lease_token(config)
         found = await chain.delta_history(config, channels, lease_token=token, trusted_until=until)
         if found is not None:
             return found
@@ -323,7 +313,7 @@ class AsyncSaverOps(SaverBase):
     async def arecord_action(self, thread_id: str, entry: LedgerEntry) -> None:
         """Write a ledger entry through every tier (used by `ledger.action`)."""
         await self._async_chain().record_action(thread_id_of(thread_id, what="record_action"), entry)
-        self._note_archive(str(thread_id))
+        self._runtime.note_archive(str(thread_id))
 
     async def aresolve_action(
         self, thread_id: str, key: str, *, done: bool, result: Any = None, force: bool = False
@@ -448,7 +438,7 @@ class AsyncSaverOps(SaverBase):
         leases = self._async_leases()
         when = time.time() if now is None else now
         hot_ids, archived_ids = await self._aretention_split(thread_ids)
-        async with self._replicator.aexclusive():
+        async with self._runtime.replicator.aexclusive():
             await chain.catch_up()  # what is owed first: nothing deleted is shipped later
             report = await chain.retain(
                 chosen,
@@ -530,13 +520,13 @@ class AsyncSaverOps(SaverBase):
                 if judged.retained.thread_deleted:
                     await self._adelete_now(thread_id)
                     continue
-                with self._archive_call("bring_back"):
+                with self._runtime.archive_call("bring_back"):
                     await archiver.bring_back(thread_id)  # under the lease held here
                 await self._aarchive_owe(thread_id)  # see prune
             finally:
                 await leases.unhold(lease)
             undo_count(report, judged)  # counted again as the hot sweep finds it
-            async with self._replicator.aexclusive():
+            async with self._runtime.replicator.aexclusive():
                 swept = await self._async_chain().retain(
                     policy,
                     [thread_id],
@@ -550,7 +540,7 @@ class AsyncSaverOps(SaverBase):
                 ArchiveReport(dry_run=False),
                 idle_after=idle_for(judged, now),
                 now=now,
-                **self._archiving_with(leases),
+                **self._runtime.archiving_with(leases),
             )
             rearchived(thread_id, again)
 
@@ -559,7 +549,7 @@ class AsyncSaverOps(SaverBase):
         the thread noted for the archive replica too."""
 
         async def asked(thread_id: str) -> Any:
-            self._note_archive(thread_id)
+            self._runtime.note_archive(thread_id)
             await self._aarchive_owe(thread_id)
             return await ask(thread_id, what)
 
@@ -578,7 +568,7 @@ class AsyncSaverOps(SaverBase):
         store says), and its archive copy goes with the replica's next pass."""
         if self.archive_url is None or self.read_only:
             return
-        self._note_archive(thread_id)
+        self._runtime.note_archive(thread_id)
         await self._aarchiver().forget(str(thread_id))
 
     async def _arefuse_archived(self, chain: AsyncTierChain, config: RunnableConfig) -> None:
@@ -618,16 +608,16 @@ class AsyncSaverOps(SaverBase):
         if thread_id is None:
             return False
         leases = self._async_leases()
-        mine = held or self._lease_token(config)[0] is not None
+        mine = held or self._runtime.lease_token(config)[0] is not None
         hold, release = (None, None) if mine else (leases.hold, leases.unhold)
         archiver = self._aarchiver()
         if await archiver.flag(thread_id) is None:
             return False
-        with self._archive_call("bring_back"):
+        with self._runtime.archive_call("bring_back"):
             if not await archiver.bring_back(thread_id, hold=hold, release=release):
                 return False
-        self.archive_restores += 1
-        self._note_archive(thread_id)
+        self._runtime.archive_restores += 1
+        self._runtime.note_archive(thread_id)
         return True
 
     async def aarchive_idle(
@@ -659,10 +649,10 @@ class AsyncSaverOps(SaverBase):
         report = ArchiveReport(dry_run=dry_run)
         when = time.time() if now is None else now
         ids = sorted({t for tier in chain.tiers for t in await tier.thread_ids()}) if thread_ids is None else thread_ids
-        async with self._replicator.aexclusive():
+        async with self._runtime.replicator.aexclusive():
             await chain.catch_up()  # what is owed first: the hot tiers hold everything
         return await archiver.archive_threads(
-            ids, report, idle_after=older_than, now=when, pace=pace, **self._archiving_with(leases)
+            ids, report, idle_after=older_than, now=when, pace=pace, **self._runtime.archiving_with(leases)
         )
 
     async def apromote_local(self, *, progress: Callable[[int, int], None] | None = None) -> int:
@@ -705,13 +695,10 @@ class AsyncSaverOps(SaverBase):
         """Ship every thread written since the archive replica's last pass
         now, for up to `timeout` seconds. What is still behind (None without
         an archive)."""
-        replica = (self._origin or self)._archive_replica
-        if replica is None:
-            return None
         if True:  # ASYNC
-            return await asyncio.to_thread(replica.flush, timeout)
+            return await asyncio.to_thread(self._runtime.drain_archive, timeout)
         else:
-            return replica.flush(timeout)
+            return self._runtime.drain_archive(timeout)
 
     async def apin(self, config: RunnableConfig, *, label: str = "", check: bool = True) -> Pin:
         """Pin a checkpoint (the one `config` names, else the thread's
@@ -730,7 +717,7 @@ class AsyncSaverOps(SaverBase):
             checkpoint_id = tup.config["configurable"]["checkpoint_id"]
         assert checkpoint_id is not None
         await self._async_chain().record_entry(thread_id, pin_entry(ns, checkpoint_id, label))
-        self._note_archive(thread_id)
+        self._runtime.note_archive(thread_id)
         return Pin(thread_id, ns, checkpoint_id, label, time.time())
 
     async def aunpin(self, config: RunnableConfig) -> bool:
@@ -743,7 +730,7 @@ class AsyncSaverOps(SaverBase):
         if entry is None or entry.state != "intent":
             return False
         await chain.record_entry(thread_id, unpin_entry(entry))
-        self._note_archive(thread_id)
+        self._runtime.note_archive(thread_id)
         return True
 
     async def apins(self, thread_id: str) -> builtins.list[Pin]:

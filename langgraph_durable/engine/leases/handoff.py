@@ -6,7 +6,8 @@ the lease. So a replica that finds a lease busy asks its holder to give it
 back (`AsyncLeaseKeeper._ask_hand_off`: a Postgres NOTIFY or a Redis PUBLISH
 on the lease's tier, on a channel of the holder's own, `hand_off_channel`).
 `HandOffListener` is the holder's side: a daemon thread listening on that
-channel, on a connection of its own. It also renews the leases the saver
+channel, on a connection of its own, working for the saver's runtime
+(`HandsOff`, ``faces/runtime.py``). It also renews the leases the saver
 keeps: a kept lease expires in its tier `KEPT_WINDOW_S` after its last
 renewal, so a replica that dies keeping leases (killed, or cut off) holds
 them that long at most, and another replica takes them over then.
@@ -45,7 +46,7 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
@@ -158,6 +159,25 @@ class RedisEars:
         self.pubsub.close()
 
 
+class HandsOff(Protocol):
+    """What the listener works for (a saver's runtime): each call on the
+    listener's thread (or its give-back threads), on the sync face."""
+
+    def hand_off_ears(self) -> Ears:
+        """A connection of its own on the hand-off channel of the tier where
+        leases are kept."""
+
+    def ask_hand_off(self, thread_id: str, holder: str) -> None:
+        """A request on that channel, sent as another replica sends it."""
+
+    def give_back_asked(self, lease: Lease) -> None:
+        """Give back a lease asked for (kept, or of a run whose end is not
+        handled yet)."""
+
+    def renew_kept(self, leases: Sequence[Lease]) -> set[str]:
+        """Renew kept leases in their tier; the threads renewed."""
+
+
 class _Deaf(Exception):
     """The listener's own request did not come back in time."""
 
@@ -176,10 +196,7 @@ class HandOffListener(BackgroundTask):
     def __init__(
         self,
         book: LeaseBook,
-        ears: Callable[[], Ears],
-        ask: Callable[[str, str], None],
-        give_back: Callable[[Lease], None],
-        renew: Callable[[list[Lease]], set[str]],
+        host: HandsOff,
         *,
         where: str,
         claim_ending: bool = True,
@@ -191,10 +208,7 @@ class HandOffListener(BackgroundTask):
     ) -> None:
         super().__init__()
         self.book = book
-        self._ears = ears
-        self._ask = ask
-        self._give_back = give_back
-        self._renew = renew
+        self._host = host
         self.where = where
         # Whether a request may take the lease of a run whose end is not
         # handled yet (not with write-behind: its thread must ship first).
@@ -254,7 +268,7 @@ class HandOffListener(BackgroundTask):
         while not self._stopping.is_set():
             ears: Ears | None = None
             try:
-                ears = self._ears()
+                ears = self._host.hand_off_ears()
                 with self._lock:
                     self._ears_now = ears
                     stopped = self._stopping.is_set()
@@ -297,7 +311,7 @@ class HandOffListener(BackgroundTask):
                     self.book.stop_hearing()  # the saver closes: `close` gives kept leases back
                 else:
                     for lease in self.book.deaf():
-                        self._give_back(lease)
+                        self._host.give_back_asked(lease)
                 if ears is not None:
                     with self._lock:
                         self._ears_now = None
@@ -312,7 +326,7 @@ class HandOffListener(BackgroundTask):
         a pooler may pass a session's own notifications on, and no one
         else's), and hear it within `hear_s`; handle what else comes."""
         probe = _PROBE + secrets.token_hex(8)
-        self._ask(probe, self.book.holder)
+        self._host.ask_hand_off(probe, self.book.holder)
         for message in self._hear(ears, time.monotonic() + self.hear_s):
             request = read_hand_off(message)
             if request is not None and request[1] == probe:
@@ -329,12 +343,12 @@ class HandOffListener(BackgroundTask):
         and they expire in their tier."""
         leases, ended = self.book.renewals(time.monotonic())
         for lease in ended:
-            self._give_back(lease)
+            self._host.give_back_asked(lease)
         if not leases:
             return
         asked = time.monotonic()  # each tier's expiry is at least this much later
         try:
-            renewed = self._renew(leases)
+            renewed = self._host.renew_kept(leases)
         except Exception as exc:
             logger.debug("lease hand-offs: renewing %d kept lease(s) failed: %s", len(leases), exc)
             return
@@ -365,6 +379,6 @@ class HandOffListener(BackgroundTask):
                 self._givers_pid = os.getpid()
             givers = self._givers
         try:
-            givers.submit(self._give_back, lease)
+            givers.submit(self._host.give_back_asked, lease)
         except RuntimeError:  # shut down meanwhile: here, then
-            self._give_back(lease)
+            self._host.give_back_asked(lease)
