@@ -185,6 +185,10 @@ NAMES = {
     "_aarchiver": "_archiver",
     "_async_chain": "_sync_chain",
     "_async_leases": "_sync_leases",
+    # the runtime's pairs (faces/runtime.py, written by hand with both faces)
+    "async_chain": "sync_chain",
+    "async_leases": "sync_leases",
+    "aarchiver": "archiver",
     "aexclusive": "exclusive",
     "async_tables": "sync_tables",
 }
