@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -141,7 +142,7 @@ def test_a_kept_lease_on_a_registered_kind_is_handed_off(tmp_path: Path, warehou
         _saver(tmp_path, warehouse, redis_prefix, "b.sqlite", leases=linger) as b,
     ):
         _run(a, "shared")
-        assert a._leases.kept("shared", __import__("time").monotonic()) is not None  # kept after the run
+        assert a._runtime.leases.kept("shared", time.monotonic()) is not None  # kept after the run
         assert _run(b, "shared", steps=2)["n"] == 2  # on_busy="raise": asked for, and given back
 
 

@@ -86,7 +86,7 @@ def test_closing_the_origin_stops_every_background_task_of_every_view(
 ) -> None:
     before = set(threading.enumerate())
     saver = make_saver(
-        FULL, archive=archive_url, retention=RetentionPolicy(keep_last=10), retention_every=3600.0, lease_linger=30.0
+        FULL, archive=archive_url, retention=RetentionPolicy(keep_last=10, every=3600.0), lease_linger=30.0
     )
     clone = saver.with_allowlist(EXTRA)
     runtime = saver._runtime

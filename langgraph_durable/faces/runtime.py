@@ -69,7 +69,7 @@ from ..engine.chain import TierChain
 from ..engine.chain_async import AsyncTierChain
 from ..engine.concurrency import wait_deferred
 from ..engine.leases.book import LeaseBook
-from ..engine.leases.handoff import Ears, HandOffListener, PostgresEars, RedisEars
+from ..engine.leases.handoff import Ears, HandOffListener
 from ..engine.leases.keeper import LeaseKeeper
 from ..engine.leases.keeper_async import AsyncLeaseKeeper
 from ..engine.replicator import WRITE_BEHIND_GAP_S, Replicator
@@ -90,10 +90,8 @@ from ..model.read_cache import ReadCache
 from ..model.roles import Role, Roles, ships_behind
 from ..options import Options
 from ..tiers.base import redact
-from ..tiers.postgres.tier import PostgresTier
 from ..tiers.postgres.tier_async import AsyncPostgresTier
-from ..tiers.redis.tier import RedisTier
-from ..tiers.registry import kinds
+from ..tiers.registry import kind_named, kinds
 from ..tiers.sqlite.tier import AsyncSqliteTier, SqliteTier
 
 logger = logging.getLogger("langgraph_durable")
@@ -198,7 +196,8 @@ class Runtime:
         # A pass at most every WRITE_BEHIND_GAP_S when the replicator ships
         # every write of a run (`roles.ships_behind`): batches, not one
         # record per kick.
-        behind = ships_behind(write, bool(self.sqlite_path), (tiers.redis is not None) + (tiers.postgres is not None))
+        shared = [kind for kind in tiers.configured() if kind.role is not Role.LOCAL]  # nearest first
+        behind = ships_behind(write, bool(self.sqlite_path), len(shared))
         self.replicator = Replicator(self, gap=WRITE_BEHIND_GAP_S if behind else 0.0)
         # The background retention sweep: started last (`start_sweeps`).
         self.sweeper: RetentionSweeper | None = None
@@ -242,7 +241,7 @@ class Runtime:
             self.hand_offs = HandOffListener(
                 self.leases,
                 self,
-                where=redact(tiers.postgres or tiers.redis or ""),
+                where=redact(tiers.url(shared[-1]) or ""),  # the authority: where leases are kept
                 claim_ending=write != "local",
             )
 
@@ -487,15 +486,14 @@ class Runtime:
 
     def hand_off_ears(self) -> Ears:
         """A connection of its own on the hand-off channel of the tier where
-        leases are kept."""
+        leases are kept, as its kind listens (`TierKind.ears`)."""
         tier = self._hand_off_tier()
-        if isinstance(tier, PostgresTier):
-            return PostgresEars(
-                tier.url, tier.connect_timeout, hand_off_channel(self.leases.holder), call_timeout=self.call_timeout
-            )
-        redis = cast(RedisTier, tier)
-        redis.setup()  # connects; finds out whether it is a cluster
-        return RedisEars(redis.client, redis.prefix + hand_off_channel(self.leases.holder))
+        kind = kind_named(tier.name)
+        listen = kind.hook("ears") if kind is not None else None
+        if listen is None:
+            raise ConfigError(f"the {tier.name} tier's kind does not say how to listen for hand-offs (TierKind.ears).")
+        ears: Ears = listen(tier, hand_off_channel(self.leases.holder), self.call_timeout)
+        return ears
 
     def ask_hand_off(self, thread_id: str, holder: str) -> None:
         """A request on the tier's channel, sent as another replica sends it."""
