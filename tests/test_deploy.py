@@ -29,7 +29,6 @@ import langgraph_durable.archive.store_async
 from langgraph_durable import DurableSaver, Tiers
 from langgraph_durable.archive import parse_archive_url
 from langgraph_durable.environment import ENV_ARCHIVE_URL
-from langgraph_durable.faces.base import DEFAULT_DRAIN_TIMEOUT_S
 from langgraph_durable.model.backlog import WRITE_MODES
 from langgraph_durable.saver import ENV_SQLITE
 
@@ -271,7 +270,7 @@ def drain_budget(archive: bool = False) -> float:
     (handler,) = _calls(tree, "drain_on_sigterm")
     timeouts = [k.value for k in handler.keywords if k.arg == "timeout"]
     sigterm = _constant(tree, timeouts[0]) if timeouts else 20.0
-    close = DEFAULT_DRAIN_TIMEOUT_S
+    close = Tiers().drain_timeout
     for call in _calls(tree, "from_env"):
         for k in call.keywords:
             if k.arg == "drain_timeout":

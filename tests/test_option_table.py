@@ -62,7 +62,6 @@ def test_every_option_reaches_the_checks_by_its_flat_name() -> None:
 
 def test_the_groups_defaults_are_the_rooms_defaults() -> None:
     from langgraph_durable.archive.replica import DEFAULT_ARCHIVE_LAG_S
-    from langgraph_durable.faces.base import DEFAULT_DRAIN_TIMEOUT_S
     from langgraph_durable.model.backlog import DEFAULT_CALL_TIMEOUT_S
     from langgraph_durable.model.codec import DEFAULT_MAX_RECORD_BYTES
     from langgraph_durable.model.deltas import DEFAULT_SNAPSHOT_EVERY
@@ -81,7 +80,6 @@ def test_the_groups_defaults_are_the_rooms_defaults() -> None:
         sqlite_busy_timeout=DEFAULT_BUSY_TIMEOUT_S,
         connect_timeout=DEFAULT_CONNECT_TIMEOUT_S,
         call_timeout=DEFAULT_CALL_TIMEOUT_S,
-        drain_timeout=DEFAULT_DRAIN_TIMEOUT_S,
     )
     assert Integrity() == Integrity(max_record_bytes=DEFAULT_MAX_RECORD_BYTES)
     assert Leases() == Leases(

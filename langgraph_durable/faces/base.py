@@ -52,13 +52,9 @@ _PROBE_EXPECTED: contextvars.ContextVar[object | None] = contextvars.ContextVar(
     "langgraph_durable_probe_expected", default=None
 )
 
-# How long close() keeps shipping what the shared tiers are owed.
-DEFAULT_DRAIN_TIMEOUT_S = 10.0
 # How often a delete of an archived thread looks again for the lease a
 # bring-back of it holds (`_hold_archived`).
 BRING_BACK_POLL_S = 0.2
-# Threads a background retention sweep visits per second, at most.
-DEFAULT_RETENTION_RATE = 20.0
 
 
 def seconds_above_zero(duration: float | timedelta) -> float:
