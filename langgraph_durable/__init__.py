@@ -3,7 +3,8 @@
 The public names below are imported when first used (PEP 562), so the
 command line's ``--help`` and ``--version`` do not load LangGraph and the
 database drivers: ``from langgraph_durable import DurableSaver`` works as
-usual.
+usual. ``__version__`` too: reading it from the installed distribution
+loads `importlib.metadata`.
 """
 
 from __future__ import annotations
@@ -11,9 +12,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from ._version import __version__
-
 if TYPE_CHECKING:
+    from ._version import __version__
     from .engine.imports.sources import ImportConflict, ImportReport
     from .errors import (
         ConfigError,
@@ -50,6 +50,7 @@ if TYPE_CHECKING:
 
 # Each public name and the module that defines it.
 _EXPORTS = {
+    "__version__": "._version",
     "ImportConflict": ".engine.imports.sources",
     "ImportReport": ".engine.imports.sources",
     "ConfigError": ".errors",

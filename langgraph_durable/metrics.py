@@ -36,7 +36,6 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from ._version import __version__
 from .errors import ConfigError, DurableError
 from .integrity import CorruptionEvent, RecordKind, Served, served_from
 from .model.backlog import Lag
@@ -595,6 +594,8 @@ class OpenTelemetryMetrics:
             ) from exc
         self._observation = otel.Observation
         if meter is None:
+            from ._version import __version__
+
             meter = otel.get_meter("langgraph_durable", __version__)
         self.meter = meter
         self._watched = _Watched()

@@ -39,7 +39,7 @@ def test_every_lazily_imported_name_is_public() -> None:
     # missing from `import *` and from the API reference.
     lazy = set(langgraph_durable._EXPORTS)
     assert lazy - set(langgraph_durable.__all__) == set()
-    assert set(langgraph_durable.__all__) - lazy == {"__version__"}
+    assert set(langgraph_durable.__all__) - lazy == set()
     assert set(langgraph_durable.__all__) <= set(dir(langgraph_durable))
 
 

@@ -46,13 +46,13 @@ modules are imported before the arguments are parsed: ``--help`` and
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import sys
 from collections.abc import Sequence
 from typing import Any
 
-from .. import __version__
 from ..errors import DurableError
 from . import archive, browsing, demo_commands, integrity, maintenance, operations
 from .output import (
@@ -124,6 +124,17 @@ COMMANDS: list[Command] = sorted(
 )
 
 
+class _Version(argparse._VersionAction):
+    """``--version``: the installed distribution's version, read (through
+    `importlib.metadata`) when it is asked for, not by every command."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> None:
+        from .._version import __version__
+
+        self.version = f"langgraph-durable {__version__}"
+        super().__call__(parser, *args, **kwargs)
+
+
 def build_parser(*, internal: str | None = None, argv: Sequence[str] = ()) -> Parser:
     """The parser of every public command (and of the `internal` one, if
     named); `argv` is the command line it is for (its usage errors answer
@@ -138,9 +149,8 @@ def build_parser(*, internal: str | None = None, argv: Sequence[str] = ()) -> Pa
         "`langgraph-durable COMMAND --help` describes a command.",
         formatter_class=Formatter,
     )
-    parser.add_argument(
-        "--version", action="version", version=f"langgraph-durable {__version__}", help="print the version and exit"
-    )
+    parser.register("action", "version", _Version)
+    parser.add_argument("--version", action="version", help="print the version and exit")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for cmd in COMMANDS:
         if cmd.internal and cmd.name != internal:

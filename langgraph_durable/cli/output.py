@@ -16,7 +16,7 @@ from dataclasses import fields, is_dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TextIO, cast
 
-from .. import __version__, browse
+from .. import browse
 from ..errors import DurableError, as_cli_flags, printable
 
 if TYPE_CHECKING:
@@ -123,6 +123,8 @@ def envelope(command: str, report: Any, *, error: dict[str, Any] | None = None) 
     """The one JSON document every command prints with ``--json`` (see the
     module docstring): ``ok`` is true when the exit status is 0. `report` is
     made plain JSON data by `browse.jsonable`."""
+    from .._version import __version__  # read from the installed distribution: only for JSON output
+
     if report is not None:
         report = browse.jsonable(report)
     doc: dict[str, Any] = {
@@ -150,11 +152,21 @@ class Output:
     def __init__(self, json_mode: bool = False, command: str = "") -> None:
         self.json = json_mode
         self.command = command
-        self.out = make_console(sys.stdout)
-        self.err = make_console(sys.stderr)
         self._report: Any = None
         self._summary = ""  # the last line of human output: the message of a failing envelope
         self._sent = False
+
+    # Made when first written to: a command that fails before writing
+    # anything (a tier down, a wrong setting) says so without loading rich.
+    @functools.cached_property
+    def out(self) -> Console:
+        """The console of human output (stdout)."""
+        return make_console(sys.stdout)
+
+    @functools.cached_property
+    def err(self) -> Console:
+        """The console of notes (stderr)."""
+        return make_console(sys.stderr)
 
     def line(self, text: str = "", *, style: str | None = None) -> None:
         """A line of human output (nothing with --json), control characters
