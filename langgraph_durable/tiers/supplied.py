@@ -93,6 +93,8 @@ def supplied_postgres(value: object) -> Supplied | None:
 def supplied_redis(value: object) -> Supplied | None:
     """`value` as a caller's redis-py client, None if it is not one.
     `ConfigError` for a client that decodes replies (the tier stores bytes)."""
+    if value is None or isinstance(value, str):
+        return None  # a URL, or no Redis tier: redis-py is not loaded for it
     import redis
     import redis.asyncio
     from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster

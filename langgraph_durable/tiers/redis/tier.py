@@ -87,22 +87,6 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 import ormsgpack
-from redis import Redis
-from redis.backoff import ExponentialBackoff
-from redis.cluster import RedisCluster
-from redis.exceptions import (
-    ClusterError,
-    CrossSlotTransactionError,
-    RedisClusterException,
-    ResponseError,
-    SlotNotCoveredError,
-    TryAgainError,
-    WatchError,
-)
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
-from redis.retry import Retry
-from redis.sentinel import Sentinel
 
 from ...environment import DEFAULT_KEY_PREFIX
 from ...errors import ConfigError, TierUnavailable
@@ -116,11 +100,11 @@ DEFAULT_SOCKET_TIMEOUT_S = 5.0
 KEEP_ALIVE_MEMO = 10_000
 SENTINEL_SCHEME = "redis+sentinel://"
 DEFAULT_SENTINEL_PORT = 26379
-_ERRORS = RedisConnectionError, RedisTimeoutError, OSError
-# How Redis Cluster says that the part of it holding a key is down: CLUSTERDOWN
-# and MASTERDOWN (ClusterError), TRYAGAIN (a slot half moved), a slot map
-# without the slot. A single server never answers these.
-_CLUSTER_ERRORS = ClusterError, TryAgainError, SlotNotCoveredError
+# redis-py is imported where a tier uses it (making its client, telling its
+# errors apart), not with this module: the saver imports this module
+# whatever its tiers, and a command or a saver without a Redis tier never
+# loads redis-py (or the OpenTelemetry modules it loads when installed).
+#
 # The cluster client reports a slot map it could not build (no node answered,
 # or some slot has no primary) as a bare RedisClusterException; these are the
 # beginnings of those messages. Any other RedisClusterException (keys on two
@@ -313,10 +297,29 @@ def check_url(url: str, cluster: bool | None) -> None:
             )
 
 
-def _topology_lost(exc: BaseException) -> bool:
+def _unreachable(exc: BaseException) -> bool:
+    """Whether `exc` says the server, or the part of the cluster holding the
+    key, cannot be reached."""
+    from redis.exceptions import (
+        ClusterError,
+        CrossSlotTransactionError,
+        RedisClusterException,
+        SlotNotCoveredError,
+        TryAgainError,
+    )
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.exceptions import TimeoutError as RedisTimeoutError
+
+    # A connection refused, dropped or timed out; and how Redis Cluster says
+    # that the part of it holding a key is down: CLUSTERDOWN and MASTERDOWN
+    # (ClusterError), TRYAGAIN (a slot half moved), a slot map without the
+    # slot. A single server never answers these.
+    down = RedisConnectionError, RedisTimeoutError, OSError, ClusterError, TryAgainError, SlotNotCoveredError
+    if isinstance(exc, down):
+        return True
     return isinstance(exc, RedisClusterException) and (
         not isinstance(exc, CrossSlotTransactionError)
-        and (str(exc).startswith(_TOPOLOGY_LOST) or isinstance(exc.__cause__, (*_ERRORS, *_CLUSTER_ERRORS)))
+        and (str(exc).startswith(_TOPOLOGY_LOST) or isinstance(exc.__cause__, down))
     )
 
 
@@ -337,7 +340,7 @@ class _Unreachable:
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         if exc is None:
             return
-        if isinstance(exc, (*_ERRORS, *_CLUSTER_ERRORS)) or _topology_lost(exc):
+        if _unreachable(exc):
             raise TierUnavailable(
                 f"redis tier at {self.where} is unreachable ({type(exc).__name__}: {exc}). "
                 f"Check that the server is running and the URL is right.",
@@ -423,6 +426,13 @@ class RedisTier:
         connect_timeout: float | None = None,
         client: Any = None,
     ) -> None:
+        from redis import Redis
+        from redis.backoff import ExponentialBackoff
+        from redis.cluster import RedisCluster
+        from redis.exceptions import ConnectionError as RedisConnectionError
+        from redis.retry import Retry
+        from redis.sentinel import Sentinel
+
         connect_timeout = socket_timeout if connect_timeout is None else connect_timeout
         check_url(url, cluster)
         self.url = url
@@ -557,6 +567,8 @@ class RedisTier:
         `TierUnavailable` if the server (or the cluster) cannot be reached;
         a later call tries again. `ConfigError` if the URL names a database
         the server does not have."""
+        from redis.exceptions import ResponseError
+
         try:
             self._setup()
         except ResponseError as exc:
@@ -598,6 +610,8 @@ class RedisTier:
         prefix's, or one whose reading its type does not settle) is left as
         it is, and counted in a warning. `TierUnavailable` if Redis goes
         away meanwhile; the next `setup` carries on."""
+        from redis.exceptions import ResponseError
+
         if self.client.hget(self._meta, "key_layout") == KEY_LAYOUT.encode():
             return
         left = 0
@@ -705,6 +719,8 @@ class RedisTier:
         return part.startswith("w:") and self._parse_wkey(thread_id, name) is not None
 
     def _cluster_enabled(self) -> bool:
+        from redis.exceptions import ResponseError
+
         try:
             info = self.client.info("cluster")
         except ResponseError as exc:
@@ -721,6 +737,9 @@ class RedisTier:
     def _use_cluster(self) -> None:
         """Talk to the whole cluster through redis-py's cluster client, which
         follows the slot map from the node the URL names."""
+        from redis.cluster import RedisCluster
+        from redis.exceptions import RedisClusterException
+
         if not self.owns_client:
             raise ConfigError(
                 f"the Redis client given as redis= ({self.where}) talks to one node of a Redis Cluster: "
@@ -980,6 +999,8 @@ class RedisTier:
     def swap_ledger(self, thread_id: str, key: str, old: bytes | None, new: bytes) -> None:
         """Replace one ledger entry only if it still holds `old` (None: only
         if there is none); WATCH makes the compare and the write one step."""
+        from redis.exceptions import WatchError
+
         ledger = self._k(thread_id, "ledger")
         with self._io:
             if old is None:
@@ -1048,6 +1069,8 @@ class RedisTier:
         """Delete this exact copy from the live hash; a different copy under
         the same key (one repaired meanwhile) stays. WATCH makes the compare
         and the delete one step."""
+        from redis.exceptions import WatchError
+
         t = row.thread_id
         if isinstance(row, CheckpointRow):
             key, field = self._k(t, "cp"), f"{row.checkpoint_ns}{_SEP}{row.checkpoint_id}"
