@@ -92,6 +92,17 @@ def test_the_multi_process_benchmark_runs_every_saver_and_reads_every_thread_bac
             assert f"| {row} | {phase} | " in table or f"| {row} on_busy=wait | {phase} | " in table
 
 
+def test_the_command_line_benchmark_runs_every_command_and_each_answers_as_expected() -> None:
+    out = run_benchmark("bench_cli.py", "--quick")
+    assert "None." in out[out.rindex("## Problems") :]
+    for row in (
+        "| --help | 0 |",
+        "| threads --postgres (nothing listening) | 3 |",
+        "| doctor --redis (nothing listening) | 1 |",
+    ):
+        assert row in out, row
+
+
 def test_the_one_command_collects_every_part_and_writes_only_when_asked(tmp_path: Path) -> None:
     out = run_benchmark("bench_all.py", "--quick", "--only", "bench_delta_channel.py")
     assert "| Durable sqlite+redis+postgres | " in out and "wrote " not in out
