@@ -150,3 +150,26 @@ def test_help_version_and_usage_errors_load_no_langchain_langgraph_driver_or_ric
     code, modules, _ = run_cli(tmp_path, *argv)
     assert code in (cli.EXIT_OK, cli.EXIT_USAGE)
     assert loaded(modules, NOT_FOR_HELP) == []
+
+
+def test_the_program_answers_as_main_does(tmp_path: Path) -> None:
+    """``python -m langgraph_durable`` and the ``langgraph-durable`` script run
+    `cli.run`: `main`, then the exit with its status (its garbage collector
+    frozen, so that finalizing the interpreter does not walk every object)."""
+    import tomllib
+
+    scripts = tomllib.loads((Path(cli.__file__).parents[2] / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts == {"langgraph-durable": "langgraph_durable.cli:run"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LANGGRAPH_DURABLE_")}
+    refused = f"postgresql://127.0.0.1:{closed_port()}/x"
+    done = subprocess.run(
+        [sys.executable, "-m", "langgraph_durable", "threads", "--postgres", refused, "--json"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == cli.EXIT_CANNOT_RUN
+    assert len(done.stderr.splitlines()) == 1 and "is unreachable" in done.stderr, done.stderr
+    assert json.loads(done.stdout)["error"]["exit_status"] == cli.EXIT_CANNOT_RUN
