@@ -234,10 +234,12 @@ def main() -> int:
     )
     print(body)
     if args.write:
+        # A checkout is named by its commit, not by where it lies on this machine.
+        shown = {s: f"<checkout at {label(Path(s).resolve())}>" for s in args.source or []}
         head = (
             "# Command-line start-up\n\n"
             f"- Date: {started}\n- Command: `python benchmarks/bench_cli.py"
-            + "".join(f" {a}" for a in sys.argv[1:])
+            + "".join(f" {shown.get(a, a)}" for a in sys.argv[1:])
             + "`\n"
             f"- Machine: {machine()}; 1-minute load average {load:.2f} at start, {os.getloadavg()[0]:.2f} at end\n"
             f"- Python: {python_version()}\n"
