@@ -80,7 +80,7 @@ from _env import REDIS_URL, Resources, exit_on_sigterm, git_state, run_lines  # 
 from bench_growth import PACKAGES as GROWTH_PACKAGES
 from bench_growth import State, check_values, first_input, make_message, postgres_bytes, run_config, thread_of
 
-from langgraph_durable import DurableSaver
+from langgraph_durable import Archive, DurableSaver
 from langgraph_durable import Tiers as SaverTiers
 from langgraph_durable.archive.segments import THREADS, marker_key, segments_prefix
 from langgraph_durable.archive.store import ArchiveStore
@@ -186,11 +186,17 @@ class Tiers:
     database: str
 
     def saver(self, **options: Any) -> DurableSaver:
+        """A saver on this storage; `options` may hold the archive's own
+        (``lag``, ``key_fingerprint``), given to its `Archive`."""
+        archive: str | Archive | None = self.archive
+        given = {k: options.pop(k) for k in ("lag", "key_fingerprint") if k in options}
+        if self.archive is not None and given:
+            archive = Archive(self.archive, **given)
         return DurableSaver(
             sqlite=self.sqlite,
             redis=REDIS_URL,
             postgres=self.postgres,
-            archive=self.archive,
+            archive=archive,
             **options,
             tiers=SaverTiers(redis_key_prefix=self.prefix),
         )
@@ -351,7 +357,7 @@ def part_cost(res: Resources, moto: Moto, args: argparse.Namespace, problems: li
     series: list[tuple[int, Snapshot, float]] = []  # (run, snapshot, drain seconds)
     finals: list[tuple[str, str, Snapshot, float, float]] = []  # (variant, when, snapshot, pg relation/thread, s)
     idle_ms: dict[str, float] = {}
-    for variant, options in (("every", {}), ("once", {"archive_lag": 86400.0})):
+    for variant, options in (("every", {}), ("once", {"lag": 86400.0})):
         tiers = allocate(res, moto, f"cost_{variant}")
         assert tiers.archive is not None
         store = ArchiveStore(tiers.archive)
@@ -610,8 +616,8 @@ def bring_back_table(faces: dict[str, dict[int, Reads]], count: int) -> list[str
 
 STEP_ROWS: list[tuple[str, str, dict[str, Any] | None]] = [
     ("none", "no archive", None),
-    ("archive", "archive (default `archive_lag=60`)", {}),
-    ("lag2", "archive, `archive_lag=2`", {"archive_lag": 2.0}),
+    ("archive", "archive (default `Archive(lag=60)`)", {}),
+    ("lag2", "archive, `Archive(lag=2)`", {"lag": 2.0}),
 ]
 STEP_REFERENCE = "none"
 
@@ -745,7 +751,7 @@ def part_restore(res: Resources, moto: Moto, args: argparse.Namespace, problems:
             saver.drain_archive(60)
         records = sum(rows for _, rows, _ in pg_thread(tiers.postgres, tids).values())
         # What the operator keeps with their secrets: a restore onto empty tiers needs it.
-        trusted = {"archive_key_fingerprint": saver.health().store_key_fingerprint}
+        trusted = {"key_fingerprint": saver.health().store_key_fingerprint}
     finally:
         saver.close()
     seg_objects, seg_bytes = objects(ArchiveStore(tiers.archive), f"{THREADS}/")
@@ -887,7 +893,7 @@ def part_pass_cost(res: Resources, moto: Moto, args: argparse.Namespace, problem
         tiers = allocate(res, moto, f"pass_{what.replace('-', '_')}")
         assert tiers.archive is not None
         # No background pass: each pass is the benchmark's own.
-        saver = tiers.saver(archive_lag=86400.0)
+        saver = tiers.saver(lag=86400.0)
         try:
             saver.setup()
             store = CountingStore(saver._archiver().store)
@@ -1045,7 +1051,7 @@ def main(argv: list[str] | None = None) -> int:
             f"- Servers (loopback): {servers}; the object store: moto's S3 server (`python -m moto.server`, "
             "in memory), started by the script",
             f"- Every saver: `DurableSaver` on SQLite + Redis + Postgres with its default options, "
-            f'`archive="s3://BUCKET/PREFIX"` (default `archive_lag=60`) unless a row says otherwise. '
+            f'`archive="s3://BUCKET/PREFIX"` (default `Archive(lag=60)`) unless a row says otherwise. '
             f"Workload: `bench_growth.py`'s growing-list graph (one {SIZE}-byte message per super-step, "
             '`durability="sync"`). See `benchmarks/README.md` for what each part measures.',
             f"- {MOTO_NOTE}",

@@ -69,7 +69,7 @@ from _env import (  # benchmarks/ is on sys.path when run as a script
 from langgraph.checkpoint.base import empty_checkpoint
 
 import langgraph_durable.model.codec as codec_mod
-from langgraph_durable import DurableSaver
+from langgraph_durable import DurableSaver, Memory, Tiers
 from langgraph_durable.model.records import (
     DIGEST_SIZE,
     FORMAT_VERSION,
@@ -415,11 +415,11 @@ def open_savers(tiers: str, res: Resources) -> dict[str, DurableSaver]:
     for v in VARIANTS:
         kw: dict[str, Any] = {
             "sqlite": str(res.tmp_path / f"{tiers.replace('+', '_')}_{v}.sqlite"),
-            "read_cache_bytes": 0,
+            "memory": Memory(read_cache_bytes=0),
         }
         if "redis" in tiers:
             kw["redis"] = REDIS_URL
-            kw["redis_key_prefix"] = res.new_prefix(v)
+            kw["tiers"] = Tiers(redis_key_prefix=res.new_prefix(v))
         if "postgres" in tiers:
             kw["postgres"] = res.new_database(v)
         if v == "key":

@@ -42,7 +42,7 @@ from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import END, START, StateGraph
 
-from langgraph_durable import DurableSaver
+from langgraph_durable import DurableSaver, Leases, Tiers
 
 HERE = Path(__file__).resolve().parent
 NAME = "lgd_dbench"
@@ -103,20 +103,20 @@ def savers(res: Resources) -> Iterator[list[tuple[str, Any]]]:
                     {
                         "sqlite": str(res.tmp_path / "d_srp.sqlite"),
                         "redis": res.redis_url,
-                        "redis_key_prefix": res.new_prefix("d_srp"),
+                        "tiers": Tiers(redis_key_prefix=res.new_prefix("d_srp")),
                         "postgres": res.new_database("d_srp"),
                     },
                 )
             )
             configs.append(
                 (
-                    "Durable sqlite+redis+postgres lease_linger=0",
+                    "Durable sqlite+redis+postgres Leases(linger=0)",
                     {
                         "sqlite": str(res.tmp_path / "d_srp_given.sqlite"),
                         "redis": res.redis_url,
-                        "redis_key_prefix": res.new_prefix("d_srp_given"),
+                        "tiers": Tiers(redis_key_prefix=res.new_prefix("d_srp_given")),
                         "postgres": res.new_database("d_srp_given"),
-                        "lease_linger": 0.0,
+                        "leases": Leases(linger=0.0),
                     },
                 )
             )
@@ -226,7 +226,7 @@ def main() -> int:
             "(Postgres: one query) or LangGraph's default walk. By default a DurableSaver with a local cache "
             "in front of a shared tier keeps the run's writer lease after the run (`lease_linger`, 30 s), and "
             "the reads (the head and the ancestors the saver wrote under that lease) come from its local "
-            "SQLite cache alone; `lease_linger=0` gives the lease back.\n\n"
+            "SQLite cache alone; `Leases(linger=0)` gives the lease back.\n\n"
         )
         Path(args.output).write_text(head + body)
         print(f"wrote {args.output}")

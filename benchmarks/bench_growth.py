@@ -11,7 +11,7 @@ Savers:
 * ``DurableSaver`` as sqlite, sqlite+redis+postgres (default write mode),
   sqlite+redis+postgres with ``write="local"``, and postgres
 * for the bytes measurement only: ``DurableSaver`` sqlite and
-  sqlite+redis+postgres with ``list_snapshot_every=1`` (every value stored
+  sqlite+redis+postgres with ``Memory(list_snapshot_every=1)`` (every value stored
   whole, as the stock savers store it), if the keyword exists
 
 Workload: a compiled ``StateGraph`` whose ``messages`` channel
@@ -107,12 +107,12 @@ class Config:
     tiers: tuple[str, ...] = ()
     stock: str | None = None  # key of the matching stock saver
     write: str | None = None  # DurableSaver(write=...); None = not passed (the default, "shared")
-    local_fsync: bool | None = None  # DurableSaver(local_fsync=...); None = not passed
+    local_fsync: bool | None = None  # Tiers(local_fsync=...); None = not passed
     history: bool = False  # in the 10,000-checkpoint list measurement
-    whole: bool = False  # DurableSaver(list_snapshot_every=1); the bytes measurement only
-    linger: float | None = None  # DurableSaver(lease_linger=...); None = not passed (the default: kept 30 s)
-    read_cache: int | None = None  # DurableSaver(read_cache_bytes=...); None = not passed (the default)
-    on_busy: str | None = None  # DurableSaver(on_busy=...); None = not passed (the default, "raise")
+    whole: bool = False  # Memory(list_snapshot_every=1); the bytes measurement only
+    linger: float | None = None  # Leases(linger=...); None = not passed (the default: kept 30 s)
+    read_cache: int | None = None  # Memory(read_cache_bytes=...); None = not passed (the default)
+    on_busy: str | None = None  # Leases(on_busy=...); None = not passed (the default, "raise")
 
     def label(self, mode: str = "sync") -> str:
         if self.kind == "memory":
@@ -125,15 +125,15 @@ class Config:
         if self.write:
             out += f" write={self.write}"
         if self.local_fsync is not None:
-            out += f" local_fsync={self.local_fsync}"
+            out += f" Tiers(local_fsync={self.local_fsync})"
         if self.whole:
-            out += " list_snapshot_every=1"
+            out += " Memory(list_snapshot_every=1)"
         if self.linger is not None:
-            out += f" lease_linger={self.linger:g}"
+            out += f" Leases(linger={self.linger:g})"
         if self.read_cache is not None:
-            out += f" read_cache_bytes={self.read_cache}"
+            out += f" Memory(read_cache_bytes={self.read_cache})"
         if self.on_busy is not None:
-            out += f" on_busy={self.on_busy}"
+            out += f" Leases(on_busy={self.on_busy})"
         return out
 
     @property
@@ -1247,10 +1247,10 @@ def render(run: Run) -> tuple[str, dict[str, Any]]:
         f"{p.long_steps}-step thread of section 1 (state of {p.short_steps} and {p.long_steps} messages). "
         "By default a DurableSaver with a local cache in front of a shared tier keeps each run's writer "
         "lease after the run ends (`lease_linger`, 30 s), so these reads come from its local SQLite cache "
-        "with no round trip; the `lease_linger=0` row gives the lease back, and a read after the run asks "
+        "with no round trip; the `Leases(linger=0)` row gives the lease back, and a read after the run asks "
         "every tier which checkpoint is newest. Durable sqlite keeps a read while "
         "nothing is committed to its file (`read_cache.py`), so the calls after the first are served from "
-        "that: the `read_cache_bytes=0` row reads the file every time, as the first read after a write does.",
+        "that: the `Memory(read_cache_bytes=0)` row reads the file every time, as the first read after a write does.",
         "",
     ]
     t2: list[list[str]] = []
@@ -1314,7 +1314,7 @@ def render(run: Run) -> tuple[str, dict[str, Any]]:
             f"{p.list_reads} calls per thread (fewer if {p.list_budget_s:.0f} s ran out). `no ns`: the same "
             "call without `checkpoint_ns` in the config (`saver.list({'configurable': {'thread_id': t}}, "
             "limit=10)`), which asks for the newest checkpoints across the thread's namespaces. Durable "
-            "sqlite serves the calls after the first from its read cache; `read_cache_bytes=0` reads every time.",
+            "sqlite serves the calls after the first from its read cache; `Memory(read_cache_bytes=0)` reads every time.",
             "",
         ]
         t3: list[list[str]] = []

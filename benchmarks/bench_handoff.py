@@ -10,7 +10,7 @@ side by side in one run, and prints the tables (`--write` also overwrites
 
 By default (``lease_linger``, 30 s) A keeps each run's lease, so B finds it
 busy and asks for it (`langgraph_durable.engine.leases.handoff`); with
-``lease_linger=0`` A gave it back when its run ended. The stock PostgresSaver
+``Leases(linger=0)`` A gave it back when its run ended. The stock PostgresSaver
 (two savers on one database) is the reference. Every read is checked against
 what B wrote.
 
@@ -51,7 +51,7 @@ from _env import (  # benchmarks/ is on sys.path when run as a script
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.graph import END, START, StateGraph
 
-from langgraph_durable import DurableSaver
+from langgraph_durable import DurableSaver, Leases, Tiers
 
 HERE = Path(__file__).resolve().parent
 NAME = "lgd_hbench"
@@ -87,12 +87,12 @@ def pairs(res: Resources) -> Iterator[list[tuple[str, Any, Any]]]:
         a.setup()
         opened.append(("PostgresSaver", a, stack.enter_context(PostgresSaver.from_conn_string(url))))
         configs = [
-            (GIVEN_BACK, "srp_given", True, {"lease_linger": 0.0}),
+            (GIVEN_BACK, "srp_given", True, {"leases": Leases(linger=0.0)}),
             ("Durable sqlite+redis+postgres, A keeping the lease (the default)", "srp_kept", True, {}),
             ("Durable sqlite+redis, A keeping the lease (the default)", "sr_kept", False, {}),
         ]
         for label, tag, with_postgres, a_options in configs:
-            shared: dict[str, Any] = {"redis": res.redis_url, "redis_key_prefix": res.new_prefix(tag)}
+            shared: dict[str, Any] = {"redis": res.redis_url, "tiers": Tiers(redis_key_prefix=res.new_prefix(tag))}
             if with_postgres:
                 shared["postgres"] = res.new_database(tag)
             a = stack.enter_context(DurableSaver(sqlite=str(res.tmp_path / f"{tag}_a.sqlite"), **shared, **a_options))
@@ -103,7 +103,7 @@ def pairs(res: Resources) -> Iterator[list[tuple[str, Any, Any]]]:
         yield opened
 
 
-GIVEN_BACK = "Durable sqlite+redis+postgres, A with lease_linger=0"
+GIVEN_BACK = "Durable sqlite+redis+postgres, A with Leases(linger=0)"
 
 
 def keep_and_wait(kwargs: dict[str, Any], thread_id: str, ready: Any) -> None:
@@ -131,7 +131,7 @@ def take_over_killed_keepers(res: Resources, trials: int, problems: list[str]) -
     spawn = multiprocessing.get_context("spawn")
     shared = {
         "redis": res.redis_url,
-        "redis_key_prefix": res.new_prefix("killed"),
+        "tiers": Tiers(redis_key_prefix=res.new_prefix("killed")),
         "postgres": res.new_database("killed"),
     }
     seconds: list[float] = []

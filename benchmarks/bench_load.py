@@ -58,7 +58,7 @@ from _env import (
     run_lines,  # benchmarks/ is on sys.path when run as a script
 )
 
-from langgraph_durable import Memory, Tiers
+from langgraph_durable import Leases, Memory, Tiers
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -515,7 +515,7 @@ def main(argv: list[str] | None = None) -> int:
                     message_bytes=args.message_bytes,
                     # Write-behind keeps a run's lease until it has shipped:
                     # a process handed the thread at once waits for it.
-                    saver_options={"on_busy": "wait"} if write == "local" and not drain else None,
+                    saver_options={"leases": Leases(on_busy="wait")} if write == "local" and not drain else None,
                 )
             except Exception:
                 problems.append(f"{mode}: the load did not finish:\n\n```\n{traceback.format_exc()}```")

@@ -345,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
             "table). The stock Postgres savers run on a psycopg pool of 10, as in `bench_growth.py`.",
             "- By default a DurableSaver with a local cache in front of a shared tier keeps a run's writer "
             "lease after it (`lease_linger`, 30 s), so its reads come from the local cache; with "
-            "`lease_linger=0` a read asks every tier which checkpoint is newest.",
+            "`Leases(linger=0)` a read asks every tier which checkpoint is newest.",
             "",
         ]
         Path(args.output).write_text("\n".join(intro) + "\n" + text)

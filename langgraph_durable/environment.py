@@ -4,7 +4,9 @@ constants, importable without loading the saver (the CLI's ``--help``)."""
 
 from __future__ import annotations
 
-from .tiers.registry import POSTGRES, REDIS, SQLITE
+from .tiers.postgres.kind import POSTGRES
+from .tiers.redis.kind import REDIS
+from .tiers.sqlite.kind import SQLITE
 
 __all__ = [
     "DEFAULT_KEY_PREFIX",
@@ -25,9 +27,9 @@ __all__ = [
 ]
 
 # The tiers' own variables come from their kinds (tiers/registry.py).
-ENV_SQLITE = SQLITE.env
-ENV_REDIS_URL = REDIS.env
-ENV_POSTGRES_URL = POSTGRES.env
+ENV_SQLITE: str = SQLITE.env
+ENV_REDIS_URL: str = REDIS.env
+ENV_POSTGRES_URL: str = POSTGRES.env
 ENV_SIGNING_KEY = "LANGGRAPH_DURABLE_SIGNING_KEY"
 ENV_SERDE = "LANGGRAPH_DURABLE_SERDE"  # module:attr of the serializer (from_env only)
 ENV_WRITE = "LANGGRAPH_DURABLE_WRITE"

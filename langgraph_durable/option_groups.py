@@ -287,6 +287,15 @@ class Archive:
     lag: float = 60.0
     key_fingerprint: str | None = None
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.url, str) or not self.url:
+            from .errors import ConfigError
+
+            raise ConfigError(
+                f"Archive(url=) takes the archive's s3://BUCKET/PREFIX, not {self.url!r}; for no archive, "
+                "pass archive=None."
+            )
+
 
 # The groups by keyword, and the name each field has inside the checks
 # (`Options.parse`), where every option is one flat name.
@@ -365,6 +374,30 @@ def grouped(flat: Mapping[str, Any], make: Callable[[type[Any], dict[str, Any]],
             url = out.get("archive")
             if isinstance(url, str) and url:
                 out["archive"] = Archive(url, **values)
+            elif values.get("key_fingerprint") is not None:
+                archive_key_fingerprint_of(values["key_fingerprint"])  # a wrong one is said, even unused
             continue
         out[keyword] = GROUPS[keyword](**values)
     return out
+
+
+FINGERPRINT_SCHEME = "hmac-sha256:"
+
+
+def archive_key_fingerprint_of(value: object) -> str | None:
+    """``Archive(key_fingerprint=)`` checked: the full fingerprint of a key
+    (``hmac-sha256:`` and 64 hex digits, as `doctor` prints it), or None."""
+    if value is None:
+        return None
+    text = value.strip().lower() if isinstance(value, str) else ""
+    digits = text.removeprefix(FINGERPRINT_SCHEME)
+    if len(digits) == 64 and all(c in "0123456789abcdef" for c in digits):
+        return FINGERPRINT_SCHEME + digits
+    shown = value if isinstance(value, str) else type(value).__name__
+    short = " (the 16-digit form the tiers record is not enough to vouch for a key)" if len(digits) == 16 else ""
+    from .errors import ConfigError
+
+    raise ConfigError(
+        f"Archive(key_fingerprint=) got {shown!r}{short}: give the store key's full fingerprint, "
+        "hmac-sha256: and 64 hex digits, as `langgraph-durable doctor` prints it."
+    )

@@ -36,7 +36,10 @@ from .environment import (
     ENV_WRITE,
 )
 from .option_groups import checked_name, spelled
-from .tiers.registry import BUILT_IN, DEFAULT_SQLITE_PATH, POSTGRES, REDIS, SQLITE, kinds
+from .tiers.postgres.kind import POSTGRES
+from .tiers.redis.kind import REDIS
+from .tiers.sqlite.kind import SQLITE
+from .tiers.tier_kind import DEFAULT_SQLITE_PATH, kinds
 
 # How a variable's text becomes the keyword's value (`options.env_options`).
 EnvReading = Literal["text", "seconds", "bool", "serde", "keys"]
@@ -227,7 +230,7 @@ def registered_tiers() -> tuple[Option, ...]:
     return tuple(
         Option(kind.keyword, "tiers", None, kind.what, env=kind.env, flag=kind.flag, metavar="URL")
         for kind in kinds()
-        if kind.keyword not in BUILT_IN
+        if not kind.builtin
     )
 
 

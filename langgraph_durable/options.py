@@ -34,6 +34,7 @@ from .model.lease import (
 )
 from .model.memory_budget import MemoryBudget
 from .model.roles import Role
+from .option_groups import archive_key_fingerprint_of
 from .option_table import VARIABLES, variables
 from .retention import RetentionPolicy
 from .tiers.postgres.sql import MAX_SCHEMA_BYTES
@@ -101,6 +102,8 @@ class TierOptions:
 
     def __post_init__(self) -> None:
         one_tier_per_role(self.urls)
+        # The kinds as they are now: a kind unregistered later stays this saver's.
+        object.__setattr__(self, "_kinds", tuple(kind for kind in kinds() if kind.keyword in self.urls))
 
     @property
     def sqlite(self) -> str | None:
@@ -130,8 +133,9 @@ class TierOptions:
         return any(kind.role is not Role.LOCAL for kind in self.configured())
 
     def configured(self) -> list[TierKind]:
-        """The kinds of the configured tiers, nearest first."""
-        return [kind for kind in kinds() if kind.keyword in self.urls]
+        """The kinds of the configured tiers, nearest first, as registered
+        when the options were checked."""
+        return list(self._kinds)  # type: ignore[attr-defined]
 
     def url(self, kind: TierKind) -> str | None:
         """Where `kind`'s tier is (None: not configured)."""
@@ -278,7 +282,11 @@ class Options:
                 f"write= must be one of {', '.join(map(repr, WRITE_MODES))}, got {write!r}: "
                 '"shared" (default) waits for one shared tier, "all" for every tier, "local" for the local journal.'
             )
-        if write == "local" and (sqlite is None or (redis is None and postgres is None)):
+        others = other_tiers_of(other_tiers or {})
+        shared = (
+            redis is not None or postgres is not None or any(role is not Role.LOCAL for _, _, role in others.values())
+        )
+        if write == "local" and (sqlite is None or not shared):
             raise ConfigError(
                 'write="local" (write-behind) needs a local tier (sqlite=) and a shared one (redis= or postgres=).'
             )
@@ -287,25 +295,32 @@ class Options:
                 "Tiers(local_fsync=) says whether each commit of the local SQLite file is fsynced: True, False, or None "
                 f'(fsynced with write="local" only); it needs sqlite=. Got {local_fsync!r}.'
             )
-        if call_timeout is not None and call_timeout <= 0:
+        if call_timeout is not None:
+            seconds_of("Tiers(call_timeout=)", call_timeout, "a positive number of seconds or None")
+        seconds_of("Tiers(drain_timeout=)", drain_timeout, "0 or more seconds", zero=True)
+        seconds_of("Tiers(connect_timeout=)", connect_timeout, "a positive number of seconds")
+        seconds_of("Tiers(sqlite_busy_timeout=)", sqlite_busy_timeout, "0 or more seconds", zero=True)
+        if not isinstance(redis_key_prefix, str) or not redis_key_prefix:
+            raise ConfigError(f"Tiers(redis_key_prefix=) must be a non-empty str, got {redis_key_prefix!r}.")
+        if redis_cluster is not None and not isinstance(redis_cluster, bool):
             raise ConfigError(
-                f"Tiers(call_timeout=) must be a positive number of seconds or None, got {call_timeout!r}."
+                f"Tiers(redis_cluster=) must be True, False or None (asked of the server), got {redis_cluster!r}."
             )
-        if drain_timeout < 0:
-            raise ConfigError(f"Tiers(drain_timeout=) must be 0 or more seconds, got {drain_timeout!r}.")
+        if not isinstance(permissive_decoding, bool):
+            raise ConfigError(f"Integrity(permissive_decoding=) must be True or False, got {permissive_decoding!r}.")
         if not isinstance(list_snapshot_every, int) or isinstance(list_snapshot_every, bool) or list_snapshot_every < 0:
             raise ConfigError(
                 f"Memory(list_snapshot_every=) must be a whole number of versions (1 or 0: store every value whole), "
                 f"got {list_snapshot_every!r}."
             )
-        others = other_tiers_of(other_tiers or {})
-        if sqlite is None and redis is None and postgres is None and not others:
+        if sqlite is None and not shared:
             raise ConfigError("DurableSaver needs at least one tier: pass sqlite=, redis= or postgres=.")
         if local_max_bytes is not None and (
             not isinstance(local_max_bytes, int)
             or local_max_bytes < 1
             or sqlite is None
-            or (redis is None and postgres is None)
+            or isinstance(local_max_bytes, bool)
+            or not shared
         ):
             raise ConfigError(
                 "Memory(local_max_bytes=) bounds the local SQLite cache of the shared tiers: it needs sqlite= and redis= "
@@ -339,8 +354,10 @@ class Options:
             postgres_url = postgres_pool.url
         elif postgres is not None:
             postgres_url = POSTGRES.check(postgres)
-        if postgres_pool_size < 1:
-            raise ConfigError(f"Tiers(postgres_pool_size=) must be at least 1, got {postgres_pool_size}.")
+        if isinstance(postgres_pool_size, bool) or not isinstance(postgres_pool_size, int) or postgres_pool_size < 1:
+            raise ConfigError(
+                f"Tiers(postgres_pool_size=) must be a whole number, at least 1, got {postgres_pool_size!r}."
+            )
         if not isinstance(postgres_prepared_statements, bool):
             raise ConfigError(
                 f"Tiers(postgres_prepared_statements=) must be True or False, got {postgres_prepared_statements!r}."
@@ -358,8 +375,12 @@ class Options:
                 "Tiers(redis_ttl=) lets idle threads leave Redis, to be served from Postgres: it needs redis= and "
                 f"postgres=, and a number of seconds above 0; got {redis_ttl!r}."
             )
-        if max_record_bytes is not None and max_record_bytes < 1:
-            raise ConfigError(f"Integrity(max_record_bytes=) must be positive or None, got {max_record_bytes}.")
+        if max_record_bytes is not None and (
+            isinstance(max_record_bytes, bool) or not isinstance(max_record_bytes, int) or max_record_bytes < 1
+        ):
+            raise ConfigError(
+                f"Integrity(max_record_bytes=) must be a whole number of bytes above 0, or None, got {max_record_bytes!r}."
+            )
         if not isinstance(read_only, bool):
             raise ConfigError(f"read_only must be True or False, got {read_only!r}.")
         if retention is not None and not isinstance(retention, RetentionPolicy):
@@ -368,8 +389,7 @@ class Options:
         budget = MemoryBudget.of(memory_budget, read_cache=read_cache_bytes)
         if archive is not None:
             parse_archive_url(archive)
-        if isinstance(archive_lag, bool) or not isinstance(archive_lag, (int, float)) or not archive_lag > 0:
-            raise ConfigError(f"Archive(lag=) must be a number of seconds above 0, got {archive_lag!r}.")
+        seconds_of("Archive(lag=)", archive_lag, "a number of seconds above 0")
         fingerprint = archive_key_fingerprint_of(archive_key_fingerprint)
         return cls(
             tiers=TierOptions(
@@ -379,7 +399,7 @@ class Options:
                         (SQLITE.keyword, os.fspath(sqlite) if sqlite is not None else None),
                         (REDIS.keyword, redis_url),
                         (POSTGRES.keyword, postgres_url),
-                        *((k, url) for k, (url, _) in others.items()),
+                        *((k, url) for k, (url, _, _) in others.items()),
                     )
                     if url is not None
                 },
@@ -398,7 +418,7 @@ class Options:
                     for keyword, given in (
                         (REDIS.keyword, redis_client),
                         (POSTGRES.keyword, postgres_pool),
-                        *((k, given) for k, (_, given) in others.items()),
+                        *((k, given) for k, (_, given, _) in others.items()),
                     )
                     if given is not None
                 },
@@ -415,11 +435,11 @@ class Options:
         )
 
 
-def other_tiers_of(given: Mapping[str, object]) -> dict[str, tuple[str, Supplied | None]]:
+def other_tiers_of(given: Mapping[str, object]) -> dict[str, tuple[str, Supplied | None, Role]]:
     """The tiers of kinds registered from outside the package, checked:
     each a URL of its kind (or a client or pool its ``supplied`` hook
     recognises), and no two tiers in one role."""
-    out: dict[str, tuple[str, Supplied | None]] = {}
+    out: dict[str, tuple[str, Supplied | None, Role]] = {}
     for keyword, value in given.items():
         kind = kind_named(keyword)
         if kind is None or keyword in BUILT_IN:
@@ -428,7 +448,8 @@ def other_tiers_of(given: Mapping[str, object]) -> dict[str, tuple[str, Supplied
             continue
         recognise = kind.hook("supplied")
         supplied = recognise(value) if recognise is not None and not isinstance(value, str) else None
-        out[keyword] = (supplied.url, supplied) if supplied is not None else (kind.check(value), None)
+        url = supplied.url if supplied is not None else kind.check(value)
+        out[keyword] = (url, supplied, kind.role)
     return out
 
 
@@ -461,10 +482,22 @@ def one_tier_per_role(urls: Mapping[str, str]) -> None:
             seen[kind.role] = kind.keyword
 
 
+def seconds_of(spelled: str, value: object, what: str, *, zero: bool = False) -> float:
+    """`value`, a finite number of seconds above 0 (or 0, with `zero`), else
+    a `ConfigError` saying `spelled` must be `what`."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not (value >= 0 if zero else value > 0)  # NaN fails too
+        or value == math.inf
+    ):
+        raise ConfigError(f"{spelled} must be {what}, got {value!r}.")
+    return float(value)
+
+
 def lease_options(ttl: object, on_busy: object, wait: object, linger: object) -> LeaseOptions:
     """The lease options checked (`LeaseBook` takes them as they are)."""
-    if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not ttl > 0:  # NaN fails too
-        raise ConfigError(f"Leases(ttl=) must be a positive number of seconds, got {ttl!r}.")
+    ttl_s = seconds_of("Leases(ttl=)", ttl, "a positive number of seconds")
     if on_busy not in ON_BUSY_CHOICES:
         raise ConfigError(f"Leases(on_busy=) must be 'raise' or 'wait', got {on_busy!r}.")
     if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not wait >= 0:  # inf: wait as long as it takes
@@ -474,7 +507,7 @@ def lease_options(ttl: object, on_busy: object, wait: object, linger: object) ->
             f"Leases(linger=) must be a number of seconds (0 or more; 0 gives a run's lease back when it "
             f"ends), got {linger!r}."
         )
-    return LeaseOptions(float(ttl), str(on_busy), float(wait), float(linger))
+    return LeaseOptions(ttl_s, str(on_busy), float(wait), float(linger))
 
 
 def signing_keys_of(signing_key: bytes | str | None, signing_keys: Sequence[bytes | str | None] | None) -> list[bytes]:
@@ -559,23 +592,3 @@ def naming_the_variable(exc: ConfigError, from_env: Mapping[str, Any], given: Ma
         if flat in from_env and flat not in given and message.startswith(SPELLED[flat].rstrip(")")):
             return ConfigError(f"{name}: {message}")
     return exc
-
-
-FINGERPRINT_SCHEME = "hmac-sha256:"
-
-
-def archive_key_fingerprint_of(value: object) -> str | None:
-    """``archive_key_fingerprint=`` checked: the full fingerprint of a key
-    (``hmac-sha256:`` and 64 hex digits, as `doctor` prints it), or None."""
-    if value is None:
-        return None
-    text = value.strip().lower() if isinstance(value, str) else ""
-    digits = text.removeprefix(FINGERPRINT_SCHEME)
-    if len(digits) == 64 and all(c in "0123456789abcdef" for c in digits):
-        return FINGERPRINT_SCHEME + digits
-    shown = value if isinstance(value, str) else type(value).__name__
-    short = " (the 16-digit form the tiers record is not enough to vouch for a key)" if len(digits) == 16 else ""
-    raise ConfigError(
-        f"Archive(key_fingerprint=) got {shown!r}{short}: give the store key's full fingerprint, "
-        "hmac-sha256: and 64 hex digits, as `langgraph-durable doctor` prints it."
-    )

@@ -36,6 +36,7 @@ before.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -220,6 +221,7 @@ def blobs_of(nodes: Mapping[str, Node | None], kept: Iterable[str]) -> set[BlobK
 # -- retention policy: which checkpoints a sweep keeps ---------------------------------
 
 DEFAULT_SWEEP_RATE = 20.0  # threads a background sweep visits per second
+MIN_SWEEP_EVERY_S = 0.05  # a background sweep's shortest period: shorter only spins
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,12 +274,18 @@ class RetentionPolicy:
             raise ConfigError(
                 "a retention policy needs keep_last=, keep_for=, delete_idle_after= or archive_idle_after=."
             )
-        if self.keep_last is not None and (not isinstance(self.keep_last, int) or self.keep_last < 1):
+        if self.keep_last is not None and (
+            isinstance(self.keep_last, bool) or not isinstance(self.keep_last, int) or self.keep_last < 1
+        ):
             raise ConfigError(f"keep_last= must be a whole number of checkpoints, 1 or more, not {self.keep_last!r}.")
         for name in ("keep_for", "delete_idle_after", "archive_idle_after", "every"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
                 raise ConfigError(f"{name}= must be a number of seconds above 0, not {value!r}.")
+        if self.every is not None and not MIN_SWEEP_EVERY_S <= self.every <= threading.TIMEOUT_MAX:
+            raise ConfigError(
+                f"every= must be between {MIN_SWEEP_EVERY_S:g} s and {threading.TIMEOUT_MAX:.0f} s, not {self.every!r}."
+            )
         if self.rate is not None and (
             isinstance(self.rate, bool) or not isinstance(self.rate, (int, float)) or not self.rate > 0
         ):

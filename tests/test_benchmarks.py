@@ -62,7 +62,7 @@ def test_the_hand_off_benchmark_runs_and_each_replica_reads_the_others_state() -
     assert "None." in out[out.rindex("## Problems") :]
     # Every thread A kept (the default) was handed off to B: 3 timed and 3 untimed.
     assert "| Durable sqlite+redis+postgres, A keeping the lease (the default) |" in out
-    assert "| Durable sqlite+redis+postgres, A with lease_linger=0 | " in out
+    assert "| Durable sqlite+redis+postgres, A with Leases(linger=0) | " in out
     assert out.count("| 6 |") == 2, out
     # A killed keeper was taken over, and B's run continued A's (checked, else a problem).
     assert "| 1 | " in out[out.index("### A replica killed while it keeps a lease") :]
@@ -77,7 +77,7 @@ def test_the_paired_benchmark_runs_every_saver_in_every_round_and_checks_each_re
         table = out[out.index(face) :]
         # The reference row divides by itself (step, get_state, history page); every DurableSaver row is there.
         assert f"| {reference} | " in table and table.count("| 1.00x | - |") >= 3
-        assert "| Durable sqlite+redis+postgres lease_linger=0 |" in table
+        assert "| Durable sqlite+redis+postgres Leases(linger=0) |" in table
     concurrent = out[out.index("3 concurrent `ainvoke` runs") :]
     assert "| AsyncPostgresSaver | " in concurrent and "| Durable sqlite+redis+postgres write=local |" in concurrent
     assert "wrote " not in out  # the results file is written only with --write
@@ -89,7 +89,7 @@ def test_the_multi_process_benchmark_runs_every_saver_and_reads_every_thread_bac
     table = out[out.index("40 concurrent runs across 2 processes") :]
     for row in ("AsyncPostgresSaver", "Durable sqlite+redis+postgres", "Durable sqlite+redis+postgres write=local"):
         for phase in ("first runs, new threads", "second runs, on another process"):
-            assert f"| {row} | {phase} | " in table or f"| {row} on_busy=wait | {phase} | " in table
+            assert f"| {row} | {phase} | " in table or f"| {row} Leases(on_busy=wait) | {phase} | " in table
 
 
 def test_the_command_line_benchmark_runs_every_command_and_each_answers_as_expected() -> None:

@@ -134,6 +134,28 @@ BAD_VALUES: dict[str, Callable[[], dict[str, Any]]] = {
     "max_record_bytes": lambda: {"integrity": Integrity(max_record_bytes=0)},
     "redis_ttl": lambda: {"tiers": Tiers(redis_ttl=-1)},
     "a_group_of_the_wrong_kind": lambda: {"leases": Tiers()},
+    # Each field of a group is checked for its type and range, not only its sign.
+    "permissive_decoding_text": lambda: {"integrity": Integrity(permissive_decoding="false")},  # type: ignore[arg-type]
+    "redis_cluster_text": lambda: {"tiers": Tiers(redis_cluster="no")},  # type: ignore[arg-type]
+    "max_record_bytes_nan": lambda: {"integrity": Integrity(max_record_bytes=float("nan"))},  # type: ignore[arg-type]
+    "max_record_bytes_text": lambda: {"integrity": Integrity(max_record_bytes="1")},  # type: ignore[arg-type]
+    "call_timeout_text": lambda: {"tiers": Tiers(call_timeout="1")},  # type: ignore[arg-type]
+    "call_timeout_nan": lambda: {"tiers": Tiers(call_timeout=float("nan"))},
+    "call_timeout_true": lambda: {"tiers": Tiers(call_timeout=True)},
+    "drain_timeout_inf": lambda: {"tiers": Tiers(drain_timeout=float("inf"))},
+    "drain_timeout_nan": lambda: {"tiers": Tiers(drain_timeout=float("nan"))},
+    "postgres_pool_size_half": lambda: {"tiers": Tiers(postgres_pool_size=2.5)},  # type: ignore[arg-type]
+    "postgres_pool_size_true": lambda: {"tiers": Tiers(postgres_pool_size=True)},
+    "connect_timeout_text": lambda: {"tiers": Tiers(connect_timeout="5")},  # type: ignore[arg-type]
+    "connect_timeout_negative": lambda: {"tiers": Tiers(connect_timeout=-1)},
+    "sqlite_busy_timeout_nan": lambda: {"tiers": Tiers(sqlite_busy_timeout=float("nan"))},
+    "redis_key_prefix_none": lambda: {"tiers": Tiers(redis_key_prefix=None)},  # type: ignore[arg-type]
+    "local_max_bytes_true": lambda: {"memory": Memory(local_max_bytes=True)},
+    "lease_ttl_inf": lambda: {"leases": Leases(ttl=float("inf"))},
+    "retention_every_inf": lambda: {"retention": RetentionPolicy(keep_last=3, every=float("inf"))},
+    "retention_every_spins": lambda: {"retention": RetentionPolicy(keep_last=3, every=1e-9)},
+    "retention_keep_last_true": lambda: {"retention": RetentionPolicy(keep_last=True)},
+    "archive_without_url": lambda: {"archive": Archive(None)},  # type: ignore[arg-type]
     "validators": lambda: {"validators": [42]},
     "metrics": lambda: {"metrics": 42},
     "no_local_tier": lambda: {"sqlite": "", "write": "local"},  # '' names no file: write-behind has no local tier
@@ -158,4 +180,21 @@ def test_a_constructor_that_refuses_an_option_leaves_nothing_running(tmp_path: A
         } | BAD_VALUES[bad]()
         DurableSaver(**kwargs)
     assert [t.name for t in set(threading.enumerate()) - before] == []
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_wrong_archive_key_fingerprint_is_said_even_without_an_archive(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It means nothing without an archive, but a wrong one is a mistake to
+    tell, not to drop: from the environment, from a flag, from from_env."""
+    from langgraph_durable import ConfigError
+
+    monkeypatch.delenv("LANGGRAPH_DURABLE_ARCHIVE_URL", raising=False)
+    monkeypatch.setenv("LANGGRAPH_DURABLE_SQLITE", str(tmp_path / "f.sqlite"))
+    with pytest.raises(ConfigError, match=r"Archive\(key_fingerprint=\) got 'garbage'"):
+        DurableSaver.from_env(archive_key_fingerprint="garbage")
+    monkeypatch.setenv("LANGGRAPH_DURABLE_ARCHIVE_KEY_FINGERPRINT", "garbage")
+    with pytest.raises(ConfigError, match="LANGGRAPH_DURABLE_ARCHIVE_KEY_FINGERPRINT"):
+        DurableSaver.from_env()
     assert list(tmp_path.iterdir()) == []

@@ -553,7 +553,7 @@ import operator, sys
 from dataclasses import dataclass
 from typing import Annotated, TypedDict
 from langgraph.graph import END, START, StateGraph
-from langgraph_durable import DurableSaver
+from langgraph_durable import DurableSaver, Tiers
 
 @dataclass
 class Item:
@@ -567,10 +567,10 @@ g.add_node("add", lambda s: {"items": [Item(f"item {len(s['items'])}")]})
 g.add_edge(START, "add")
 g.add_edge("add", END)
 redis_url, prefix, postgres_url = sys.argv[1:4]
-with DurableSaver(sqlite=None, redis=redis_url, redis_key_prefix=prefix, postgres=postgres_url) as saver:
+with DurableSaver(sqlite=None, redis=redis_url, tiers=Tiers(redis_key_prefix=prefix), postgres=postgres_url) as saver:
     graph = g.compile(checkpointer=saver)  # compile() passes the state's types to with_allowlist
     graph.invoke({"items": []}, {"configurable": {"thread_id": "t"}})
-with DurableSaver(sqlite=None, redis=redis_url, redis_key_prefix=prefix, postgres=postgres_url) as saver:
+with DurableSaver(sqlite=None, redis=redis_url, tiers=Tiers(redis_key_prefix=prefix), postgres=postgres_url) as saver:
     items = g.compile(checkpointer=saver).get_state({"configurable": {"thread_id": "t"}}).values["items"]
     assert items == [Item("item 0")], items
     print("round-tripped", type(items[0]).__name__)

@@ -168,3 +168,56 @@ def test_a_kind_registers_once_and_built_in_kinds_stay(warehouse: str) -> None:
         unregister("postgres")
     assert [k.keyword for k in kinds()] == ["sqlite", "redis", "postgres", "warehouse"]
     assert os.environ.get(ENV) is None
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        ({"keyword": "serde", "env": "LGD_TEST_A", "schemes": ("a://",)}, "an option of that name"),
+        ({"keyword": "write", "env": "LGD_TEST_B", "schemes": ("b://",)}, "an option of that name"),
+        ({"keyword": "archive", "env": "LGD_TEST_C", "schemes": ("c://",)}, "an option of that name"),
+        ({"keyword": "tiers", "env": "LGD_TEST_D", "schemes": ("d://",)}, "an option of that name"),
+        ({"keyword": "lease_linger", "env": "LGD_TEST_E", "schemes": ("e://",)}, "an option of that name"),
+        ({"keyword": "lakehouse", "env": "LANGGRAPH_DURABLE_SERDE", "schemes": ("f://",)}, "variable"),
+        ({"keyword": "lakehouse", "env": "LGD_TEST_G", "schemes": ()}, "URL schemes"),
+        ({"keyword": "lakehouse", "env": "LGD_TEST_H", "schemes": ("h://",), "ears": None}, "needs ears="),
+        ({"keyword": "lakehouse", "env": "LGD_TEST_I", "schemes": ("i://",), "role": Role.HOT}, "is a record tier"),
+        (
+            {"keyword": "lakehouse", "env": "LGD_TEST_J", "schemes": ("j://",), "classes": ("nowhere.at_all:X",) * 2},
+            "cannot be imported",
+        ),
+    ],
+    ids=lambda v: v["keyword"] + "-" + v["env"] if isinstance(v, dict) else None,
+)
+def test_a_kind_that_would_take_another_s_place_is_refused(change: dict[str, Any], said: str) -> None:
+    """A kind registered under an option's name would have from_env drop
+    that option's variable (a serializer, an archive) and the command line
+    break; a shared kind with no way to hear hand-offs would keep no lease."""
+    with pytest.raises(ConfigError, match=said):
+        register(TierKind(**{**WAREHOUSE.__dict__, **change}))
+    assert [k.keyword for k in kinds()] == ["sqlite", "redis", "postgres"]
+
+
+def test_a_saver_keeps_its_kinds_when_one_is_unregistered(
+    tmp_path: Path, warehouse: str, redis_prefix: str, postgres_url: str
+) -> None:
+    """The async face's tiers are made at its first call: from the kinds the
+    saver was made with, not the registry of that moment."""
+    with _saver(tmp_path, warehouse, redis_prefix, write="all") as saver:
+        unregister(WAREHOUSE.keyword)
+        assert _run(saver, "after", face="async")["n"] == 3
+        assert saver.tier_names == ["sqlite", "redis", "warehouse"]
+    register(WAREHOUSE)  # as the fixture left it
+    with DurableSaver(sqlite=None, postgres=postgres_url) as record:
+        assert record.get_tuple({"configurable": {"thread_id": "after"}}) is not None  # in the record tier
+
+
+def test_a_registered_kind_counts_as_a_shared_tier(tmp_path: Path, warehouse: str) -> None:
+    from langgraph_durable import Memory
+
+    with DurableSaver(sqlite=str(tmp_path / "w.sqlite"), warehouse=warehouse, write="local") as behind:
+        _run(behind, "behind")
+    with DurableSaver(
+        sqlite=str(tmp_path / "b.sqlite"), warehouse=warehouse, memory=Memory(local_max_bytes=1 << 20)
+    ) as bounded:
+        assert bounded.tier_names == ["sqlite", "warehouse"]

@@ -107,7 +107,6 @@ def test_the_same_types_as_postgres_saver_in_a_new_process(
             if tiers == "sqlite"
             else (str(tmp_path / "fresh.sqlite") if "sqlite" in tiers else None),
             "redis": saver.redis_url,
-            "redis_key_prefix": saver.redis_key_prefix,
             "postgres": saver.postgres_url,
             "signing_key": key,
         }
@@ -118,13 +117,13 @@ def test_the_same_types_as_postgres_saver_in_a_new_process(
         f"""
         from langgraph.checkpoint.postgres import PostgresSaver
         from langgraph.types import Command
-        from langgraph_durable import DurableSaver
+        from langgraph_durable import DurableSaver, Tiers
         from tests import typed_state
 
         def kinds(out):
             return sorted((k, type(v).__name__) for k, v in out.items() if k in typed_state.EXPECTED)
 
-        with DurableSaver(**{options!r}) as saver:
+        with DurableSaver(**{options!r}, tiers=Tiers(redis_key_prefix={saver.redis_key_prefix!r})) as saver:
             ours = typed_state.build().compile(checkpointer=saver).invoke(
                 Command(resume="yes"), {{"configurable": {{"thread_id": "t"}}}})
         with PostgresSaver.from_conn_string({postgres_url!r}) as stock:

@@ -48,7 +48,9 @@ MAX_RETRIES = 2
 def parse_archive_url(url: object) -> tuple[str, str]:
     """``(bucket, prefix)`` of an ``s3://BUCKET/PREFIX`` URL, else `ConfigError`."""
     if not isinstance(url, str) or not url.startswith(SCHEMES):
-        shown = url if isinstance(url, str) else type(url).__name__
+        from ..tiers.base import redact
+
+        shown = redact(url) if isinstance(url, str) else type(url).__name__
         raise ConfigError(
             f"archive= got {shown!r}, which is not an archive URL: it must start with s3:// "
             "(for example s3://my-bucket/langgraph); the endpoint and credentials come from AWS_* variables."

@@ -91,7 +91,6 @@ from ..model.roles import Role, Roles, ships_behind
 from ..options import Options
 from ..tiers.base import redact
 from ..tiers.postgres.tier_async import AsyncPostgresTier
-from ..tiers.registry import kind_named, kinds
 from ..tiers.sqlite.tier import AsyncSqliteTier, SqliteTier
 
 logger = logging.getLogger("langgraph_durable")
@@ -264,11 +263,12 @@ class Runtime:
     # -- chains --------------------------------------------------------------------
 
     def _shared_tiers(self, *, asynchronous: bool) -> list[Any]:
-        """The shared tiers, on one face, as the registry makes them."""
+        """The shared tiers, on one face, as their kinds make them (the kinds
+        registered when the options were checked)."""
         tiers = self.options.tiers
         made = [
             kind.tier_class(asynchronous=asynchronous)(url, **tiers.arguments(kind, asynchronous=asynchronous))
-            for kind in kinds()
+            for kind in tiers.configured()
             if kind.role is not Role.LOCAL and (url := tiers.url(kind))
         ]
         for tier in made:
@@ -488,7 +488,7 @@ class Runtime:
         """A connection of its own on the hand-off channel of the tier where
         leases are kept, as its kind listens (`TierKind.ears`)."""
         tier = self._hand_off_tier()
-        kind = kind_named(tier.name)
+        kind = next((k for k in self.options.tiers.configured() if k.role is tier.role), None)
         listen = kind.hook("ears") if kind is not None else None
         if listen is None:
             raise ConfigError(f"the {tier.name} tier's kind does not say how to listen for hand-offs (TierKind.ears).")

@@ -103,7 +103,9 @@ _KINDS: dict[str, TierKind] = {}
 
 
 def register(kind: TierKind) -> TierKind:
-    """Register `kind` (once per keyword); it is `kind`."""
+    """Register `kind` (once per keyword); it is `kind`. (The rules a kind
+    from outside the package must also keep are checked by
+    `tiers.registry.register`, which calls this.)"""
     known = _KINDS.get(kind.keyword)
     if known is not None and known != kind:
         raise ConfigError(f"a tier kind named {kind.keyword!r} is already registered; unregister it first.")
