@@ -5,9 +5,10 @@ from the environment in one place.
 (`option_groups`); their values, each by a flat name, go to
 `Options.parse`, which checks every one and returns them as the groups the
 rooms below read: the tiers and their connections, integrity and keys,
-leases, the write mode, retention, and the limits. `env_options` reads the ``LANGGRAPH_DURABLE_*`` variables
-into the same keywords (`DurableSaver.from_env`), and an error about a
-value that came from a variable names the variable.
+leases, the write mode, retention, and the limits. `env_options` reads
+the ``LANGGRAPH_DURABLE_*`` variables into the same flat names
+(`DurableSaver.from_env`), and an error about a value that came from a
+variable names the variable.
 """
 
 from __future__ import annotations
