@@ -24,7 +24,7 @@ for the command line's ``--help`` without loading the saver.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -354,11 +354,12 @@ def flattened(given: Mapping[str, Any], *, set_only: bool = False) -> dict[str, 
     return out
 
 
-def grouped(flat: Mapping[str, Any], make: Callable[[type[Any], dict[str, Any]], Any] | None = None) -> dict[str, Any]:
+def grouped(flat: Mapping[str, Any]) -> dict[str, Any]:
     """The inverse of `flattened`: flat names (the environment's, the
     command line's) as the saver's keywords, each group built from the
-    fields it has. An archive's options without its URL are dropped: they
-    mean nothing without an archive."""
+    fields it has. An archive's options without its URL are dropped, as
+    they mean nothing without an archive; a wrong key fingerprint among
+    them is still said."""
     out: dict[str, Any] = {}
     fields_of: dict[str, dict[str, Any]] = {}
     by_flat = {checked_name(k, f): (k, f) for k, cls in GROUPS.items() for f in group_defaults(cls)}

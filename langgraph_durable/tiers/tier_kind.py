@@ -1,8 +1,10 @@
 """A kind of tier (`TierKind`) and the table its packages register in.
 
-See `tiers.registry`, which registers the built-in kinds and is where the
-rooms above read the table from; this module imports none of them, so a
-kind's package can register itself here without a cycle.
+The built-in kinds' packages register here (``tiers/<kind>/kind.py``);
+`tiers.registry` imports them, checks a kind from outside the package
+before it registers (`tiers.registry.register`), and is where the rooms
+above read the table from. This module imports none of them, so a kind's
+package can register itself here without a cycle.
 """
 
 from __future__ import annotations
