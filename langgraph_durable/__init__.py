@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from .metrics import CorruptCopy, MetricsHook, OpenTelemetryMetrics, PlainData, TierCall, TierStats
     from .model.pins import Pin
     from .option_groups import Archive, Integrity, Leases, Memory, Tiers
+    from .options import register_tier_kind
     from .retention import RetentionPolicy, RetentionReport
     from .saver import DurableSaver
     from .validation import (
@@ -83,6 +84,7 @@ _EXPORTS = {
     "Leases": ".option_groups",
     "Memory": ".option_groups",
     "Tiers": ".option_groups",
+    "register_tier_kind": ".options",
     "RetentionPolicy": ".retention",
     "RetentionReport": ".retention",
     "DurableSaver": ".saver",
@@ -144,6 +146,7 @@ __all__ = [
     "Leases",
     "Memory",
     "Tiers",
+    "register_tier_kind",
     "ImportConflict",
     "ImportReport",
     # metrics

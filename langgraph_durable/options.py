@@ -36,12 +36,13 @@ from .model.lease import (
 from .model.memory_budget import MemoryBudget
 from .model.roles import Role
 from .option_groups import archive_key_fingerprint_of
-from .option_table import VARIABLES, variables
+from .option_table import OPTIONS, VARIABLES, variables
 from .retention import RetentionPolicy
 from .tiers.postgres.sql import MAX_SCHEMA_BYTES
 from .tiers.redis.tier_async import check_url as check_redis_url
 from .tiers.registry import BUILT_IN, POSTGRES, REDIS, SQLITE, TierKind, kind_named, kinds
 from .tiers.supplied import Supplied, supplied_postgres, supplied_redis
+from .tiers.tier_kind import register
 
 # The keyword arguments `env_options` fills from the environment, and the
 # variables they come from (for its errors; a signing key's, a serializer's
@@ -454,11 +455,52 @@ def other_tiers_of(given: Mapping[str, object]) -> dict[str, tuple[str, Supplied
     return out
 
 
+def register_tier_kind(kind: TierKind) -> TierKind:
+    """Register a kind of tier from outside the package (once per keyword;
+    it is `kind`): its keyword, variable and flag must be free, a shared
+    role needs a URL scheme and the hand-off hook, and its classes must
+    import and hold its role. Then `DurableSaver(<keyword>=URL)`,
+    ``from_env`` (its variable) and the command line (its flag) take it."""
+    if kind_named(kind.keyword) is None:
+        _check_new(kind)
+    return register(kind)
+
+
+def _check_new(kind: TierKind) -> None:
+    """A kind from outside the package: its keyword, variable and flag free,
+    a URL scheme and the hand-off hook for a shared role, and classes that
+    import and hold its role."""
+    taken = {o.keyword for o in OPTIONS} | {o.flat for o in OPTIONS} | {"other_tiers"}
+    if kind.keyword in taken:
+        raise ConfigError(f"a tier kind cannot be named {kind.keyword!r}: the saver has an option of that name.")
+    others = [*OPTIONS, *kinds()]
+    if any(getattr(o, "env", None) == kind.env for o in others):
+        raise ConfigError(f"the variable {kind.env} is another option's or tier kind's: give the kind its own.")
+    if any(getattr(o, "flag", None) == kind.flag for o in others):
+        raise ConfigError(f"the flag {kind.flag} is another option's or tier kind's: name the kind otherwise.")
+    if not kind.schemes:
+        raise ConfigError(f"the {kind.keyword} kind needs its URL schemes (schemes=('{kind.keyword}://',)).")
+    if kind.ears is None:
+        raise ConfigError(
+            f"the {kind.keyword} kind is a {kind.role.value} tier, which can hold writer leases: it needs ears= "
+            "(how a replica listens on it for a kept lease asked back; see tiers/postgres/kind.py)."
+        )
+    for asynchronous in (False, True):
+        try:
+            cls = kind.tier_class(asynchronous=asynchronous)
+        except (ImportError, AttributeError) as exc:
+            raise ConfigError(f"the {kind.keyword} kind's class cannot be imported: {exc}.") from None
+        role = getattr(cls, "role", kind.role)
+        if role is not kind.role:
+            raise ConfigError(
+                f"the {kind.keyword} kind is registered as a {kind.role.value} tier, but its class "
+                f"{cls.__name__} is a {getattr(role, 'value', role)} tier."
+            )
+
+
 def unexpected_keyword(keyword: str) -> TypeError:
     """A keyword that is neither an option nor a registered tier kind's, as
     Python would say it, with where an option of that name went."""
-    from .option_table import OPTIONS
-
     moved = next((o for o in OPTIONS if o.field and o.flat == keyword), None)
     if moved is not None:
         where = "retention=" if moved.keyword == "retention" else f"{moved.keyword}="

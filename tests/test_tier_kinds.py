@@ -18,11 +18,12 @@ import psycopg
 import pytest
 
 from langgraph_durable import ConfigError, DurableSaver, Leases, Tiers, TierStats, cli
+from langgraph_durable import register_tier_kind as register
 from langgraph_durable.model.roles import Role
 from langgraph_durable.tiers.postgres import kind as postgres_kind
 from langgraph_durable.tiers.postgres.tier import PostgresTier
 from langgraph_durable.tiers.postgres.tier_async import AsyncPostgresTier
-from langgraph_durable.tiers.registry import TierKind, kinds, register, unregister
+from langgraph_durable.tiers.registry import TierKind, kinds, unregister
 
 from .conftest import REDIS_URL
 from .graphs import loop_graph

@@ -306,3 +306,12 @@ class ConnectionPool(_ConnectionPool):
     def watch(conn: Any, seconds: float | None) -> contextlib.AbstractContextManager[Watch | None]:
         """`watched`: a sync call has no other bound."""
         return watched(conn, seconds)
+
+
+def shut_down(fd: int) -> None:
+    """Shut down the socket `fd` (its owner's descriptor stays open): a call
+    waiting on it returns at once. The descriptor may be gone already."""
+    if fd < 0:
+        return
+    with contextlib.suppress(OSError), socket.socket(fileno=os.dup(fd)) as dup:
+        dup.shutdown(socket.SHUT_RDWR)

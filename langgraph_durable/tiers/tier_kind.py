@@ -1,9 +1,9 @@
 """A kind of tier (`TierKind`) and the table its packages register in.
 
 The built-in kinds' packages register here (``tiers/<kind>/kind.py``);
-`tiers.registry` imports them, checks a kind from outside the package
-before it registers (`tiers.registry.register`), and is where the rooms
-above read the table from. This module imports none of them, so a kind's
+`tiers.registry` imports them and is where the rooms above read the table
+from; a kind from outside the package registers through
+`options.register_tier_kind`, which checks it against the options first. This module imports none of them, so a kind's
 package can register itself here without a cycle.
 """
 
@@ -107,7 +107,7 @@ _KINDS: dict[str, TierKind] = {}
 def register(kind: TierKind) -> TierKind:
     """Register `kind` (once per keyword); it is `kind`. (The rules a kind
     from outside the package must also keep are checked by
-    `tiers.registry.register`, which calls this.)"""
+    `options.register_tier_kind`, which calls this.)"""
     known = _KINDS.get(kind.keyword)
     if known is not None and known != kind:
         raise ConfigError(f"a tier kind named {kind.keyword!r} is already registered; unregister it first.")

@@ -39,23 +39,16 @@ still waiting on it returns at once and the thread ends.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import secrets
-import socket
 import threading
 import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Protocol
-
-import psycopg
-from psycopg import sql
+from typing import Protocol
 
 from ...model.lease import KEPT_RENEW_S, KEPT_WINDOW_S, LINGER_TRUSTED, Lease, read_hand_off
-from ...tiers.pools import watched
-from ...tiers.postgres.tier import _KEEPALIVES
 from ..tasks import BackgroundTask
 from .book import LeaseBook
 
@@ -81,82 +74,6 @@ class Ears(Protocol):
         """The messages heard until `until` (monotonic), as they come."""
 
     def close(self) -> None: ...
-
-
-def _shut_down(fd: int) -> None:
-    """Shut down the socket `fd` (its owner's descriptor stays open): a call
-    waiting on it returns at once. The descriptor may be gone already."""
-    if fd < 0:
-        return
-    with contextlib.suppress(OSError), socket.socket(fileno=os.dup(fd)) as dup:
-        dup.shutdown(socket.SHUT_RDWR)
-
-
-class PostgresEars:
-    """LISTEN on a connection of its own (autocommit, so a NOTIFY is sent at
-    once), with TCP keepalives. The LISTEN is bounded by `call_timeout`
-    (None: `connect_timeout`), past which its socket is shut down."""
-
-    def __init__(self, url: str, connect_timeout: float, channel: str, *, call_timeout: float | None = None) -> None:
-        bound = connect_timeout if call_timeout is None else call_timeout
-        self.conn = psycopg.connect(
-            url,
-            autocommit=True,
-            connect_timeout=max(1, int(connect_timeout)),
-            application_name="lgd-hand-off",
-            **_KEEPALIVES,
-            tcp_user_timeout=int(1000 * max(bound, connect_timeout)),
-        )
-        try:
-            with watched(self.conn, bound):
-                self.conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
-        except BaseException:
-            self.conn.close()
-            raise
-
-    def hear(self, until: float) -> Iterator[str]:
-        left = until - time.monotonic()
-        if left > 0:
-            for notify in self.conn.notifies(timeout=left):
-                yield notify.payload
-
-    def interrupt(self) -> None:
-        """(Another thread.) Make a call waiting on the connection return."""
-        with contextlib.suppress(Exception):  # closed already: nothing waits on it
-            _shut_down(self.conn.pgconn.socket)
-
-    def close(self) -> None:
-        self.conn.close()
-
-
-class RedisEars:
-    """SUBSCRIBE on a connection of its own, through the tier's sync client
-    (a server, a Sentinel master or a cluster)."""
-
-    def __init__(self, client: Any, channel: str) -> None:
-        self.client = client
-        self.channel = channel
-        self.pubsub = client.pubsub(ignore_subscribe_messages=True)
-        try:
-            self.pubsub.subscribe(channel)
-        except BaseException:
-            self.pubsub.close()
-            raise
-
-    def hear(self, until: float) -> Iterator[str]:
-        while (left := until - time.monotonic()) > 0:
-            message = self.pubsub.get_message(timeout=left)
-            if message is not None and message.get("type") == "message":
-                data = message["data"]
-                yield data.decode() if isinstance(data, bytes) else str(data)
-
-    def interrupt(self) -> None:
-        """(Another thread.) Make a call waiting on the connection return."""
-        with contextlib.suppress(Exception):  # not connected, or closed already
-            _shut_down(self.pubsub.connection._sock.fileno())
-
-    def close(self) -> None:
-        self.pubsub.close()
 
 
 class HandsOff(Protocol):

@@ -27,7 +27,7 @@ def arguments(options: Any, supplied: Supplied | None, asynchronous: bool) -> di
 def ears(tier: Any, channel: str, call_timeout: float | None) -> Any:
     """A connection of its own, LISTENing on the tier's hand-off channel
     (an `engine.leases.handoff.Ears`)."""
-    from ...engine.leases.handoff import PostgresEars
+    from .ears import PostgresEars
 
     return PostgresEars(tier.url, tier.connect_timeout, channel, call_timeout=call_timeout)
 

@@ -28,7 +28,7 @@ def arguments(options: Any, supplied: Supplied | None, asynchronous: bool) -> di
 def ears(tier: Any, channel: str, call_timeout: float | None) -> Any:
     """A subscription of its own on the tier's hand-off channel (an
     `engine.leases.handoff.Ears`)."""
-    from ...engine.leases.handoff import RedisEars
+    from .ears import RedisEars
 
     tier.setup()  # connects; finds out whether it is a cluster
     return RedisEars(tier.client, tier.prefix + channel)
