@@ -2,9 +2,10 @@
 
 The built-in kinds' packages register here (``tiers/<kind>/kind.py``);
 `tiers.registry` imports them and is where the rooms above read the table
-from; a kind from outside the package registers through
-`options.register_tier_kind`, which checks it against the options first. This module imports none of them, so a kind's
-package can register itself here without a cycle.
+from. A kind from outside the package registers through
+`options.register_tier_kind`, which checks it against the options first.
+This module imports none of them, so a kind's package can register itself
+here without a cycle.
 """
 
 from __future__ import annotations
