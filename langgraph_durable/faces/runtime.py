@@ -54,7 +54,7 @@ import os
 import threading
 import time
 from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from langchain_core.runnables import RunnableConfig
 
@@ -94,6 +94,8 @@ from ..tiers.postgres.tier_async import AsyncPostgresTier
 from ..tiers.sqlite.tier import AsyncSqliteTier, SqliteTier
 
 logger = logging.getLogger("langgraph_durable")
+
+_A = TypeVar("_A", Archiver, AsyncArchiver)
 
 # How long `setup` waits for the hand-off listener to hear its channel
 # (handoff.py): until then, runs give their leases back as without linger.
@@ -275,6 +277,10 @@ class Runtime:
             tier.read_only = self.read_only  # setup then creates and migrates nothing
         return made
 
+    def _chain_parts(self, *, asynchronous: bool) -> tuple[list[Any], RecordCodec, IntegrityPolicy]:
+        """A new chain's shared tiers (on its face), codec and policy."""
+        return self._shared_tiers(asynchronous=asynchronous), self._codec, self.policy
+
     def _chain_options(self) -> dict[str, Any]:
         return {
             "write": self.write,
@@ -297,20 +303,9 @@ class Runtime:
         archive replica). A view reads through ``with_codec`` of it."""
         with self._lock:
             if self._sync is None:
-                self._sync = TierChain(
-                    self.local,
-                    self._shared_tiers(asynchronous=False),
-                    self._codec,
-                    self.policy,
-                    **self._chain_options(),
-                )
+                self._sync = TierChain(self.local, *self._chain_parts(asynchronous=False), **self._chain_options())
                 if self.archive_url is not None:
-                    archiver = Archiver(
-                        ArchiveStore(self.archive_url), self._sync, key_fingerprint=self.archive_key_fingerprint
-                    )
-                    self._sync.archived_key = archiver.trusted_key
-                    self._sync.claim_archive = functools.partial(archiver.claim, at_setup=True)
-                    self._sync_archiver = archiver
+                    self._sync_archiver = self._archived_on(self._sync, self._archiver_on(self._sync))
                 if self.archive_replica is not None:
                     self.archive_replica.start()  # its first rescan ships what a dead process left
             return self._sync
@@ -341,20 +336,9 @@ class Runtime:
                     closer.aclose().send(None)  # finishes it (no I/O: the chain is detached)
         if self._async is None:
             local = AsyncSqliteTier(self.local) if self.local is not None else None
-            self._async = AsyncTierChain(
-                local,
-                self._shared_tiers(asynchronous=True),
-                self._codec,
-                self.policy,
-                **self._chain_options(),
-            )
+            self._async = AsyncTierChain(local, *self._chain_parts(asynchronous=True), **self._chain_options())
             if self.archive_url is not None:
-                aarchiver = AsyncArchiver(
-                    AsyncArchiveStore(self.archive_url), self._async, key_fingerprint=self.archive_key_fingerprint
-                )
-                self._async.archived_key = aarchiver.trusted_key
-                self._async.claim_archive = functools.partial(aarchiver.claim, at_setup=True)
-                self._async_archiver = aarchiver
+                self._async_archiver = self._archived_on(self._async, self._aarchiver_on(self._async))
             if self.archive_replica is not None:
                 self.archive_replica.start()  # see sync_chain
             self._async_loop = loop
@@ -577,9 +561,7 @@ class Runtime:
         chain = self.sync_chain()
         with self._lock:
             if self._sync_archiver is None or self._sync_archiver.chain is not chain:
-                self._sync_archiver = Archiver(
-                    ArchiveStore(self.archive_url), chain, key_fingerprint=self.archive_key_fingerprint
-                )
+                self._sync_archiver = self._archiver_on(chain)
             return self._sync_archiver
 
     def aarchiver(self) -> AsyncArchiver:
@@ -588,10 +570,24 @@ class Runtime:
             raise no_archive()
         chain = self.async_chain()
         if self._async_archiver is None or self._async_archiver.chain is not chain:
-            self._async_archiver = AsyncArchiver(
-                AsyncArchiveStore(self.archive_url), chain, key_fingerprint=self.archive_key_fingerprint
-            )
+            self._async_archiver = self._aarchiver_on(chain)
         return self._async_archiver
+
+    def _archiver_on(self, chain: TierChain) -> Archiver:
+        assert self.archive_url is not None
+        return Archiver(ArchiveStore(self.archive_url), chain, key_fingerprint=self.archive_key_fingerprint)
+
+    def _aarchiver_on(self, chain: AsyncTierChain) -> AsyncArchiver:
+        assert self.archive_url is not None
+        return AsyncArchiver(AsyncArchiveStore(self.archive_url), chain, key_fingerprint=self.archive_key_fingerprint)
+
+    @staticmethod
+    def _archived_on(chain: Any, archiver: _A) -> _A:
+        """`archiver`, a new chain's: the chain learns the key the archive
+        vouches for and claims the archive at setup."""
+        chain.archived_key = archiver.trusted_key
+        chain.claim_archive = functools.partial(archiver.claim, at_setup=True)
+        return archiver
 
     def with_archive(self, lag: Lag) -> Lag:
         """`lag` with what the archive replica is behind on."""
