@@ -30,7 +30,7 @@ from langgraph.checkpoint.base import (
     PendingWrite,
 )
 
-from ..errors import ConfigError, DurableError, TierUnavailable
+from ..errors import ConfigError, DurableError, TierUnavailable, UndecodableRecord
 from ..integrity import Incident, IntegrityPolicy, ScanReport
 from ..ledger import LedgerEntry
 from ..metrics import MetricsSink
@@ -45,8 +45,10 @@ from ..model.codec import (
     check_key_part,
     thread_id_of,
     thread_of,
+    version_key,
 )
 from ..model.decisions import acknowledged_behind, worth_probing, write_fails, write_order
+from ..model.delta_trail import TrailWrite, trail_put
 from ..model.deltas import DeltaMemo
 from ..model.health import Counters, Health, TierHealth
 from ..model.lease import Fence
@@ -501,7 +503,14 @@ class TierChain:
         # Set up first: the store's key (`_adopt_store_key`) seals the records.
         # Serialization writes nothing, so a bad value still leaves no record.
         self.ensure_setup()
-        row, blobs, stored = self.codec.encode_put(config, checkpoint, metadata, new_versions, self.deltas, never)
+        # What the thread's DeltaTrail follows (`OwnHeads`), for a saver that keeps its heads.
+        records: dict[str, Any] | None = {} if self.own is not None and fence is not None else None
+        # A thread's first checkpoint starts its trail, trusted while no other
+        # connection commits to the local file (`DeltaTrail.file_version`).
+        file_version = self._local().version()[1] if records is not None and not parent_id else None
+        row, blobs, stored = self.codec.encode_put(
+            config, checkpoint, metadata, new_versions, self.deltas, never, records=records
+        )
         outbox = self.memory.outbox
         local_took = self._write_behind(
             fence,
@@ -524,7 +533,11 @@ class TierChain:
         self._mark_embedded()
         if self.own is not None:
             if fence is not None and local_took:
-                self.own.put(row.thread_id, row.checkpoint_ns, fence.token, row.checkpoint_id, time.monotonic())
+                trail = None
+                if records is not None:
+                    keyed = {ch: version_key(v) for ch, v in versions.items()}
+                    trail = trail_put(row.checkpoint_id, row.parent_id, keyed, records, metadata, file_version)
+                self.own.put(row.thread_id, row.checkpoint_ns, fence.token, row.checkpoint_id, time.monotonic(), trail)
             else:
                 self.own.forget(row.thread_id)
         return {
@@ -553,7 +566,8 @@ class TierChain:
         if not writes:
             return
         self.ensure_setup()  # the store's key seals the rows
-        rows, upsert = self.codec.encode_writes(config, writes, task_id, task_path)
+        dumped: list[Any] | None = [] if self.own is not None and fence is not None else None
+        rows, upsert = self.codec.encode_writes(config, writes, task_id, task_path, dumped)
         outbox = self.memory.outbox
         local_took = self._write_behind(
             fence,
@@ -574,7 +588,17 @@ class TierChain:
             if fence is not None and local_took:
                 keys = {(w.task_id, w.idx) for w in rows}
                 now = time.monotonic()
-                self.own.writes(first.thread_id, first.checkpoint_ns, fence.token, first.checkpoint_id, keys, now)
+                trail = [TrailWrite(w.task_id, w.idx, w.channel, w.task_path, d) for w, d in zip(rows, dumped or ())]
+                self.own.writes(
+                    first.thread_id,
+                    first.checkpoint_ns,
+                    fence.token,
+                    first.checkpoint_id,
+                    keys,
+                    now,
+                    trail if dumped is not None else None,
+                    upsert=upsert,
+                )
             else:
                 self.own.forget(first.thread_id)
         self._bounded(rows[0].thread_id, local_took)
@@ -1098,10 +1122,20 @@ class TierChain:
         in what `list` returns (the caller then walks with `get_tuple`).
         Under this saver's lease (`lease_token`, `trusted_until`: see
         `get_tuple`) the ancestors it wrote under that lease come from the
-        local tier alone (`TierReader.local_list`)."""
+        local tier alone (`TierReader.local_list`), and the head of a
+        thread it wrote all of is answered from memory (`delta_trail.py`)."""
         configurable = config.get("configurable") or {}
         thread_id = thread_of(config, what="get_delta_channel_history")
         ns = configurable.get("checkpoint_ns", "") or ""
+        if self.own is not None:
+            now, asked = time.monotonic(), configurable.get("checkpoint_id")
+            followed = self.own.trail(thread_id, ns, lease_token, now, trusted_until, asked, channels)
+            if followed is not None:
+                if followed[1] == self._local().version()[1]:
+                    with contextlib.suppress(UndecodableRecord):  # raised again, with its record, by the walk
+                        return self.codec.decode_trail(followed[0])
+                else:
+                    self.own.drop_trail(thread_id, ns)
         mine = (
             self.own.mine(thread_id, ns, lease_token, time.monotonic(), trusted_until) if self.own is not None else None
         )

@@ -27,6 +27,7 @@ from langgraph.checkpoint.base import (
     Checkpoint,
     CheckpointMetadata,
     CheckpointTuple,
+    DeltaChannelHistory,
     PendingWrite,
     get_serializable_checkpoint_metadata,
 )
@@ -35,9 +36,11 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.checkpoint.serde.event_hooks import register_serde_event_listener
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+from langgraph.checkpoint.serde.types import _DeltaSnapshot
 
 from ..errors import ConfigError, RecordTooLarge, SerializationError, UndecodableRecord
 from ..ledger import LedgerEntry
+from .delta_trail import PLAIN, Dumped, History
 from .deltas import DELTA_TAG, MSGPACK_TAG, DeltaMemo, Last, Piece, Remember, decode_piece, plan, rebuild
 from .records import (
     BadRecord,
@@ -586,13 +589,17 @@ class RecordCodec:
         new_versions: ChannelVersions,
         memo: DeltaMemo | None = None,
         never_written: Mapping[str, Any] | None = None,
+        records: dict[str, tuple[str, Dumped | str | None]] | None = None,
     ) -> tuple[CheckpointRow, list[BlobRow], Remember]:
         """`encode_checkpoint`, storing a list that extends its value in the
         parent checkpoint (as `memo` remembers it) as a piece (`deltas.py`).
         `never_written`: carried channel versions no put stored
         (`carried.never_written`), stored with this checkpoint (its value,
         or empty when it has none).
-        Also returns what to tell `memo` once the write succeeded."""
+        Also returns what to tell `memo` once the write succeeded. `records`,
+        if given, receives per channel whose value record is written the
+        version and what it holds, as a `DeltaTrail` follows it: a
+        `_DeltaSnapshot`'s encoding, `PLAIN` for another value, None for none."""
         thread_id = thread_of(config, what="put")
         configurable = config["configurable"]
         ns = configurable.get("checkpoint_ns", "") or ""
@@ -610,6 +617,8 @@ class RecordCodec:
             )
             if channel in values:
                 tag, payload = self._dump(values[channel], channel=channel, what="state key")
+                if records is not None:
+                    records[channel] = (v, (tag, payload) if isinstance(values[channel], _DeltaSnapshot) else PLAIN)
                 if memo is not None:
                     piece, last = plan(base.get(channel), v, tag, payload, every=every)
                     if last is not None:
@@ -618,6 +627,8 @@ class RecordCodec:
                         tag, payload = DELTA_TAG, piece.encode()
             else:
                 tag, payload = EMPTY_TAG, b""
+                if records is not None:
+                    records[channel] = (v, None)
             blobs.append(
                 BlobRow(
                     thread_id, ns, channel, v, seal(blob_context(thread_id, ns, channel, v), tag, payload, key=self.key)
@@ -632,6 +643,9 @@ class RecordCodec:
                 tag, payload = self._dump(values[channel], channel=channel, what="state key")
             else:
                 tag, payload = EMPTY_TAG, b""
+            if records is not None:
+                snapshot = isinstance(values.get(channel), _DeltaSnapshot)
+                records[channel] = (v, (tag, payload) if snapshot else PLAIN if channel in values else None)
             context = blob_context(thread_id, ns, channel, v)
             blobs.append(BlobRow(thread_id, ns, channel, v, seal(context, tag, payload, key=self.key)))
         for channel, version in checkpoint.get("channel_versions", {}).items():
@@ -659,8 +673,10 @@ class RecordCodec:
         writes: Sequence[tuple[str, Any]],
         task_id: str,
         task_path: str,
+        dumped: list[Dumped] | None = None,
     ) -> tuple[list[WriteRow], bool]:
-        """Rows for `put_writes`, and whether they replace existing ones.
+        """Rows for `put_writes`, and whether they replace existing ones
+        (`dumped`, if given, receives each row's encoded value).
 
         Special channels (error, interrupt, ...) have fixed indexes and
         replace what is stored; ordinary writes are insert-or-ignore, so a
@@ -683,6 +699,8 @@ class RecordCodec:
         for i, (channel, value) in enumerate(writes):
             idx = WRITES_IDX_MAP.get(channel, i)
             tag, payload = self._dump(value, channel=channel, what="pending write to channel")
+            if dumped is not None:
+                dumped.append((tag, payload))
             ctx = write_context(thread_id, ns, cid, task_id, idx, channel, task_path)
             rows.append(
                 WriteRow(thread_id, ns, cid, task_id, idx, channel, task_path, seal(ctx, tag, payload, key=self.key))
@@ -824,6 +842,23 @@ class RecordCodec:
     def decode_write(self, row: WriteRow) -> PendingWrite:
         value = self._load(row.context, row.envelope)
         return (row.task_id, row.channel, None if value is _EMPTY else value)
+
+    def decode_trail(self, histories: Mapping[str, History]) -> dict[str, DeltaChannelHistory]:
+        """A `DeltaTrail`'s answer decoded: LangGraph's `DeltaChannelHistory`
+        per channel. What it holds was encoded by this saver and never left
+        its memory, so there is no record to verify; each value is decoded
+        as its record would be (fresh objects every time)."""
+        unsigned = not self.key
+        out: dict[str, DeltaChannelHistory] = {}
+        for ch, (seed, writes) in histories.items():
+            label = f"w\x00{ch}\x00(held in memory)"
+            entry: DeltaChannelHistory = {
+                "writes": [(task_id, ch, self._loads(label, d[0], d[1], unsigned=unsigned)) for task_id, d in writes]
+            }
+            if seed is not None:
+                entry["seed"] = self._loads(f"b\x00{ch}\x00(held in memory)", *seed, unsigned=unsigned)
+            out[ch] = entry
+        return out
 
     def encode_ledger(self, thread_id: str, entry: LedgerEntry) -> bytes:
         tag, payload = self._dump(
