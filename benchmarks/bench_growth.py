@@ -113,6 +113,9 @@ class Config:
     linger: float | None = None  # Leases(linger=...); None = not passed (the default: kept 30 s)
     read_cache: int | None = None  # Memory(read_cache_bytes=...); None = not passed (the default)
     on_busy: str | None = None  # Leases(on_busy=...); None = not passed (the default, "raise")
+    # stock_postgres: opened with from_conn_string (one connection, as most apps
+    # build it) instead of on a psycopg pool of POOL_SIZE
+    conn: bool = False
 
     def label(self, mode: str = "sync") -> str:
         if self.kind == "memory":
@@ -120,7 +123,8 @@ class Config:
         if self.kind == "stock_sqlite":
             return "AsyncSqliteSaver" if mode == "async" else "SqliteSaver"
         if self.kind == "stock_postgres":
-            return "AsyncPostgresSaver" if mode == "async" else "PostgresSaver"
+            name = "AsyncPostgresSaver" if mode == "async" else "PostgresSaver"
+            return name + (" (from_conn_string)" if self.conn else "")
         out = "Durable " + "+".join(self.tiers)
         if self.write:
             out += f" write={self.write}"
@@ -462,6 +466,12 @@ def open_sync(config: Config, st: Storage) -> Iterator[Any]:
         with SqliteSaver.from_conn_string(need(st.sqlite_path)) as saver:
             saver.setup()
             yield saver
+    elif config.kind == "stock_postgres" and config.conn:
+        from langgraph.checkpoint.postgres import PostgresSaver
+
+        with PostgresSaver.from_conn_string(need(st.postgres_url)) as saver:
+            saver.setup()
+            yield saver
     elif config.kind == "stock_postgres":
         from langgraph.checkpoint.postgres import PostgresSaver
         from psycopg_pool import ConnectionPool
@@ -494,6 +504,12 @@ async def open_async(config: Config, st: Storage) -> AsyncIterator[Any]:
         from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
         async with AsyncSqliteSaver.from_conn_string(need(st.sqlite_path)) as saver:
+            await saver.setup()
+            yield saver
+    elif config.kind == "stock_postgres" and config.conn:
+        from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+
+        async with AsyncPostgresSaver.from_conn_string(need(st.postgres_url)) as saver:
             await saver.setup()
             yield saver
     elif config.kind == "stock_postgres":
