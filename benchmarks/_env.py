@@ -247,3 +247,12 @@ class Resources:
         except Exception as exc:
             notes.append(f"could not remove the temp dir {self.tmp_path.name}: {exc}")
         return notes
+
+
+def target_line(number: int, what: str, measured: str, met: bool | None) -> str:
+    """One line of a script's ``## Targets`` section: the project's target
+    `number` (as `benchmarks/README.md` lists them), what was measured, and
+    the verdict as the line's last words, ``met``, ``missed`` or ``not
+    measured`` (`met` None), which `bench_all.py` collects."""
+    verdict = "not measured" if met is None else "met" if met else "missed"
+    return f"- ({number}) {what}: {measured}: {verdict}"
