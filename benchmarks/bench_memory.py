@@ -12,8 +12,14 @@ default options. At every sample the state of the first thread and of the
 thread just run is read back through the graph and checked (five messages,
 ``n == 5``): a memo that forgot a thread must only make it slower.
 
+By default each saver serves 16,000 threads, a sample every 1,000. The
+growth of RSS over the second half of the run (from 8,000 threads on,
+once DurableSaver's memos are as full as this workload makes them) is the
+figure of the project's target: under 0.5 MB per 1,000 threads for
+DurableSaver, which the ``## Targets`` section judges.
+
     .venv/bin/python benchmarks/bench_memory.py --quick            # a few hundred threads
-    .venv/bin/python benchmarks/bench_memory.py --threads 50000 --write
+    .venv/bin/python benchmarks/bench_memory.py --parallel --write  # the 16,000-thread soak
 
 It prints the tables; ``--write`` also overwrites `RESULTS_MEMORY.md`.
 Loopback servers only; every database, key and file the run creates is
@@ -41,6 +47,7 @@ from _env import (  # benchmarks/ is on sys.path when run as a script
     exit_on_sigterm,
     git_state,
     run_lines,
+    target_line,
 )
 
 from langgraph_durable import Tiers
@@ -63,6 +70,12 @@ SAVERS = {
 }
 PAGE = os.sysconf("SC_PAGE_SIZE")
 MIB = 1024 * 1024
+MB = 1_000_000  # the growth figures and the target are in MB (10^6 bytes) per 1,000 threads
+THREADS = 16_000  # the soak of the target
+EVERY = 1_000
+# DurableSaver's RSS growth over the second half of the run, per 1,000 threads.
+TARGET_SAVER = "durable"
+TARGET_MB = 0.5
 
 
 class State(TypedDict):
@@ -104,6 +117,27 @@ def memo_bytes(saver: Any) -> int | None:
     return total + kept["kept_bytes"] + kept["handoff_bytes"]
 
 
+def bounds(saver: Any) -> dict[str, Any]:
+    """What bounds a DurableSaver's memory in this run: the bytes each memo
+    may hold (`langgraph_durable.model.memory_budget`), the local file's
+    bound and the list snapshots' spacing, read from the saver's options."""
+    options = saver._runtime.options
+    budget = options.limits.budget
+    return {
+        "budget": budget.total,
+        "shares": {
+            "read cache": budget.read_cache,
+            "lists stored last (deltas)": budget.deltas,
+            "records to ship (outbox)": budget.outbox,
+            "own heads": budget.own_heads,
+            "channel versions (seen)": budget.seen,
+            "kept leases": budget.kept_leases,
+        },
+        "local_max_bytes": options.limits.local_max_bytes,
+        "list_snapshot_every": options.write.list_snapshot_every,
+    }
+
+
 def child(args: argparse.Namespace) -> int:
     """Run one saver; print a JSON line per sample, then one with the checks."""
     import contextlib
@@ -131,6 +165,7 @@ def child(args: argparse.Namespace) -> int:
                 )
             )
             saver.setup()
+            print(json.dumps({"bounds": bounds(saver)}), flush=True)
         app = build_graph().compile(checkpointer=saver)
         problems: list[str] = []
 
@@ -179,13 +214,18 @@ def run_child(
     samples: list[dict[str, Any]],
     problems: list[str],
     on_sample: Any = None,
+    limits: dict[str, Any] | None = None,
 ) -> None:
-    """Run saver `name` in a subprocess; its samples and problems are appended as they come."""
+    """Run saver `name` in a subprocess; its samples and problems are appended
+    as they come, and what bounds its memory (DurableSaver) put in `limits`."""
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
         assert proc.stdout is not None
         for line in proc.stdout:
             data = json.loads(line)
-            if "problems" in data:
+            if "bounds" in data:
+                if limits is not None:
+                    limits[name] = data["bounds"]
+            elif "problems" in data:
                 problems += [f"{SAVERS[name]}: {p}" for p in data["problems"]]
             else:
                 samples.append(data)
@@ -202,15 +242,44 @@ def mib(x: float) -> str:
     return f"{x / MIB:.1f}"
 
 
-def tables(results: dict[str, list[dict[str, Any]]]) -> str:
+def halves(samples: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The samples that open and close the second half of the run: the first
+    at or past half the threads of the last, and the last."""
+    last = samples[-1]
+    mid = next(s for s in samples if 2 * s["threads"] >= last["threads"])
+    return mid, last
+
+
+def growth_mb(samples: list[dict[str, Any]]) -> float | None:
+    """RSS growth over the second half of the run, in MB per 1,000 threads (None: too few samples)."""
+    mid, last = halves(samples)
+    if last["threads"] == mid["threads"]:
+        return None
+    return (last["rss"] - mid["rss"]) / MB * 1000 / (last["threads"] - mid["threads"])
+
+
+def bounds_text(limits: dict[str, Any]) -> str:
+    """A sentence stating what bounded DurableSaver's memory in the run."""
+    shares = ", ".join(f"{what} {mib(n)}" for what, n in limits["shares"].items())
+    local = limits["local_max_bytes"]
+    return (
+        f"DurableSaver's bounds in this run (its defaults, `Memory()`): its memos may hold "
+        f"{mib(limits['budget'])} MiB in all (`Memory.budget`), shared out in MiB as {shares}; "
+        f"`Memory.local_max_bytes` {'None: the local SQLite file is not bounded' if local is None else local}; "
+        f"`Memory.list_snapshot_every` {limits['list_snapshot_every']}. SQLite's page cache and the drivers' "
+        "buffers are bounded by their own defaults; the memos column is the memos' own estimate."
+    )
+
+
+def tables(results: dict[str, list[dict[str, Any]]], limits: dict[str, Any]) -> str:
     lines = [
         "## Summary",
         "",
-        "RSS and Python's allocated blocks at the first sample, at the middle one and at the end; the growth",
-        "over the second half of the run, per 10,000 threads (a plateau is about 0).",
+        "RSS and Python's allocated blocks at the first sample, at the middle one (half the threads) and at the",
+        "end; the growth over the second half of the run, per 1,000 threads (a plateau is about 0). MB = 10^6 bytes.",
         "",
-        "| saver | threads | RSS first (MiB) | RSS middle | RSS end | RSS growth, 2nd half (MiB / 10k threads) "
-        "| blocks first | blocks end | blocks growth, 2nd half (per 10k threads) | memos end (MiB, estimated) "
+        "| saver | threads | RSS first (MiB) | RSS middle | RSS end | RSS growth, 2nd half (MB / 1,000 threads) "
+        "| blocks first | blocks end | blocks growth, 2nd half (per 1,000 threads) | memos end (MiB, estimated) "
         "| threads/s |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
@@ -218,16 +287,18 @@ def tables(results: dict[str, list[dict[str, Any]]]) -> str:
         if not samples:
             lines.append(f"| {SAVERS[name]} | 0 | - | - | - | - | - | - | - | - | - |")
             continue
-        first, mid, last = samples[0], samples[len(samples) // 2], samples[-1]
-        span = max(1, last["threads"] - mid["threads"])
-        per = 10_000 / span
+        first, (mid, last) = samples[0], halves(samples)
+        per = 1000 / max(1, last["threads"] - mid["threads"])
+        growth = growth_mb(samples)
         memos = "-" if last["memos"] is None else mib(last["memos"])
         lines.append(
             f"| {SAVERS[name]} | {last['threads']} | {mib(first['rss'])} | {mib(mid['rss'])} | {mib(last['rss'])} "
-            f"| {(last['rss'] - mid['rss']) * per / MIB:+.1f} | {first['blocks']} | {last['blocks']} "
+            f"| {'-' if growth is None else f'{growth:+.2f}'} | {first['blocks']} | {last['blocks']} "
             f"| {(last['blocks'] - mid['blocks']) * per:+.0f} | {memos} "
             f"| {last['threads'] / last['seconds']:.0f} |"
         )
+    if TARGET_SAVER in limits:
+        lines += ["", bounds_text(limits[TARGET_SAVER])]
     for name, samples in results.items():
         lines += [
             "",
@@ -242,10 +313,33 @@ def tables(results: dict[str, list[dict[str, Any]]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def targets(results: dict[str, list[dict[str, Any]]]) -> str:
+    """The ``## Targets`` section: DurableSaver's RSS growth over the second half."""
+    samples = results.get(TARGET_SAVER)
+    if not samples:
+        return "## Targets\n\nNone measured (DurableSaver did not run).\n"
+    mid, last = halves(samples)
+    growth = growth_mb(samples)
+    memos = "" if mid["memos"] is None else f"; memos {mib(mid['memos'])} to {mib(last['memos'])} MiB"
+    measured = (
+        f"{SAVERS[TARGET_SAVER]} "
+        + ("-" if growth is None else f"{growth:+.2f}")
+        + f" MB per 1,000 threads over the second half ({mid['threads']:,} to {last['threads']:,} threads{memos}), "
+        f"target under {TARGET_MB} MB"
+    )
+    line = target_line(
+        6,
+        "RSS growth of one process serving thread after thread",
+        measured,
+        (None if growth is None else growth < TARGET_MB),
+    )
+    return "## Targets\n\n" + line + "\n"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--threads", type=int, default=50_000, help="threads per saver (default 50000)")
-    parser.add_argument("--every", type=int, default=2500, help="sample every this many threads (default 2500)")
+    parser.add_argument("--threads", type=int, default=THREADS, help=f"threads per saver (default {THREADS})")
+    parser.add_argument("--every", type=int, default=EVERY, help=f"sample every this many threads (default {EVERY})")
     parser.add_argument("--quick", action="store_true", help="300 threads, a sample every 50")
     parser.add_argument("--only", default=",".join(SAVERS), help=f"savers to run, of {','.join(SAVERS)}")
     parser.add_argument("--write", action="store_true", help="overwrite RESULTS_MEMORY.md")
@@ -256,6 +350,7 @@ def main() -> int:
         action="store_true",
         help="run the savers' processes at the same time (their memory stays apart; their speed does not)",
     )
+    parser.add_argument("--body", help=argparse.SUPPRESS)  # bench_all.py: the tables, to this file
     parser.add_argument("--child", choices=list(SAVERS), help=argparse.SUPPRESS)
     parser.add_argument("--sqlite", help=argparse.SUPPRESS)
     parser.add_argument("--postgres", help=argparse.SUPPRESS)
@@ -277,11 +372,19 @@ def main() -> int:
     load0 = os.getloadavg()[0]
     code = git_state(HERE.parent)
     results: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
+    limits: dict[str, Any] = {}
     problems: list[str] = []
     lock = threading.Lock()
 
     def report(final: bool) -> str:
-        body = tables(results) + "\n## Problems\n\n" + ("\n".join(f"- {p}" for p in problems) or "None.") + "\n"
+        body = (
+            tables(results, limits)
+            + "\n"
+            + targets(results)
+            + "\n## Problems\n\n"
+            + ("\n".join(f"- {p}" for p in problems) or "None.")
+            + "\n"
+        )
         if args.write:
             head = run_lines(
                 "bench_memory.py",
@@ -305,8 +408,8 @@ def main() -> int:
                 + f". Every {args.every} threads: the first "
                 "thread's and the newest thread's state read back and checked, `gc.collect()`, then RSS "
                 "(`/proc/self/statm`), `sys.getallocatedblocks()`, the number of objects the collector tracks, "
-                "and the bytes DurableSaver's memos hold by their own estimate (bounded by `memory_budget`, "
-                "64 MiB by default).\n\n"
+                "and the bytes DurableSaver's memos hold by their own estimate (bounded by `Memory.budget`, "
+                "64 MiB by default: see the sentence under the summary).\n\n"
             )
             Path(args.output).write_text(intro + body)
         return body
@@ -322,7 +425,9 @@ def main() -> int:
         elif args.parallel:
             cmds = {name: child_command(name, args, res) for name in names}
             workers = [
-                threading.Thread(target=run_child, args=(name, cmds[name], args, results[name], problems, on_sample))
+                threading.Thread(
+                    target=run_child, args=(name, cmds[name], args, results[name], problems, on_sample, limits)
+                )
                 for name in names
             ]
             for w in workers:
@@ -331,11 +436,14 @@ def main() -> int:
                 w.join()
         else:
             for name in names:
-                run_child(name, child_command(name, args, res), args, results[name], problems, on_sample)
+                run_child(name, child_command(name, args, res), args, results[name], problems, on_sample, limits)
     finally:
         problems += [f"cleanup: {n}" for n in res.cleanup()]
     with lock:
-        print(report(final=True))
+        text = report(final=True)
+    print(text)
+    if args.body:
+        Path(args.body).write_text(text)
     if args.write:
         print(f"wrote {args.output}")
     return 1 if problems else 0
