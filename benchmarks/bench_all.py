@@ -27,8 +27,8 @@ and writes its own results file with `--write`.) `--quick` runs every part
 small, to check that everything works; its figures, and so its verdicts,
 mean little.
 
-    .venv/bin/python benchmarks/bench_all.py --quick      # about 2 minutes
-    .venv/bin/python benchmarks/bench_all.py --write      # about 40 minutes on 2 cores (an estimate)
+    .venv/bin/python benchmarks/bench_all.py --quick      # about 1 minute
+    .venv/bin/python benchmarks/bench_all.py --write      # about 17 minutes on 2 cores (an estimate)
 """
 
 from __future__ import annotations

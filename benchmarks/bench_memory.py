@@ -19,7 +19,7 @@ figure of the project's target: under 0.5 MB per 1,000 threads for
 DurableSaver, which the ``## Targets`` section judges.
 
     .venv/bin/python benchmarks/bench_memory.py --quick            # a few hundred threads
-    .venv/bin/python benchmarks/bench_memory.py --parallel --write  # the 16,000-thread soak
+    .venv/bin/python benchmarks/bench_memory.py --write            # the 16,000-thread soak
 
 It prints the tables; ``--write`` also overwrites `RESULTS_MEMORY.md`.
 Loopback servers only; every database, key and file the run creates is
