@@ -8,6 +8,7 @@ real servers, read back what it wrote, and cleaned up after itself.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -73,14 +74,58 @@ def test_the_paired_benchmark_runs_every_saver_in_every_round_and_checks_each_re
         "bench_paired.py", "--rounds", "1", "--reads", "2", "--pages", "2", "--concurrent", "3", "--conc-rounds", "1"
     )
     assert "None." in out[out.rindex("## Problems") :]
-    for face, reference in (("Sync face", "PostgresSaver"), ("Async face", "AsyncPostgresSaver")):
-        table = out[out.index(face) :]
-        # The reference row divides by itself (step, get_state, history page); every DurableSaver row is there.
-        assert f"| {reference} | " in table and table.count("| 1.00x | - |") >= 3
-        assert "| Durable sqlite+redis+postgres Leases(linger=0) |" in table
-    concurrent = out[out.index("3 concurrent `ainvoke` runs") :]
-    assert "| AsyncPostgresSaver | " in concurrent and "| Durable sqlite+redis+postgres write=local |" in concurrent
+    for face, name in (("Sync face", "PostgresSaver"), ("Async face", "AsyncPostgresSaver")):
+        for size in (300, 4096):  # both sizes by default, a table each
+            heading = out.index(f"## {face} (")
+            table = out[out.index(f"{size}-byte messages", heading) :]
+            table = table[: table.index("\n## ")]
+            # Both Postgres references, each dividing by itself, and every DurableSaver row.
+            conn = next(line for line in table.splitlines() if line.startswith(f"| {name} (from_conn_string) | "))
+            pool = next(line for line in table.splitlines() if line.startswith(f"| {name} (pool of 10) | "))
+            assert conn.split(" | ")[2] == "1.00x" and pool.split(" | ")[3] == "1.00x"
+            assert "| Durable sqlite+redis+postgres Leases(linger=0) |" in table
+            assert "| Durable sqlite+redis+postgres write=local Tiers(local_fsync=False) |" in table
+    for size in (300, 4096):
+        concurrent = out[out.index(f"3 concurrent `ainvoke` runs of 10 super-steps, {size}-byte messages") :]
+        assert "(reference: AsyncPostgresSaver on a pool of 10)" in concurrent.splitlines()[0]
+        for row in ("AsyncPostgresSaver (pool of 10)", "AsyncPostgresSaver (from_conn_string)"):
+            assert f"| {row} | " in concurrent
+        assert "| Durable sqlite+redis+postgres write=local |" in concurrent
+    targets = out[out.index("## Targets") : out.index("## Problems")]
+    lines = [line for line in targets.splitlines() if line.startswith("- (")]
+    # Targets 2 (all three tiers, and SQLite alone), 3 and 5 per face and size; 4 per size.
+    assert [line[:5] for line in lines] == ["- (2)"] * 8 + ["- (3)"] * 4 + ["- (4)"] * 2 + ["- (5)"] * 4
+    assert all(line.endswith((": met", ": missed")) for line in lines), lines
+    assert "Durable sqlite+redis+postgres write=local " in lines[-1] and "(vs the pool of 10: " in lines[-1]
     assert "wrote " not in out  # the results file is written only with --write
+
+
+def test_the_paired_benchmark_runs_one_message_size_when_asked() -> None:
+    out = run_benchmark(
+        "bench_paired.py",
+        "--sizes", "4096", "--rounds", "1", "--reads", "1", "--pages", "1", "--concurrent", "2", "--conc-rounds", "1",
+    )  # fmt: skip
+    assert "None." in out[out.rindex("## Problems") :]
+    assert "4096-byte messages" in out and "300-byte messages" not in out
+    assert len(re.findall(r"^- \(\d\) .*: (?:met|missed)$", out, re.M)) == 9
+
+
+def test_the_delta_channel_benchmark_times_cold_and_warm_reads_and_judges_both() -> None:
+    out = run_benchmark(
+        "bench_delta_channel.py", "--shapes", "100:20,10:12,100:510", "--reads", "3", "--cold", "2", "--cold-long", "1"
+    )
+    assert "None." in out[out.rindex("## Problems") :]
+    assert "cold: the first `get_state` after each of 2 threads' runs" in out  # the short shapes
+    assert "cold: the first `get_state` after each of 1 threads' runs" in out  # the 510-step one
+    assert "| PostgresSaver (from_conn_string) | " in out and "| Durable sqlite+redis+postgres | " in out
+    targets = out[out.index("## Targets") : out.index("## Problems")]
+    lines = [line for line in targets.splitlines() if line.startswith("- (")]
+    # The target is at LangGraph's default frequency (100): the frequency-10 shape is in the tables only.
+    assert [line.split(":")[0] for line in lines] == [
+        "- (1) DeltaChannel `get_state`, snapshot_frequency=100, 20 steps",
+        "- (1) DeltaChannel `get_state`, snapshot_frequency=100, 510 steps",
+    ]
+    assert all(" cold " in line and " warm " in line and line.endswith(("met", "missed")) for line in lines)
 
 
 def test_the_multi_process_benchmark_runs_every_saver_and_reads_every_thread_back() -> None:
@@ -106,11 +151,16 @@ def test_the_command_line_benchmark_runs_every_command_and_each_answers_as_expec
 def test_the_one_command_collects_every_part_and_writes_only_when_asked(tmp_path: Path) -> None:
     out = run_benchmark("bench_all.py", "--quick", "--only", "bench_delta_channel.py")
     assert "| Durable sqlite+redis+postgres | " in out and "wrote " not in out
+    summary = out[out.rindex("## Targets") :]
+    assert re.search(r"\*\*[01] of 1 targets met\*\*", summary), summary
+    assert "- (1) DeltaChannel `get_state`, snapshot_frequency=100, 30 steps: " in summary
     results = tmp_path / "RESULTS.md"
     run_benchmark("bench_all.py", "--quick", "--only", "bench_delta_channel.py", "--write", "--output", str(results))
     text = results.read_text()
     assert text.startswith("# Benchmarks: the headline figures") and "- Machine: " in text
     assert "## The latest state of a DeltaChannel thread" in text and "### Problems" in text
+    # The summary comes first, before the parts' tables (each with its own Targets section).
+    assert text.index("## Targets") < text.index("## The latest state") < text.index("### Targets")
 
 
 def test_the_memory_benchmark_runs_every_saver_in_its_own_process_and_checks_its_reads() -> None:
@@ -120,6 +170,15 @@ def test_the_memory_benchmark_runs_every_saver_in_its_own_process_and_checks_its
         assert f"## {saver}" in out and f"| {saver} | 100 |" in out
     durable = out[out.index("## DurableSaver") :]
     assert "| 100 |" in durable  # the last sample, with the memos' estimate
+    # The bounds of DurableSaver's memory are stated, read from the saver (its defaults).
+    assert "its memos may hold 64.0 MiB in all (`Memory.budget`)" in out
+    targets = out[out.index("## Targets") : out.index("## Problems")]
+    assert re.search(
+        r"^- \(6\) RSS growth .*: DurableSaver sqlite\+redis\+postgres \(default options\) [+-]\d+\.\d\d MB per "
+        r"1,000 threads over the second half \(50 to 100 threads; .*, target under 0\.5 MB: (met|missed)$",
+        targets,
+        re.M,
+    ), targets
     assert "wrote " not in out  # the results file is written only with --write
 
 
