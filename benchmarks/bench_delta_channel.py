@@ -213,7 +213,7 @@ def shape_table(every: int, steps: int, rows: list[Row]) -> str:
     lines = [
         f"### snapshot_frequency={every}, {steps} steps ({steps % every} past the last snapshot)",
         "",
-        f"cold: the first `get_state` after each of {len(rows[0].cold)} threads' runs; warm: "
+        f"cold: the first `get_state` right after each thread's run, over {len(rows[0].cold)} threads; warm: "
         f"{len(rows[0].warm)} more calls on the last thread.",
         "",
         "| saver | cold p50 (ms) | cold max | vs PostgresSaver | vs SqliteSaver "

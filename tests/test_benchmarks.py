@@ -115,8 +115,8 @@ def test_the_delta_channel_benchmark_times_cold_and_warm_reads_and_judges_both()
         "bench_delta_channel.py", "--shapes", "100:20,10:12,100:510", "--reads", "3", "--cold", "2", "--cold-long", "1"
     )
     assert "None." in out[out.rindex("## Problems") :]
-    assert "cold: the first `get_state` after each of 2 threads' runs" in out  # the short shapes
-    assert "cold: the first `get_state` after each of 1 threads' runs" in out  # the 510-step one
+    assert "cold: the first `get_state` right after each thread's run, over 2 threads;" in out  # the short shapes
+    assert "cold: the first `get_state` right after each thread's run, over 1 threads;" in out  # the 510-step one
     assert "| PostgresSaver (from_conn_string) | " in out and "| Durable sqlite+redis+postgres | " in out
     targets = out[out.index("## Targets") : out.index("## Problems")]
     lines = [line for line in targets.splitlines() if line.startswith("- (")]
