@@ -507,7 +507,7 @@ class TierChain:
         records: dict[str, Any] | None = {} if self.own is not None and fence is not None else None
         # A thread's first checkpoint starts its trail, trusted while no other
         # connection commits to the local file (`DeltaTrail.file_version`).
-        file_version = self._local().version()[1] if records is not None and not parent_id else None
+        file_version = self._file_version() if records is not None and not parent_id else None
         row, blobs, stored = self.codec.encode_put(
             config, checkpoint, metadata, new_versions, self.deltas, never, records=records
         )
@@ -602,6 +602,15 @@ class TierChain:
             else:
                 self.own.forget(first.thread_id)
         self._bounded(rows[0].thread_id, local_took)
+
+    def _file_version(self) -> int | None:
+        """The local file's ``PRAGMA data_version`` (`DeltaTrail`), or None
+        when the file cannot be asked (nothing is then answered from memory;
+        the write or read goes on as ever)."""
+        try:
+            return self._local().version()[1]
+        except TierUnavailable:
+            return None
 
     def _local(self) -> SqliteTier:
         assert self.local is not None
@@ -1131,7 +1140,7 @@ class TierChain:
             now, asked = time.monotonic(), configurable.get("checkpoint_id")
             followed = self.own.trail(thread_id, ns, lease_token, now, trusted_until, asked, channels)
             if followed is not None:
-                if followed[1] == self._local().version()[1]:
+                if followed[1] is not None and followed[1] == self._file_version():
                     with contextlib.suppress(UndecodableRecord):  # raised again, with its record, by the walk
                         return self.codec.decode_trail(followed[0])
                 else:
