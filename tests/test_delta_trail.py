@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import sqlite3
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Annotated, Any, TypedDict
@@ -24,9 +25,10 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
 
-from langgraph_durable import DurableSaver
+from langgraph_durable import DurableSaver, TierUnavailable
 from langgraph_durable.model.codec import RecordCodec
 from langgraph_durable.model.delta_trail import PLAIN, DeltaTrail, TrailPut, TrailWrite, trail_put
+from langgraph_durable.model.own_heads import OwnHeads
 
 from .conftest import SaverFactory
 from .tamper import flip
@@ -356,3 +358,62 @@ def test_the_trail_counts_against_the_heads_memory_and_a_large_one_is_dropped(
         before = answered[0]
         assert graph.get_state(_cfg(thread)).values == ref.get_state(_cfg(thread)).values
         assert answered[0] == before
+
+
+def test_a_run_carries_on_trusting_only_a_lease_it_kept_itself(
+    make_saver: SaverFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The next run of a thread takes the lease anew (a new token). What the
+    saver wrote under the last one stays trusted only if the saver kept that
+    lease all along: one it stopped keeping (a renewal that failed) may have
+    expired, and a change that takes no lease (delete_thread, copy_thread)
+    gone ahead meanwhile, though the lease still names this saver."""
+    carried: list[tuple[str, int, int]] = []
+    real = OwnHeads.carry
+
+    def spy(self: OwnHeads, thread_id: str, token: int, new_token: int) -> None:
+        carried.append((thread_id, token, new_token))
+        real(self, thread_id, token, new_token)
+
+    monkeypatch.setattr(OwnHeads, "carry", spy)
+    kept, dropped = f"t-{uuid.uuid4().hex[:8]}", f"t-{uuid.uuid4().hex[:8]}"
+    with make_saver("sqlite+redis+postgres") as saver:
+        listening(saver)
+        graph = delta_graph().compile(checkpointer=saver)
+        for thread in (kept, dropped):
+            graph.invoke(RUNS[0], _cfg(thread))
+            gc.collect()
+            assert saver._runtime.leases.kept(thread, time.monotonic()) is not None
+        saver._runtime.leases.unkeep(dropped)  # as a failed renewal does: no longer trusted
+        for thread in (kept, dropped):
+            graph.invoke(RUNS[1], _cfg(thread))
+        assert [(t, old, new) for t, old, new in carried] == [(kept, 1, 2)]
+        own = saver._runtime.own
+        assert own is not None and own._own[(dropped, "")].trail is None
+        assert own._own[(kept, "")].trail is not None
+
+
+def test_a_write_that_fails_after_a_tier_took_it_stops_the_trail(
+    make_saver: SaverFactory, redis_proxy: tuple[Any, str]
+) -> None:
+    """With write="all" a pending write fails when Redis is cut off, though
+    the local file and Postgres may hold it (pending writes are not
+    withdrawn): the thread's heads and trail are forgotten, not left to
+    answer without it."""
+    proxy, proxied = redis_proxy
+    thread = f"t-{uuid.uuid4().hex[:8]}"
+    with make_saver("sqlite+redis+postgres", write="all", redis=proxied, call_timeout=1.0) as saver:
+        listening(saver)
+        graph = delta_graph().compile(checkpointer=saver)
+        graph.invoke(RUNS[0], _cfg(thread))
+        own = saver._runtime.own
+        assert own is not None and own._own[(thread, "")].trail is not None
+        head = saver.get_tuple(_cfg(thread))
+        assert head is not None
+        proxy.cut()
+        try:
+            with pytest.raises(TierUnavailable):
+                saver.put_writes(head.config, [("items", ["late"])], "task-late")
+        finally:
+            proxy.restore()
+        assert (thread, "") not in own._own

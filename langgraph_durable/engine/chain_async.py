@@ -534,14 +534,18 @@ class AsyncTierChain:
             keep=lambda seq: outbox.keep_checkpoint(seq, row, blobs),
         )
         if not local_took:
-            local_took = await self._write_through(
-                fence,
-                lambda t, f: t.write_checkpoint(row, blobs, fence=f),
-                lambda owed: self._local().write_checkpoint(row, blobs, journal=owed),
-                withdraw=lambda t: t.delete_checkpoint(row.thread_id, row.checkpoint_ns, row.checkpoint_id),
-                owe=lambda names: self.memory.owe_checkpoint(row, blobs, names),
-                keep=lambda seq: outbox.keep_checkpoint(seq, row, blobs),
-            )
+            try:
+                local_took = await self._write_through(
+                    fence,
+                    lambda t, f: t.write_checkpoint(row, blobs, fence=f),
+                    lambda owed: self._local().write_checkpoint(row, blobs, journal=owed),
+                    withdraw=lambda t: t.delete_checkpoint(row.thread_id, row.checkpoint_ns, row.checkpoint_id),
+                    owe=lambda names: self.memory.owe_checkpoint(row, blobs, names),
+                    keep=lambda seq: outbox.keep_checkpoint(seq, row, blobs),
+                )
+            except BaseException:
+                self._unsure(row.thread_id)
+                raise
         if self.deltas is not None:
             self.deltas.remember(stored)  # its lists may now be the base of the next pieces
         self.seen.note(row.thread_id, row.checkpoint_ns, row.checkpoint_id, versions)
@@ -591,14 +595,18 @@ class AsyncTierChain:
             keep=lambda seq: outbox.keep_writes(seq, rows, upsert),
         )
         if not local_took:
-            local_took = await self._write_through(
-                fence,
-                lambda t, f: t.write_writes(rows, upsert, fence=f),
-                lambda owed: self._local().write_writes(rows, upsert, journal=owed),
-                withdraw=None,
-                owe=lambda names: self.memory.owe_writes(rows, upsert, names),
-                keep=lambda seq: outbox.keep_writes(seq, rows, upsert),
-            )
+            try:
+                local_took = await self._write_through(
+                    fence,
+                    lambda t, f: t.write_writes(rows, upsert, fence=f),
+                    lambda owed: self._local().write_writes(rows, upsert, journal=owed),
+                    withdraw=None,
+                    owe=lambda names: self.memory.owe_writes(rows, upsert, names),
+                    keep=lambda seq: outbox.keep_writes(seq, rows, upsert),
+                )
+            except BaseException:
+                self._unsure(rows[0].thread_id)
+                raise
         if self.own is not None:
             first = rows[0]
             if fence is not None and local_took:
@@ -618,6 +626,14 @@ class AsyncTierChain:
             else:
                 self.own.forget(first.thread_id)
         await self._bounded(rows[0].thread_id, local_took)
+
+    def _unsure(self, thread_id: str) -> None:
+        """A write failed, perhaps after some tiers took it (pending writes
+        are not withdrawn): what this saver wrote of the thread under its
+        lease (`OwnHeads`, its DeltaTrail) may no longer be what the tiers
+        hold, so it is not trusted any more."""
+        if self.own is not None:
+            self.own.forget(thread_id)
 
     async def _file_version(self) -> int | None:
         """The local file's ``PRAGMA data_version`` (`DeltaTrail`), or None

@@ -557,15 +557,24 @@ class AsyncLeaseKeeper:
             if not verdict.take and current is not None and self._gone(current.holder):
                 verdict = decide(current, book.holder, now, holder_gone=True)
             if verdict.take:
-                # No run of this saver is writing the thread (whose writes in
-                # flight could land under the old token after this swap).
-                idle = book.held(thread_id) is None
+                # Kept by this saver after its last run, in this tier, with
+                # its renewals through (so unexpired: no change that takes no
+                # lease went ahead meanwhile), and no run of it writing the
+                # thread (whose writes in flight could land after the swap).
+                kept = book.kept(thread_id, time.monotonic())
+                carries = (
+                    current is not None
+                    and verdict.why == "ours"
+                    and kept is not None
+                    and (kept[0].tier, kept[0].token) == (tier.name, current.token)
+                    and book.held(thread_id) is None
+                )
                 taken = await tier.swap_lease(thread_id, current, book.holder, verdict.token, book.ttl)
                 if taken is None:
                     continue  # it changed meanwhile: look again
-                if current is not None and verdict.why == "ours" and idle and self.chain.own is not None:
-                    # Still this saver's, idle: nobody else wrote the thread
-                    # since, so what it wrote under the old token stays trusted.
+                if carries and current is not None and self.chain.own is not None:
+                    # Nobody else wrote the thread since: what this saver
+                    # wrote under the kept lease stays trusted under the new.
                     self.chain.own.carry(thread_id, current.token, taken.token)
                 if current is not None and verdict.why in ("expired", "holder gone"):
                     logger.warning(
