@@ -128,6 +128,14 @@ def test_the_delta_channel_benchmark_times_cold_and_warm_reads_and_judges_both()
     assert all(" cold " in line and " warm " in line and line.endswith(("met", "missed")) for line in lines)
 
 
+def test_the_step_calls_benchmark_times_each_savers_calls_and_checks_every_run() -> None:
+    out = run_benchmark("bench_step_calls.py", "--runs", "2")
+    assert "### PostgresSaver.from_conn_string" in out and "### DurableSaver sqlite+redis+postgres" in out
+    for call in ("| put |", "| put_writes |", "postgres: write_writes", "sqlite: write_checkpoint", "shipped to Redis"):
+        assert call in out, call
+    assert "## Problems\n\nNone." in out
+
+
 def test_the_multi_process_benchmark_runs_every_saver_and_reads_every_thread_back() -> None:
     out = run_benchmark("bench_processes.py", "--quick")
     assert "None." in out[out.rindex("## Problems") :]
