@@ -31,7 +31,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from _env import Resources, exit_on_sigterm  # benchmarks/ is on sys.path when run as a script
-from bench_growth import build_graph, check_values, first_input, run_config
+from bench_growth import first_input, run_config
+from bench_paired import build_graph, check_values
 from langgraph.checkpoint.postgres import PostgresSaver
 
 from langgraph_durable import DurableSaver, Tiers
