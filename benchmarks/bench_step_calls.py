@@ -9,9 +9,12 @@ methods below wrapped in a wall-clock timer: the saver's own calls (`put`,
 `put_writes`, `get_tuple`), and under DurableSaver the tier calls they make
 and the lease's start and end of a run. Each row is milliseconds per
 super-step (its total over the run divided by the super-steps), microseconds
-per call, and calls per super-step. Calls made at once on other threads
-overlap (LangGraph stores a step's writes while its checkpoint is put), so
-rows are not meant to add up to the step.
+per call, and calls per super-step; each table's title gives the step's wall time and the
+process's CPU time per step (InMemorySaver's run shows LangGraph's own).
+Calls made at once on other threads overlap (LangGraph stores a step's
+writes while its checkpoint is put), so rows are not meant to add up to the
+step. Last, the Postgres writes of a step are timed alone, one call at a
+time, DurableSaver's fenced statements against PostgresSaver's.
 
 Timings only, never asserted; every run's result is checked.
 
@@ -24,6 +27,7 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
+import statistics
 import sys
 import time
 import uuid
@@ -33,6 +37,7 @@ from typing import Any
 from _env import Resources, exit_on_sigterm  # benchmarks/ is on sys.path when run as a script
 from bench_growth import first_input, run_config
 from bench_paired import build_graph, check_values
+from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.postgres import PostgresSaver
 
 from langgraph_durable import DurableSaver, Tiers
@@ -108,23 +113,92 @@ def measure(saver: Any, calls: list[tuple[str, str, str, str]], runs: int, size:
         graph.invoke(first_input(), run_config(f"warm-{i}", STEPS), durability="sync")
     timers = Timers()
     with timing(calls, timers):
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         for i in range(runs):
             out = graph.invoke(first_input(), run_config(f"run-{i}", STEPS), durability="sync")
             problems += check_values(out, STEPS, size, f"{type(saver).__name__} run {i}")
-        wall = time.perf_counter() - started
+        wall, cpu = time.perf_counter() - started, time.process_time() - cpu
     steps = runs * STEPS
     rows = [
         (label, timers.seconds[label] * 1000 / steps, timers.seconds[label] * 1e6 / n, n / steps)
         for _, _, _, label in calls
         if (n := timers.calls[label])
     ]
-    return rows, wall * 1000 / steps
+    return rows, (wall * 1000 / steps, cpu * 1000 / steps)
 
 
-def table(title: str, rows: list[tuple[str, float, float, float]], per_step: float) -> list[str]:
+def statements(res: Resources, n: int) -> list[str]:
+    """The Postgres writes of one step alone, one at a time (nothing else
+    running): DurableSaver's fenced statements against PostgresSaver's
+    `put` and `put_writes`, median microseconds over `n` calls each."""
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    from langgraph_durable.model.lease import Fence
+    from langgraph_durable.model.records import BlobRow, CheckpointRow, WriteRow
+    from langgraph_durable.tiers.postgres.tier import PostgresTier
+
+    def median_us(call: Callable[[int], Any]) -> float:
+        times = []
+        for i in range(n):
+            started = time.perf_counter()
+            call(i)
+            times.append((time.perf_counter() - started) * 1e6)
+        return statistics.median(times)
+
+    record = b"x" * 400
+    tier = PostgresTier(res.new_database("statements"))
+    try:
+        tier.setup()
+        tier.swap_lease("t", None, "me", 1, 30.0)
+        fence = Fence("t", "me", 1, 30.0, "postgres")
+        ours_put = median_us(
+            lambda i: tier.write_checkpoint(
+                CheckpointRow("t", "", f"c{i:06d}", f"c{i - 1:06d}", "run", "{}", record),
+                [BlobRow("t", "", "messages", f"v{i}", record), BlobRow("t", "", "n", f"v{i}", b"y" * 40)],
+                fence=fence,
+            )
+        )
+        ours_writes = median_us(
+            lambda i: tier.write_writes(
+                [WriteRow("t", "", f"c{i:06d}", "task", j, ch, "", record) for j, ch in enumerate(("messages", "n"))],
+                False,
+                fence=fence,
+            )
+        )
+    finally:
+        tier.close()
+    with PostgresSaver.from_conn_string(res.new_database("statements_stock")) as stock:
+        stock.setup()
+
+        def put(i: int) -> None:
+            cp = empty_checkpoint()
+            cp["id"] = f"1ef{i:033d}"
+            cp["channel_values"] = {"messages": "x" * 400, "n": i}
+            cp["channel_versions"] = {"messages": str(i), "n": str(i)}
+            stock.put(thread, cp, {"step": i}, {"messages": str(i), "n": str(i)})
+
+        thread: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+        stock_put = median_us(put)
+        stock_writes = median_us(
+            lambda i: stock.put_writes(
+                {"configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": f"1ef{i:033d}"}},
+                [("messages", "x" * 400), ("n", i)],
+                "task",
+            )
+        )
+    return [
+        f"### The Postgres writes of a step alone, one at a time (median over {n} calls)",
+        "",
+        "| write | DurableSaver (us) | PostgresSaver (us) |",
+        "|---|---:|---:|",
+        f"| the checkpoint and two values | {ours_put:.0f} | {stock_put:.0f} |",
+        f"| two pending writes | {ours_writes:.0f} | {stock_writes:.0f} |",
+    ]
+
+
+def table(title: str, rows: list[tuple[str, float, float, float]], per_step: tuple[float, float]) -> list[str]:
     lines = [
-        f"### {title}: {per_step:.3f} ms per super-step",
+        f"### {title}: {per_step[0]:.3f} ms per super-step, {per_step[1]:.3f} ms of the process's CPU",
         "",
         "| call | ms / super-step | us / call | calls / super-step |",
         "|---|---:|---:|---:|",
@@ -139,6 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=40, help="timed runs of the 40-step graph per saver (default 40)")
     parser.add_argument("--size", type=int, default=300, help="bytes per message (default 300)")
+    parser.add_argument("--statements", type=int, default=400, help="calls per write timed alone (default 400)")
     args = parser.parse_args(argv)
     exit_on_sigterm()
     res = Resources("lgd_bcalls", uuid.uuid4().hex[:10])
@@ -148,6 +223,12 @@ def main(argv: list[str] | None = None) -> int:
         if not res.probe():
             problems += res.down
         else:
+            _, per_step = measure(InMemorySaver(), [], args.runs, args.size, problems)
+            body += [
+                f"### InMemorySaver (LangGraph's own work): {per_step[0]:.3f} ms per super-step, "
+                f"{per_step[1]:.3f} ms of the process's CPU",
+                "",
+            ]
             with PostgresSaver.from_conn_string(res.new_database("stock")) as stock:
                 stock.setup()
                 rows, per_step = measure(stock, STOCK_CALLS, args.runs, args.size, problems)
@@ -162,6 +243,7 @@ def main(argv: list[str] | None = None) -> int:
                 durable.setup()
                 rows, per_step = measure(durable, DURABLE_CALLS, args.runs, args.size, problems)
                 body += [*table("DurableSaver sqlite+redis+postgres", rows, per_step), ""]
+            body += [*statements(res, args.statements), ""]
     finally:
         problems += [f"cleanup: {n}" for n in res.cleanup()]
     print(f"{args.runs} runs of {STEPS} super-steps, {args.size}-byte messages, sync face\n")

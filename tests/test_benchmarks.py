@@ -129,8 +129,10 @@ def test_the_delta_channel_benchmark_times_cold_and_warm_reads_and_judges_both()
 
 
 def test_the_step_calls_benchmark_times_each_savers_calls_and_checks_every_run() -> None:
-    out = run_benchmark("bench_step_calls.py", "--runs", "2")
-    assert "### PostgresSaver.from_conn_string" in out and "### DurableSaver sqlite+redis+postgres" in out
+    out = run_benchmark("bench_step_calls.py", "--runs", "2", "--statements", "5")
+    for title in ("### InMemorySaver", "### PostgresSaver.from_conn_string", "### DurableSaver sqlite+redis+postgres"):
+        assert title in out and "ms of the process's CPU" in out[out.index(title) :].splitlines()[0], title
+    assert "| the checkpoint and two values |" in out and "| two pending writes |" in out
     for call in ("| put |", "| put_writes |", "postgres: write_writes", "sqlite: write_checkpoint", "shipped to Redis"):
         assert call in out, call
     assert "## Problems\n\nNone." in out
