@@ -21,8 +21,9 @@ the tiers as before) on anything else:
 
 - it starts at a thread's first checkpoint (no parent), never in the middle;
 - a put whose parent is not the head, a pending write of a checkpoint older
-  than the head (written after its child), a channel version it has not seen
-  stored, or too many bytes: the whole trail is dropped;
+  than the head's parent (whose writes are folded in already; the parent's
+  own may still come after its child's put), a channel version it has not
+  seen stored, or too many bytes: the whole trail is dropped;
 - a channel seeded by a plain value (not a `_DeltaSnapshot`: a channel
   that is not a DeltaChannel, or a thread from before it was one), or whose
   writes the next checkpoint's ``counters_since_delta_snapshot`` does not
