@@ -283,24 +283,34 @@ def expected_messages(steps: int, size: int) -> list[str]:
     return [make_message(i, size) for i in range(steps)]
 
 
-def build_graph(bound: int, size: int, *, is_async: bool, checkpointer: Any) -> Any:
-    """START -> work -> work ... while n < bound; each work step appends one message."""
+def build_graph(
+    bound: int,
+    size: int,
+    *,
+    is_async: bool,
+    checkpointer: Any,
+    message: Callable[[int, int], Any] = make_message,
+    state: Any = State,
+) -> Any:
+    """START -> work -> work ... while n < bound; each work step appends one
+    message, ``message(step, size)`` (by default a string; `bench_paired.py`
+    appends dicts, with its own `state` schema)."""
     from langgraph.graph import END, START, StateGraph
 
-    def route(state: State) -> str:
-        return "work" if state["n"] < bound else END
+    def route(values: State) -> str:
+        return "work" if values["n"] < bound else END
 
     if is_async:
 
-        async def work(state: State) -> dict[str, Any]:
-            return {"messages": [make_message(state["n"], size)], "n": state["n"] + 1}
+        async def work(values: State) -> dict[str, Any]:
+            return {"messages": [message(values["n"], size)], "n": values["n"] + 1}
 
     else:
 
-        def work(state: State) -> dict[str, Any]:  # type: ignore[misc]
-            return {"messages": [make_message(state["n"], size)], "n": state["n"] + 1}
+        def work(values: State) -> dict[str, Any]:  # type: ignore[misc]
+            return {"messages": [message(values["n"], size)], "n": values["n"] + 1}
 
-    g = StateGraph(State)
+    g: Any = StateGraph(state)
     g.add_node("work", work)
     g.add_edge(START, "work")
     g.add_conditional_edges("work", route, ["work", END])

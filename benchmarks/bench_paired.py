@@ -60,6 +60,9 @@ from bench_growth import (
     run_config,
     thread_of,
 )
+from bench_growth import (
+    build_graph as growth_graph,
+)
 from typing_extensions import TypedDict
 
 HERE = Path(__file__).resolve().parent
@@ -131,27 +134,8 @@ def message(i: int, size: int) -> dict[str, Any]:
 
 
 def build_graph(bound: int, size: int, *, is_async: bool, checkpointer: Any) -> Any:
-    """START -> work -> work ... while n < bound; each work step appends one dict message."""
-    from langgraph.graph import END, START, StateGraph
-
-    def route(state: State) -> str:
-        return "work" if state["n"] < bound else END
-
-    if is_async:
-
-        async def work(state: State) -> dict[str, Any]:
-            return {"messages": [message(state["n"], size)], "n": state["n"] + 1}
-
-    else:
-
-        def work(state: State) -> dict[str, Any]:  # type: ignore[misc]
-            return {"messages": [message(state["n"], size)], "n": state["n"] + 1}
-
-    g = StateGraph(State)
-    g.add_node("work", work)
-    g.add_edge(START, "work")
-    g.add_conditional_edges("work", route, ["work", END])
-    return g.compile(checkpointer=checkpointer)
+    """`bench_growth`'s graph, each work step appending one dict message."""
+    return growth_graph(bound, size, is_async=is_async, checkpointer=checkpointer, message=message, state=State)
 
 
 def check_values(values: Any, steps: int, size: int, what: str) -> list[str]:
