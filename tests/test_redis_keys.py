@@ -276,6 +276,15 @@ def test_two_savers_see_exactly_their_own(
     _two_savers(REDIS_URL, base, first, second, mine, theirs)
 
 
+@pytest.mark.parametrize("ids", [[("%", "")], [("a", ""), ("%25", "x")]])
+def test_a_prefix_written_as_another_prefixs_name_does_not_take_its_keys(base: str, ids: list[tuple[str, str]]) -> None:
+    """``P:`` is written ``P%3A``: a second saver whose prefix is ``P%3A``
+    as typed must not take the first's keys (nor its store settings) for
+    keys of its own in an older layout when it sets up after the first
+    wrote (a case the property tests above found)."""
+    _two_savers(REDIS_URL, base, base + ":", base + "%3A", ids, [("\\[[\n", "")])
+
+
 def _two_savers(
     url: str,
     base: str,

@@ -616,7 +616,14 @@ class RedisTier:
             return
         left = 0
         if self._p != self.prefix:
-            self._merge_into(f"{self.prefix}:meta", self._meta, "hash", None)
+            raw_meta = f"{self.prefix}:meta"
+            if self.client.hget(raw_meta, "key_layout") == KEY_LAYOUT.encode():
+                # The prefix as written is another prefix's name in this layout
+                # (``a:`` is written ``a%3A``): that store and its keys are not
+                # this one's older keys. Nothing to move.
+                self.client.hset(self._meta, "key_layout", KEY_LAYOUT)
+                return
+            self._merge_into(raw_meta, self._meta, "hash", None)
         pattern = _glob_escape(f"{self.prefix}:{{") + "*"
         for raw in self.client.scan_iter(match=pattern, count=1000):
             try:
