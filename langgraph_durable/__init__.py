@@ -20,6 +20,8 @@ if TYPE_CHECKING:
         CorruptCheckpoint,
         DurableError,
         LeaseLost,
+        MigrationFailed,
+        NewerStateVersion,
         RecordTooLarge,
         ResumeRejected,
         SerializationError,
@@ -31,6 +33,7 @@ if TYPE_CHECKING:
     from .integrity import CorruptionEvent, CorruptionHook
     from .ledger import LedgerEntry, action, apin_here, durable_action, pin_here
     from .metrics import CorruptCopy, MetricsHook, OpenTelemetryMetrics, PlainData, TierCall, TierStats
+    from .migrations import Migration, MigrationReport, Migrations, ThreadMigration
     from .model.pins import Pin
     from .option_groups import Archive, Integrity, Leases, Memory, Tiers
     from .options import register_tier_kind
@@ -58,6 +61,8 @@ _EXPORTS = {
     "CorruptCheckpoint": ".errors",
     "DurableError": ".errors",
     "LeaseLost": ".errors",
+    "MigrationFailed": ".errors",
+    "NewerStateVersion": ".errors",
     "RecordTooLarge": ".errors",
     "ResumeRejected": ".errors",
     "SerializationError": ".errors",
@@ -78,6 +83,10 @@ _EXPORTS = {
     "PlainData": ".metrics",
     "TierCall": ".metrics",
     "TierStats": ".metrics",
+    "Migration": ".migrations",
+    "Migrations": ".migrations",
+    "MigrationReport": ".migrations",
+    "ThreadMigration": ".migrations",
     "Pin": ".model.pins",
     "Archive": ".option_groups",
     "Integrity": ".option_groups",
@@ -133,6 +142,13 @@ __all__ = [
     "pin_version",
     "reject",
     "rewind",
+    # state versions
+    "Migration",
+    "Migrations",
+    "MigrationFailed",
+    "MigrationReport",
+    "ThreadMigration",
+    "NewerStateVersion",
     # saver and errors
     "ConfigError",
     "CorruptCheckpoint",

@@ -16,6 +16,8 @@ __all__ = [
     "CorruptCheckpoint",
     "DurableError",
     "LeaseLost",
+    "MigrationFailed",
+    "NewerStateVersion",
     "RecordTooLarge",
     "ResumeRejected",
     "SerializationError",
@@ -179,6 +181,60 @@ class ResumeRejected(DurableError):
         self.checkpoint = checkpoint
         self.validator = validator
         self.actions = actions or []
+
+
+class NewerStateVersion(ResumeRejected):
+    """The thread was written by a newer version of the graph's state than
+    this replica runs (`Migrations`): during a rolling update, a replica of
+    the old version met a thread the new one already migrated or wrote.
+
+    Nothing was run or written. Retry the request on a replica of the newer
+    version (`version` says which), or let ``Migrations(on_newer="wait")``
+    wait for one to take the thread. `taken` says whether one did while
+    this replica waited.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        thread_id: str,
+        version: int,
+        running: int,
+        checkpoint_id: str | None = None,
+        checkpoint: Any = None,
+        taken: bool = False,
+    ) -> None:
+        super().__init__(
+            message,
+            reason=f"written by state version {version}, this replica runs {running}",
+            checkpoint_id=checkpoint_id,
+            checkpoint=checkpoint,
+            validator="state_version",
+        )
+        self.thread_id = thread_id
+        self.version = version
+        self.running = running
+        self.taken = taken
+
+
+class MigrationFailed(DurableError):
+    """A thread could not be brought up to the running state version: a
+    migration step raised, or none is registered from its version.
+
+    Nothing was written: the thread stays as it was, at `from_version`.
+    `thread_id`, `checkpoint_id`, `step` (the step's name; None when it is
+    missing) and ``__cause__`` (what the step raised) say where.
+    """
+
+    def __init__(
+        self, message: str, *, thread_id: str, checkpoint_id: str, from_version: int, step: str | None
+    ) -> None:
+        super().__init__(message)
+        self.thread_id = thread_id
+        self.checkpoint_id = checkpoint_id
+        self.from_version = from_version
+        self.step = step
 
 
 # -- one writer per thread (see lease.py) -----------------------------------------------

@@ -162,6 +162,9 @@ OPTIONS: tuple[Option, ...] = (
            shown_default="none", see="concepts/resume.md"),
     Option("on_validation", "resume", None, "called with every validation's outcome", see="concepts/resume.md"),
     Option("app_version", "resume", None, "stamped into every checkpoint's metadata", see="concepts/resume.md"),
+    Option("migrations", "resume", None,
+           "the state version this code runs and the steps that bring older threads up to it",
+           see="concepts/migrations.md"),
     # -- one writer per thread
     Option("leases.ttl", "leases", 30.0, "seconds a thread's writer lease lasts without renewal",
            see="concepts/leases.md"),

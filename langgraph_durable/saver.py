@@ -52,6 +52,7 @@ from .environment import (
 )
 from .errors import ConfigError
 from .metrics import MetricsHook
+from .migrations import Migrations
 from .model.backlog import WriteMode
 from .model.roles import Role
 from .option_groups import Archive, Integrity, Leases, Memory, Tiers, flattened, grouped
@@ -165,6 +166,12 @@ class DurableSaver(SaverOps, AsyncSaverOps):
             cannot wait for one: it logs that it did not run).
         app_version: stamped into every checkpoint's metadata (``app_version``)
             so `validation.pin_version` can tell which version wrote it.
+        migrations: a `Migrations`: the version of the graph's state this
+            code runs, stamped into every checkpoint (``state_version``),
+            and the steps that bring a thread of an older version up to it
+            before it resumes (written as a new checkpoint; the old one is
+            pinned). A thread a newer version wrote is never run or written
+            here (`NewerStateVersion`). See ``concepts/migrations.md``.
         retention: a `RetentionPolicy` (keep the newest N checkpoints per
             thread and namespace, those younger than T, delete or archive
             threads idle longer than T) that `apply_retention` applies by
@@ -214,6 +221,7 @@ class DurableSaver(SaverOps, AsyncSaverOps):
         validators: Sequence[Validator] = (),
         on_validation: ValidationHook | None = None,
         app_version: str | None = None,
+        migrations: Migrations | None = None,
         retention: RetentionPolicy | None = None,
         metrics: MetricsHook | Sequence[MetricsHook] | None = None,
         read_only: bool = False,
@@ -248,7 +256,12 @@ class DurableSaver(SaverOps, AsyncSaverOps):
         # Nothing starts before every option has been checked (the retention
         # sweep last), so a constructor that raises leaves no thread behind.
         self._build(
-            options, validators=validators, on_validation=on_validation, app_version=app_version, metrics=metrics
+            options,
+            validators=validators,
+            on_validation=on_validation,
+            app_version=app_version,
+            metrics=metrics,
+            migrations=migrations,
         )
 
     # -- construction -----------------------------------------------------------

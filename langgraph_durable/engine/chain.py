@@ -61,13 +61,11 @@ from ..retention import RetentionPolicy, RetentionReport
 from ..tiers.base import EMBEDDED_META, KEYS_META, SHARED_META, STORE_KEY_META, QuarantinedRecord, key_mismatch_message
 from ..tiers.protocol import Tier
 from ..tiers.sqlite.tier import SqliteTier
-from ..validation import ValidationHook
 from .concurrency import Lock, refuse_awaitable, run_all
 from .guard import GuardedTier, overlap
 from .journal import Journal
 from .maintenance import Maintenance
 from .reads import TierReader
-from .resume import ResumeGate
 from .scan import Scanner
 
 logger = logging.getLogger("langgraph_durable")
@@ -1252,10 +1250,6 @@ class TierChain:
             raise failed[0]
         # A tier that missed it gets it from the next ledger read, which
         # reconciles the tiers and repairs the ones behind (reads.py).
-
-    def validate(self, tup: CheckpointTuple, validators: Sequence[Any], hook: ValidationHook | None) -> CheckpointTuple:
-        """The checkpoint a run may resume from (`resume.ResumeGate`)."""
-        return ResumeGate(self.ledger_entries, self.get_tuple, self.put).validate(tup, validators, hook)
 
     # -- verify / repair ------------------------------------------------------------
 

@@ -75,13 +75,11 @@ from ..retention import RetentionPolicy, RetentionReport
 from ..tiers.base import EMBEDDED_META, KEYS_META, SHARED_META, STORE_KEY_META, QuarantinedRecord, key_mismatch_message
 from ..tiers.protocol_async import AsyncTier
 from ..tiers.sqlite.tier import AsyncSqliteTier
-from ..validation import ValidationHook
 from .concurrency import ALock, amaybe_await, arun_all, refuse_awaitable
 from .guard_async import AsyncGuardedTier, overlap
 from .journal_async import AsyncJournal
 from .maintenance_async import AsyncMaintenance
 from .reads_async import AsyncTierReader
-from .resume_async import AsyncResumeGate
 from .scan_async import AsyncScanner
 
 logger = logging.getLogger("langgraph_durable")
@@ -1273,12 +1271,6 @@ class AsyncTierChain:
             raise failed[0]
         # A tier that missed it gets it from the next ledger read, which
         # reconciles the tiers and repairs the ones behind (reads_async.py).
-
-    async def validate(
-        self, tup: CheckpointTuple, validators: Sequence[Any], hook: ValidationHook | None
-    ) -> CheckpointTuple:
-        """The checkpoint a run may resume from (`resume_async.AsyncResumeGate`)."""
-        return await AsyncResumeGate(self.ledger_entries, self.get_tuple, self.put).validate(tup, validators, hook)
 
     # -- verify / repair ------------------------------------------------------------
 

@@ -36,6 +36,7 @@ from ..engine.leases.keeper_async import AsyncLeaseKeeper
 from ..engine.sweeper import Retains
 from ..errors import ConfigError, ThreadArchived, TierUnavailable
 from ..metrics import MetricsHook, MetricsSink, PlainData
+from ..migrations import Migrations
 from ..model.codec import RecordCodec, thread_id_of
 from ..model.health import Health
 from ..model.records import key_fingerprint
@@ -55,6 +56,10 @@ _PROBE_EXPECTED: contextvars.ContextVar[object | None] = contextvars.ContextVar(
 # How often a delete of an archived thread looks again for the lease a
 # bring-back of it holds (`_hold_archived`).
 BRING_BACK_POLL_S = 0.2
+
+# How often a run waiting for a replica of a newer state version to take its
+# thread (``Migrations(on_newer="wait")``) looks at the thread again.
+NEWER_POLL_S = 0.5
 
 
 def seconds_above_zero(duration: float | timedelta) -> float:
@@ -193,6 +198,7 @@ class SaverBase(BaseCheckpointSaver[str]):
         on_validation: ValidationHook | None,
         app_version: str | None,
         metrics: MetricsHook | Sequence[MetricsHook] | None,
+        migrations: Migrations | None = None,
     ) -> None:
         """The view and its runtime, from the checked options. Starts nothing
         that outlives a failure: the retention sweep starts last."""
@@ -210,6 +216,12 @@ class SaverBase(BaseCheckpointSaver[str]):
         self._validators: list[Validator] = [checked_validator(v) for v in validators]
         self._on_validation = on_validation
         self.app_version = app_version
+        if migrations is not None and not isinstance(migrations, Migrations):
+            raise ConfigError(
+                f"migrations= takes a Migrations (its version and steps), not {type(migrations).__name__}: "
+                "DurableSaver(..., migrations=Migrations(version=2, steps={1: step})). See concepts/migrations.md."
+            )
+        self.migrations = migrations
         runtime = self._runtime = Runtime(options, codec=self._codec, metrics=metrics)
         self._codec.on_plain_data = functools.partial(report_plain_data, runtime.metrics)
         # What the saver was configured with (`sqlite_path` and `write` as
@@ -295,9 +307,14 @@ class SaverBase(BaseCheckpointSaver[str]):
         return True
 
     def _stamped(self, metadata: CheckpointMetadata) -> CheckpointMetadata:
+        if self.migrations is not None:
+            metadata = self.migrations.stamp(metadata)
         if self.app_version is None:
             return metadata
         return cast(CheckpointMetadata, {**metadata, VERSION_KEY: self.app_version})
+
+    def _next_version(self, current: Any) -> Any:
+        return self.get_next_version(current, None)
 
     def _may_purge(self) -> None:
         if self.read_only:

@@ -29,17 +29,22 @@ from ..engine.concurrency import refuse_awaitable, sleep
 from ..engine.imports import sources
 from ..engine.imports.importer import Importer
 from ..engine.imports.sources import ImportReport
-from ..errors import ConfigError, DurableError, ThreadBusy, TierUnavailable
+from ..engine.resume import ResumeGate
+from ..errors import ConfigError, DurableError, MigrationFailed, NewerStateVersion, ThreadBusy, TierUnavailable
 from ..integrity import ScanReport
 from ..ledger import LedgerEntry, damaged_entry, operator_answer
+from ..migrations import MigrationReport, ThreadMigration, describe
+from ..migrations import plan as migration_plan
 from ..model.backlog import ArchiveLag, Lag
-from ..model.codec import thread_id_of
+from ..model.codec import thread_id_of, thread_of
 from ..model.health import Health
 from ..model.pins import Pin, pin_entry, pin_key, unpin_entry
 from ..retention import RetentionPolicy, RetentionReport
 from ..tiers.base import ARCHIVE_META, EMBEDDED_META, QuarantinedRecord, archived_key
+from ..validation import RUNTIME_KEY
 from .base import (
     BRING_BACK_POLL_S,
+    NEWER_POLL_S,
     SaverBase,
     archived_runs_unsearched,
     idle_for,
@@ -116,24 +121,82 @@ class SaverOps(SaverBase):
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint `config` names, else the thread's latest (LangGraph's
         contract). A run's first call takes the thread's writer lease and runs
-        the resume validators."""
+        the gates: the version guard, migrations, the resume validators."""
         chain = self._sync_chain()
         first = self._first_call_of_run(config)
-        # A run takes the thread's writer lease before it reads "latest" (also
-        # for a new thread), and gives it back if it fails to start.
-        lease = self._sync_leases().begin_run(config) if first else None
-        try:
-            token, until = (None, None) if first else self._runtime.lease_token(config)
-            tup = chain.get_tuple(config, lease_token=token, trusted_until=until)
-            if tup is None and self._brought_back(config, held=first):
-                tup = chain.get_tuple(config)
-            if tup is not None and first:
-                tup = chain.validate(tup, self._validators, self._on_validation)
-        except BaseException:
-            if lease is not None:
-                self._sync_leases().abandon_run(lease)
-            raise
-        return tup
+        refused: NewerStateVersion | None = None
+        while True:
+            # A run takes the thread's writer lease before it reads "latest"
+            # (also for a new thread), and gives it back if it fails to start.
+            lease = self._sync_leases().begin_run(config) if first else None
+            try:
+                token, until = (None, None) if first else self._runtime.lease_token(config)
+                tup = chain.get_tuple(config, lease_token=token, trusted_until=until)
+                if tup is None and self._brought_back(config, held=first):
+                    tup = chain.get_tuple(config)
+                if tup is not None and first:
+                    tup = self._resume_gate(chain).validate(tup, self._validators, self._on_validation)
+                return tup
+            except NewerStateVersion as exc:
+                if lease is not None:
+                    self._sync_leases().abandon_run(lease)
+                refused = refused or exc
+                self._wait_newer(chain, config, refused)  # raises unless the thread came back
+            except BaseException:
+                if lease is not None:
+                    self._sync_leases().abandon_run(lease)
+                raise
+
+    def _resume_gate(self, chain: TierChain) -> ResumeGate:
+        """The gates a run's first read passes, writing under the run's lease."""
+        leases = self._sync_leases()
+
+        def put(config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, versions: Any) -> Any:
+            return leases.put(config, checkpoint, self._stamped(metadata), versions)
+
+        return ResumeGate(
+            chain.ledger_entries,
+            chain.get_tuple,
+            put,
+            put_writes=leases.put_writes,
+            record=chain.record_entry,
+            migrations=self.migrations,
+            next_version=self._next_version,
+        )
+
+    def _wait_newer(self, chain: TierChain, config: RunnableConfig, refused: NewerStateVersion) -> None:
+        """A run met a thread a newer state version wrote. Raise, unless
+        ``Migrations(on_newer="wait")``: then, holding no lease, wait for a
+        replica of that version to take the thread (raise, ``taken``), or
+        for the thread to come back to a version this one runs (a rollback:
+        return, and the run starts again), up to ``newer_wait`` seconds."""
+        migrations = self.migrations
+        if migrations is None or migrations.on_newer != "wait":
+            raise refused
+        thread_id = refused.thread_id
+        ns = (config.get("configurable") or {}).get("checkpoint_ns", "") or ""
+        latest = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns}}
+        deadline = time.monotonic() + migrations.newer_wait
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise refused
+            sleep(min(NEWER_POLL_S, remaining))
+            now = chain.get_tuple(cast(RunnableConfig, latest))
+            if now is None or migrations.version_of(now.metadata) <= migrations.version:
+                return
+            if now.checkpoint["id"] != refused.checkpoint_id:
+                raise NewerStateVersion(
+                    f"thread {thread_id!r} was taken by a replica of state version "
+                    f"{migrations.version_of(now.metadata)} while this one (version {migrations.version}) waited: "
+                    "that replica ran it; nothing was run or written here.",
+                    thread_id=thread_id,
+                    version=migrations.version_of(now.metadata),
+                    running=migrations.version,
+                    checkpoint_id=str(now.checkpoint["id"]),
+                    checkpoint=now,
+                    taken=True,
+                )
 
     def list(
         self,
@@ -164,9 +227,35 @@ class SaverOps(SaverBase):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         """Store a checkpoint, under the thread's writer lease (LangGraph's contract)."""
+        if self.migrations is not None and RUNTIME_KEY not in (config.get("configurable") or {}):
+            self._guard_plain_write(config)
         stored = self._sync_leases().put(config, checkpoint, self._stamped(metadata), new_versions)
         self._runtime.note_archive(config)
         return stored
+
+    def _guard_plain_write(self, config: RunnableConfig) -> None:
+        """A write outside a run (``update_state``, a ``put`` by hand) to a
+        thread a newer state version wrote: refused, as a run would be.
+        A run's writes were guarded when it began, under its lease."""
+        assert self.migrations is not None
+        configurable = config.get("configurable") or {}
+        thread_id = thread_of(config, what="put")
+        ns = configurable.get("checkpoint_ns", "") or ""
+        latest = self._sync_chain().get_tuple({"configurable": {"thread_id": thread_id, "checkpoint_ns": ns}})
+        if latest is None:
+            return
+        written = self.migrations.version_of(latest.metadata)
+        if written > self.migrations.version:
+            raise NewerStateVersion(
+                f"thread {thread_id!r} was written by state version {written} and this replica runs version "
+                f"{self.migrations.version}: it does not write it (update_state, put). Write it from a replica of "
+                f"version {written} or newer.",
+                thread_id=thread_id,
+                version=written,
+                running=self.migrations.version,
+                checkpoint_id=str(latest.checkpoint["id"]),
+                checkpoint=latest,
+            )
 
     def put_writes(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
@@ -369,6 +458,90 @@ class SaverOps(SaverBase):
         chain = self._sync_chain()
         chain.ensure_setup()
         return sorted({t for tier in chain.tiers for t in tier.thread_ids()})
+
+    def migrate(
+        self,
+        thread_ids: Sequence[str] | None = None,
+        *,
+        dry_run: bool = False,
+        pace: float = 0.0,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> MigrationReport:
+        """Bring idle threads (all, or `thread_ids`) up to this saver's
+        state version now, as a run would before resuming each: under its
+        writer lease, written as a new checkpoint with the old one pinned.
+        With `dry_run`, say what would change and write nothing. `pace`
+        seconds between threads spare the tiers. A thread a run holds is
+        left (``busy``), as is one archived (migrated when it is brought
+        back); one a step fails on keeps its state (``failed``, the error in
+        ``detail``). Running it again after a kill carries on: migrated
+        threads are ``current``."""
+        migrations = self.migrations
+        if migrations is None:
+            raise ConfigError(
+                "migrate needs the app's migrations: DurableSaver(..., migrations=Migrations(version=N, ...)), "
+                "or on the command line --migrations module:attribute."
+            )
+        if not dry_run and self.read_only:
+            raise ConfigError("this saver is read-only (read_only=True): migrate with dry_run=True, or a writable one.")
+        ids = builtins.list(thread_ids) if thread_ids is not None else self.thread_ids()
+        archived = set(self.archived_threads()) if self.archive_url is not None else set()
+        report = MigrationReport(migrations.version, dry_run=dry_run)
+        chain = self._sync_chain()
+        leases = self._sync_leases()
+        for done, thread_id in enumerate(ids):
+            if done and pace > 0:
+                sleep(pace)
+            if progress is not None:
+                progress(done, len(ids))
+            if thread_id in archived:
+                report.threads.append(ThreadMigration(thread_id, "archived", detail="migrated when brought back"))
+                continue
+            held = None
+            if not dry_run:
+                try:
+                    held = leases.hold(thread_id)
+                except ThreadBusy as exc:
+                    report.threads.append(ThreadMigration(thread_id, "busy", detail=str(exc)))
+                    continue
+            try:
+                report.threads.append(self._migrate_one(chain, thread_id, dry_run=dry_run))
+            finally:
+                if held is not None:
+                    leases.unhold(held)
+        if progress is not None:
+            progress(len(ids), len(ids))
+        return report
+
+    def _migrate_one(self, chain: TierChain, thread_id: str, *, dry_run: bool) -> ThreadMigration:
+        """`migrate` of one thread, under its lease unless `dry_run`."""
+        migrations = self.migrations
+        assert migrations is not None
+        tup = chain.get_tuple({"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}})
+        if tup is None:
+            return ThreadMigration(thread_id, "empty", detail="no checkpoint in the root namespace")
+        version = migrations.version_of(tup.metadata)
+        latest = str(tup.checkpoint["id"])
+        if version > migrations.version:
+            return ThreadMigration(thread_id, "newer", version, checkpoint_id=latest)
+        if version == migrations.version:
+            return ThreadMigration(thread_id, "current", version, checkpoint_id=latest)
+        if missing := migrations.missing(version):
+            detail = f"no step from version {missing[0]}"
+            return ThreadMigration(thread_id, "unreachable", version, detail=detail, checkpoint_id=latest)
+        try:
+            migrated = migration_plan(tup, migrations, self._next_version)
+        except MigrationFailed as exc:
+            return ThreadMigration(thread_id, "failed", version, detail=str(exc), checkpoint_id=latest)
+        assert migrated is not None
+        if dry_run:
+            return ThreadMigration(
+                thread_id, "would migrate", version, migrations.version, describe(migrated), checkpoint_id=latest
+            )
+        written = self._resume_gate(chain)._migrate(migrated)
+        return ThreadMigration(
+            thread_id, "migrated", version, migrations.version, describe(migrated), str(written.checkpoint["id"])
+        )
 
     def verify(self, thread_id: str | None = None, *, progress: Callable[[int, int], None] | None = None) -> ScanReport:
         """Check every copy of every record in every tier (one thread or all).
