@@ -55,7 +55,15 @@ def test_each_group_s_fields_are_the_table_s_with_its_defaults(group: type[Any])
 def test_every_option_reaches_the_checks_by_its_flat_name() -> None:
     checked = set(inspect.signature(Options.parse).parameters) - {"cls"}
     for option in OPTIONS:
-        if option.keyword in ("validators", "on_validation", "app_version", "migrations", "metrics", "serde", "retention"):
+        if option.keyword in (
+            "validators",
+            "on_validation",
+            "app_version",
+            "migrations",
+            "metrics",
+            "serde",
+            "retention",
+        ):
             continue  # not checked there: given to the saver as they are (a policy checks itself)
         assert option.flat in checked, option.name
 

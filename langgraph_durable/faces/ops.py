@@ -38,6 +38,7 @@ from ..migrations import plan as migration_plan
 from ..model.backlog import ArchiveLag, Lag
 from ..model.codec import thread_id_of, thread_of
 from ..model.health import Health
+from ..model.lease import Lease
 from ..model.pins import Pin, pin_entry, pin_key, unpin_entry
 from ..retention import RetentionPolicy, RetentionReport
 from ..tiers.base import ARCHIVE_META, EMBEDDED_META, QuarantinedRecord, archived_key
@@ -484,8 +485,9 @@ class SaverOps(SaverBase):
             )
         if not dry_run and self.read_only:
             raise ConfigError("this saver is read-only (read_only=True): migrate with dry_run=True, or a writable one.")
-        ids = builtins.list(thread_ids) if thread_ids is not None else self.thread_ids()
         archived = set(self.archived_threads()) if self.archive_url is not None else set()
+        every = thread_ids is None
+        ids = sorted(set(self.thread_ids()) | archived) if every else builtins.list(thread_ids or ())
         report = MigrationReport(migrations.version, dry_run=dry_run)
         chain = self._sync_chain()
         leases = self._sync_leases()
@@ -505,7 +507,7 @@ class SaverOps(SaverBase):
                     report.threads.append(ThreadMigration(thread_id, "busy", detail=str(exc)))
                     continue
             try:
-                report.threads.append(self._migrate_one(chain, thread_id, dry_run=dry_run))
+                report.threads.append(self._migrate_one(chain, thread_id, held))
             finally:
                 if held is not None:
                     leases.unhold(held)
@@ -513,9 +515,10 @@ class SaverOps(SaverBase):
             progress(len(ids), len(ids))
         return report
 
-    def _migrate_one(self, chain: TierChain, thread_id: str, *, dry_run: bool) -> ThreadMigration:
-        """`migrate` of one thread, under its lease unless `dry_run`."""
+    def _migrate_one(self, chain: TierChain, thread_id: str, held: Lease | None) -> ThreadMigration:
+        """`migrate` of one thread: under `held`, its lease, or (None) a dry run."""
         migrations = self.migrations
+        dry_run = held is None
         assert migrations is not None
         tup = chain.get_tuple({"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}})
         if tup is None:
@@ -538,7 +541,25 @@ class SaverOps(SaverBase):
             return ThreadMigration(
                 thread_id, "would migrate", version, migrations.version, describe(migrated), checkpoint_id=latest
             )
-        written = self._resume_gate(chain)._migrate(migrated)
+        assert held is not None
+        fence = self._sync_leases().book.fence(held)
+
+        def put(config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, versions: Any) -> Any:
+            return chain.put(config, checkpoint, self._stamped(metadata), versions, fence=fence)
+
+        def put_writes(config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str) -> None:
+            chain.put_writes(config, writes, task_id, fence=fence)
+
+        gate = ResumeGate(
+            chain.ledger_entries,
+            chain.get_tuple,
+            put,
+            put_writes=put_writes,
+            record=chain.record_entry,
+            migrations=migrations,
+            next_version=self._next_version,
+        )
+        written = gate._migrate(migrated)
         return ThreadMigration(
             thread_id, "migrated", version, migrations.version, describe(migrated), str(written.checkpoint["id"])
         )
