@@ -28,7 +28,7 @@ def test_the_constructor_takes_the_table_s_keywords_with_its_defaults() -> None:
     # A tier kind registered from outside the package comes as its own keyword (tests/test_tier_kinds.py).
     assert [n for n, p in signature if p.kind is inspect.Parameter.VAR_KEYWORD] == ["other_tiers"]
     assert set(parameters) == {o.keyword for o in OPTIONS}, set(parameters) ^ {o.keyword for o in OPTIONS}
-    assert len(parameters) <= 17  # the rarely used knobs are in groups
+    assert len(parameters) <= 18  # the rarely used knobs are in groups
     for name, parameter in parameters.items():
         assert parameter.kind is inspect.Parameter.KEYWORD_ONLY, name
         if name in GROUPS:
