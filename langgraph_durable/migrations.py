@@ -414,6 +414,11 @@ class MigrationPlan:
     metadata: CheckpointMetadata
     new_versions: dict[str, Any]
     writes: dict[str, list[tuple[str, Any]]] = field(default_factory=dict)
+    tasks: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """Each task of the old checkpoint that goes on: old id -> (its new
+    task namespace segment ``NODE:ID`` and the old one), for its subgraph."""
+    subgraphs: list[CarriedCheckpoint] = field(default_factory=list)
+    """The checkpoints of subgraphs its tasks ran, under their new namespaces (`carry_subgraphs`)."""
 
     @property
     def tuple(self) -> CheckpointTuple:
@@ -436,10 +441,13 @@ def plan(
     next_version: Callable[[Any], Any],
     *,
     keep_writes: bool = True,
+    subgraph_tasks: Iterable[str] = (),
 ) -> MigrationPlan | None:
     """The migration of `tup` to `migrations.version`, or None if it is
     already there. Raises `MigrationFailed` if a step is missing or raises;
-    a checkpoint of a newer version is the guard's to refuse, not this."""
+    a checkpoint of a newer version is the guard's to refuse, not this.
+    `subgraph_tasks`: the ids of this checkpoint's tasks that a subgraph's
+    checkpoints name (``NODE:TASK_ID``), which keep no pending write yet."""
     configurable = tup.config["configurable"]
     thread_id = str(configurable["thread_id"])
     ns = configurable.get("checkpoint_ns", "") or ""
@@ -461,7 +469,7 @@ def plan(
     old = tup.checkpoint
     meta: dict[str, Any] = dict(tup.metadata or {})
     step_no = int(meta.get("step", -1)) + 1
-    tasks = _tasks_of(old, ns, step_no, [w[0] for w in tup.pending_writes or ()])
+    tasks = _tasks_of(old, ns, step_no, [*(w[0] for w in tup.pending_writes or ()), *subgraph_tasks])
     values, history = _state_of(old)
     writes = [
         PendingWrite(tasks[tid].name if tid in tasks else None, ch, _copy(v), tid)
@@ -741,7 +749,14 @@ def _assemble(
         fields["updated_channels"] = [c for c in map(target, updated_before) if c is not None]
     checkpoint = cast(Checkpoint, fields)
     step_no = int((tup.metadata or {}).get("step", -1)) + 1
-    writes = _carried_writes(m, tasks, checkpoint, ns, step_no, node_map)
+    writes, task_ids = _carried_writes(m, tasks, checkpoint, ns, step_no, node_map)
+    moved_tasks = {
+        old_tid: (
+            f"{node_map.get(tasks[old_tid].name) or tasks[old_tid].name}:{new_tid}",
+            f"{tasks[old_tid].name}:{old_tid}",
+        )
+        for old_tid, new_tid in task_ids.items()
+    }
     metadata = {
         **(tup.metadata or {}),
         "source": "fork",
@@ -758,6 +773,7 @@ def _assemble(
         metadata=metadata,  # type: ignore[arg-type]
         new_versions=new_versions,
         writes=writes,
+        tasks=moved_tasks,
     )
 
 
@@ -775,9 +791,10 @@ def _carried_writes(
     ns: str,
     step: int,
     node_map: Mapping[str, str | None],
-) -> dict[str, list[tuple[str, Any]]]:
+) -> tuple[dict[str, list[tuple[str, Any]]], dict[str, str]]:
     """The pending writes under the tasks' ids on the new checkpoint, with
-    their channels renamed and their interrupts' ids made anew."""
+    their channels renamed and their interrupts' ids made anew; and each
+    task's new id."""
     from langgraph.types import Interrupt, _interrupt_id
 
     new_ids: dict[str, str] = {}
@@ -824,8 +841,125 @@ def _carried_writes(
                 remade.append(item)
             value = type(value)(remade) if isinstance(value, (list, tuple)) else remade[0]
         out.setdefault(tid, []).append((channel, value))
-    return out
+    return out, new_ids
 
 
 def _task_ns(ns: str, name: str, task_id: str) -> str:
     return f"{ns}|{name}:{task_id}" if ns else f"{name}:{task_id}"
+
+
+# -- a subgraph waiting inside a migrated task --------------------------------------------
+
+
+@dataclass(slots=True)
+class CarriedCheckpoint:
+    """A checkpoint of a subgraph, copied to its task's new namespace."""
+
+    config: dict[str, Any]  # thread, new namespace, its parent's id there
+    checkpoint: Checkpoint
+    metadata: CheckpointMetadata
+    new_versions: dict[str, Any]
+    writes: dict[str, list[tuple[str, Any]]]
+
+
+def subgraph_tasks(root_ns: str, namespaces: Iterable[str]) -> list[str]:
+    """The task ids of a checkpoint in `root_ns` that the subgraph
+    namespaces among `namespaces` were run by (``NODE:TASK_ID`` one level
+    below it)."""
+    depth = root_ns.count("|") + 1 if root_ns else 0
+    found = []
+    for ns in namespaces:
+        if not ns or ns.count("|") != depth or (root_ns and not ns.startswith(root_ns + "|")):
+            continue
+        found.append(ns.rsplit("|", 1)[-1].partition(":")[2])
+    return found
+
+
+def carry_subgraphs(migrated: MigrationPlan, tuples: Iterable[CheckpointTuple]) -> list[CarriedCheckpoint]:
+    """The checkpoints of the subgraphs the migrated checkpoint's tasks
+    ran, under the tasks' new namespaces, oldest first, parents first.
+
+    LangGraph names a subgraph's namespace after the task that runs it, and
+    a task's id after the checkpoint it runs from: a subgraph that stopped
+    inside a task (an interrupt, a crash) finds its checkpoints again only
+    under the task's new id. They are copied as they are (same ids, same
+    values: the steps migrate the root graph's state), with their pending
+    writes moved to their own tasks' new ids, and the interrupt ids of
+    every level, the root's included, made anew."""
+    root_ns = migrated.source.config["configurable"].get("checkpoint_ns", "") or ""
+    by_ns: dict[str, list[CheckpointTuple]] = {}
+    for tup in tuples:
+        ns = tup.config["configurable"].get("checkpoint_ns", "") or ""
+        if ns != root_ns and (not root_ns or ns.startswith(root_ns + "|")):
+            by_ns.setdefault(ns, []).append(tup)
+    join = (lambda seg: f"{root_ns}|{seg}") if root_ns else (lambda seg: seg)
+    ns_map = {join(old_seg): join(new_seg) for new_seg, old_seg in migrated.tasks.values()}
+    interrupt_ids: dict[str, str] = {}
+    carried: list[CarriedCheckpoint] = []
+    root_id = str(migrated.source.checkpoint["id"])
+    for ns in sorted(by_ns, key=lambda n: n.count("|")):
+        new_ns = ns_map.get(ns)
+        if new_ns is None:
+            continue  # a subgraph of a task that does not go on
+        children = subgraph_tasks(ns, by_ns)
+        kept = {str(t.checkpoint["id"]) for t in by_ns[ns]}
+        for tup in sorted(by_ns[ns], key=lambda t: str(t.checkpoint["id"])):
+            cp = tup.checkpoint
+            step = int((tup.metadata or {}).get("step", -1)) + 1
+            tasks = _tasks_of(cp, ns, step, [*(w[0] for w in tup.pending_writes or ()), *children])
+            new_ids = {tid: _task_id(cp, new_ns, step, task) for tid, task in tasks.items()}
+            for tid, task in tasks.items():
+                ns_map[f"{ns}|{task.name}:{tid}"] = f"{new_ns}|{task.name}:{new_ids[tid]}"
+                _note_interrupt_ids(interrupt_ids, f"{ns}|{task.name}:{tid}", f"{new_ns}|{task.name}:{new_ids[tid]}")
+            writes: dict[str, list[tuple[str, Any]]] = {}
+            for tid, channel, value in tup.pending_writes or ():
+                writes.setdefault(new_ids.get(tid, tid), []).append((channel, value))
+            parents = dict((tup.metadata or {}).get("parents") or {})
+            metadata = {
+                **(tup.metadata or {}),
+                "parents": {
+                    ns_map.get(k, k): (str(migrated.checkpoint["id"]) if v == root_id else v)
+                    for k, v in parents.items()
+                },
+            }
+            parent = (tup.parent_config or {}).get("configurable", {}).get("checkpoint_id")
+            config: dict[str, Any] = {"thread_id": tup.config["configurable"]["thread_id"], "checkpoint_ns": new_ns}
+            if parent in kept:
+                config["checkpoint_id"] = parent
+            carried.append(
+                CarriedCheckpoint(
+                    {"configurable": config},
+                    copy.copy(cp),
+                    cast(CheckpointMetadata, metadata),
+                    dict(cp.get("channel_versions") or {}),
+                    writes,
+                )
+            )
+    for new_seg, old_seg in migrated.tasks.values():
+        _note_interrupt_ids(interrupt_ids, join(old_seg), join(new_seg))
+    for item in carried:
+        item.writes = {tid: _renew_interrupts(ws, interrupt_ids) for tid, ws in item.writes.items()}
+    migrated.writes = {tid: _renew_interrupts(ws, interrupt_ids) for tid, ws in migrated.writes.items()}
+    return carried
+
+
+def _note_interrupt_ids(ids: dict[str, str], old_task_ns: str, new_task_ns: str) -> None:
+    from langgraph.types import _interrupt_id
+
+    for answered in range(16):  # the answers one task has given so far
+        ids[_interrupt_id(old_task_ns, answered)] = _interrupt_id(new_task_ns, answered)
+
+
+def _renew_interrupts(writes: list[tuple[str, Any]], ids: Mapping[str, str]) -> list[tuple[str, Any]]:
+    from langgraph.types import Interrupt
+
+    out = []
+    for channel, value in writes:
+        if channel == _INTERRUPT:
+            items = value if isinstance(value, (list, tuple)) else [value]
+            items = [
+                Interrupt(value=i.value, id=ids[i.id]) if isinstance(i, Interrupt) and i.id in ids else i for i in items
+            ]
+            value = type(value)(items) if isinstance(value, (list, tuple)) else items[0]
+        out.append((channel, value))
+    return out

@@ -26,7 +26,7 @@ from langgraph.checkpoint.base.id import uuid6
 
 from ..errors import NewerStateVersion, ResumeRejected
 from ..ledger import unconfirmed_message
-from ..migrations import MigrationPlan, Migrations, plan
+from ..migrations import MigrationPlan, Migrations, carry_subgraphs, plan, subgraph_tasks
 from ..model.decisions import resume_step
 from ..model.pins import pin_entry, pins_of, without_pins
 from ..validation import Reject, ValidationHook, ValidationOutcome, make_context, validator_name
@@ -49,13 +49,16 @@ class ResumeGate:
         record: Callable[..., Any] | None = None,
         migrations: Migrations | None = None,
         next_version: Callable[[Any], Any] | None = None,
+        listing: Callable[..., Any] | None = None,
     ) -> None:
         """`ledger(thread_id)`, `get(config)`, `put(config, checkpoint,
         metadata, new_versions)`, `put_writes(config, writes, task_id)` and
         `record(thread_id, entry)` (awaited in the async face): the writes
         fenced by the run's lease. With `migrations`, the version guard and
         the migrations run first; `next_version(current)` gives a channel
-        carried anew its version."""
+        carried anew its version; `listing(config)` lists a thread's
+        checkpoints in every namespace (a migration carries a waiting
+        subgraph's along)."""
         self.ledger = ledger
         self.get = get
         self.put = put
@@ -63,6 +66,7 @@ class ResumeGate:
         self.record = record
         self.migrations = migrations
         self.next_version = next_version
+        self.listing = listing
 
     def validate(self, tup: CheckpointTuple, validators: Sequence[Any], hook: ValidationHook | None) -> CheckpointTuple:
         """The checkpoint a run may resume from, given `tup`, the one it asked
@@ -101,7 +105,7 @@ class ResumeGate:
             # Migrated in memory first, so validators judge the state this
             # version's code will read; written only if the run goes ahead.
             # A rewound-to checkpoint resumes from a fork, without pending writes.
-            migrated = self._plan(candidate, keep_writes=candidate is tup)
+            migrated = self.upgrade(candidate, keep_writes=candidate is tup)
             context = make_context(migrated.tuple if migrated is not None else candidate, pins=pins)
             decision: Any = None
             name = ""
@@ -161,11 +165,26 @@ class ResumeGate:
             checkpoint=tup,
         )
 
-    def _plan(self, tup: CheckpointTuple, *, keep_writes: bool) -> MigrationPlan | None:
-        if self.migrations is None:
+    def upgrade(self, tup: CheckpointTuple, *, keep_writes: bool = True) -> MigrationPlan | None:
+        """`tup` brought up to the running state version, in memory (None:
+        it is there). With `keep_writes`, its pending writes and the
+        checkpoints of subgraphs its tasks ran go with it."""
+        migrations = self.migrations
+        if migrations is None or migrations.version_of(tup.metadata) >= migrations.version:
             return None
         assert self.next_version is not None
-        return plan(tup, self.migrations, self.next_version, keep_writes=keep_writes)
+        configurable = tup.config["configurable"]
+        ns = configurable.get("checkpoint_ns", "") or ""
+        tuples: list[CheckpointTuple] = []
+        if keep_writes and self.listing is not None:
+            tuples = list(self.listing({"configurable": {"thread_id": configurable["thread_id"]}}))
+        namespaces = {t.config["configurable"].get("checkpoint_ns", "") or "" for t in tuples}
+        migrated = plan(
+            tup, migrations, self.next_version, keep_writes=keep_writes, subgraph_tasks=subgraph_tasks(ns, namespaces)
+        )
+        if migrated is not None and len(namespaces) > 1:
+            migrated.subgraphs = carry_subgraphs(migrated, tuples)
+        return migrated
 
     def _pin_source(self, migrated: MigrationPlan) -> None:
         """Pin the checkpoint a migration replaces: what a rolled-back
@@ -186,6 +205,11 @@ class ResumeGate:
         assert self.put_writes is not None
         configurable = migrated.source.config["configurable"]
         self._pin_source(migrated)
+        for sub in migrated.subgraphs:  # each before its children, writes before their checkpoint
+            at = {"configurable": {**sub.config["configurable"], "checkpoint_id": sub.checkpoint["id"]}}
+            for task_id, writes in sub.writes.items():
+                self.put_writes(at, writes, task_id)
+            self.put(sub.config, sub.checkpoint, sub.metadata, sub.new_versions)
         target = {
             "configurable": {
                 "thread_id": configurable["thread_id"],

@@ -28,7 +28,7 @@ from langgraph.checkpoint.base.id import uuid6
 
 from ..errors import NewerStateVersion, ResumeRejected
 from ..ledger import unconfirmed_message
-from ..migrations import MigrationPlan, Migrations, plan
+from ..migrations import MigrationPlan, Migrations, carry_subgraphs, plan, subgraph_tasks
 from ..model.decisions import resume_step
 from ..model.pins import pin_entry, pins_of, without_pins
 from ..validation import Reject, ValidationHook, ValidationOutcome, make_context, validator_name
@@ -51,13 +51,16 @@ class AsyncResumeGate:
         record: Callable[..., Any] | None = None,
         migrations: Migrations | None = None,
         next_version: Callable[[Any], Any] | None = None,
+        listing: Callable[..., Any] | None = None,
     ) -> None:
         """`ledger(thread_id)`, `get(config)`, `put(config, checkpoint,
         metadata, new_versions)`, `put_writes(config, writes, task_id)` and
         `record(thread_id, entry)` (awaited in the async face): the writes
         fenced by the run's lease. With `migrations`, the version guard and
         the migrations run first; `next_version(current)` gives a channel
-        carried anew its version."""
+        carried anew its version; `listing(config)` lists a thread's
+        checkpoints in every namespace (a migration carries a waiting
+        subgraph's along)."""
         self.ledger = ledger
         self.get = get
         self.put = put
@@ -65,6 +68,7 @@ class AsyncResumeGate:
         self.record = record
         self.migrations = migrations
         self.next_version = next_version
+        self.listing = listing
 
     async def validate(
         self, tup: CheckpointTuple, validators: Sequence[Any], hook: ValidationHook | None
@@ -108,7 +112,7 @@ class AsyncResumeGate:
             # Migrated in memory first, so validators judge the state this
             # version's code will read; written only if the run goes ahead.
             # A rewound-to checkpoint resumes from a fork, without pending writes.
-            migrated = self._plan(candidate, keep_writes=candidate is tup)
+            migrated = await self.upgrade(candidate, keep_writes=candidate is tup)
             context = make_context(migrated.tuple if migrated is not None else candidate, pins=pins)
             decision: Any = None
             name = ""
@@ -171,11 +175,26 @@ class AsyncResumeGate:
             checkpoint=tup,
         )
 
-    def _plan(self, tup: CheckpointTuple, *, keep_writes: bool) -> MigrationPlan | None:
-        if self.migrations is None:
+    async def upgrade(self, tup: CheckpointTuple, *, keep_writes: bool = True) -> MigrationPlan | None:
+        """`tup` brought up to the running state version, in memory (None:
+        it is there). With `keep_writes`, its pending writes and the
+        checkpoints of subgraphs its tasks ran go with it."""
+        migrations = self.migrations
+        if migrations is None or migrations.version_of(tup.metadata) >= migrations.version:
             return None
         assert self.next_version is not None
-        return plan(tup, self.migrations, self.next_version, keep_writes=keep_writes)
+        configurable = tup.config["configurable"]
+        ns = configurable.get("checkpoint_ns", "") or ""
+        tuples: list[CheckpointTuple] = []
+        if keep_writes and self.listing is not None:
+            tuples = list(await self.listing({"configurable": {"thread_id": configurable["thread_id"]}}))
+        namespaces = {t.config["configurable"].get("checkpoint_ns", "") or "" for t in tuples}
+        migrated = plan(
+            tup, migrations, self.next_version, keep_writes=keep_writes, subgraph_tasks=subgraph_tasks(ns, namespaces)
+        )
+        if migrated is not None and len(namespaces) > 1:
+            migrated.subgraphs = carry_subgraphs(migrated, tuples)
+        return migrated
 
     async def _pin_source(self, migrated: MigrationPlan) -> None:
         """Pin the checkpoint a migration replaces: what a rolled-back
@@ -196,6 +215,11 @@ class AsyncResumeGate:
         assert self.put_writes is not None
         configurable = migrated.source.config["configurable"]
         await self._pin_source(migrated)
+        for sub in migrated.subgraphs:  # each before its children, writes before their checkpoint
+            at = {"configurable": {**sub.config["configurable"], "checkpoint_id": sub.checkpoint["id"]}}
+            for task_id, writes in sub.writes.items():
+                await self.put_writes(at, writes, task_id)
+            await self.put(sub.config, sub.checkpoint, sub.metadata, sub.new_versions)
         target = {
             "configurable": {
                 "thread_id": configurable["thread_id"],

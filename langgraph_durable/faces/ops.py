@@ -34,7 +34,6 @@ from ..errors import ConfigError, DurableError, MigrationFailed, NewerStateVersi
 from ..integrity import ScanReport
 from ..ledger import LedgerEntry, damaged_entry, operator_answer
 from ..migrations import MigrationReport, ThreadMigration, describe
-from ..migrations import plan as migration_plan
 from ..model.backlog import ArchiveLag, Lag
 from ..model.codec import thread_id_of, thread_of
 from ..model.health import Health
@@ -163,6 +162,7 @@ class SaverOps(SaverBase):
             record=chain.record_entry,
             migrations=self.migrations,
             next_version=self._next_version,
+            listing=chain.list_tuples,
         )
 
     def _wait_newer(self, chain: TierChain, config: RunnableConfig, refused: NewerStateVersion) -> None:
@@ -532,8 +532,19 @@ class SaverOps(SaverBase):
         if missing := migrations.missing(version):
             detail = f"no step from version {missing[0]}"
             return ThreadMigration(thread_id, "unreachable", version, detail=detail, checkpoint_id=latest)
+        gate = self._resume_gate(chain)
+        if held is not None:  # written under the lease `migrate` holds, as an archiver's bring-back is
+            fence = self._sync_leases().book.fence(held)
+
+            def put(config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, versions: Any) -> Any:
+                return chain.put(config, checkpoint, self._stamped(metadata), versions, fence=fence)
+
+            def put_writes(config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str) -> None:
+                chain.put_writes(config, writes, task_id, fence=fence)
+
+            gate.put, gate.put_writes = put, put_writes
         try:
-            migrated = migration_plan(tup, migrations, self._next_version)
+            migrated = gate.upgrade(tup)
         except MigrationFailed as exc:
             return ThreadMigration(thread_id, "failed", version, detail=str(exc), checkpoint_id=latest)
         assert migrated is not None
@@ -541,24 +552,6 @@ class SaverOps(SaverBase):
             return ThreadMigration(
                 thread_id, "would migrate", version, migrations.version, describe(migrated), checkpoint_id=latest
             )
-        assert held is not None
-        fence = self._sync_leases().book.fence(held)
-
-        def put(config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, versions: Any) -> Any:
-            return chain.put(config, checkpoint, self._stamped(metadata), versions, fence=fence)
-
-        def put_writes(config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str) -> None:
-            chain.put_writes(config, writes, task_id, fence=fence)
-
-        gate = ResumeGate(
-            chain.ledger_entries,
-            chain.get_tuple,
-            put,
-            put_writes=put_writes,
-            record=chain.record_entry,
-            migrations=migrations,
-            next_version=self._next_version,
-        )
         written = gate._migrate(migrated)
         return ThreadMigration(
             thread_id, "migrated", version, migrations.version, describe(migrated), str(written.checkpoint["id"])

@@ -43,7 +43,6 @@ from ..errors import ConfigError, DurableError, MigrationFailed, NewerStateVersi
 from ..integrity import ScanReport
 from ..ledger import LedgerEntry, damaged_entry, operator_answer
 from ..migrations import MigrationReport, ThreadMigration, describe
-from ..migrations import plan as migration_plan
 from ..model.backlog import ArchiveLag, Lag
 from ..model.codec import thread_id_of, thread_of
 from ..model.health import Health
@@ -185,6 +184,7 @@ class AsyncSaverOps(SaverBase):
             record=chain.record_entry,
             migrations=self.migrations,
             next_version=self._next_version,
+            listing=chain.list_tuples,
         )
 
     async def _await_newer(self, chain: AsyncTierChain, config: RunnableConfig, refused: NewerStateVersion) -> None:
@@ -556,8 +556,21 @@ class AsyncSaverOps(SaverBase):
         if missing := migrations.missing(version):
             detail = f"no step from version {missing[0]}"
             return ThreadMigration(thread_id, "unreachable", version, detail=detail, checkpoint_id=latest)
+        gate = self._aresume_gate(chain)
+        if held is not None:  # written under the lease `migrate` holds, as an archiver's bring-back is
+            fence = self._async_leases().book.fence(held)
+
+            async def put(
+                config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, versions: Any
+            ) -> Any:
+                return await chain.put(config, checkpoint, self._stamped(metadata), versions, fence=fence)
+
+            async def put_writes(config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str) -> None:
+                await chain.put_writes(config, writes, task_id, fence=fence)
+
+            gate.put, gate.put_writes = put, put_writes
         try:
-            migrated = migration_plan(tup, migrations, self._next_version)
+            migrated = await gate.upgrade(tup)
         except MigrationFailed as exc:
             return ThreadMigration(thread_id, "failed", version, detail=str(exc), checkpoint_id=latest)
         assert migrated is not None
@@ -565,26 +578,6 @@ class AsyncSaverOps(SaverBase):
             return ThreadMigration(
                 thread_id, "would migrate", version, migrations.version, describe(migrated), checkpoint_id=latest
             )
-        assert held is not None
-        fence = self._async_leases().book.fence(held)
-
-        async def put(
-            config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, versions: Any
-        ) -> Any:
-            return await chain.put(config, checkpoint, self._stamped(metadata), versions, fence=fence)
-
-        async def put_writes(config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str) -> None:
-            await chain.put_writes(config, writes, task_id, fence=fence)
-
-        gate = AsyncResumeGate(
-            chain.ledger_entries,
-            chain.get_tuple,
-            put,
-            put_writes=put_writes,
-            record=chain.record_entry,
-            migrations=migrations,
-            next_version=self._next_version,
-        )
         written = await gate._migrate(migrated)
         return ThreadMigration(
             thread_id, "migrated", version, migrations.version, describe(migrated), str(written.checkpoint["id"])
