@@ -36,6 +36,12 @@ belong to, and the old checkpoint is pinned (``saver.pins``) as the
 recovery point a rolled-back deploy resumes from
 (``graph.invoke(None, pin.config)``).
 
+A subgraph that stopped inside one of the thread's tasks goes on from
+where it stopped: its checkpoints, which LangGraph keeps under a namespace
+named after the task (and so after the checkpoint), are copied to the
+task's new namespace as they are (`carry_subgraphs`); the steps migrate
+the root graph's state.
+
 What a step sees, `Migration`: the state's values by key (what the nodes
 read), the pending writes of the interrupted step and the interrupts
 waiting for an answer, and the operations that keep LangGraph's bookkeeping
