@@ -125,6 +125,7 @@ class SaverOps(SaverBase):
         chain = self._sync_chain()
         first = self._first_call_of_run(config)
         refused: NewerStateVersion | None = None
+        deadline = 0.0
         while True:
             # A run takes the thread's writer lease before it reads "latest"
             # (also for a new thread), and gives it back if it fails to start.
@@ -134,53 +135,68 @@ class SaverOps(SaverBase):
                 tup = chain.get_tuple(config, lease_token=token, trusted_until=until)
                 if tup is None and self._brought_back(config, held=first):
                     tup = chain.get_tuple(config)
-                if tup is not None and first:
-                    tup = self._resume_gate(chain).validate(tup, self._validators, self._on_validation)
+                if tup is not None and lease is not None:
+                    gate = self._resume_gate(chain, lease)
+                    tup = gate.validate(tup, self._validators, self._on_validation)
                 return tup
             except NewerStateVersion as exc:
                 if lease is not None:
                     self._sync_leases().abandon_run(lease)
-                refused = refused or exc
-                self._wait_newer(chain, config, refused)  # raises unless the thread came back
+                if refused is None:
+                    refused = exc
+                    deadline = time.monotonic() + (self.migrations.newer_wait if self.migrations is not None else 0.0)
+                self._wait_newer(chain, config, refused, deadline)  # raises unless the thread came back
             except BaseException:
                 if lease is not None:
                     self._sync_leases().abandon_run(lease)
                 raise
 
-    def _resume_gate(self, chain: TierChain) -> ResumeGate:
-        """The gates a run's first read passes, writing under the run's lease."""
-        leases = self._sync_leases()
+    def _resume_gate(self, chain: TierChain, lease: Lease | None) -> ResumeGate:
+        """The gates a run's first read passes (or `migrate`'s, for one
+        thread), every write fenced by `lease`: a lease lost meanwhile (a
+        slow step, another replica taking the thread over) refuses them
+        (`LeaseLost`) before anything reaches a tier. Without one (a dry
+        run) the gate only plans."""
+        fence = self._sync_leases().book.fence(lease, behind=True) if lease is not None else None
 
         def put(config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, versions: Any) -> Any:
-            return leases.put(config, checkpoint, self._stamped(metadata), versions)
+            assert fence is not None, "a dry run writes nothing"
+            return chain.put(config, checkpoint, self._stamped(metadata), versions, fence=fence)
+
+        def put_writes(config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str) -> None:
+            assert fence is not None, "a dry run writes nothing"
+            chain.put_writes(config, writes, task_id, fence=fence)
 
         return ResumeGate(
             chain.ledger_entries,
             chain.get_tuple,
             put,
-            put_writes=leases.put_writes,
+            put_writes=put_writes,
             record=chain.record_entry,
             migrations=self.migrations,
             next_version=self._next_version,
             listing=chain.list_tuples,
         )
 
-    def _wait_newer(self, chain: TierChain, config: RunnableConfig, refused: NewerStateVersion) -> None:
+    def _wait_newer(
+        self, chain: TierChain, config: RunnableConfig, refused: NewerStateVersion, deadline: float
+    ) -> None:
         """A run met a thread a newer state version wrote. Raise, unless
-        ``Migrations(on_newer="wait")``: then, holding no lease, wait for a
-        replica of that version to take the thread (raise, ``taken``), or
-        for the thread to come back to a version this one runs (a rollback:
-        return, and the run starts again), up to ``newer_wait`` seconds."""
+        ``Migrations(on_newer="wait")`` and the run asked for the thread's
+        latest: then, holding no lease, wait until `deadline` for a replica
+        of that version to take the thread (raise, ``taken``), or for the
+        thread to come back to a version this one runs (a rollback: return,
+        and the run starts again). Closing the saver ends the wait."""
         migrations = self.migrations
-        if migrations is None or migrations.on_newer != "wait":
+        configurable = config.get("configurable") or {}
+        if migrations is None or migrations.on_newer != "wait" or configurable.get("checkpoint_id"):
             raise refused
         thread_id = refused.thread_id
-        ns = (config.get("configurable") or {}).get("checkpoint_ns", "") or ""
+        ns = configurable.get("checkpoint_ns", "") or ""
         latest = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns}}
-        deadline = time.monotonic() + migrations.newer_wait
         while True:
             remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            if remaining <= 0 or self._runtime.closing:
                 raise refused
             sleep(min(NEWER_POLL_S, remaining))
             now = chain.get_tuple(cast(RunnableConfig, latest))
@@ -532,17 +548,8 @@ class SaverOps(SaverBase):
         if missing := migrations.missing(version):
             detail = f"no step from version {missing[0]}"
             return ThreadMigration(thread_id, "unreachable", version, detail=detail, checkpoint_id=latest)
-        gate = self._resume_gate(chain)
-        if held is not None:  # written under the lease `migrate` holds, as an archiver's bring-back is
-            fence = self._sync_leases().book.fence(held)
-
-            def put(config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, versions: Any) -> Any:
-                return chain.put(config, checkpoint, self._stamped(metadata), versions, fence=fence)
-
-            def put_writes(config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str) -> None:
-                chain.put_writes(config, writes, task_id, fence=fence)
-
-            gate.put, gate.put_writes = put, put_writes
+        # A dry run holds no lease and writes nothing: its gate only plans.
+        gate = self._resume_gate(chain, held)
         try:
             migrated = gate.upgrade(tup)
         except MigrationFailed as exc:

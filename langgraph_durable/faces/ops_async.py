@@ -143,6 +143,7 @@ class AsyncSaverOps(SaverBase):
         chain = self._async_chain()
         first = self._first_call_of_run(config)
         refused: NewerStateVersion | None = None
+        deadline = 0.0
         while True:
             # A run takes the thread's writer lease before it reads "latest"
             # (also for a new thread), and gives it back if it fails to start.
@@ -154,55 +155,70 @@ class AsyncSaverOps(SaverBase):
                 tup = await chain.get_tuple(config, lease_token=token, trusted_until=until)
                 if tup is None and await self._abrought_back(config, held=first):
                     tup = await chain.get_tuple(config)
-                if tup is not None and first:
-                    tup = await self._aresume_gate(chain).validate(tup, self._validators, self._on_validation)
+                if tup is not None and lease is not None:
+                    gate = self._aresume_gate(chain, lease)
+                    tup = await gate.validate(tup, self._validators, self._on_validation)
                 return tup
             except NewerStateVersion as exc:
                 if lease is not None:
                     await self._async_leases().abandon_run(lease)
-                refused = refused or exc
-                await self._await_newer(chain, config, refused)  # raises unless the thread came back
+                if refused is None:
+                    refused = exc
+                    deadline = time.monotonic() + (self.migrations.newer_wait if self.migrations is not None else 0.0)
+                await self._await_newer(chain, config, refused, deadline)  # raises unless the thread came back
             except BaseException:
                 if lease is not None:
                     await self._async_leases().abandon_run(lease)
                 raise
 
-    def _aresume_gate(self, chain: AsyncTierChain) -> AsyncResumeGate:
-        """The gates a run's first read passes, writing under the run's lease."""
-        leases = self._async_leases()
+    def _aresume_gate(self, chain: AsyncTierChain, lease: Lease | None) -> AsyncResumeGate:
+        """The gates a run's first read passes (or `migrate`'s, for one
+        thread), every write fenced by `lease`: a lease lost meanwhile (a
+        slow step, another replica taking the thread over) refuses them
+        (`LeaseLost`) before anything reaches a tier. Without one (a dry
+        run) the gate only plans."""
+        fence = self._async_leases().book.fence(lease, behind=True) if lease is not None else None
 
         async def put(
             config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, versions: Any
         ) -> Any:
-            return await leases.put(config, checkpoint, self._stamped(metadata), versions)
+            assert fence is not None, "a dry run writes nothing"
+            return await chain.put(config, checkpoint, self._stamped(metadata), versions, fence=fence)
+
+        async def put_writes(config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str) -> None:
+            assert fence is not None, "a dry run writes nothing"
+            await chain.put_writes(config, writes, task_id, fence=fence)
 
         return AsyncResumeGate(
             chain.ledger_entries,
             chain.get_tuple,
             put,
-            put_writes=leases.put_writes,
+            put_writes=put_writes,
             record=chain.record_entry,
             migrations=self.migrations,
             next_version=self._next_version,
             listing=chain.list_tuples,
         )
 
-    async def _await_newer(self, chain: AsyncTierChain, config: RunnableConfig, refused: NewerStateVersion) -> None:
+    async def _await_newer(
+        self, chain: AsyncTierChain, config: RunnableConfig, refused: NewerStateVersion, deadline: float
+    ) -> None:
         """A run met a thread a newer state version wrote. Raise, unless
-        ``Migrations(on_newer="wait")``: then, holding no lease, wait for a
-        replica of that version to take the thread (raise, ``taken``), or
-        for the thread to come back to a version this one runs (a rollback:
-        return, and the run starts again), up to ``newer_wait`` seconds."""
+        ``Migrations(on_newer="wait")`` and the run asked for the thread's
+        latest: then, holding no lease, wait until `deadline` for a replica
+        of that version to take the thread (raise, ``taken``), or for the
+        thread to come back to a version this one runs (a rollback: return,
+        and the run starts again). Closing the saver ends the wait."""
         migrations = self.migrations
-        if migrations is None or migrations.on_newer != "wait":
+        configurable = config.get("configurable") or {}
+        if migrations is None or migrations.on_newer != "wait" or configurable.get("checkpoint_id"):
             raise refused
         thread_id = refused.thread_id
-        ns = (config.get("configurable") or {}).get("checkpoint_ns", "") or ""
+        ns = configurable.get("checkpoint_ns", "") or ""
         latest = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns}}
-        deadline = time.monotonic() + migrations.newer_wait
         while True:
             remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            if remaining <= 0 or self._runtime.closing:
                 raise refused
             await asleep(min(NEWER_POLL_S, remaining))
             now = await chain.get_tuple(cast(RunnableConfig, latest))
@@ -556,19 +572,8 @@ class AsyncSaverOps(SaverBase):
         if missing := migrations.missing(version):
             detail = f"no step from version {missing[0]}"
             return ThreadMigration(thread_id, "unreachable", version, detail=detail, checkpoint_id=latest)
-        gate = self._aresume_gate(chain)
-        if held is not None:  # written under the lease `migrate` holds, as an archiver's bring-back is
-            fence = self._async_leases().book.fence(held)
-
-            async def put(
-                config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, versions: Any
-            ) -> Any:
-                return await chain.put(config, checkpoint, self._stamped(metadata), versions, fence=fence)
-
-            async def put_writes(config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str) -> None:
-                await chain.put_writes(config, writes, task_id, fence=fence)
-
-            gate.put, gate.put_writes = put, put_writes
+        # A dry run holds no lease and writes nothing: its gate only plans.
+        gate = self._aresume_gate(chain, held)
         try:
             migrated = await gate.upgrade(tup)
         except MigrationFailed as exc:

@@ -234,6 +234,7 @@ class Runtime:
         self._lease_keeper: LeaseKeeper | None = None
         self._alease_keeper: AsyncLeaseKeeper | None = None
         self.closed = False  # set once close() has let the deferred releases finish
+        self.closing = False  # set as close() begins: a run waiting for another replica stops waiting
         # ``lease_linger``: a kept lease is given back when another replica
         # asks for it, heard on the tier where leases are kept (handoff.py).
         self.hand_offs: HandOffListener | None = None
@@ -729,6 +730,7 @@ class Runtime:
         background tasks, give the writer leases back and close the sync
         chain and the local file (left open, with a warning, while the
         async face still has its chain)."""
+        self.closing = True
         self._wait_for_drains()
         self._stop_tasks()
         self._close_sync_face()
@@ -737,6 +739,7 @@ class Runtime:
         """Close on the async face (`DurableSaver.aclose`): as `close`, the
         blocking steps on worker threads, and the async face's leases and
         chain first, on the event loop they belong to."""
+        self.closing = True
         await asyncio.to_thread(self._wait_for_drains)
         await asyncio.to_thread(self._stop_tasks)
         await asyncio.to_thread(wait_deferred, DEFERRED_WAIT_S)  # see `_close_sync_face`
