@@ -13,6 +13,7 @@ __all__ = [
     "ENV_ARCHIVE_KEY_FINGERPRINT",
     "ENV_ARCHIVE_URL",
     "ENV_LEASE_LINGER",
+    "ENV_MIGRATIONS",
     "ENV_OLD_SIGNING_KEYS",
     "ENV_POSTGRES_PREPARED_STATEMENTS",
     "ENV_POSTGRES_SCHEMA",
@@ -32,6 +33,8 @@ ENV_REDIS_URL: str = REDIS.env
 ENV_POSTGRES_URL: str = POSTGRES.env
 ENV_SIGNING_KEY = "LANGGRAPH_DURABLE_SIGNING_KEY"
 ENV_SERDE = "LANGGRAPH_DURABLE_SERDE"  # module:attr of the serializer (from_env only)
+# module:attr of the app's Migrations (from_env, and the command line's `migrate`).
+ENV_MIGRATIONS = "LANGGRAPH_DURABLE_MIGRATIONS"
 ENV_WRITE = "LANGGRAPH_DURABLE_WRITE"
 ENV_ARCHIVE_URL = "LANGGRAPH_DURABLE_ARCHIVE_URL"  # s3://BUCKET/PREFIX of the archive
 # The full fingerprint of the store's key the archive keeps, which the

@@ -23,6 +23,7 @@ from .environment import (
     ENV_ARCHIVE_KEY_FINGERPRINT,
     ENV_ARCHIVE_URL,
     ENV_LEASE_LINGER,
+    ENV_MIGRATIONS,
     ENV_OLD_SIGNING_KEYS,
     ENV_POSTGRES_PREPARED_STATEMENTS,
     ENV_POSTGRES_SCHEMA,
@@ -42,7 +43,7 @@ from .tiers.sqlite.kind import SQLITE
 from .tiers.tier_kind import DEFAULT_SQLITE_PATH, kinds
 
 # How a variable's text becomes the keyword's value (`options.env_options`).
-EnvReading = Literal["text", "seconds", "bool", "serde", "keys"]
+EnvReading = Literal["text", "seconds", "bool", "serde", "migrations", "keys"]
 
 
 @dataclass(frozen=True)
@@ -164,7 +165,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("app_version", "resume", None, "stamped into every checkpoint's metadata", see="concepts/resume.md"),
     Option("migrations", "resume", None,
            "the state version this code runs and the steps that bring older threads up to it",
-           see="concepts/migrations.md"),
+           env_doc="`module:attr` of the app's `Migrations`, or of a function returning it",
+           env=ENV_MIGRATIONS, reading="migrations", flag="--migrations", metavar="MODULE:ATTR",
+           see="concepts/migrations.md",
+           flag_help="the application's Migrations (its state version and steps), or a function returning "
+           "them, importable as MODULE:ATTR: what `migrate` runs; `threads` and `verify` then count "
+           "unstamped threads as its unversioned version and name the versions no step reaches"),
     # -- one writer per thread
     Option("leases.ttl", "leases", 30.0, "seconds a thread's writer lease lasts without renewal",
            see="concepts/leases.md"),

@@ -13,6 +13,7 @@ variable names the variable.
 
 from __future__ import annotations
 
+import importlib
 import math
 import os
 from collections.abc import Mapping, Sequence
@@ -24,6 +25,7 @@ from .archive.store_async import parse_archive_url
 from .environment import ENV_OLD_SIGNING_KEYS, ENV_SIGNING_KEY
 from .errors import ConfigError
 from .integrity import OnCorruption
+from .migrations import Migrations
 from .model.backlog import WRITE_MODES, WriteMode
 from .model.codec import serde_from_spec
 from .model.lease import (
@@ -613,6 +615,8 @@ def env_options(env: Mapping[str, str], default_sqlite: str) -> dict[str, Any]:
             kwargs[option.flat] = env_flag(option.env, text)
         elif option.reading == "serde":
             kwargs[option.flat] = serde_from_spec(text, what=option.env)
+        elif option.reading == "migrations":
+            kwargs[option.flat] = migrations_from_spec(text, what=option.env)
         else:
             kwargs[option.flat] = text
     if env.get(ENV_SIGNING_KEY) or env.get(ENV_OLD_SIGNING_KEYS):
@@ -625,6 +629,42 @@ def env_options(env: Mapping[str, str], default_sqlite: str) -> dict[str, Any]:
                 raise ConfigError(f"{name}: {exc}") from None
         kwargs["signing_keys"] = [env.get(ENV_SIGNING_KEY) or None] + [None if k == "unsigned" else k for k in old]
     return kwargs
+
+
+def migrations_from_spec(spec: str, *, what: str) -> Migrations:
+    """The application's `Migrations` that ``module:attr`` names: the object,
+    or a function returning it when called with no arguments. `ConfigError`
+    saying what is wrong and how to name it otherwise (`what` names the
+    option: ``--migrations``, ``LANGGRAPH_DURABLE_MIGRATIONS``). Importing
+    the module runs it, as the app would: the steps are the app's code."""
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise ConfigError(
+            f"{what} takes MODULE:ATTR, the app's Migrations (for example myapp.graph:migrations), got {spec!r}."
+        )
+    try:
+        target: Any = importlib.import_module(module_name)
+        for part in attr.split("."):
+            target = getattr(target, part)
+    except Exception as exc:  # ImportError, AttributeError, or whatever the module raises as it loads
+        raise ConfigError(
+            f"{what} {spec!r}: cannot import it ({type(exc).__name__}: {exc}); check the module is importable "
+            "here (the current directory is searched too)."
+        ) from exc
+    if not isinstance(target, Migrations) and callable(target):
+        try:
+            target = target()
+        except Exception as exc:  # whatever the factory raises, say which option named it
+            raise ConfigError(
+                f"{what} {spec!r}: calling it with no arguments failed ({type(exc).__name__}: {exc}); name the "
+                "app's Migrations, or a function that returns them."
+            ) from exc
+    if not isinstance(target, Migrations):
+        raise ConfigError(
+            f"{what} {spec!r} is a {type(target).__name__}, not a langgraph_durable.Migrations (the state version "
+            "and steps the app passes as DurableSaver(migrations=...)): name that object."
+        )
+    return target
 
 
 def naming_the_variable(exc: ConfigError, from_env: Mapping[str, Any], given: Mapping[str, Any]) -> ConfigError:

@@ -9,9 +9,10 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from ..environment import (
+    ENV_MIGRATIONS,
     ENV_SIGNING_KEY,
 )
-from ..errors import no_store_at
+from ..errors import ConfigError, no_store_at
 from ..option_table import flags, plain
 from ..tiers.registry import DEFAULT_SQLITE_PATH, SQLITE, kinds
 from .parsing import wrapped
@@ -24,6 +25,12 @@ def switched_off_by_empty(name: str) -> bool:
     """Whether a flag given as '' switches its tier (or the archive) off,
     even when the environment names one."""
     return name == "archive" or any(kind.keyword == name for kind in kinds())
+
+
+NO_MIGRATIONS = (
+    "no migrations given: name the app's Migrations with --migrations MODULE:ATTR (for example "
+    f"myapp.graph:migrations) or {ENV_MIGRATIONS}=MODULE:ATTR."
+)
 
 
 # Maintenance needs every tier: write="all" makes setup fail on one that is down.
@@ -73,6 +80,7 @@ def saver_from_args(args: Any, **options: Any) -> DurableSaver:
     tier off, even when the environment names one."""
     # Loaded when a command runs, not for --help or a usage error.
     from ..model.codec import serde_from_spec
+    from ..options import migrations_from_spec
     from ..saver import DurableSaver
 
     for option in flags():
@@ -83,15 +91,21 @@ def saver_from_args(args: Any, **options: Any) -> DurableSaver:
             options[option.flat] = value or None
         elif value and option.reading == "serde":
             options[option.flat] = serde_from_spec(value, what=option.flag or option.name)
+        elif value and option.reading == "migrations":
+            options[option.flat] = migrations_from_spec(value, what=option.flag or option.name)
         elif value:
             options[option.flat] = value
     # By their flat names, as the environment's are (`options.env_options`).
     return DurableSaver.from_env(**options)
 
 
-def open_saver(args: argparse.Namespace, *, rebuilds: bool = False, **options: Any) -> DurableSaver:
+def open_saver(
+    args: argparse.Namespace, *, rebuilds: bool = False, needs_migrations: bool = False, **options: Any
+) -> DurableSaver:
     """The saver the tier flags and the environment name, set up (an
-    unreachable tier fails here, before any output).
+    unreachable tier fails here, before any output). One that
+    `needs_migrations` (``migrate``) and is given none fails first
+    (`NO_MIGRATIONS`).
 
     Every command but `rebuilds` ones (``import``, which encodes the values
     it reads) works on records, ids and checksums, never writing a decoded
@@ -99,6 +113,8 @@ def open_saver(args: argparse.Namespace, *, rebuilds: bool = False, **options: A
     read as its stored data, as LangGraph would hand it back, so showing,
     pinning, pruning, repairing, archiving and restoring need none of the
     application's classes."""
+    if needs_migrations and not migrations_named(args):
+        raise ConfigError(NO_MIGRATIONS)  # before anything is loaded, let alone created
     if options.get("read_only"):
         missing = missing_local_store(args)
         if missing is not None:
@@ -112,6 +128,12 @@ def open_saver(args: argparse.Namespace, *, rebuilds: bool = False, **options: A
         saver.close()
         raise
     return saver
+
+
+def migrations_named(args: argparse.Namespace) -> bool:
+    """Whether the flag or the environment names the app's migrations (as
+    `saver_from_args` takes them: a flag given as '' leaves it to the environment)."""
+    return bool(getattr(args, "migrations", None) or os.environ.get(ENV_MIGRATIONS))
 
 
 def missing_local_store(args: argparse.Namespace) -> str | None:
