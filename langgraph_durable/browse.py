@@ -28,7 +28,7 @@ from datetime import date, datetime
 from datetime import time as dt_time
 from decimal import Decimal
 from pathlib import PurePath
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 from uuid import UUID
 
 from .retention import age_seconds
@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from langchain_core.runnables import RunnableConfig
     from langgraph.checkpoint.base import CheckpointTuple
 
+    from .migrations import Migrations
     from .saver import DurableSaver
 
 __all__ = [
@@ -46,13 +47,21 @@ __all__ = [
     "CheckpointSummary",
     "InterruptInfo",
     "PendingWrite",
+    "StateVersionCheck",
+    "StateVersionCount",
+    "ThreadAtVersion",
     "ThreadSummary",
     "SIZE_MEANING",
     "age_seconds",
+    "by_state_version",
+    "check_state_versions",
     "history",
     "jsonable",
     "show",
+    "stamped_version",
+    "state_versions",
     "threads",
+    "version_status",
 ]
 
 # What `ThreadSummary.size_bytes` counts (the CLI's help repeats it).
@@ -120,6 +129,42 @@ class ThreadSummary:
     age_seconds: float | None  # of that checkpoint, when the summary was made
     size_bytes: int  # see SIZE_MEANING
     interrupted: bool  # the latest root checkpoint waits on an interrupt()
+    state_version: int | None = None  # the latest root checkpoint's stamp (`Migrations`); None: unstamped
+
+
+VersionStatus = Literal["current", "older", "unreachable", "newer"]
+
+
+@dataclass(frozen=True, slots=True)
+class StateVersionCount:
+    """How many threads one state version holds (`by_state_version`)."""
+
+    state_version: int | None  # None: unstamped, with no Migrations to say which version that is
+    threads: int
+    unstamped: int  # of them, those with no stamp (counted as the Migrations' `unversioned`)
+    status: VersionStatus | None  # against the Migrations given (`version_status`); None without
+    missing: tuple[int, ...] = ()  # "unreachable": the versions no step leaves (`Migrations.missing`)
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadAtVersion:
+    """A thread whose state version this code cannot run as it is."""
+
+    thread_id: str
+    state_version: int
+    stamped: bool  # False: unstamped, taken as the Migrations' `unversioned`
+    missing: tuple[int, ...] = ()  # the versions no step leaves (unreachable), else empty
+
+
+@dataclass(frozen=True, slots=True)
+class StateVersionCheck:
+    """The threads' state versions against an app's `Migrations`, as
+    ``verify --migrations`` reports them (`check_state_versions`)."""
+
+    running_version: int  # the Migrations' version
+    versions: list[StateVersionCount]
+    unreachable: list[ThreadAtVersion]  # older, with a step missing on the way: no run or `migrate` brings them up
+    newer: list[ThreadAtVersion]  # written by a newer version: this one neither runs nor writes them
 
 
 def _thread_config(
@@ -196,7 +241,12 @@ def thread_summary(saver: DurableSaver, thread_id: str, *, now: float | None = N
     summaries = [summary(t) for t in tuples]
     namespaces = sorted({s.checkpoint_ns for s in summaries}, key=lambda ns: (ns != "", ns))
     latest = max(summaries, key=lambda s: s.checkpoint_id, default=None)
-    root = max((s for s in summaries if s.checkpoint_ns == ""), key=lambda s: s.checkpoint_id, default=None)
+    root_index = max(
+        (i for i, s in enumerate(summaries) if s.checkpoint_ns == ""),
+        key=lambda i: summaries[i].checkpoint_id,
+        default=None,
+    )
+    root = None if root_index is None else summaries[root_index]
     step_of = root or latest
     return ThreadSummary(
         thread_id=thread_id,
@@ -208,6 +258,7 @@ def thread_summary(saver: DurableSaver, thread_id: str, *, now: float | None = N
         age_seconds=age_seconds(latest.ts, now) if latest is not None else None,
         size_bytes=_size(saver, tuples),
         interrupted=bool(root is not None and root.interrupts),
+        state_version=None if root_index is None else stamped_version(tuples[root_index].metadata),
     )
 
 
@@ -228,6 +279,80 @@ def threads(
         if progress is not None:
             progress(done, len(ids))
     return out
+
+
+def stamped_version(metadata: Mapping[str, Any] | None) -> int | None:
+    """The state version a checkpoint's metadata is stamped with (a saver
+    given `Migrations` stamps every checkpoint it writes); None if it has
+    no stamp (`Migrations.version_of` takes that as its ``unversioned``)."""
+    from .migrations import STATE_VERSION_KEY
+
+    found = (metadata or {}).get(STATE_VERSION_KEY)
+    return found if isinstance(found, int) and not isinstance(found, bool) and found >= 1 else None
+
+
+def state_versions(
+    saver: DurableSaver,
+    thread_ids: Iterable[str] | None = None,
+    *,
+    progress: Callable[[int, int], None] | None = None,
+) -> dict[str, int | None]:
+    """The stamp of each thread's latest root checkpoint (`stamped_version`;
+    default: every thread), in thread id order; a thread with no root
+    checkpoint is left out. Reads one checkpoint per thread."""
+    ids = sorted(saver.thread_ids() if thread_ids is None else {str(t) for t in thread_ids})
+    out: dict[str, int | None] = {}
+    for done, thread_id in enumerate(ids, 1):
+        tup = saver.get_tuple(_thread_config(thread_id, ""))
+        if tup is not None:
+            out[thread_id] = stamped_version(tup.metadata)
+        if progress is not None:
+            progress(done, len(ids))
+    return out
+
+
+def version_status(version: int, migrations: Migrations) -> tuple[VersionStatus, tuple[int, ...]]:
+    """What code running `migrations` makes of a thread at `version`, and
+    the versions no step leaves on its way up (for ``unreachable``)."""
+    if version > migrations.version:
+        return "newer", ()
+    if version == migrations.version:
+        return "current", ()
+    missing = tuple(migrations.missing(version))
+    return ("unreachable", missing) if missing else ("older", ())
+
+
+def by_state_version(stamps: Iterable[int | None], migrations: Migrations | None = None) -> list[StateVersionCount]:
+    """How many of the threads with these stamps each state version holds,
+    newest first. Without `migrations` the unstamped are a version of their
+    own (None, last); with them they count as its ``unversioned`` version,
+    and each version gets its `version_status`."""
+    counts: dict[int | None, list[int]] = {}  # version -> [threads, unstamped]
+    for stamp in stamps:
+        version = stamp if stamp is not None or migrations is None else migrations.unversioned
+        entry = counts.setdefault(version, [0, 0])
+        entry[0] += 1
+        entry[1] += stamp is None
+    out = []
+    for version in sorted(counts, key=lambda v: (v is None, -(v or 0))):
+        status, missing = (None, ()) if migrations is None or version is None else version_status(version, migrations)
+        out.append(StateVersionCount(version, counts[version][0], counts[version][1], status, missing))
+    return out
+
+
+def check_state_versions(stamps: Mapping[str, int | None], migrations: Migrations) -> StateVersionCheck:
+    """The threads (`state_versions`' stamps) against `migrations`: the
+    count per version, and the threads this code cannot run as they are."""
+    unreachable: list[ThreadAtVersion] = []
+    newer: list[ThreadAtVersion] = []
+    for thread_id, stamp in stamps.items():
+        version = migrations.unversioned if stamp is None else stamp
+        status, missing = version_status(version, migrations)
+        if status == "unreachable":
+            unreachable.append(ThreadAtVersion(thread_id, version, stamp is not None, missing))
+        elif status == "newer":
+            newer.append(ThreadAtVersion(thread_id, version, stamp is not None))
+    return StateVersionCheck(migrations.version, by_state_version(stamps.values(), migrations), unreachable, newer)
 
 
 def history(

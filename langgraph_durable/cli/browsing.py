@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import browse
 from .output import (
@@ -25,6 +25,9 @@ from .parsing import (
 )
 from .store import LOOK, open_saver
 
+if TYPE_CHECKING:
+    from ..migrations import Migrations
+
 
 def _threads(args: argparse.Namespace, out: Output) -> int:
     if args.archived:
@@ -37,10 +40,22 @@ def _threads(args: argparse.Namespace, out: Output) -> int:
         return EXIT_OK
     with open_saver(args, **LOOK) as saver, out.progress("reading", unit="threads", transient=True) as progress:
         found = browse.threads(saver, progress=progress)
-    out.document({"threads": found, "size": browse.SIZE_MEANING})
+        migrations = saver.migrations
+    versions = browse.by_state_version((s.state_version for s in found), migrations)
+    out.document(
+        {
+            "threads": found,
+            "size": browse.SIZE_MEANING,
+            "state_versions": versions,
+            "running_version": None if migrations is None else migrations.version,
+        }
+    )
+    # The state versions are shown once there is something to say: a store
+    # no app stamped, looked at without --migrations, reads as before.
+    with_versions = migrations is not None or any(s.state_version is not None for s in found)
     t = table(
         "thread", "namespaces", ("checkpoints", "right"), ("last step", "right"), "interrupt", ("age", "right"),
-        ("size", "right"),
+        ("size", "right"), *([("version", "right")] if with_versions else []),
     )  # fmt: skip
     for s in found:
         t.add_row(
@@ -51,11 +66,37 @@ def _threads(args: argparse.Namespace, out: Output) -> int:
             "yes" if s.interrupted else "-",
             age_text(s.age_seconds),
             size_text(s.size_bytes),
+            *([_version_text(s.state_version)] if with_versions else []),
         )
     if found:
         out.table(t)
+    if with_versions:
+        for v in versions:
+            out.line(_version_line(v, migrations))
     out.line(f"{len(found)} thread(s), {size_text(sum(s.size_bytes for s in found))} serialized")
     return EXIT_OK
+
+
+def _version_text(stamp: int | None) -> str:
+    return "none" if stamp is None else str(stamp)
+
+
+def _version_line(v: browse.StateVersionCount, migrations: Migrations | None) -> str:
+    """One state version's count, and with the app's migrations what they make of it."""
+    if v.state_version is None:
+        return f"state version none: {v.threads} thread(s) unstamped (--migrations says which version that is)"
+    unstamped = f", {v.unstamped} of them unstamped" if v.unstamped else ""
+    line = f"state version {v.state_version}: {v.threads} thread(s){unstamped}"
+    if migrations is None:
+        return line
+    assert v.status is not None  # every version has one against the migrations
+    said = {
+        "current": "this code's version",
+        "older": "`migrate` brings them up",
+        "unreachable": f"no step from version {', '.join(map(str, v.missing))}: nothing brings them up",
+        "newer": f"newer than this code's version {migrations.version}: it neither runs nor writes them",
+    }
+    return f"{line} ({said[v.status]})"
 
 
 def _threads_args(p: argparse.ArgumentParser) -> None:
@@ -176,8 +217,11 @@ COMMANDS: list[Command] = [
         "list the threads: namespaces, checkpoints, last step, age, size",
         "One row per thread the tiers hold: its id, its namespaces ((root) and the subgraphs' nodes), number "
         "of checkpoints (all namespaces), last step of the root graph, whether it waits on an interrupt(), "
-        f"age of its latest checkpoint and its size. Size: {browse.SIZE_MEANING}. Reads every checkpoint of "
-        "every thread.",
+        f"age of its latest checkpoint and its size. Size: {browse.SIZE_MEANING}. Once a thread carries a "
+        "state version (an app with Migrations stamps it), or with --migrations, also each thread's version "
+        "(of its latest root checkpoint; none: unstamped) and how many threads each version holds; "
+        "--migrations counts the unstamped as its unversioned version and says which versions `migrate` "
+        "brings up. Reads every checkpoint of every thread.",
         _threads_args,
         _threads,
     ),
