@@ -39,10 +39,15 @@ def _scan(args: argparse.Namespace, out: Output, *, repair: bool) -> int:
             report = run(args.thread, progress=progress)
         tiers = saver.tier_names
         embedded = saver.needs_promote()
+        versions = None
+        if not repair and saver.migrations is not None:
+            with out.progress("reading state versions", unit="threads", transient=True) as progress:
+                stamps = browse.state_versions(saver, None if args.thread is None else [args.thread], progress=progress)
+            versions = browse.check_state_versions(stamps, saver.migrations)
     code = EXIT_FINDINGS if (report.unrestorable if repair else report.bad or report.missing) else EXIT_OK
     if report.archive is not None and not report.archive.ok:
         code = EXIT_FINDINGS
-    out.document({"tiers": tiers, **browse.jsonable(report)})
+    out.document({"tiers": tiers, **browse.jsonable(report), **({} if repair else {"state_versions": versions})})
     for copy in [*report.bad, *report.missing]:
         state = ""
         if repair:
@@ -78,6 +83,10 @@ def _scan(args: argparse.Namespace, out: Output, *, repair: bool) -> int:
             f"{len(a.rolled_back)} rolled back, {a.behind} not shipped yet"
             + ("" if a.signed else " (unsigned: checksums only)")
         )
+    if versions is not None:
+        _state_version_lines(versions, out)
+        if versions.unreachable:  # no run of this code can resume them
+            code = EXIT_FINDINGS
     if report.undecodable:
         # Intact, and left as they are: this reader lacks what decodes them.
         for line in report.undecodable[:5]:
@@ -88,6 +97,30 @@ def _scan(args: argparse.Namespace, out: Output, *, repair: bool) -> int:
         )
         code = code if code != EXIT_OK else EXIT_FINDINGS
     return code
+
+
+def _state_version_lines(check: browse.StateVersionCheck, out: Output) -> None:
+    """verify's lines about the threads' state versions. A thread at a
+    version no step brings up is a finding (the caller's exit 1); one a
+    newer version wrote is listed but is none: during a rolling deploy,
+    that version's replicas run it."""
+
+    def at(t: browse.ThreadAtVersion) -> str:
+        return f"thread {t.thread_id!r} at state version {t.state_version}" + ("" if t.stamped else " (unstamped)")
+
+    for t in check.unreachable:
+        first = t.missing[0]
+        out.line(
+            f"UNREACHABLE  {at(t)}: no migration step from version {first}, so neither a run nor `migrate` of "
+            f"version {check.running_version} brings it up (register @migrations.step(from_version={first}))"
+        )
+    for t in check.newer:
+        out.line(f"NEWER  {at(t)}: this code (version {check.running_version}) neither runs nor writes it")
+    counts = ", ".join(f"{v.threads} at version {v.state_version} ({v.status})" for v in check.versions)
+    out.line(
+        f"state versions against version {check.running_version}: {counts or 'no threads'}; "
+        f"{len(check.unreachable)} unreachable, {len(check.newer)} newer"
+    )
 
 
 def _scan_args(p: Parser) -> None:
@@ -214,8 +247,10 @@ COMMANDS: list[Command] = [
         "verify",
         "check every record copy in every tier; exit 1 if any is bad",
         "Check the checksum of every copy of every record in every tier (one thread or all), and compare "
-        "the shared tiers: a record a shared tier lacks while another holds it is missing. Changes nothing; "
-        "exit 1 if a copy is bad or missing. Needs every tier.",
+        "the shared tiers: a record a shared tier lacks while another holds it is missing. With --migrations, "
+        "also each thread's state version: a thread at a version no migration step brings up to the app's is "
+        "listed (UNREACHABLE), as are threads a newer version wrote (NEWER, not a finding). Changes nothing; "
+        "exit 1 if a copy is bad or missing or a thread unreachable. Needs every tier.",
         _scan_args,
         lambda args, out: _scan(args, out, repair=False),
     ),
