@@ -2,8 +2,8 @@
 
 One module per group of commands (``browsing``: threads, history, show;
 ``integrity``: verify, repair, quarantine; ``maintenance``: import, prune,
-promote; ``archive``: archive, restore, pin, unpin, pins; ``operations``:
-doctor, actions, resolve-action; ``demo_commands``), each ending with its rows
+promote; ``migrate``; ``archive``: archive, restore, pin, unpin, pins;
+``operations``: doctor, actions, resolve-action; ``demo_commands``), each ending with its rows
 of `COMMANDS`: a `parsing.Command` names its arguments and a
 ``run(args, out)`` that returns an exit status. Shared pieces a new command
 reuses: `store.tier_flags` (the tier options, added for it when
@@ -55,7 +55,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from ..errors import DurableError
-from . import archive, browsing, demo_commands, integrity, maintenance, operations
+from . import archive, browsing, demo_commands, integrity, maintenance, migrate, operations
 from .output import (
     EXIT_CANNOT_RUN as EXIT_CANNOT_RUN,
 )
@@ -97,7 +97,7 @@ from .parsing import (
 from .store import tier_flags
 
 # The groups of commands.
-GROUPS = (demo_commands, browsing, integrity, operations, maintenance, archive)
+GROUPS = (demo_commands, browsing, integrity, operations, maintenance, migrate, archive)
 # The order of `langgraph-durable --help`: the first hour's commands first.
 HELP_ORDER = [
     "demo",
@@ -111,6 +111,7 @@ HELP_ORDER = [
     "resolve-action",
     "quarantine",
     "import",
+    "migrate",
     "prune",
     "archive",
     "restore",

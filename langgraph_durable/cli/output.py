@@ -27,8 +27,9 @@ if TYPE_CHECKING:
 EXIT_OK = 0
 
 
-# verify found bad copies, repair could not restore some, doctor found a tier
-# down, resolve-action refused, history/show found nothing, the demo failed
+# verify found bad copies (or unreachable state versions), repair could not
+# restore some, doctor found a tier down, resolve-action refused,
+# history/show found nothing, migrate left a thread, the demo failed
 EXIT_FINDINGS = 1
 
 

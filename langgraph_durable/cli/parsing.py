@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
+import math
 import re
 import shutil
 import sys
@@ -30,9 +31,11 @@ from .output import (
 
 EXIT_CODES_HELP = f"""exit status:
   {EXIT_OK:<4} ok
-  {EXIT_FINDINGS:<4} findings: verify found bad or missing copies, repair could not restore some, doctor
-       found a tier down, resolve-action refused (no such action, or one already answered
-       without --force), history/show found no such thread or checkpoint, the demo failed
+  {EXIT_FINDINGS:<4} findings: verify found bad or missing copies (or, with --migrations, threads at a state
+       version no step brings up), repair could not restore some, doctor found a tier down,
+       resolve-action refused (no such action, or one already answered without --force),
+       history/show found no such thread or checkpoint, migrate left a thread (failed,
+       unreachable, busy), the demo failed
   {EXIT_USAGE:<4} usage error: one line on stderr (an unknown option or command names the likely one)
   {EXIT_CANNOT_RUN:<4} could not run: a tier unreachable, a configuration error (one line on stderr
        says why)
@@ -305,15 +308,28 @@ def unknown(what: str, given: str, known: Sequence[str]) -> str:
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}
 
 
-def duration(text: str) -> float:
-    """Seconds, from ``90``, ``90s``, ``15m``, ``12h``, ``7d`` or ``2w``."""
+def _seconds(text: str) -> float:
     number, unit = (text[:-1], text[-1]) if text and text[-1] in _UNITS else (text, "s")
     try:
         seconds = float(number) * _UNITS[unit]
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a duration: use e.g. 90s, 15m, 12h, 7d or 2w") from None
+    return seconds
+
+
+def duration(text: str) -> float:
+    """Seconds, from ``90``, ``90s``, ``15m``, ``12h``, ``7d`` or ``2w``."""
+    seconds = _seconds(text)
     if seconds <= 0:
         raise argparse.ArgumentTypeError(f"a duration must be above 0, got {text!r}")
+    return seconds
+
+
+def pause(text: str) -> float:
+    """Seconds from 0, as `duration` reads them (``0``, ``0.2``, ``2s``)."""
+    seconds = _seconds(text)
+    if not 0 <= seconds < math.inf:
+        raise argparse.ArgumentTypeError(f"a pause is a number of seconds from 0, got {text!r}")
     return seconds
 
 
