@@ -67,6 +67,7 @@ def test_every_command_prints_the_envelope(
         (["quarantine", "purge", "--older-than", "30d", "--dry-run", *store], 0),
         (["import", "--from", _stock_sqlite(tmp_path / "stock.sqlite"), *store], 0),
         (["prune", "--keep-last", "1", "--dry-run", *store], 0),
+        (["migrate", "--dry-run", "--migrations", "tests.migration_app:migrations", *store], 0),
         (["promote", *store], 3),  # a cache of the shared tiers: nothing of its own to copy
         (["pin", "loop", *store], 0),
         (["pins", "loop", *store], 0),

@@ -32,6 +32,7 @@ READ_COMMANDS = [
     ["doctor"],
     ["actions", "--thread", "t"],
     ["quarantine", "list"],
+    ["migrate", "--dry-run", "--migrations", "tests.migration_app:migrations"],
 ]
 
 
