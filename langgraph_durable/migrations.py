@@ -231,7 +231,12 @@ def describe(migrated: MigrationPlan) -> str:
     before = {k for k in (old.get("channel_values") or {}) if not _internal(k)}
     after = {k for k in (migrated.checkpoint.get("channel_values") or {}) if not _internal(k)}
     changed = sorted(k for k in migrated.new_versions if not _internal(k) and k in before & after)
+    renamed = {old: new for old, new in migrated.renames.items() if old in before and new in after}
+    before -= set(renamed)
+    after -= set(renamed.values())
     parts = []
+    if renamed:
+        parts.append("renames " + ", ".join(f"{old} -> {new}" for old, new in sorted(renamed.items())))
     if after - before:
         parts.append("adds " + ", ".join(sorted(after - before)))
     if before - after:
@@ -306,6 +311,7 @@ class Migration:
         history_keys: frozenset[str],
         writes: list[PendingWrite],
         nodes: set[str],
+        channels: frozenset[str] = frozenset(),
     ) -> None:
         self.thread_id = thread_id
         self.checkpoint_ns = checkpoint_ns
@@ -325,6 +331,7 @@ class Migration:
         rather than in the checkpoint: not in `values`, and a step may not
         rename or convert them."""
         self._nodes = nodes
+        self._channels = channels
         self.node_renames: dict[str, str] = {}
         self.removed_nodes: dict[str, str | None] = {}
         self.key_renames: dict[str, str] = {}
@@ -349,6 +356,11 @@ class Migration:
         """State key `old` is now `new`: its value, its channel's version,
         what each node has seen of it, and the pending writes to it."""
         self._refuse_history(old, "rename")
+        if _internal(new) or _internal(old):
+            raise ValueError(
+                f"rename({old!r}, {new!r}): names starting with '__', 'branch:' or 'join:' are LangGraph's own "
+                "channels; rename the state's keys only"
+            )
         if new in self.values or new in self.history_keys:
             raise ValueError(f"rename({old!r}, {new!r}): the state already has a key {new!r}")
         if old in self.values:
@@ -388,7 +400,20 @@ class Migration:
     def remove_node(self, name: str, *, reroute_to: str | None = None) -> None:
         """Node `name` is gone from the graph. Its pending turn goes to
         `reroute_to` (which then runs next), or nowhere; what its task wrote
-        before the thread stopped, and its interrupts, are dropped."""
+        before the thread stopped, and its interrupts, are dropped (logged).
+        A node a join edge waits for cannot be removed: rename it."""
+        joins = sorted(c for c in self._channels if c.startswith(_JOIN) and name in _join_starts(c))
+        if joins:
+            raise ValueError(
+                f"remove_node({name!r}): a join edge waits for it ({', '.join(joins)}); the new graph's join "
+                "cannot be told it ran. Rename it to the node that takes its place instead"
+            )
+        dropped = [w for w in self.writes if w.node == name]
+        if dropped:
+            logger.warning(
+                "migrating thread %r: node %r removed; its %d pending write(s) (%d interrupt(s)) are dropped",
+                self.thread_id, name, len(dropped), sum(1 for w in dropped if w.channel == _INTERRUPT),
+            )  # fmt: skip
         self.writes[:] = [w for w in self.writes if w.node != name]
         self._nodes.discard(name)
         if reroute_to is not None:
@@ -423,6 +448,8 @@ class MigrationPlan:
     tasks: dict[str, tuple[str, str]] = field(default_factory=dict)
     """Each task of the old checkpoint that goes on: old id -> (its new
     task namespace segment ``NODE:ID`` and the old one), for its subgraph."""
+    renames: dict[str, str] = field(default_factory=dict)
+    """State keys the steps renamed, old -> new."""
     subgraphs: list[CarriedCheckpoint] = field(default_factory=list)
     """The checkpoints of subgraphs its tasks ran, under their new namespaces (`carry_subgraphs`)."""
 
@@ -491,6 +518,7 @@ def plan(
         history_keys=history,
         writes=writes,
         nodes=nodes,
+        channels=frozenset([*(old.get("channel_versions") or {}), *(w.channel for w in writes)]),
     )
     for version in range(start, migrations.version):
         fn = migrations.steps[version]
@@ -507,6 +535,15 @@ def plan(
                 from_version=version,
                 step=_name(fn),
             ) from exc
+    if internal := sorted(k for k in m.values if _internal(k)):
+        raise MigrationFailed(
+            f"migrating thread {thread_id!r} (checkpoint {old_id}): the steps set {', '.join(internal)} in "
+            "values, which are LangGraph's own channels, not state keys. Nothing was written; set state keys only.",
+            thread_id=thread_id,
+            checkpoint_id=old_id,
+            from_version=start,
+            step=None,
+        )
     return _assemble(tup, m, tasks, start, migrations.version, next_version)
 
 
@@ -626,6 +663,11 @@ def _same(a: Any, b: Any) -> bool:
         return False
 
 
+def _join_starts(channel: str) -> list[str]:
+    """The nodes a ``join:A+B:END`` channel waits for."""
+    return channel[len(_JOIN) :].rpartition(":")[0].split("+")
+
+
 def _renamed_channel(channel: str, nodes: Mapping[str, str | None]) -> str | None:
     """`channel` with the node renames applied to the node names it holds
     (``branch:to:NODE``, ``join:A+B:NODE``); None if it only led to a
@@ -683,7 +725,14 @@ def _assemble(
         if channel in old_versions:
             versions[renamed] = old_versions[channel]
         if channel in old_values:
-            values[renamed] = old_values[channel]
+            value = old_values[channel]
+            if channel.startswith(_JOIN) and isinstance(value, (set, frozenset)):
+                # The nodes a join has seen finish, by their new names.
+                moved = {node_map.get(n, n) for n in value} - {None}
+                if moved != value:
+                    value = type(value)(moved)
+                    changed[renamed] = old_versions.get(channel)
+            values[renamed] = value
         if renamed != channel:  # stored anew under its new name, empty or not
             changed[renamed] = old_versions.get(channel)
     for channel in m.history_keys:  # kept as they are
@@ -780,6 +829,7 @@ def _assemble(
         new_versions=new_versions,
         writes=writes,
         tasks=moved_tasks,
+        renames={k: v for k, v in m.key_renames.items() if k != v},
     )
 
 
@@ -833,6 +883,10 @@ def _carried_writes(
                 continue
             channel = moved
         value = w.value
+        if channel.startswith(_JOIN) and isinstance(value, str) and value in node_map:
+            if node_map[value] is None:
+                continue
+            value = node_map[value]  # a node telling the join it finished, by its new name
         if channel == _INTERRUPT and w.task_id in new_ids:
             old_ns = _task_ns(ns, tasks[w.task_id].name, w.task_id)
             name = w.node or tasks[w.task_id].name

@@ -609,6 +609,102 @@ def test_a_subgraph_waiting_at_an_interrupt_resumes_where_it_stopped_after_a_mig
     assert out == stock.invoke(Command(resume="yes"), cfg("si"))
 
 
+@pytest.mark.parametrize("tiers", ["sqlite+redis+postgres", "sqlite+postgres"])
+def test_a_replica_whose_lease_ran_out_during_a_slow_step_writes_nothing(make_saver: SaverFactory, tiers: str) -> None:
+    def slow(step: Migration) -> None:
+        time.sleep(4.0)  # past the lease's TTL: another replica takes the thread over
+        v2_migrations().steps[1](step)
+
+    with make_saver(tiers, migrations=v1_migrations(), sqlite_name="old.sqlite") as v1:
+        _start_waiting(v1, "slow")
+    short = Leases(linger=0, ttl=2.0)
+    a = make_saver(tiers, migrations=Migrations(version=2, steps={1: slow}), leases=short, sqlite_name="a.sqlite")
+    b = make_saver(tiers, migrations=v2_migrations(), leases=short, sqlite_name="b.sqlite")
+    with a, b:
+        outcome: dict[str, Any] = {}
+
+        def replica(name: str, saver: DurableSaver) -> None:
+            try:
+                outcome[name] = graph_v2().compile(checkpointer=saver).invoke(Command(resume=name), cfg("slow"))
+            except Exception as exc:
+                outcome[name] = exc
+
+        first = threading.Thread(target=replica, args=("a", a))
+        first.start()
+        time.sleep(3.0)
+        replica("b", b)
+        first.join(30)
+        assert outcome["b"]["log"] == ["draft:cats", "ask2:b", "finish:cats"]
+        assert type(outcome["a"]).__name__ == "LeaseLost", outcome["a"]
+        # b's run is the thread's latest state; a's migration reached no tier.
+        assert graph_v2().compile(checkpointer=b).get_state(cfg("slow")).values["answer"] == "b"
+        assert len([c for c in b.list(cfg("slow")) if MIGRATED_FROM_KEY in c.metadata]) == 1
+
+
+class _Join(TypedDict, total=False):
+    log: Annotated[list[str], operator.add]
+
+
+def _join(second: str) -> StateGraph:
+    """`a` (which asks) and `second` both lead to `j`, which waits for both."""
+    g = StateGraph(_Join)
+    g.add_node("a", lambda s: {"log": [f"a:{interrupt('go?')}"]})
+    g.add_node(second, lambda s: {"log": [second]})
+    g.add_node("j", lambda s: {"log": ["j"]})
+    g.add_edge(START, "a")
+    g.add_edge(START, second)
+    g.add_edge(["a", second], "j")
+    g.add_edge("j", END)
+    return g
+
+
+@pytest.mark.parametrize("tiers", CONFIGS)
+def test_a_node_a_join_waits_for_renamed_while_the_join_waits(make_saver: SaverFactory, tiers: str) -> None:
+    m2 = Migrations(version=2)
+
+    @m2.step(from_version=1)
+    def b_is_b2(step: Migration) -> None:
+        with pytest.raises(ValueError, match="a join edge waits for it"):
+            step.remove_node("b")
+        with pytest.raises(ValueError, match="LangGraph's own"):
+            step.rename("log", "branch:to:j")
+        step.rename_node("b", "b2")
+
+    with make_saver(tiers, migrations=Migrations(version=1)) as v1:
+        assert _join("b").compile(checkpointer=v1).invoke({"log": []}, cfg("j"))["__interrupt__"]
+    with make_saver(tiers, migrations=m2) as v2:
+        out = _join("b2").compile(checkpointer=v2).invoke(Command(resume="yes"), cfg("j"))
+        # The join knew b had finished: under its new name, it still does.
+        assert sorted(out["log"]) == ["a:yes", "b", "j"]
+
+
+def test_a_step_setting_langgraph_s_own_channels_fails_and_writes_nothing(make_saver: SaverFactory) -> None:
+    def meddles(step: Migration) -> None:
+        step.values["__pregel_tasks"] = ["junk"]
+
+    with make_saver("sqlite", migrations=v1_migrations()) as v1:
+        _start_waiting(v1, "m")
+        before = _checkpoints(v1, "m")
+    with make_saver("sqlite", migrations=Migrations(version=2, steps={1: meddles})) as v2:
+        with pytest.raises(MigrationFailed, match="LangGraph's own channels"):
+            graph_v2().compile(checkpointer=v2).invoke(Command(resume="yes"), cfg("m"))
+        assert _checkpoints(v2, "m") == before and v2.pins("m") == []
+
+
+def test_on_newer_wait_does_not_wait_for_a_checkpoint_named_by_id(make_saver: SaverFactory) -> None:
+    with make_saver("sqlite", migrations=v1_migrations()) as v1:
+        _start_waiting(v1, "n")
+    with make_saver("sqlite", migrations=v2_migrations()) as v2:
+        v2.migrate()
+        migrated = v2.get_tuple(cfg("n"))
+        assert migrated is not None
+    with make_saver("sqlite", migrations=v1_migrations(on_newer="wait", newer_wait=30.0)) as v1:
+        started = time.monotonic()
+        with pytest.raises(NewerStateVersion) as refused:
+            graph_v1().compile(checkpointer=v1).invoke(Command(resume="no"), migrated.config)
+        assert time.monotonic() - started < 5.0 and not refused.value.taken
+
+
 # -- composition and configuration -----------------------------------------------------
 
 
