@@ -139,7 +139,7 @@ def test_a_dry_run_writes_nothing_then_migrate_brings_every_thread_up(
     code, out, err = run(capsys, "migrate", "--dry-run", "--migrations", SPEC, *store.flags)
     assert code == cli.EXIT_OK and "dry run" in err
     assert out.splitlines()[-1] == "3 thread(s) looked at: 3 would migrate; dry run: nothing written"
-    assert "would migrate  waiting  1 -> 2  adds subject; drops topic; carries 1 of 1 pending writes" in out
+    assert "would migrate  waiting  1 -> 2  renames topic -> subject; carries 1 of 1 pending writes" in out
     assert store.snapshot() == tiers  # nothing written anywhere: no checkpoint, pin, lease or setting
 
     code, out, err = run(capsys, "migrate", "--migrations", SPEC, *store.flags)

@@ -79,9 +79,9 @@ def _check(out: str) -> None:
     ]
     # The dry run says what each migration would change, and writes nothing.
     assert [" ".join(line.split()) for line in reply("v2-a", "dry-run finished,waiting,midway")] == [
-        "finished would migrate 1 -> 2: adds subject; drops summary, topic",
-        "waiting would migrate 1 -> 2: adds subject; drops topic; carries 1 of 1 pending writes",
-        "midway would migrate 1 -> 2: adds subject; drops topic",
+        "finished would migrate 1 -> 2: renames topic -> subject; drops summary",
+        "waiting would migrate 1 -> 2: renames topic -> subject; carries 1 of 1 pending writes",
+        "midway would migrate 1 -> 2: renames topic -> subject",
     ]
     # Version 2 migrates as it resumes: the answer reaches the interrupt, the
     # renamed key holds the old value, the removed node's turn goes to finish.
