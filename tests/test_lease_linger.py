@@ -14,6 +14,7 @@ damaged local copy all end the local fast path.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import sqlite3
@@ -906,3 +907,34 @@ def test_a_replica_killed_while_it_keeps_a_lease_is_taken_over_once_the_window_l
         took_over = [r.getMessage() for r in caplog.records if "took over the writer lease" in r.getMessage()]
         assert len(took_over) == 1 and f"from {holder} (expired;" in took_over[0], took_over
         _history_is_one_line(b, thread)
+
+
+@pytest.mark.parametrize("tiers", ["sqlite+redis+postgres", "sqlite+postgres", "sqlite+redis"])
+def test_a_thread_stopped_at_an_interrupt_is_handed_to_the_replica_that_answers_it(
+    make_saver: SaverFactory, tiers: str
+) -> None:
+    """The run that stopped at the interrupt is seen to end only when the
+    garbage collector frees its stream writer (its exception keeps a
+    reference cycle). Another replica's request for the thread runs the
+    collector in the holder, which then hands the lease over at once."""
+    from langgraph.types import Command
+
+    from .versioned_app import cfg, graph_v1
+
+    a = make_saver(tiers, sqlite_name="a.sqlite")
+    b = make_saver(tiers, sqlite_name="b.sqlite")
+    collecting = gc.isenabled()
+    gc.collect()
+    gc.disable()  # a collector that has not come round yet
+    try:
+        with a, b:
+            listening(a)
+            out = graph_v1().compile(checkpointer=a).invoke({"topic": "cats"}, cfg("hitl"))
+            assert out["__interrupt__"]
+            started = time.monotonic()
+            answered = graph_v1().compile(checkpointer=b).invoke(Command(resume="yes"), cfg("hitl"))
+            assert answered["log"] == ["draft:cats", "ask1:yes", "summarize:cats"]
+            assert time.monotonic() - started < 5.0  # handed over, not waited out (the TTL is 30 s)
+    finally:
+        if collecting:
+            gc.enable()

@@ -39,6 +39,7 @@ still waiting on it returns at once and the thread ends.
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import secrets
@@ -104,6 +105,10 @@ class _Deaf(Exception):
 # within the asking replicas' grace, though each give-back waits on its tiers.
 GIVE_BACK_THREADS = 8
 
+# A request for a thread a run of this saver still holds runs the garbage
+# collector (the run may have ended unseen), at most this often.
+COLLECT_EVERY_S = 1.0
+
 
 class HandOffListener(BackgroundTask):
     """The daemon thread that gives back kept leases when asked."""
@@ -141,6 +146,7 @@ class HandOffListener(BackgroundTask):
         self.hand_offs = 0  # leases given back on request
         self._givers: ThreadPoolExecutor | None = None  # give the leases back (`GIVE_BACK_THREADS`)
         self._givers_pid = 0
+        self._collected = -COLLECT_EVERY_S  # when a request last ran the garbage collector
 
     def start(self, wait: float = 0.0) -> None:
         """Start listening (in a forked child too: a thread does not survive
@@ -278,14 +284,34 @@ class HandOffListener(BackgroundTask):
         holder, thread_id = request
         if holder != self.book.holder:
             return
+        lease = self._kept_or_ending(thread_id)
+        if lease is None and self.book.held(thread_id) is not None and self._may_collect():
+            # A run whose end is not seen yet: its end is its stream writer
+            # being freed, which a reference cycle (a run that stopped at an
+            # interrupt or raised keeps one through its exception) puts off
+            # until the garbage collector runs. Run it, then look again; a
+            # run still going is untouched and the thread stays busy.
+            gc.collect()
+            lease = self._kept_or_ending(thread_id)
+        if lease is not None:
+            self.hand_offs += 1
+            self._give_back_soon(lease)
+
+    def _kept_or_ending(self, thread_id: str) -> Lease | None:
         lease = self.book.unkeep(thread_id)  # the cache is no longer trusted, before the lease goes
         if lease is None and self.claim_ending:
             # A run that just ended, its end not handled yet (under load the
             # runs' event loop gets to it late): given back now, not kept.
             lease = self.book.claim_ending(thread_id)
-        if lease is not None:
-            self.hand_offs += 1
-            self._give_back_soon(lease)
+        return lease
+
+    def _may_collect(self) -> bool:
+        """At most one collection every `COLLECT_EVERY_S` for hand-offs."""
+        now = time.monotonic()
+        if now - self._collected < COLLECT_EVERY_S:
+            return False
+        self._collected = now
+        return True
 
     def _give_back_soon(self, lease: Lease) -> None:
         """Give `lease` back on one of the give-back threads, so that the next
