@@ -132,14 +132,18 @@ def _replica(version: int, action: str, thread: str, env: dict[str, str]) -> dic
     return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
-@pytest.mark.parametrize("tiers", ["sqlite", "sqlite+redis+postgres"])
+@pytest.mark.parametrize("tiers", CONFIGS)
 def test_two_processes_of_two_versions_through_a_rolling_update(
     tmp_path: Path, tiers: str, request: pytest.FixtureRequest
 ) -> None:
-    env = {**os.environ, "LANGGRAPH_DURABLE_SQLITE": str(tmp_path / "replica.sqlite")}
-    if "redis" in tiers:
+    parts = tiers.split("+")
+    env = {**os.environ, "LANGGRAPH_DURABLE_SQLITE": str(tmp_path / "replica.sqlite") if "sqlite" in parts else ""}
+    for name in ("LANGGRAPH_DURABLE_REDIS_URL", "LANGGRAPH_DURABLE_POSTGRES_URL"):
+        env.pop(name, None)
+    if "redis" in parts:
         env["LANGGRAPH_DURABLE_REDIS_URL"] = REDIS_URL
         env["LANGGRAPH_DURABLE_REDIS_KEY_PREFIX"] = request.getfixturevalue("redis_prefix")
+    if "postgres" in parts:
         env["LANGGRAPH_DURABLE_POSTGRES_URL"] = request.getfixturevalue("postgres_url")
     # Old replicas start two threads; one of them is still waiting when the
     # new version comes up.
@@ -455,12 +459,12 @@ def test_on_newer_wait_waits_for_the_thread_to_be_taken_or_come_back(make_saver:
 # -- everywhere a thread can be ---------------------------------------------------------
 
 
-def test_a_migrated_archived_thread(make_saver: SaverFactory, archive_url: str) -> None:
-    full = "sqlite+redis+postgres"
-    with make_saver(full, migrations=v1_migrations(), archive=archive_url) as v1:
+@pytest.mark.parametrize("tiers", CONFIGS)
+def test_a_migrated_archived_thread(make_saver: SaverFactory, archive_url: str, tiers: str) -> None:
+    with make_saver(tiers, migrations=v1_migrations(), archive=archive_url) as v1:
         _start_waiting(v1, "arc")
         assert v1.archive_idle(0.0).archived == ["arc"]
-    with make_saver(full, migrations=v2_migrations(), archive=archive_url) as v2:
+    with make_saver(tiers, migrations=v2_migrations(), archive=archive_url) as v2:
         assert [t.outcome for t in v2.migrate().threads] == ["archived"]
         out = graph_v2().compile(checkpointer=v2).invoke(Command(resume="yes"), cfg("arc"))
         assert out["log"] == ["draft:cats", "ask2:yes", "finish:cats"]
