@@ -560,6 +560,7 @@ class SaverOps(SaverBase):
                 thread_id, "would migrate", version, migrations.version, describe(migrated), checkpoint_id=latest
             )
         written = gate._migrate(migrated)
+        self._runtime.note_archive(thread_id)  # the archive's copy follows, as after a run's writes
         return ThreadMigration(
             thread_id, "migrated", version, migrations.version, describe(migrated), str(written.checkpoint["id"])
         )
