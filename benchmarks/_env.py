@@ -165,7 +165,14 @@ class Resources:
             try:
                 with psycopg.connect(self.postgres_url, autocommit=True, connect_timeout=5) as c:
                     row = c.execute("SHOW server_version").fetchone()
-                    self.server_versions["postgres"] = str(row[0]) if row else "?"
+                    version = str(row[0]) if row else "?"
+                    # Whether a commit waits for the disk: it sets what a
+                    # Postgres write costs, so every ratio to PostgresSaver.
+                    settings = [
+                        f"{name} {c.execute(f'SHOW {name}').fetchone()[0]}"  # type: ignore[index]
+                        for name in ("fsync", "synchronous_commit")
+                    ]
+                    self.server_versions["postgres"] = f"{version} ({', '.join(settings)})"
             except Exception as exc:
                 self.postgres_down = f"Postgres unreachable: {exc}"
         if not is_loopback(self.redis_url):
