@@ -14,7 +14,8 @@ class TcpProxy:
     """Forwards 127.0.0.1:<port> to target. `cut()` drops every connection
     and refuses new ones; `stall()` keeps them open but forwards nothing (a
     server that hangs); `restore()` ends both. `connect_delay` seconds pass
-    before a new connection reaches the server (a slow connect)."""
+    before a new connection reaches the server (a slow connect); `delay`
+    seconds before each chunk is forwarded, either way (a slow server)."""
 
     def __init__(self, target_host: str, target_port: int) -> None:
         self.target = (target_host, target_port)
@@ -26,6 +27,7 @@ class TcpProxy:
         self._stalled = False
         self._closed = False
         self.connect_delay = 0.0
+        self.delay = 0.0
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self) -> None:
@@ -69,6 +71,8 @@ class TcpProxy:
                 self._seen(data)
                 while self._stalled and not self._closed:
                     time.sleep(0.02)
+                if self.delay:
+                    time.sleep(self.delay)
                 dst.sendall(data)
         except OSError:
             pass

@@ -47,7 +47,7 @@ from ..model.codec import (
     thread_of,
     version_key,
 )
-from ..model.decisions import acknowledged_behind, worth_probing, write_fails, write_order
+from ..model.decisions import WriteOrder, acknowledged_behind, worth_probing, write_fails, write_order
 from ..model.delta_trail import TrailWrite, trail_put
 from ..model.deltas import DeltaMemo
 from ..model.health import Counters, Health, TierHealth
@@ -61,7 +61,7 @@ from ..retention import RetentionPolicy, RetentionReport
 from ..tiers.base import EMBEDDED_META, KEYS_META, SHARED_META, STORE_KEY_META, QuarantinedRecord, key_mismatch_message
 from ..tiers.protocol import Tier
 from ..tiers.sqlite.tier import SqliteTier
-from .concurrency import Lock, refuse_awaitable, run_all
+from .concurrency import LEAD_WAIT_S, Abandoned, Lead, Lock, refuse_awaitable, run_all
 from .guard import GuardedTier, overlap
 from .journal import Journal
 from .maintenance import Maintenance
@@ -520,7 +520,7 @@ class TierChain:
                 local_took = self._write_through(
                     fence,
                     lambda t, f: t.write_checkpoint(row, blobs, fence=f),
-                    lambda owed: self._local().write_checkpoint(row, blobs, journal=owed),
+                    lambda owed, before: self._local().write_checkpoint(row, blobs, journal=owed, before_commit=before),
                     withdraw=lambda t: t.delete_checkpoint(row.thread_id, row.checkpoint_ns, row.checkpoint_id),
                     owe=lambda names: self.memory.owe_checkpoint(row, blobs, names),
                     keep=lambda seq: outbox.keep_checkpoint(seq, row, blobs),
@@ -581,7 +581,7 @@ class TierChain:
                 local_took = self._write_through(
                     fence,
                     lambda t, f: t.write_writes(rows, upsert, fence=f),
-                    lambda owed: self._local().write_writes(rows, upsert, journal=owed),
+                    lambda owed, before: self._local().write_writes(rows, upsert, journal=owed, before_commit=before),
                     withdraw=None,
                     owe=lambda names: self.memory.owe_writes(rows, upsert, names),
                     keep=lambda seq: outbox.keep_writes(seq, rows, upsert),
@@ -706,7 +706,7 @@ class TierChain:
         self,
         fence: Fence | None,
         first: Callable[[Tier, Fence | None], Any],
-        local: Callable[[Owed | None], Any],
+        local: Callable[[Owed | None, Callable[[], None] | None], Any],
         *,
         withdraw: Callable[[Tier], Any] | None,
         owe: Callable[[Sequence[str]], None],
@@ -725,24 +725,49 @@ class TierChain:
         owes, `keep` keeps the records in the outbox under the entry's seq."""
         order = write_order(self.roles, fence.tier if fence is not None else None)
         fenced: list[Tier] = []
-        if order.first is not None:
-            # Reads take the union of what every tier holds and repair the
-            # gaps, so a write the fence refuses (`LeaseLost`) must reach no
-            # tier at all: the lease's tier goes first, alone.
+        # Reads take the union of what every tier holds and repair the gaps,
+        # so a write the fence refuses (`LeaseLost`) must reach no tier at
+        # all: the lease's tier goes first, alone. The sync face overlaps
+        # the local write with it (`_lead`), committing it only after.
+        lead = self._lead(order, first, fence)
+        if order.first is not None and lead is None:
             first(order.first, fence)
             fenced.append(order.first)
         rest = list(order.rest)
         seq = None
         local_took = False
         if order.journal:
+            owed = Owed(order.owed(), acked=order.first is not None) if rest else None
             try:
-                seq = local(Owed(order.owed(), acked=bool(fenced)) if rest else None)
+                seq = local(owed, lead.before_commit if lead is not None else None)
                 local_took = True
+            except Abandoned:
+                # The lease's tier refused or failed (raised here), or is slow:
+                # the local write rolled back; it goes after, as without a lead.
+                assert lead is not None and order.first is not None
+                lead.result()
+                fenced.append(order.first)
+                lead = None
+                try:
+                    seq = local(owed, None)
+                    local_took = True
+                except TierUnavailable as exc:
+                    self._local_unavailable(exc, withdraw, fenced)
             except TierUnavailable as exc:
-                if self.write == "all" or not self.shared:
-                    self._withdraw(withdraw, fenced)
-                    raise
-                self._local_failed(exc, "the shared tiers carry on")
+                if lead is not None:
+                    assert order.first is not None
+                    lead.result()  # the lease's tier's own failure comes first
+                    fenced.append(order.first)
+                    lead = None
+                self._local_unavailable(exc, withdraw, fenced)
+            except BaseException:
+                if lead is not None:
+                    lead.result()
+                raise
+            if lead is not None:
+                assert order.first is not None
+                lead.result()  # answered: the local write committed after it
+                fenced.append(order.first)
         if acknowledged_behind(
             fenced=fence is not None,
             behind=fence is not None and fence.behind,
@@ -787,6 +812,31 @@ class TierChain:
         if failed:
             self.kick()  # the replicator catches the tier up when it is back
         return local_took or (self.local is not None and self.local in fenced)
+
+    def _lead(
+        self, order: WriteOrder[Tier], first: Callable[[Tier, Fence | None], Any], fence: Fence | None
+    ) -> Lead | None:
+        """The sync face's overlap: the lease's tier's write started on a
+        worker thread (`concurrency.Lead`) while the local write runs, when
+        there is a local write to overlap and the lease's tier answers as
+        usual (its breaker closed, its last answer within `LEAD_WAIT_S`).
+        The async face writes one after the other (None)."""
+        if order.first is None or not order.journal:
+            return None
+        if not isinstance(order.first, GuardedTier) or not order.first.breaker.answers_within(LEAD_WAIT_S):
+            return None
+        return Lead(functools.partial(first, order.first, fence))
+
+    def _local_unavailable(
+        self, exc: TierUnavailable, withdraw: Callable[[Tier], Any] | None, fenced: list[Tier]
+    ) -> None:
+        """The local tier refused a write the lease's tier took (`fenced`):
+        it fails (withdrawn) with ``write="all"`` or without shared tiers;
+        otherwise the shared tiers carry on."""
+        if self.write == "all" or not self.shared:
+            self._withdraw(withdraw, fenced)
+            raise exc
+        self._local_failed(exc, "the shared tiers carry on")
 
     def _skipped(self, tiers: Sequence[Tier]) -> set[str]:
         """The names of the shared tiers among `tiers` that their breakers

@@ -14,7 +14,7 @@ import queue
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from typing import Any, TypeVar
 
 from .tasks import BackgroundTask
@@ -56,6 +56,60 @@ def run_all(calls: Sequence[Callable[[], T]], *, overlap: bool = True) -> list[T
     futures = [_POOL.submit(capture, c) for c in calls[1:]]
     first = capture(calls[0])
     return [first, *(f.result() for f in futures)]
+
+
+# The sync face overlaps a fenced write to the lease's tier (a network round
+# trip) with the local write that follows it (`Lead`). The local transaction
+# waits at its commit for the lease's tier this long at most; then it rolls
+# back, releases the local file and waits without it, so a stalled shared tier
+# never holds the local file (and every read of it) for longer.
+LEAD_WAIT_S = 0.02
+
+_waited = threading.local()
+
+
+class Abandoned(Exception):
+    """A local write rolled back before its commit on purpose (`Lead`): the
+    lease's tier refused it, failed, or is slow. Not the local tier's doing:
+    its breaker and metrics do not count it."""
+
+
+class Lead:
+    """The lease's tier's fenced write, started on a worker thread so that the
+    local write runs meanwhile, in a transaction that commits only once this
+    write succeeded (`before_commit`): a write the fence refuses still reaches
+    no tier, and the local file holds nothing the lease's tier does not."""
+
+    def __init__(self, call: Callable[[], Any]) -> None:
+        self._future: Future[Any] = _POOL.submit(call)
+
+    def before_commit(self) -> None:
+        """Called by the local write inside its transaction, just before the
+        commit: returns once the lease's tier took the write; raises
+        `Abandoned` (the transaction rolls back) if it failed, or if it has
+        not answered within `LEAD_WAIT_S`. The time spent here is not the
+        local tier's (`take_waited`)."""
+        started = time.monotonic()
+        try:
+            wait([self._future], timeout=LEAD_WAIT_S, return_when=FIRST_EXCEPTION)
+        finally:
+            _waited.seconds = getattr(_waited, "seconds", 0.0) + time.monotonic() - started
+        if not self._future.done():
+            raise Abandoned("the lease's tier has not answered yet")
+        if self._future.exception() is not None:
+            raise Abandoned("the lease's tier did not take the write")
+
+    def result(self) -> Any:
+        """The lease's tier's answer, waited for: its result, or what it raised."""
+        return self._future.result()
+
+
+def take_waited() -> float:
+    """Seconds this thread's calls spent in `Lead.before_commit` since the
+    last call of this (a tier guard takes them out of the local tier's time)."""
+    seconds = getattr(_waited, "seconds", 0.0)
+    _waited.seconds = 0.0
+    return float(seconds)
 
 
 # A user's callable (validator, hook, pace) may be sync or async. The async

@@ -37,7 +37,7 @@ from ..model.lease import Fence, Lease
 from ..model.records import BlobRow, CheckpointRow, Row, WriteRow
 from ..model.roles import Role
 from ..tiers.base import BlobKey, Head, QuarantinedRecord, ThreadRecords
-from .concurrency import Lock, with_timeout
+from .concurrency import Abandoned, Lock, take_waited, with_timeout
 
 logger = logging.getLogger("langgraph_durable")
 
@@ -126,12 +126,19 @@ class GuardedTier:
         """Run one call, bounded by `timeout`, and tell the breaker (and the
         metrics hooks) how it went."""
         started = time.monotonic()
-        # Stays None if the call is cancelled: not the tier's doing, not reported.
+        # Time the call spent waiting for another tier (`Lead`): not this tier's.
+        take_waited()  # left by a call that did not come through here
+        waited = 0.0
+        # Stays None if the call is cancelled or abandoned: not the tier's
+        # doing, not reported.
         outcome: Outcome | None = None
         try:
             if admit:
                 self._admitted()
             result = with_timeout(run, timeout)
+        except Abandoned:
+            take_waited()
+            raise
         except TierUnavailable as exc:
             outcome = "unavailable"
             self._failed(str(exc))
@@ -145,19 +152,23 @@ class GuardedTier:
             ) from exc
         except Exception:
             outcome = "error"
-            self._answered(started)  # a refused lease, a bad record...: the tier did answer
+            waited = take_waited()
+            self._answered(started + waited)  # a refused lease, a bad record...: the tier did answer
             raise
         else:
             outcome = "ok"
-            self._answered(started)
+            waited = take_waited()
+            self._answered(started + waited)
         finally:
             if self.metrics is not None and outcome is not None:
                 if outcome == "ok" and is_miss(op, result, args):
                     outcome = "miss"
-                self.metrics(TierCall(self.name, op, time.monotonic() - started, outcome))
+                self.metrics(TierCall(self.name, op, time.monotonic() - started - waited, outcome))
         return result
 
     def _answered(self, started: float) -> None:
+        """The tier answered a call made at `started` (moved on by the time
+        it spent waiting for another tier)."""
         now = time.monotonic()
         if self.breaker.succeeded(now, now - started):
             outage = self.breaker.last_outage
@@ -203,18 +214,26 @@ class GuardedTier:
         *,
         fence: Fence | None = None,
         journal: Owed | bool | None = None,
+        before_commit: Callable[[], None] | None = None,
     ) -> Any:
-        """`journal`: the local tier only (`SqliteTier.write_checkpoint`); passed on only if given."""
-        return self._call("write_checkpoint", row, blobs, fence=fence, **_journal(journal))
+        """`journal` and `before_commit`: the local tier only
+        (`SqliteTier.write_checkpoint`); passed on only if given."""
+        return self._call("write_checkpoint", row, blobs, fence=fence, **_local_only(journal, before_commit))
 
     def write_blobs(self, blobs: Sequence[BlobRow]) -> None:
         return self._call("write_blobs", blobs)
 
     def write_writes(
-        self, rows: Sequence[WriteRow], upsert: bool, *, fence: Fence | None = None, journal: Owed | bool | None = None
+        self,
+        rows: Sequence[WriteRow],
+        upsert: bool,
+        *,
+        fence: Fence | None = None,
+        journal: Owed | bool | None = None,
+        before_commit: Callable[[], None] | None = None,
     ) -> Any:
-        """`journal`: as for `write_checkpoint`."""
-        return self._call("write_writes", rows, upsert, fence=fence, **_journal(journal))
+        """`journal` and `before_commit`: as for `write_checkpoint`."""
+        return self._call("write_writes", rows, upsert, fence=fence, **_local_only(journal, before_commit))
 
     def write_batch(
         self,
@@ -362,10 +381,15 @@ class GuardedTier:
         return self._call("evict", protect, force=force)
 
 
-def _journal(journal: Owed | bool | None) -> dict[str, Any]:
-    """``journal=`` for the local tier's writes, left out when not given (the
-    other tiers take no such argument)."""
-    return {} if journal is None else {"journal": journal}
+def _local_only(journal: Owed | bool | None, before_commit: Callable[[], None] | None) -> dict[str, Any]:
+    """``journal=`` and ``before_commit=`` for the local tier's writes, each
+    left out when not given (the other tiers take no such argument)."""
+    kwargs: dict[str, Any] = {}
+    if journal is not None:
+        kwargs["journal"] = journal
+    if before_commit is not None:
+        kwargs["before_commit"] = before_commit
+    return kwargs
 
 
 if TYPE_CHECKING:

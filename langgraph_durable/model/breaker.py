@@ -166,6 +166,12 @@ class Breaker:
             )
             return reopened
 
+    def answers_within(self, seconds: float) -> bool:
+        """Closed, and its last call answered within `seconds` (or none has
+        answered yet): the tier answers as usual."""
+        with self._lock:
+            return self._state == "closed" and (self._latency is None or self._latency <= seconds)
+
     def failed(self, now: float, error: str) -> bool:
         """A call could not reach the tier. True if this opened the breaker."""
         with self._lock:

@@ -410,16 +410,22 @@ class SqliteTier:
         *,
         journal: Owed | bool | None = None,
         fence: Fence | None = None,
+        before_commit: Callable[[], None] | None = None,
     ) -> int | None:
         """Store the checkpoint; with `journal`, also record it as owed to the
         shared tiers it names (True: all), in the same transaction. Returns the
-        journal entry's id. With a `fence`, only if the lease matches it."""
+        journal entry's id. With a `fence`, only if the lease matches it.
+        `before_commit` runs last inside the transaction; if it raises, nothing
+        is stored (`concurrency.Lead`)."""
         with self._tx() as conn:
             self._check_fence(conn, fence)
             self._insert_checkpoint(conn, row, blobs)
+            seq = None
             if journal:
-                return _journal(conn, "checkpoint", row.thread_id, row.checkpoint_ns, row.checkpoint_id, None, journal)
-        return None
+                seq = _journal(conn, "checkpoint", row.thread_id, row.checkpoint_ns, row.checkpoint_id, None, journal)
+            if before_commit is not None:
+                before_commit()
+        return seq
 
     def write_batch(
         self,
@@ -458,8 +464,16 @@ class SqliteTier:
             )
 
     def write_writes(
-        self, rows: Sequence[WriteRow], upsert: bool, *, journal: Owed | bool | None = None, fence: Fence | None = None
+        self,
+        rows: Sequence[WriteRow],
+        upsert: bool,
+        *,
+        journal: Owed | bool | None = None,
+        fence: Fence | None = None,
+        before_commit: Callable[[], None] | None = None,
     ) -> int | None:
+        """Store pending writes (replacing, with `upsert`); `journal`,
+        `fence` and `before_commit` as for `write_checkpoint`."""
         with self._tx() as conn:
             self._check_fence(conn, fence)
             conn.executemany(
@@ -478,12 +492,15 @@ class SqliteTier:
                     for w in rows
                 ],
             )
+            seq = None
             if journal and rows:
                 first = rows[0]
-                return _journal(
+                seq = _journal(
                     conn, "writes", first.thread_id, first.checkpoint_ns, first.checkpoint_id, first.task_id, journal
                 )
-        return None
+            if before_commit is not None:
+                before_commit()
+        return seq
 
     def journal_acked(self, seq: int | None, tiers: Sequence[str], *, everyone: Sequence[str] = ()) -> None:
         """`tiers` now hold journal entry `seq`: it is no longer owed to them,
@@ -1090,13 +1107,24 @@ class AsyncSqliteTier:
         *,
         journal: Owed | bool | None = None,
         fence: Fence | None = None,
+        before_commit: Callable[[], None] | None = None,
     ) -> int | None:
-        return await self._group(self.tier.write_checkpoint, row, blobs, journal=journal, fence=fence)
+        return await self._group(
+            self.tier.write_checkpoint, row, blobs, journal=journal, fence=fence, before_commit=before_commit
+        )
 
     async def write_writes(
-        self, rows: Sequence[WriteRow], upsert: bool, *, journal: Owed | bool | None = None, fence: Fence | None = None
+        self,
+        rows: Sequence[WriteRow],
+        upsert: bool,
+        *,
+        journal: Owed | bool | None = None,
+        fence: Fence | None = None,
+        before_commit: Callable[[], None] | None = None,
     ) -> int | None:
-        return await self._group(self.tier.write_writes, rows, upsert, journal=journal, fence=fence)
+        return await self._group(
+            self.tier.write_writes, rows, upsert, journal=journal, fence=fence, before_commit=before_commit
+        )
 
     async def write_batch(
         self,
