@@ -23,17 +23,21 @@ from langgraph_durable import LeaseLost, TierUnavailable
 from langgraph_durable.engine import chain, concurrency
 from langgraph_durable.engine.concurrency import Abandoned, Lead
 from langgraph_durable.metrics import TierCall
+from langgraph_durable.model import breaker
 from tests import lease_worker
 
 
 @pytest.fixture
 def leads(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, int]]:
     """How often a local write waited for its lead, and how often it gave up
-    (the real `Lead.before_commit`, counted). A lead may wait up to 5 s (a
-    test's `_wait_for_leads` sets less), so that a slow moment of the machine
-    does not make a write go without one."""
+    (the real `Lead.before_commit`, counted). Every write that may have a
+    lead gets one: the hand-off to a worker is taken to cost nothing
+    (`breaker.overlap_pays`), and a lead may wait up to 5 s (a test's
+    `_wait_for_leads` sets less), so that a slow moment of the machine does
+    not make a write go without one."""
     seen = {"waited": 0, "abandoned": 0}
     real = Lead.before_commit
+    monkeypatch.setattr(breaker, "THREAD_HOP_S", 0.0)
     _wait_for_leads(monkeypatch, 5.0)
 
     def before_commit(self: Lead) -> None:
@@ -226,3 +230,18 @@ def test_a_lease_tier_cut_mid_run_leaves_the_local_file_nothing_it_does_not_hold
         shared = _keys(lambda q: [tuple(r) for r in pg.execute(q).fetchall()])
     assert local[0] and local[1]  # the first run is there
     assert local[0] <= shared[0] and local[1] <= shared[1]
+
+
+def test_no_lead_where_the_hand_off_would_cost_more_than_it_saves(
+    make_saver: Any, leads: dict[str, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both writes answer in less than a hand-off to a worker costs: they go
+    one after the other, as the async face always writes them."""
+    monkeypatch.setattr(breaker, "THREAD_HOP_S", 10.0)
+    config = {"configurable": {"thread_id": "no-lead"}}
+    with make_saver("sqlite+postgres") as saver:
+        graph = lease_worker.counter().compile(checkpointer=saver)
+        for _ in range(3):
+            graph.invoke({"hits": ["x"]}, config)
+        assert graph.get_state(config).values["count"] == 3
+    assert leads["waited"] == 0

@@ -834,17 +834,24 @@ class AsyncTierChain:
     ) -> Lead | None:
         """The sync face's overlap: the lease's tier's write started on a
         worker thread (`concurrency.Lead`) while the local write runs, when
-        there is a local write to overlap and the lease's tier answers as
-        usual (its breaker closed, its last answer within `LEAD_WAIT_S`).
-        The async face writes one after the other (None)."""
+        there is a local write to overlap, the lease's tier answers as usual
+        (its breaker closed, its last answer within `LEAD_WAIT_S`), and what
+        overlapping saves (the shorter of the two writes' last times) is more
+        than the hand-off to the worker costs (`breaker.overlap_pays`): with
+        a Postgres across a network, or a local write that waits for its
+        disk, not with both a fraction of a millisecond away. The async face
+        writes one after the other (None)."""
         if True:  # ASYNC
             return None
         else:
             if order.first is None or not order.journal:
                 return None
-            if not isinstance(order.first, AsyncGuardedTier) or not order.first.breaker.answers_within(LEAD_WAIT_S):
+            lead, local = order.first, self.local
+            if not isinstance(lead, AsyncGuardedTier) or not isinstance(local, AsyncGuardedTier):
                 return None
-            return Lead(functools.partial(first, order.first, fence))
+            if not lead.breaker.answers_within(LEAD_WAIT_S) or not overlap([lead, local]):
+                return None
+            return Lead(functools.partial(first, lead, fence))
 
     async def _local_unavailable(
         self, exc: TierUnavailable, withdraw: Callable[[AsyncTier], Any] | None, fenced: list[AsyncTier]
