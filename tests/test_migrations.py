@@ -615,15 +615,22 @@ def test_a_subgraph_waiting_at_an_interrupt_resumes_where_it_stopped_after_a_mig
 
 @pytest.mark.parametrize("tiers", ["sqlite+redis+postgres", "sqlite+postgres"])
 def test_a_replica_whose_lease_ran_out_during_a_slow_step_writes_nothing(make_saver: SaverFactory, tiers: str) -> None:
+    entered, b_done = threading.Event(), threading.Event()
+
     def slow(step: Migration) -> None:
-        time.sleep(4.0)  # past the lease's TTL: another replica takes the thread over
+        # Past the lease's TTL: another replica takes the thread over and
+        # runs it meanwhile (waited for, not slept on: on a busy machine a
+        # sleep may end before the other replica got to it).
+        entered.set()
+        assert b_done.wait(60)
         v2_migrations().steps[1](step)
 
     with make_saver(tiers, migrations=v1_migrations(), sqlite_name="old.sqlite") as v1:
         _start_waiting(v1, "slow")
-    short = Leases(linger=0, ttl=2.0)
-    a = make_saver(tiers, migrations=Migrations(version=2, steps={1: slow}), leases=short, sqlite_name="a.sqlite")
-    b = make_saver(tiers, migrations=v2_migrations(), leases=short, sqlite_name="b.sqlite")
+    a_leases = Leases(linger=0, ttl=2.0)
+    b_leases = Leases(linger=0, ttl=2.0, on_busy="wait", wait=30)  # until a's lease has run out
+    a = make_saver(tiers, migrations=Migrations(version=2, steps={1: slow}), leases=a_leases, sqlite_name="a.sqlite")
+    b = make_saver(tiers, migrations=v2_migrations(), leases=b_leases, sqlite_name="b.sqlite")
     with a, b:
         outcome: dict[str, Any] = {}
 
@@ -635,9 +642,12 @@ def test_a_replica_whose_lease_ran_out_during_a_slow_step_writes_nothing(make_sa
 
         first = threading.Thread(target=replica, args=("a", a))
         first.start()
-        time.sleep(3.0)
-        replica("b", b)
-        first.join(30)
+        try:
+            assert entered.wait(30)
+            replica("b", b)
+        finally:
+            b_done.set()
+        first.join(60)
         assert outcome["b"]["log"] == ["draft:cats", "ask2:b", "finish:cats"]
         assert type(outcome["a"]).__name__ == "LeaseLost", outcome["a"]
         # b's run is the thread's latest state; a's migration reached no tier.
