@@ -61,6 +61,7 @@ from ..retention import RetentionPolicy, RetentionReport
 from ..tiers.base import EMBEDDED_META, KEYS_META, SHARED_META, STORE_KEY_META, QuarantinedRecord, key_mismatch_message
 from ..tiers.protocol import Tier
 from ..tiers.sqlite.tier import SqliteTier
+from . import heap
 from .concurrency import LEAD_WAIT_S, Abandoned, Lead, Lock, refuse_awaitable, run_all
 from .guard import GuardedTier, overlap
 from .journal import Journal
@@ -542,6 +543,7 @@ class TierChain:
                 self.own.put(row.thread_id, row.checkpoint_ns, fence.token, row.checkpoint_id, time.monotonic(), trail)
             else:
                 self.own.forget(row.thread_id)
+        heap.now_and_then(time.monotonic())  # what the memos and the steps freed, back to the system
         return {
             "configurable": {
                 "thread_id": row.thread_id,

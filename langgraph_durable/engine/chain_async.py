@@ -75,6 +75,7 @@ from ..retention import RetentionPolicy, RetentionReport
 from ..tiers.base import EMBEDDED_META, KEYS_META, SHARED_META, STORE_KEY_META, QuarantinedRecord, key_mismatch_message
 from ..tiers.protocol_async import AsyncTier
 from ..tiers.sqlite.tier import AsyncSqliteTier
+from . import heap
 from .concurrency import LEAD_WAIT_S, Abandoned, ALock, Lead, amaybe_await, arun_all, refuse_awaitable
 from .guard_async import AsyncGuardedTier, overlap
 from .journal_async import AsyncJournal
@@ -558,6 +559,7 @@ class AsyncTierChain:
                 self.own.put(row.thread_id, row.checkpoint_ns, fence.token, row.checkpoint_id, time.monotonic(), trail)
             else:
                 self.own.forget(row.thread_id)
+        heap.now_and_then(time.monotonic())  # what the memos and the steps freed, back to the system
         return {
             "configurable": {
                 "thread_id": row.thread_id,
