@@ -6,10 +6,10 @@ they free, and the short-lived objects of every step, go back to the C
 allocator, but glibc's malloc keeps freed memory in its heap, where new
 allocations of other sizes do not always reuse it, and hands it back to the
 system only from the top of the heap. A process serving thread after thread
-then grows by about 0.6 MB per 1,000 threads after its memos are full, with
-Python's own blocks and objects flat (``benchmarks/bench_memory.py``);
-``malloc_trim(0)`` returns those free pages, and the growth falls to about
-0.1 MB per 1,000 threads.
+then keeps growing by a fraction of a megabyte per 1,000 threads after its
+memos are full, with Python's own blocks and objects flat
+(``benchmarks/bench_memory.py``); ``malloc_trim(0)`` returns those free
+pages to the system.
 
 So a saver's writes ask for a trim (`now_and_then`), and at most one runs
 per `TRIM_EVERY_S` per process, on the deferred worker thread
