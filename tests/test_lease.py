@@ -50,6 +50,7 @@ from langgraph_durable.model.lease import (
     new_holder,
     parse_holder,
     process_started,
+    renew_every,
     this_process,
     thread_busy,
 )
@@ -801,3 +802,60 @@ async def test_renew_leases_renews_only_this_holders_unreleased_leases_with_thei
         assert after["released"].expires_at == 0.0
         assert after["theirs"].holder == other and after["theirs"].expires_at == taken["theirs"].expires_at
         assert await call("renew_leases", me, [], 600.0) == set()
+
+
+@pytest.mark.parametrize("face", ["sync", "async"])
+async def test_a_sqlite_fenced_write_renews_the_lease_only_once_it_was_renewed_a_while_ago(
+    tmp_path: Path, face: str
+) -> None:
+    """As in Postgres, a fenced write renews its lease only when the lease
+    was last renewed `renew_every` ago (read from the lease's expiry, so
+    whichever process renewed it): a run's writes a moment apart leave the
+    lease's page out of their commit. The fence is checked all the same: a
+    released lease, another token or another holder refuses the write, and
+    nothing of it is stored."""
+    from langgraph_durable.model.records import WriteRow
+    from langgraph_durable.tiers.sqlite.tier import AsyncSqliteTier, SqliteTier
+
+    path = str(tmp_path / "leases.sqlite")
+    raw = SqliteTier(path)
+    tier: Any = raw if face == "sync" else AsyncSqliteTier(raw)
+
+    async def call(name: str, *args: Any, **kwargs: Any) -> Any:
+        result = getattr(tier, name)(*args, **kwargs)
+        return await result if face == "async" else result
+
+    def expiry() -> float:
+        with contextlib.closing(sqlite3.connect(path)) as conn:
+            return float(conn.execute("SELECT expires_at FROM lgd_leases WHERE thread_id = 't'").fetchone()[0])
+
+    def age_lease(seconds: float) -> None:
+        with contextlib.closing(sqlite3.connect(path)) as conn, conn:
+            conn.execute("UPDATE lgd_leases SET expires_at = expires_at - ? WHERE thread_id = 't'", (seconds,))
+
+    def rows(cid: str) -> list[WriteRow]:
+        return [WriteRow("t", "", cid, "task", 0, "ch", "", b"record")]
+
+    def stored() -> set[str]:
+        with contextlib.closing(sqlite3.connect(path)) as conn:
+            return {r[0] for r in conn.execute("SELECT checkpoint_id FROM lgd_writes")}
+
+    ttl = 30.0
+    await call("setup")
+    await call("swap_lease", "t", None, "h:1:me", 3, ttl)
+    fence = Fence("t", "h:1:me", 3, ttl, "sqlite")
+    taken = expiry()
+    await call("write_writes", rows("c1"), False, fence=fence)
+    assert expiry() == taken  # renewed a moment ago: only read
+    age_lease(renew_every(ttl) + 0.5)
+    before = time.time()
+    await call("write_writes", rows("c2"), False, fence=fence)
+    assert expiry() >= before + ttl - 0.5  # renewed for the whole TTL again
+    for refused in (Fence("t", "h:1:me", 2, ttl, "sqlite"), Fence("t", "h:2:other", 3, ttl, "sqlite")):
+        with pytest.raises(LeaseLost):
+            await call("write_writes", rows("refused"), False, fence=refused)
+    await call("release_lease", "t", "h:1:me", 3)
+    with pytest.raises(LeaseLost):
+        await call("write_writes", rows("released"), False, fence=fence)
+    assert stored() == {"c1", "c2"}
+    await call("close")

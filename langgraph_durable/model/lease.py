@@ -153,6 +153,18 @@ class Fence:
     behind: bool = field(default=False, compare=False)
 
 
+# A fenced write renews its lease when the lease was last renewed this long
+# ago (`renew_every`): at most this much of the TTL goes unrenewed, and a
+# step's writes do not each rewrite the lease.
+RENEW_EVERY_MAX_S = 1.0
+
+
+def renew_every(ttl: float) -> float:
+    """Seconds after a lease's last renewal that a fenced write renews it
+    again: a twentieth of the TTL, at most `RENEW_EVERY_MAX_S`."""
+    return min(RENEW_EVERY_MAX_S, ttl / 20)
+
+
 @dataclass(frozen=True, slots=True)
 class Verdict:
     """Whether a holder may take a thread's lease now, and with which token."""

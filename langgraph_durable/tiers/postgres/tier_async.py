@@ -33,7 +33,15 @@ from psycopg.types.json import Jsonb
 
 from ...errors import ConfigError, DurableError, TierUnavailable
 from ...model.backlog import DEFAULT_CALL_TIMEOUT_S
-from ...model.lease import HAND_OFF_MAX_MESSAGE, Fence, Lease, hand_off_channel, hand_off_message, lease_lost
+from ...model.lease import (
+    HAND_OFF_MAX_MESSAGE,
+    Fence,
+    Lease,
+    hand_off_channel,
+    hand_off_message,
+    lease_lost,
+    renew_every,
+)
 from ...model.records import BlobRow, CheckpointRow, Row, WriteRow
 from ...model.roles import Role
 from ..base import (
@@ -55,16 +63,7 @@ from .group import GroupCommit, GroupFailed, Member, Rows  # ASYNC ONLY
 from .sql import MIGRATIONS  # noqa: F401 - the schema's versions, as tests and tools import them
 
 DEFAULT_POOL_SIZE = 10
-# A fenced write renews its lease when the last renewal this saver sent is
-# this old (`renew_every`): at most this much of the TTL goes unrenewed.
-RENEW_EVERY_MAX_S = 1.0
 RENEWED_MAX = 100_000
-
-
-def renew_every(ttl: float) -> float:
-    """Seconds after a lease's last renewal that a fenced write renews it
-    again: a twentieth of the TTL, at most `RENEW_EVERY_MAX_S`."""
-    return min(RENEW_EVERY_MAX_S, ttl / 20)
 
 
 DEFAULT_CONNECT_TIMEOUT_S = 5.0

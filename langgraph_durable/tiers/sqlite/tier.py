@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
 
 from ...errors import ConfigError, TierUnavailable
 from ...model.backlog import JournalEntry, Owed, decode_fence, encode_fence
-from ...model.lease import Fence, Lease, lease_lost
+from ...model.lease import Fence, Lease, lease_lost, renew_every
 from ...model.records import BlobRow, CheckpointRow, Row, WriteRow, metadata_matches
 from ...model.roles import Role
 from ..base import (
@@ -858,10 +858,23 @@ class SqliteTier:
 
     @staticmethod
     def _check_fence(conn: sqlite3.Connection, fence: Fence | None) -> None:
-        """Inside a write transaction: the lease still matches `fence`
-        (renewed), or `LeaseLost` and the transaction rolls back."""
+        """Inside a write transaction: the lease still matches `fence`, or
+        `LeaseLost` and the transaction rolls back. The lease is renewed when
+        it was last renewed `renew_every` ago or more (read from its expiry,
+        so whichever process renewed it); a write that finds it renewed
+        since only reads it, and leaves the lease's page out of its commit."""
         if fence is None:
             return
+        if not fence.late:
+            lease = _lease(conn, fence.thread_id)
+            if (
+                lease is not None
+                and lease.holder == fence.holder
+                and lease.token == fence.token
+                and lease.expires_at > 0
+                and lease.expires_at - time.time() > fence.ttl - renew_every(fence.ttl)
+            ):
+                return
         renewed = conn.execute(
             sql.RENEW_FENCE,
             (fence.token, time.time() + fence.ttl, fence.thread_id, fence.holder, fence.late, fence.token,
