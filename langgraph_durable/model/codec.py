@@ -73,6 +73,13 @@ DEFAULT_MAX_ID_BYTES = 1024  # thread ids, checkpoint namespaces
 DEFAULT_MAX_NAME_BYTES = 256  # task ids, channel names, channel versions (a checkpoint id is a 36-byte UUID)
 
 
+def fits_key(value: object, limit: int | None) -> bool:
+    """Whether `value` is a key part `check_key_part` takes, answered
+    without its error message (built only for one it refuses): the common
+    case, short ASCII text, whose length in bytes is its length."""
+    return type(value) is str and value.isascii() and "\x00" not in value and (limit is None or len(value) <= limit)
+
+
 def check_key_part(value: object, *, what: str, limit: int | None) -> str:
     """`value` if every tier can store it as part of a key, else `ConfigError`.
 
@@ -81,6 +88,8 @@ def check_key_part(value: object, *, what: str, limit: int | None) -> str:
     and an over-long key fails in Postgres only after nearer tiers took it.
     `limit` None checks everything but the length.
     """
+    if fits_key(value, limit):
+        return value
     if not isinstance(value, str):
         raise ConfigError(f"{what} must be a str, not {type(value).__name__} ({value!r:.80}).")
     if "\x00" in value:
@@ -110,6 +119,10 @@ def check_key_part(value: object, *, what: str, limit: int | None) -> str:
 # LangGraph itself fails later on it.
 _CHECKPOINT_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 CHECKPOINT_ID_EXAMPLE = "1ef4f797-8335-6428-8001-8a1503f9b875"
+
+
+def _is_checkpoint_id(value: object) -> bool:
+    return isinstance(value, str) and _CHECKPOINT_ID.fullmatch(value) is not None
 
 
 def check_checkpoint_id(value: object, *, what: str) -> str:
@@ -167,10 +180,11 @@ def thread_of(config: RunnableConfig | None, *, what: str) -> str:
             f"{what}: thread_id must be a str, not {type(thread_id).__name__} ({thread_id!r:.80}); "
             "pass str(thread_id) if its text names the thread."
         )
-    check_key_part(thread_id, what=f"{what}: thread_id", limit=DEFAULT_MAX_ID_BYTES)
-    if ns := configurable.get("checkpoint_ns"):
+    if not fits_key(thread_id, DEFAULT_MAX_ID_BYTES):
+        check_key_part(thread_id, what=f"{what}: thread_id", limit=DEFAULT_MAX_ID_BYTES)
+    if (ns := configurable.get("checkpoint_ns")) and not fits_key(ns, DEFAULT_MAX_ID_BYTES):
         check_key_part(ns, what=f"{what}: checkpoint_ns", limit=DEFAULT_MAX_ID_BYTES)
-    if cid := configurable.get("checkpoint_id"):
+    if (cid := configurable.get("checkpoint_id")) and not _is_checkpoint_id(cid):
         check_checkpoint_id(cid, what=f"{what}: checkpoint_id")
     return thread_id
 
@@ -611,10 +625,7 @@ class RecordCodec:
         lists: dict[str, Last] = {}
         blobs = []
         for channel, version in new_versions.items():
-            check_key_part(channel, what="put: channel name", limit=DEFAULT_MAX_NAME_BYTES)
-            v = check_key_part(
-                version_key(version), what=f"put: version of channel {channel!r}", limit=DEFAULT_MAX_NAME_BYTES
-            )
+            v = self._key_parts(channel, version)
             if channel in values:
                 tag, payload = self._dump(values[channel], channel=channel, what="state key")
                 if records is not None:
@@ -635,10 +646,7 @@ class RecordCodec:
                 )
             )
         for channel, version in (never_written or {}).items():
-            check_key_part(channel, what="put: channel name", limit=DEFAULT_MAX_NAME_BYTES)
-            v = check_key_part(
-                version_key(version), what=f"put: version of channel {channel!r}", limit=DEFAULT_MAX_NAME_BYTES
-            )
+            v = self._key_parts(channel, version)
             if channel in values:
                 tag, payload = self._dump(values[channel], channel=channel, what="state key")
             else:
@@ -667,6 +675,16 @@ class RecordCodec:
         )
         return row, blobs, Remember(thread_id, ns, cid, lists)
 
+    @staticmethod
+    def _key_parts(channel: str, version: Any) -> str:
+        """A put's channel name checked (`check_key_part`), and its version as stored."""
+        if not fits_key(channel, DEFAULT_MAX_NAME_BYTES):
+            check_key_part(channel, what="put: channel name", limit=DEFAULT_MAX_NAME_BYTES)
+        v = version_key(version)
+        if not fits_key(v, DEFAULT_MAX_NAME_BYTES):
+            check_key_part(v, what=f"put: version of channel {channel!r}", limit=DEFAULT_MAX_NAME_BYTES)
+        return v
+
     def encode_writes(
         self,
         config: RunnableConfig,
@@ -694,7 +712,8 @@ class RecordCodec:
         check_key_part(task_id, what="put_writes: task_id", limit=DEFAULT_MAX_NAME_BYTES)
         check_key_part(task_path, what="put_writes: task_path", limit=None)
         for channel, _ in writes:
-            check_key_part(channel, what="put_writes: channel name", limit=DEFAULT_MAX_NAME_BYTES)
+            if not fits_key(channel, DEFAULT_MAX_NAME_BYTES):
+                check_key_part(channel, what="put_writes: channel name", limit=DEFAULT_MAX_NAME_BYTES)
         rows = []
         for i, (channel, value) in enumerate(writes):
             idx = WRITES_IDX_MAP.get(channel, i)

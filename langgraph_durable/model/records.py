@@ -52,10 +52,7 @@ def _digest(context: bytes, type_tag: bytes, payload: bytes | memoryview, key: b
         h: Any = base.copy()
     else:
         h = hashlib.sha256()
-    h.update(context)
-    h.update(b"\x00")
-    h.update(type_tag)
-    h.update(b"\x00")
+    h.update(b"%b\x00%b\x00" % (context, type_tag))
     h.update(payload)
     return h.digest()[:DIGEST_SIZE]
 
