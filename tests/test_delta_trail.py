@@ -321,6 +321,40 @@ def test_a_trail_folds_writes_in_task_order_and_restarts_at_a_snapshot() -> None
     assert trail.answer("03", ["items"]) == {"items": (snapshot, (("c", ("msgpack", b"C")),))}
 
 
+def test_the_trails_size_kept_step_by_step_is_its_recount() -> None:
+    """A trail's bytes are kept up to date part by part (each history, each
+    step, the early writes) rather than counted again at every put: after
+    any mix of snapshots, plain values, late, early and replaced writes they
+    are what a count from scratch gives."""
+    import random
+
+    rng = random.Random(7)
+    trail = DeltaTrail.start(
+        _put("0001", None, {"items": ("1", None), "n": ("1", PLAIN)}, {"items": "1", "n": "1"}, set())
+    )
+    assert trail is not None
+    versions = {"items": "1", "n": "1"}
+    for step in range(2, 120):
+        head, cid = trail.head.checkpoint_id, f"{step:04d}"
+        for target in (head, trail.parent.checkpoint_id if trail.parent else head, f"{step + 1:04d}"):
+            batch = [
+                _w(rng.choice("abc"), rng.randrange(3), rng.choice(["items", "n", "other"]), b"x" * rng.randrange(40))
+                for _ in range(rng.randrange(3))
+            ]
+            assert trail.add_writes(target, batch, upsert=rng.random() < 0.3)
+            assert trail.size == trail._count()
+        stored: dict[str, Any] = {}
+        if rng.random() < 0.2:
+            versions["items"] = str(step)
+            stored["items"] = (versions["items"], ("msgpack", b"S" * rng.randrange(60)))
+        if rng.random() < 0.5:
+            versions["n"] = str(step)
+            stored["n"] = (versions["n"], PLAIN)
+        assert trail.advance(_put(cid, head, stored, dict(versions), {"items"}))
+        assert trail.size == trail._count(), step
+    assert trail.histories  # the walk did carry a history along
+
+
 def test_late_writes_of_the_heads_parent_count_and_older_ones_drop_the_trail() -> None:
     """LangGraph may store a checkpoint's writes after its child's put (a
     resumed run's input, on the async face): the head's parent is not folded

@@ -101,6 +101,11 @@ class _Step:
     stored: dict[str, tuple[str, Dumped | str | None]]
     counted: frozenset[str]
     writes: dict[tuple[str, int], TrailWrite] = field(default_factory=dict)
+    # Its estimated bytes, kept up to date as writes join it (`_step_size`).
+    size: int = 0
+
+    def __post_init__(self) -> None:
+        self.size = _step_size(self)
 
 
 @dataclass(slots=True)
@@ -125,7 +130,11 @@ class DeltaTrail:
     unanswered: set[str] = field(default_factory=set)
     # Writes of checkpoints still to be put.
     early: dict[str, dict[tuple[str, int], TrailWrite]] = field(default_factory=dict)
+    # Estimated bytes of it all (`_count` counts them again from scratch),
+    # kept up to date part by part: each channel's history, the early writes.
     size: int = 0
+    history_sizes: dict[str, int] = field(default_factory=dict)
+    early_size: int = 0
 
     @classmethod
     def start(cls, put: TrailPut) -> DeltaTrail | None:
@@ -157,10 +166,14 @@ class DeltaTrail:
                 return False  # a version stored by a put this trail did not see
             stored[ch] = record
         if self.parent is not None:
-            self.histories, self.unanswered = _fold(self.histories, self.unanswered, self.parent, self.head)
+            self.histories, self.unanswered = _fold(
+                self.histories, self.unanswered, self.parent, self.head, self.history_sizes
+            )
         self.parent = self.head
-        self.head = _Step(put.checkpoint_id, stored, put.counted, self.early.pop(put.checkpoint_id, {}))
-        self.size = self._count()
+        early = self.early.pop(put.checkpoint_id, {})
+        self.early_size -= sum(w.cost() for w in early.values())
+        self.head = _Step(put.checkpoint_id, stored, put.counted, early)
+        self._sum_up()
         return True
 
     def add_writes(self, checkpoint_id: str, writes: Iterable[TrailWrite], *, upsert: bool) -> bool:
@@ -168,22 +181,28 @@ class DeltaTrail:
         same (task, idx) with `upsert`, as the tiers do, else kept first).
         False when they cannot be followed: writes of a checkpoint older than
         the head's parent, whose history has been folded already."""
+        step: _Step | None = None
         if checkpoint_id == self.head.checkpoint_id:
-            into = self.head.writes
+            step = self.head
         elif self.parent is not None and checkpoint_id == self.parent.checkpoint_id:
-            into = self.parent.writes
+            step = self.parent
         elif checkpoint_id > self.head.checkpoint_id:  # ids grow: a checkpoint still to be put
             if checkpoint_id not in self.early and len(self.early) >= MAX_EARLY:
                 return False
-            into = self.early.setdefault(checkpoint_id, {})
         else:
             return False
+        into = step.writes if step is not None else self.early.setdefault(checkpoint_id, {})
         for w in writes:
             key = (w.task_id, w.idx)
             if upsert or key not in into:
                 old = into.get(key)
                 into[key] = w
-                self.size += w.cost() - (old.cost() if old is not None else 0)
+                grown = w.cost() - (old.cost() if old is not None else 0)
+                self.size += grown
+                if step is not None:
+                    step.size += grown
+                else:
+                    self.early_size += grown
         return True
 
     def answer(self, checkpoint_id: str, channels: Collection[str]) -> dict[str, History] | None:
@@ -199,23 +218,36 @@ class DeltaTrail:
             return None
         return {ch: histories.get(ch, (None, ())) for ch in channels}
 
+    def _sum_up(self) -> None:
+        """`size` from the sizes kept part by part (`_count` without the walk)."""
+        size = ITEM_OVERHEAD + sum(self.history_sizes.values()) + self.head.size + self.early_size
+        size += self.parent.size if self.parent is not None else 0
+        self.size = size + sum(ITEM_OVERHEAD + len(ch) for ch in self.unanswered)
+
     def _count(self) -> int:
+        """The estimated bytes of the whole trail, counted from scratch."""
         size = ITEM_OVERHEAD
         for ch, (seed, writes) in self.histories.items():
-            size += ITEM_OVERHEAD + len(ch) + (len(seed[1]) if seed is not None else 0)
-            size += sum(ITEM_OVERHEAD + len(task_id) + len(d[1]) for task_id, d in writes)
-        for step in (self.head, self.parent):
-            if step is not None:
-                size += ITEM_OVERHEAD + len(step.checkpoint_id) + sum(w.cost() for w in step.writes.values())
-                for ch, (v, record) in step.stored.items():
-                    size += ITEM_OVERHEAD + len(ch) + len(v)
-                    size += len(record[1]) if isinstance(record, tuple) else 0
+            size += ITEM_OVERHEAD + len(ch) + (len(seed[1]) if seed is not None else 0) + _writes_size(writes)
+        size += sum(_step_size(step) for step in (self.head, self.parent) if step is not None)
         size += sum(w.cost() for ws in self.early.values() for w in ws.values())
         return size + sum(ITEM_OVERHEAD + len(ch) for ch in self.unanswered)
 
 
+def _step_size(step: _Step) -> int:
+    size = ITEM_OVERHEAD + len(step.checkpoint_id) + sum(w.cost() for w in step.writes.values())
+    for ch, (v, record) in step.stored.items():
+        size += ITEM_OVERHEAD + len(ch) + len(v)
+        size += len(record[1]) if isinstance(record, tuple) else 0
+    return size
+
+
 def _fold(
-    histories: Mapping[str, History], unanswered: Collection[str], step: _Step, child: _Step
+    histories: Mapping[str, History],
+    unanswered: Collection[str],
+    step: _Step,
+    child: _Step,
+    sizes: dict[str, int] | None = None,
 ) -> tuple[dict[str, History], set[str]]:
     """The walk's answer for `child`, from `histories` (the answer for
     `step`, its parent): the channels `step` stored a value of start again
@@ -223,11 +255,15 @@ def _fold(
     others add `step`'s writes, in the order LangGraph applies them. Returns
     it and the channels not answered for now: those of `unanswered` not
     seeded again by a snapshot, those seeded by a plain value, and those
-    written with no DeltaChannel counting them at `child` (not one)."""
+    written with no DeltaChannel counting them at `child` (not one).
+    `sizes`, if given, holds each history's estimated bytes (as `_count`
+    counts them) and is updated to those of the answer, without a walk of
+    the histories."""
     by_channel: dict[str, list[TrailWrite]] = {}
     for w in sorted(step.writes.values(), key=lambda w: (w.task_path, w.task_id, w.idx)):
         by_channel.setdefault(w.channel, []).append(w)
     out: dict[str, History] = {}
+    new_sizes: dict[str, int] = {}
     gone = set(unanswered)
     for ch in {*histories, *by_channel, *step.stored}:
         written = tuple((w.task_id, w.dumped) for w in by_channel.get(ch, ()))
@@ -238,6 +274,8 @@ def _fold(
         if value is not None:
             assert not isinstance(value, str)
             out[ch] = (value, written)
+            if sizes is not None:
+                new_sizes[ch] = ITEM_OVERHEAD + len(ch) + len(value[1]) + _writes_size(written)
             gone.discard(ch)
             continue
         if ch in unanswered:
@@ -247,7 +285,16 @@ def _fold(
             gone.add(ch)  # writes that no DeltaChannel counted: a plain channel's
             continue
         out[ch] = (seed, before + written)
+        if sizes is not None:
+            new_sizes[ch] = sizes.get(ch, ITEM_OVERHEAD + len(ch)) + _writes_size(written)
+    if sizes is not None:
+        sizes.clear()
+        sizes.update(new_sizes)
     return out, gone
+
+
+def _writes_size(written: Iterable[tuple[str, Dumped]]) -> int:
+    return sum(ITEM_OVERHEAD + len(task_id) + len(d[1]) for task_id, d in written)
 
 
 def trail_put(
