@@ -8,10 +8,13 @@ counting graph on one thread and reports through a queue: ("ok", detail) or
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import operator
 import random
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
@@ -37,6 +40,38 @@ def counter(node: Any = None) -> StateGraph:
     g.add_edge(START, "inc")
     g.add_edge("inc", END)
     return g
+
+
+@contextlib.contextmanager
+def stalled_run(saver: DurableSaver, config: dict[str, Any], **invoke: Any) -> Iterator[list[BaseException]]:
+    """A run of `counter` on `saver` (replica A) that stalls inside its node,
+    on a thread of its own: inside the block the node has been entered and
+    waits (A holds the thread's lease, or did); leaving the block lets the
+    node go on (its update adds "stale A") and waits for the run to end.
+    Yields the list of what the run raised, complete once the block is left."""
+    entered, proceed = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+
+    def stall(state: CountState) -> dict[str, Any]:
+        entered.set()
+        proceed.wait(30)
+        return {"count": state.get("count", 0) + 1, "hits": ["stale A"]}
+
+    def run() -> None:
+        try:
+            counter(stall).compile(checkpointer=saver).invoke({"hits": ["A"]}, config, **invoke)
+        except BaseException as exc:  # reported to the test
+            errors.append(exc)
+
+    runner = threading.Thread(target=run)
+    runner.start()
+    try:
+        assert entered.wait(30), "the stalled run never reached its node"
+        yield errors
+    finally:
+        proceed.set()
+        runner.join(60)  # a liveness bound: the node was let go
+    assert not runner.is_alive(), "the stalled run did not end once its node was let go"
 
 
 def increments(saver_kwargs: dict[str, Any], thread_id: str, tag: str, runs: int, start: Any, results: Any) -> None:

@@ -18,7 +18,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import threading
 import time
 import uuid
 import weakref
@@ -424,40 +423,18 @@ def test_a_holder_that_stalls_past_the_ttl_loses_the_thread_and_its_write(
 ) -> None:
     thread_id = f"stall-{durability}"
     config = {"configurable": {"thread_id": thread_id}}
-    entered, proceed = threading.Event(), threading.Event()
-
-    def stall(state: dict[str, Any]) -> dict[str, Any]:
-        entered.set()
-        proceed.wait(30)
-        return {"count": state.get("count", 0) + 1, "hits": ["stale A"]}
-
     # Replicas: their own SQLite files, unless SQLite alone is what they share.
     own = (lambda name: "shared.sqlite") if tiers == "sqlite" else (lambda name: f"{name}.sqlite")
     a = make_saver(tiers, sqlite_name=own("a"), lease_ttl=0.5)
     b = make_saver(tiers, sqlite_name=own("b"), lease_ttl=5.0, on_busy="wait", lease_wait=20)
-    errors: list[BaseException] = []
-
-    def run_a() -> None:
-        try:
-            lease_worker.counter(stall).compile(checkpointer=a).invoke({"hits": ["A"]}, config, durability=durability)
-        except BaseException as exc:
-            errors.append(exc)
-
     with a, b:
-        runner = threading.Thread(target=run_a)
-        runner.start()
-        try:
-            assert entered.wait(30)
+        with lease_worker.stalled_run(a, config, durability=durability) as errors:
             with caplog.at_level(logging.WARNING, logger="langgraph_durable"):
                 out = lease_worker.counter().compile(checkpointer=b).invoke({"hits": ["B"]}, config)
             # B took A's lease over because it had expired (A holds it while it stalls).
             took_over = [r.getMessage() for r in caplog.records if "took over the writer lease" in r.getMessage()]
             assert len(took_over) == 1 and f"thread {thread_id!r}" in took_over[0], took_over
             assert f"from {a._runtime.leases.holder} (expired;" in took_over[0], took_over
-        finally:
-            proceed.set()
-            runner.join(60)  # a liveness bound: A's node was let go
-        assert not runner.is_alive()
         assert len(errors) == 1 and isinstance(errors[0], LeaseLost), errors
         assert out == {"count": 1, "hits": ["A", "B"]}
         # Nothing A wrote after the takeover is in the authoritative tier

@@ -110,33 +110,12 @@ def test_a_write_the_lease_refuses_reaches_not_even_the_local_file(
     late writes are refused by the lease's tier while A's local transaction
     is open: A's own file keeps none of them."""
     config = {"configurable": {"thread_id": "late-writer"}}
-    entered, proceed = threading.Event(), threading.Event()
-
-    def stale(state: dict[str, Any]) -> dict[str, Any]:
-        entered.set()
-        proceed.wait(30)
-        return {"count": state.get("count", 0) + 1, "hits": ["stale A"]}
-
     a = make_saver(tiers, sqlite_name="a.sqlite", lease_ttl=0.5)
     b = make_saver(tiers, sqlite_name="b.sqlite", lease_ttl=5.0, on_busy="wait", lease_wait=20)
-    errors: list[BaseException] = []
-
-    def run_a() -> None:
-        try:
-            lease_worker.counter(stale).compile(checkpointer=a).invoke({"hits": ["A"]}, config)
-        except BaseException as exc:
-            errors.append(exc)
-
     with a, b:
-        runner = threading.Thread(target=run_a)
-        runner.start()
-        try:
-            assert entered.wait(30)
+        with lease_worker.stalled_run(a, config) as errors:
             assert lease_worker.counter().compile(checkpointer=b).invoke({"hits": ["B"]}, config)["count"] == 1
             waited_before = leads["waited"]
-        finally:
-            proceed.set()
-            runner.join(60)
         assert len(errors) == 1 and isinstance(errors[0], LeaseLost), errors
         # A's late write went through the overlap, and was given up at its commit.
         assert leads["waited"] > waited_before and leads["abandoned"] >= 1
