@@ -9,7 +9,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import importlib
-import json
 import logging
 import math
 import re
@@ -189,10 +188,6 @@ def thread_of(config: RunnableConfig | None, *, what: str) -> str:
     return thread_id
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
 def _non_finite(value: Any, path: str = "", depth: int = 0) -> tuple[str, float] | None:
     """Key path and value of the first NaN or infinity inside `value`."""
     if isinstance(value, float) and not math.isfinite(value):
@@ -214,16 +209,13 @@ def checked_metadata_json(md: dict[str, Any]) -> str:
     jsonb column rejects them), text that is not valid Unicode, a dict key
     JSON cannot hold."""
     try:
-        text = metadata_json(md)
-        json.loads(text, parse_constant=_reject_constant)
+        text = metadata_json(md, allow_nan=False)  # NaN and infinity raise ValueError
         text.encode("utf-8")
         return text
     except (TypeError, ValueError, RecursionError) as whole:
         for key, value in md.items():
             try:
-                one = metadata_json({key: value})
-                json.loads(one, parse_constant=_reject_constant)
-                one.encode("utf-8")
+                metadata_json({key: value}, allow_nan=False).encode("utf-8")
             except (TypeError, ValueError, RecursionError) as exc:
                 bad = _non_finite(value)
                 if bad is not None:

@@ -223,13 +223,15 @@ class WriteRow:
         )
 
 
-def metadata_json(metadata: dict[str, Any]) -> str:
+def metadata_json(metadata: dict[str, Any], *, allow_nan: bool = True) -> str:
     """A JSON copy of metadata for tier-side filtering.
 
     Values JSON cannot hold are stringified: the copy only narrows queries,
-    the exact comparison happens on the decoded envelope.
+    the exact comparison happens on the decoded envelope. Without
+    `allow_nan`, a NaN or an infinity raises ValueError (JSON has none).
     """
-    return json.dumps(metadata, default=str, ensure_ascii=False, separators=(",", ":")).replace("\\u0000", "")
+    text = json.dumps(metadata, default=str, ensure_ascii=False, separators=(",", ":"), allow_nan=allow_nan)
+    return text.replace("\\u0000", "")
 
 
 def with_verified_metadata(row: CheckpointRow, metadata: dict[str, Any]) -> CheckpointRow:
