@@ -99,7 +99,7 @@ def test_a_probe_that_the_tier_answers_with_an_error_still_closes_the_breaker(tm
 
 
 def test_calls_overlap_only_when_it_saves_more_than_the_thread_hand_offs_cost() -> None:
-    from langgraph_durable.model.breaker import THREAD_HOP_S, overlap_pays
+    from langgraph_durable.model.breaker import LEAD_HOP_S, THREAD_HOP_S, overlap_pays
 
     assert overlap_pays([None, 0.0001])  # not measured yet: overlap
     assert overlap_pays([0.0001])  # nothing to overlap with: as it comes
@@ -108,6 +108,11 @@ def test_calls_overlap_only_when_it_saves_more_than_the_thread_hand_offs_cost() 
     remote = [0.00003, 0.0008, 0.0012]  # the shared tiers a network hop away
     assert overlap_pays(remote)
     assert sum(remote) - max(remote) > THREAD_HOP_S * 2
+    # A lead (the local write committed after the lease's tier answered) pays
+    # only once the shorter write takes longer than `LEAD_HOP_S`.
+    local_and_postgres = [0.0003, 0.0004]
+    assert overlap_pays(local_and_postgres) and not overlap_pays(local_and_postgres, lead=True)
+    assert overlap_pays([LEAD_HOP_S * 1.5, 0.005], lead=True)
 
 
 def test_one_slow_answer_does_not_flip_the_typical_latency() -> None:

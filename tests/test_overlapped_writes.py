@@ -38,6 +38,7 @@ def leads(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, int]]:
     seen = {"waited": 0, "abandoned": 0}
     real = Lead.before_commit
     monkeypatch.setattr(breaker, "THREAD_HOP_S", 0.0)
+    monkeypatch.setattr(breaker, "LEAD_HOP_S", 0.0)
     _wait_for_leads(monkeypatch, 5.0)
 
     def before_commit(self: Lead) -> None:
@@ -211,12 +212,12 @@ def test_a_lease_tier_cut_mid_run_leaves_the_local_file_nothing_it_does_not_hold
     assert local[0] <= shared[0] and local[1] <= shared[1]
 
 
-def test_no_lead_where_the_hand_off_would_cost_more_than_it_saves(
+def test_no_lead_where_it_would_cost_more_than_it_saves(
     make_saver: Any, leads: dict[str, int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Both writes answer in less than a hand-off to a worker costs: they go
-    one after the other, as the async face always writes them."""
-    monkeypatch.setattr(breaker, "THREAD_HOP_S", 10.0)
+    """Both writes answer in less than a lead costs: they go one after the
+    other, as the async face always writes them."""
+    monkeypatch.setattr(breaker, "LEAD_HOP_S", 10.0)
     config = {"configurable": {"thread_id": "no-lead"}}
     with make_saver("sqlite+postgres") as saver:
         graph = lease_worker.counter().compile(checkpointer=saver)

@@ -823,16 +823,16 @@ class TierChain:
         there is a local write to overlap, the lease's tier answers as usual
         (its breaker closed, its last answer within `LEAD_WAIT_S`), and what
         overlapping saves (the shorter of the two writes' last times) is more
-        than the hand-off to the worker costs (`breaker.overlap_pays`): with
-        a Postgres across a network, or a local write that waits for its
-        disk, not with both a fraction of a millisecond away. The async face
-        writes one after the other (None)."""
+        than a lead costs (`breaker.LEAD_HOP_S`): a local write that waits for
+        its disk (or a loaded machine) and a lease's tier that is not near
+        either, not a local write of a fraction of a millisecond, however far
+        the lease's tier. The async face writes one after the other (None)."""
         if order.first is None or not order.journal:
             return None
         lead, local = order.first, self.local
         if not isinstance(lead, GuardedTier) or not isinstance(local, GuardedTier):
             return None
-        if not lead.breaker.answers_within(LEAD_WAIT_S) or not overlap([lead, local]):
+        if not lead.breaker.answers_within(LEAD_WAIT_S) or not overlap([lead, local], lead=True):
             return None
         return Lead(functools.partial(first, lead, fence))
 

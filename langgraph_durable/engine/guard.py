@@ -68,10 +68,11 @@ def missed_read(tier: Any) -> None:
         breaker.missed(write=False)
 
 
-def overlap(tiers: Any) -> bool:
+def overlap(tiers: Any, *, lead: bool = False) -> bool:
     """Whether calls to these (guarded) tiers should overlap in the sync face
-    (`breaker.overlap_pays`, from each tier's last answer time)."""
-    return overlap_pays([t.breaker.latency if isinstance(t, GuardedTier) else None for t in tiers])
+    (`breaker.overlap_pays`, from each tier's last answer time; `lead`: a
+    `concurrency.Lead`)."""
+    return overlap_pays([t.breaker.latency if isinstance(t, GuardedTier) else None for t in tiers], lead=lead)
 
 
 class GuardedTier:

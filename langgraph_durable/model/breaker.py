@@ -227,17 +227,27 @@ LATENCY_WEIGHT = 0.2
 # the GIL changing hands, about 0.1-0.3 ms on a busy 2-core machine, as long
 # as a whole loopback round trip to Redis.
 THREAD_HOP_S = 0.0002
+# What overlapping a run's local write with its lease's tier's write costs
+# (`concurrency.Lead`): besides the hand-off, the local transaction and the
+# worker's statement compete for the interpreter with LangGraph's loop. On 2
+# cores, with both writes taking 0.2-0.3 ms (Postgres on loopback), a step
+# took 0.1-0.2 ms longer with the overlap than without, and at a threshold of
+# 0.5 ms a fifth of the writes still overlapped (a local write's time counts
+# its wait for the step's other write): it pays only when the shorter of the
+# two writes takes longer than this.
+LEAD_HOP_S = 0.001
 
 
-def overlap_pays(latencies: Sequence[float | None]) -> bool:
+def overlap_pays(latencies: Sequence[float | None], *, lead: bool = False) -> bool:
     """Whether the sync face should run calls to these tiers at once, on
     worker threads, rather than one after another: only if what overlapping
-    saves (all but the slowest call) outweighs the hand-offs. Calls whose
-    time is not known yet overlap."""
+    saves (all but the slowest call) outweighs the hand-offs (`THREAD_HOP_S`
+    each; `LEAD_HOP_S` for a `Lead`). Calls whose time is not known yet
+    overlap."""
     if len(latencies) < 2 or any(t is None for t in latencies):
         return True
     known = [t for t in latencies if t is not None]
-    return sum(known) - max(known) > THREAD_HOP_S * (len(known) - 1)
+    return sum(known) - max(known) > (LEAD_HOP_S if lead else THREAD_HOP_S) * (len(known) - 1)
 
 
 class Breakers:
