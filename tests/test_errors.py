@@ -544,6 +544,17 @@ def test_metadata_json_cannot_hold_names_the_key_and_writes_nothing(make_saver: 
         stored = saver.put(generate_config("t-md"), generate_checkpoint(), generate_metadata(note="a\x00b"), {})
         tup = saver.get_tuple(stored)
         assert tup is not None and tup.metadata["note"] == "ab"
+        # The text "\u0000" (a backslash, then u0000) is not a NUL: kept as it
+        # is, and found by a filter on it in every tier; a NaN dict key is the
+        # JSON key "NaN".
+        text = "x\\u0000y"
+        stored = saver.put(
+            generate_config("t-md2"), generate_checkpoint(), generate_metadata(note=text, by={math.nan: 1}), {}
+        )
+        tup = saver.get_tuple(stored)
+        assert tup is not None and tup.metadata["note"] == text
+        found = list(saver.list(generate_config("t-md2"), filter={"note": text}))
+        assert [t.config["configurable"]["checkpoint_id"] for t in found] == [stored["configurable"]["checkpoint_id"]]
 
 
 # -- passwords ---------------------------------------------------------------------

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import importlib
+import json
 import logging
 import math
 import re
@@ -203,19 +204,30 @@ def _non_finite(value: Any, path: str = "", depth: int = 0) -> tuple[str, float]
     return None
 
 
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
 def checked_metadata_json(md: dict[str, Any]) -> str:
     """`metadata_json(md)`, or `SerializationError` naming the metadata key
     that every tier cannot store: NaN or infinity (not JSON; the Postgres
     jsonb column rejects them), text that is not valid Unicode, a dict key
     JSON cannot hold."""
     try:
-        text = metadata_json(md, allow_nan=False)  # NaN and infinity raise ValueError
+        try:
+            text = metadata_json(md, allow_nan=False)  # a NaN or an infinity raises ValueError
+        except ValueError:
+            # As a value JSON cannot hold it; as a dict key it is the text "NaN".
+            text = metadata_json(md)
+            json.loads(text, parse_constant=_reject_constant)
         text.encode("utf-8")
         return text
     except (TypeError, ValueError, RecursionError) as whole:
         for key, value in md.items():
             try:
-                metadata_json({key: value}, allow_nan=False).encode("utf-8")
+                one = metadata_json({key: value})
+                json.loads(one, parse_constant=_reject_constant)
+                one.encode("utf-8")
             except (TypeError, ValueError, RecursionError) as exc:
                 bad = _non_finite(value)
                 if bad is not None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -231,7 +232,13 @@ def metadata_json(metadata: dict[str, Any], *, allow_nan: bool = True) -> str:
     `allow_nan`, a NaN or an infinity raises ValueError (JSON has none).
     """
     text = json.dumps(metadata, default=str, ensure_ascii=False, separators=(",", ":"), allow_nan=allow_nan)
-    return text.replace("\\u0000", "")
+    return _NUL.sub(r"\1", text) if "\\u0000" in text else text
+
+
+# A NUL in a string, as JSON writes it (\u0000; Postgres jsonb refuses it),
+# after an even number of backslashes: not the text "\u0000" itself, which
+# JSON writes \\u0000.
+_NUL = re.compile(r"(?<!\\)((?:\\\\)*)\\u0000")
 
 
 def with_verified_metadata(row: CheckpointRow, metadata: dict[str, Any]) -> CheckpointRow:
