@@ -5,7 +5,7 @@ says why. One process runs the paired benchmark's graph (a 40-step run
 appending one dict message per step, ``durability="sync"``, sync face) on
 fresh threads, once with `PostgresSaver.from_conn_string` and once with
 `DurableSaver` on SQLite + Redis + Postgres (default options), with the
-methods below wrapped in a wall-clock timer: the saver's own calls (`put`,
+methods below wrapped in a timer (the wall clock by default): the saver's own calls (`put`,
 `put_writes`, `get_tuple`), and under DurableSaver the tier calls they make
 and the lease's start and end of a run. Each row is milliseconds per
 super-step (its total over the run divided by the super-steps), microseconds
@@ -13,13 +13,22 @@ per call, and calls per super-step; each table's title gives the step's wall tim
 process's CPU time per step (InMemorySaver's run shows LangGraph's own).
 Calls made at once on other threads overlap (LangGraph stores a step's
 writes while its checkpoint is put), so rows are not meant to add up to the
-step. Last, the Postgres writes of a step are timed alone, one call at a
-time, DurableSaver's fenced statements against PostgresSaver's.
+step. Then the statements DurableSaver's local SQLite tier ran, by kind,
+timed the same way (per super-step, per statement, statements per
+super-step). Last, the Postgres writes of a step are timed alone, one call
+at a time, DurableSaver's fenced statements against PostgresSaver's.
+
+``--clock thread`` times each call with its thread's CPU clock instead of
+the wall clock: the CPU the calling thread spent in it, without the time it
+waited (for a server, a lock, the interpreter); work a call hands to
+another thread (an overlapped write) is in no row. ``--tiers sqlite`` measures
+DurableSaver on SQLite alone against SqliteSaver (no Postgres writes).
 
 Timings only, never asserted; every run's result is checked.
 
     .venv/bin/python benchmarks/bench_step_calls.py                  # about 30 s
     .venv/bin/python benchmarks/bench_step_calls.py --size 4096 --runs 40
+    .venv/bin/python benchmarks/bench_step_calls.py --tiers sqlite --clock thread
 """
 
 from __future__ import annotations
@@ -39,6 +48,7 @@ from bench_growth import first_input, run_config
 from bench_paired import build_graph, check_values
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.postgres import PostgresSaver
+from langgraph.checkpoint.sqlite import SqliteSaver
 
 from langgraph_durable import DurableSaver, Tiers
 
@@ -59,34 +69,111 @@ DURABLE_CALLS = [
     ("langgraph_durable.engine.leases.keeper", "LeaseKeeper", "_ship_behind", "  shipped to Redis"),
     ("langgraph_durable.engine.leases.keeper", "LeaseKeeper", "_give_back", "  lease kept"),
 ]
-STOCK_CALLS = [
-    ("langgraph.checkpoint.postgres", "PostgresSaver", "put", "put"),
-    ("langgraph.checkpoint.postgres", "PostgresSaver", "put_writes", "put_writes"),
-    ("langgraph.checkpoint.postgres", "PostgresSaver", "get_tuple", "get_tuple (a run's start)"),
-]
+STOCK_CALLS = {
+    "postgres": [
+        ("langgraph.checkpoint.postgres", "PostgresSaver", "put", "put"),
+        ("langgraph.checkpoint.postgres", "PostgresSaver", "put_writes", "put_writes"),
+        ("langgraph.checkpoint.postgres", "PostgresSaver", "get_tuple", "get_tuple (a run's start)"),
+    ],
+    "sqlite": [
+        ("langgraph.checkpoint.sqlite", "SqliteSaver", "put", "put"),
+        ("langgraph.checkpoint.sqlite", "SqliteSaver", "put_writes", "put_writes"),
+        ("langgraph.checkpoint.sqlite", "SqliteSaver", "get_tuple", "get_tuple (a run's start)"),
+    ],
+}
+CLOCKS = {"wall": time.perf_counter, "thread": time.thread_time}
 
 
 class Timers:
-    """Total wall time and calls per label."""
+    """Total time (on `clock`) and calls per label."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.clock = clock
         self.seconds: dict[str, float] = collections.defaultdict(float)
         self.calls: collections.Counter[str] = collections.Counter()
+        self.on = True  # off: calls go untimed (a warm-up)
 
     def clear(self) -> None:
         self.seconds.clear()
         self.calls.clear()
 
+    def add(self, label: str, seconds: float) -> None:
+        if self.on:
+            self.seconds[label] += seconds
+            self.calls[label] += 1
+
     def wrap(self, fn: Callable[..., Any], label: str) -> Callable[..., Any]:
+        clock = self.clock
+
         def timed(*args: Any, **kwargs: Any) -> Any:
-            started = time.perf_counter()
+            started = clock()
             try:
                 return fn(*args, **kwargs)
             finally:
-                self.seconds[label] += time.perf_counter() - started
-                self.calls[label] += 1
+                self.add(label, clock() - started)
 
         return timed
+
+
+class TimedConnection:
+    """A sqlite3 connection whose statements are timed by kind
+    (`statement_kind`), everything else passed through."""
+
+    def __init__(self, conn: Any, timers: Timers) -> None:
+        self._conn = conn
+        self._timers = timers
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+    def _timed(self, fn: Callable[..., Any], label: str, *args: Any) -> Any:
+        clock = self._timers.clock
+        started = clock()
+        try:
+            return fn(*args)
+        finally:
+            self._timers.add(label, clock() - started)
+
+    def execute(self, statement: str, *args: Any) -> Any:
+        return self._timed(self._conn.execute, statement_kind(statement), statement, *args)
+
+    def executemany(self, statement: str, *args: Any) -> Any:
+        return self._timed(self._conn.executemany, statement_kind(statement) + " (many rows)", statement, *args)
+
+
+def statement_kind(statement: str) -> str:
+    """A statement by what it does to which table: its words up to the table
+    (``INSERT OR IGNORE INTO lgd_writes``, ``UPDATE lgd_leases``), ``SELECT …
+    FROM`` the table, or its first two words (``BEGIN IMMEDIATE``,
+    ``PRAGMA data_version``, ``COMMIT``)."""
+    words = statement.split()
+    at = next((i for i, word in enumerate(words) if word.startswith("lgd_")), None)
+    if at is None:
+        return " ".join(words[:2])
+    table = words[at].split("(")[0].rstrip(",;")
+    if words[0].upper() == "SELECT":
+        return f"SELECT … FROM {table}"
+    return " ".join([*words[:at], table])
+
+
+@contextlib.contextmanager
+def sqlite_statements(timers: Timers) -> Iterator[None]:
+    """Every SQLite tier's connection timed by statement (`TimedConnection`) while inside."""
+    from langgraph_durable.tiers.sqlite.tier import SqliteTier
+
+    real = SqliteTier._connect
+
+    def connect(self: SqliteTier) -> Any:
+        conn = real(self)
+        if not isinstance(conn, TimedConnection):
+            conn = self._conn = TimedConnection(conn, timers)  # type: ignore[assignment]
+        return conn
+
+    SqliteTier._connect = connect  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        SqliteTier._connect = real  # type: ignore[method-assign]
 
 
 @contextlib.contextmanager
@@ -106,18 +193,37 @@ def timing(calls: list[tuple[str, str, str, str]], timers: Timers) -> Iterator[N
             setattr(cls, method, original)
 
 
-def measure(saver: Any, calls: list[tuple[str, str, str, str]], runs: int, size: int, problems: list[str]) -> Any:
-    """Rows (label, ms per step, us per call, calls per step) and the run's ms per step."""
+def measure(
+    saver: Any,
+    calls: list[tuple[str, str, str, str]],
+    runs: int,
+    size: int,
+    problems: list[str],
+    clock: Callable[[], float] = time.perf_counter,
+    statements: Timers | None = None,
+) -> Any:
+    """Rows (label, ms per step, us per call, calls per step) and the run's
+    ms per step; `statements`, if given, times the local SQLite tier's
+    statements of the timed runs (`sqlite_statements`)."""
     graph = build_graph(STEPS, size, is_async=False, checkpointer=saver)
-    for i in range(3):  # warm up, untimed
-        graph.invoke(first_input(), run_config(f"warm-{i}", STEPS), durability="sync")
-    timers = Timers()
-    with timing(calls, timers):
+    timers = Timers(clock)
+    watched = sqlite_statements(statements) if statements is not None else contextlib.nullcontext()
+    with timing(calls, timers), watched:
+        timers.on = False
+        if statements is not None:
+            statements.on = False
+        for i in range(3):  # warm up, untimed
+            graph.invoke(first_input(), run_config(f"warm-{i}", STEPS), durability="sync")
+        timers.on = True
+        if statements is not None:
+            statements.on = True
         started, cpu = time.perf_counter(), time.process_time()
         for i in range(runs):
             out = graph.invoke(first_input(), run_config(f"run-{i}", STEPS), durability="sync")
             problems += check_values(out, STEPS, size, f"{type(saver).__name__} run {i}")
         wall, cpu = time.perf_counter() - started, time.process_time() - cpu
+        if statements is not None:
+            statements.on = False
     steps = runs * STEPS
     rows = [
         (label, timers.seconds[label] * 1000 / steps, timers.seconds[label] * 1e6 / n, n / steps)
@@ -214,13 +320,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=40, help="timed runs of the 40-step graph per saver (default 40)")
     parser.add_argument("--size", type=int, default=300, help="bytes per message (default 300)")
     parser.add_argument("--statements", type=int, default=400, help="calls per write timed alone (default 400)")
+    parser.add_argument(
+        "--clock", choices=sorted(CLOCKS), default="wall", help="time calls on the wall clock or their thread's CPU"
+    )
+    parser.add_argument(
+        "--tiers",
+        choices=["sqlite+redis+postgres", "sqlite"],
+        default="sqlite+redis+postgres",
+        help="DurableSaver's tiers; SQLite alone is compared with SqliteSaver",
+    )
     args = parser.parse_args(argv)
     exit_on_sigterm()
+    clock = CLOCKS[args.clock]
+    shared = args.tiers != "sqlite"
     res = Resources("lgd_bcalls", uuid.uuid4().hex[:10])
     problems: list[str] = []
     body: list[str] = []
     try:
-        if not res.probe():
+        if shared and not res.probe():
             problems += res.down
         else:
             _, per_step = measure(InMemorySaver(), [], args.runs, args.size, problems)
@@ -229,24 +346,55 @@ def main(argv: list[str] | None = None) -> int:
                 f"{per_step[1]:.3f} ms of the process's CPU",
                 "",
             ]
-            with PostgresSaver.from_conn_string(res.new_database("stock")) as stock:
-                stock.setup()
-                rows, per_step = measure(stock, STOCK_CALLS, args.runs, args.size, problems)
-                body += [*table("PostgresSaver.from_conn_string", rows, per_step), ""]
-            durable = DurableSaver(
-                sqlite=str(res.tmp_path / "durable.sqlite"),
-                redis=res.redis_url,
-                postgres=res.new_database("durable"),
-                tiers=Tiers(redis_key_prefix=res.new_prefix("durable")),
+            stock: Any
+            if shared:
+                stock, stock_name = (
+                    PostgresSaver.from_conn_string(res.new_database("stock")),
+                    "PostgresSaver.from_conn_string",
+                )
+            else:
+                stock, stock_name = SqliteSaver.from_conn_string(str(res.tmp_path / "stock.sqlite")), "SqliteSaver"
+            with stock as saver:
+                saver.setup()
+                rows, per_step = measure(
+                    saver, STOCK_CALLS["postgres" if shared else "sqlite"], args.runs, args.size, problems, clock
+                )
+                body += [*table(stock_name, rows, per_step), ""]
+            path = str(res.tmp_path / "durable.sqlite")
+            durable = (
+                DurableSaver(
+                    sqlite=path,
+                    redis=res.redis_url,
+                    postgres=res.new_database("durable"),
+                    tiers=Tiers(redis_key_prefix=res.new_prefix("durable")),
+                )
+                if shared
+                else DurableSaver(sqlite=path)
             )
+            local = Timers(clock)
             with durable:
                 durable.setup()
-                rows, per_step = measure(durable, DURABLE_CALLS, args.runs, args.size, problems)
-                body += [*table("DurableSaver sqlite+redis+postgres", rows, per_step), ""]
-            body += [*statements(res, args.statements), ""]
+                rows, per_step = measure(durable, DURABLE_CALLS, args.runs, args.size, problems, clock, local)
+                body += [*table(f"DurableSaver {args.tiers}", rows, per_step), ""]
+            steps = args.runs * STEPS
+            body += [
+                "### The local SQLite tier's statements (DurableSaver), by kind",
+                "",
+                "| statement | ms / super-step | us / statement | statements / super-step |",
+                "|---|---:|---:|---:|",
+                *(
+                    f"| `{kind}` | {local.seconds[kind] * 1000 / steps:.3f} | "
+                    f"{local.seconds[kind] * 1e6 / n:.0f} | {n / steps:.2f} |"
+                    for kind, n in sorted(local.calls.items(), key=lambda item: -local.seconds[item[0]])
+                ),
+                "",
+            ]
+            if shared:
+                body += [*statements(res, args.statements), ""]
     finally:
         problems += [f"cleanup: {n}" for n in res.cleanup()]
-    print(f"{args.runs} runs of {STEPS} super-steps, {args.size}-byte messages, sync face\n")
+    timed = "each call's time on the wall clock" if args.clock == "wall" else "each call's thread CPU time"
+    print(f"{args.runs} runs of {STEPS} super-steps, {args.size}-byte messages, sync face; tables: {timed}\n")
     print("\n".join(body))
     print("## Problems\n\n" + ("\n".join(f"- {p}" for p in problems) or "None."))
     return 1 if problems else 0

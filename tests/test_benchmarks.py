@@ -135,6 +135,20 @@ def test_the_step_calls_benchmark_times_each_savers_calls_and_checks_every_run()
     assert "| the checkpoint and two values |" in out and "| two pending writes |" in out
     for call in ("| put |", "| put_writes |", "postgres: write_writes", "sqlite: write_checkpoint", "shipped to Redis"):
         assert call in out, call
+    assert "### The local SQLite tier's statements (DurableSaver), by kind" in out
+    for statement in ("`BEGIN IMMEDIATE`", "`COMMIT`", "`INSERT OR IGNORE INTO lgd_writes (many rows)`", "lgd_journal"):
+        assert statement in out, statement
+    assert "## Problems\n\nNone." in out
+
+
+def test_the_step_calls_benchmark_measures_sqlite_alone_on_thread_cpu_clocks() -> None:
+    out = run_benchmark("bench_step_calls.py", "--runs", "2", "--tiers", "sqlite", "--clock", "thread")
+    assert "tables: each call's thread CPU time" in out.splitlines()[0]
+    for title in ("### InMemorySaver", "### SqliteSaver", "### DurableSaver sqlite:"):
+        assert title in out, title
+    assert "PostgresSaver" not in out and "postgres:" not in out and "The Postgres writes" not in out
+    assert "`SELECT … FROM lgd_leases`" in out  # the fence, checked in the write's transaction
+    assert "lgd_journal" not in out  # nothing is owed to a shared tier
     assert "## Problems\n\nNone." in out
 
 
