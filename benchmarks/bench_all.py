@@ -28,7 +28,7 @@ small, to check that everything works; its figures, and so its verdicts,
 mean little.
 
     .venv/bin/python benchmarks/bench_all.py --quick      # about 1 minute
-    .venv/bin/python benchmarks/bench_all.py --write      # about 13 minutes on 2 cores
+    .venv/bin/python benchmarks/bench_all.py --write      # about 18 minutes on 2 cores
 """
 
 from __future__ import annotations
