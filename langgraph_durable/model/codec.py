@@ -18,7 +18,7 @@ import threading
 import uuid
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from contextvars import ContextVar
-from typing import Any, cast
+from typing import Any, TypeGuard, cast
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -73,7 +73,7 @@ DEFAULT_MAX_ID_BYTES = 1024  # thread ids, checkpoint namespaces
 DEFAULT_MAX_NAME_BYTES = 256  # task ids, channel names, channel versions (a checkpoint id is a 36-byte UUID)
 
 
-def fits_key(value: object, limit: int | None) -> bool:
+def fits_key(value: object, limit: int | None) -> TypeGuard[str]:
     """Whether `value` is a key part `check_key_part` takes, answered
     without its error message (built only for one it refuses): the common
     case, short ASCII text, whose length in bytes is its length."""
