@@ -4,8 +4,11 @@ One process runs a 5-super-step graph on `--threads` fresh thread ids, one
 after another, with one saver, and every `--every` threads it collects the
 garbage and samples its resident set size (``/proc/self/statm``), the
 blocks Python has allocated (``sys.getallocatedblocks()``), the objects the
-garbage collector tracks and, for `DurableSaver`, what its memos hold by
-their own estimate (``memory_budget``). Each saver runs in a subprocess of
+garbage collector tracks, what glibc's malloc holds in its heaps in use and
+free (``mallinfo2``: memory outside Python's own arenas, which a C library
+or a large object uses, and the free space the allocator keeps) and, for
+`DurableSaver`, what its memos hold by their own estimate
+(``memory_budget``). Each saver runs in a subprocess of
 its own, so that their memory does not mix: the stock `PostgresSaver` and
 `SqliteSaver`, and `DurableSaver` on SQLite + Redis + Postgres with its
 default options. At every sample the state of the first thread and of the
@@ -102,6 +105,38 @@ def rss() -> int:
         return int(f.read().split()[1]) * PAGE
 
 
+def c_heap() -> tuple[int, int] | None:
+    """What glibc's malloc holds in its heaps (`mallinfo2`): bytes in use and
+    bytes free (kept, not handed back to the system); None without glibc.
+    Python's small objects live in its own arenas, not in these."""
+    import ctypes
+
+    class MallInfo2(ctypes.Structure):
+        _fields_ = [
+            (name, ctypes.c_size_t)
+            for name in (
+                "arena",
+                "ordblks",
+                "smblks",
+                "hblks",
+                "hblkhd",
+                "usmblks",
+                "fsmblks",
+                "uordblks",
+                "fordblks",
+                "keepcost",
+            )
+        ]
+
+    try:
+        mallinfo2 = ctypes.CDLL(None).mallinfo2
+    except (AttributeError, OSError):
+        return None
+    mallinfo2.restype = MallInfo2
+    info = mallinfo2()
+    return int(info.uordblks + info.hblkhd), int(info.fordblks)
+
+
 def memo_bytes(saver: Any) -> int | None:
     """What a DurableSaver's memos hold by their own estimates (None for other savers)."""
     from langgraph_durable import DurableSaver
@@ -182,9 +217,11 @@ def child(args: argparse.Namespace) -> int:
                 check(0)
                 check(i)
                 gc.collect()
+                heap = c_heap()
                 sample = {
                     "threads": done,
                     "rss": rss(),
+                    "c_heap": heap,
                     "blocks": sys.getallocatedblocks(),
                     "objects": len(gc.get_objects()),
                     "memos": memo_bytes(saver),
@@ -304,12 +341,16 @@ def tables(results: dict[str, list[dict[str, Any]]], limits: dict[str, Any]) -> 
             "",
             f"## {SAVERS[name]}",
             "",
-            "| threads | RSS (MiB) | Python blocks | gc objects | memos (MiB, estimated) |",
-            "|---:|---:|---:|---:|---:|",
+            "| threads | RSS (MiB) | Python blocks | gc objects | memos (MiB, estimated) "
+            "| C heap in use (MiB) | C heap free (MiB) |",
+            "|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for s in samples:
             memos = "-" if s["memos"] is None else mib(s["memos"])
-            lines.append(f"| {s['threads']} | {mib(s['rss'])} | {s['blocks']} | {s['objects']} | {memos} |")
+            used, free = (mib(s["c_heap"][0]), mib(s["c_heap"][1])) if s.get("c_heap") else ("-", "-")
+            lines.append(
+                f"| {s['threads']} | {mib(s['rss'])} | {s['blocks']} | {s['objects']} | {memos} | {used} | {free} |"
+            )
     return "\n".join(lines) + "\n"
 
 

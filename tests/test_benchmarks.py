@@ -194,6 +194,9 @@ def test_the_memory_benchmark_runs_every_saver_in_its_own_process_and_checks_its
         assert f"## {saver}" in out and f"| {saver} | 100 |" in out
     durable = out[out.index("## DurableSaver") :]
     assert "| 100 |" in durable  # the last sample, with the memos' estimate
+    assert "| C heap in use (MiB) | C heap free (MiB) |" in durable
+    last = next(line for line in durable.splitlines() if line.startswith("| 100 |"))
+    assert all(float(cell) > 0 for cell in last.strip("|").split("|")[-2:-1])  # glibc (CI) reports its heap
     # The bounds of DurableSaver's memory are stated, read from the saver (its defaults).
     assert "its memos may hold 64.0 MiB in all (`Memory.budget`)" in out
     targets = out[out.index("## Targets") : out.index("## Problems")]
