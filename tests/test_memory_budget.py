@@ -20,6 +20,7 @@ from langgraph_durable.model.memory_budget import DEFAULT_MEMORY_BUDGET, MIN_MEM
 from langgraph_durable.model.own_heads import OwnHeads
 
 from .graphs import loop_graph
+from .waiting import await_until
 
 # --- the memos alone, no services ------------------------------------------------------
 
@@ -121,6 +122,12 @@ def _within(saver: DurableSaver) -> dict[str, int]:
     return held
 
 
+async def _runs_ended(saver: DurableSaver) -> None:
+    """Every run has ended for the saver: an async run's end is seen by a
+    task right after `ainvoke` returns, not before."""
+    await await_until(lambda: saver._runtime.leases.usage()["runs"] == 0, "every run's end")
+
+
 @pytest.mark.parametrize("face", ["sync", "async"])
 async def test_a_saver_serving_many_threads_stays_within_its_budget_and_reads_every_thread_right(
     make_saver: Any, face: str
@@ -145,6 +152,7 @@ async def test_a_saver_serving_many_threads_stays_within_its_budget_and_reads_ev
 
         for i in range(THREADS):
             await run(f"t{i}", {"messages": [], "n": 0})
+        await _runs_ended(saver)
         held = _within(saver)
         # More threads than fit were served: the memos forgot the oldest.
         assert saver._runtime.own.usage()["heads"] < THREADS and saver._runtime.seen.entries < 6 * THREADS
@@ -160,4 +168,5 @@ async def test_a_saver_serving_many_threads_stays_within_its_budget_and_reads_ev
         out = await run("t0", {"messages": ["more"], "n": 0})
         assert out == ref.get_state({"configurable": {"thread_id": "t0"}}).values
         assert len(out["messages"]) == 11 and out["n"] == 5
+        await _runs_ended(saver)
         _within(saver)
